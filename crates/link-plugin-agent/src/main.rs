@@ -1,0 +1,5 @@
+//! link-plugin-agent: not built yet.
+fn main() {
+    eprintln!("link-plugin-agent is not implemented yet");
+    std::process::exit(1);
+}

@@ -1,0 +1,77 @@
+//! Reading a process tree from `/proc` through `procfs`.
+
+use crate::records::{ProcessSample, SampleRound};
+use std::collections::HashMap;
+
+/// Nanoseconds since the Unix epoch.
+pub fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+/// The pids of every live process whose ancestry includes `root` (not `root` itself).
+pub fn descendants(root: i32) -> Vec<i32> {
+    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+    if let Ok(all) = procfs::process::all_processes() {
+        for p in all.flatten() {
+            if let Ok(stat) = p.stat() {
+                children.entry(stat.ppid).or_default().push(stat.pid);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(pid) = stack.pop() {
+        for &child in children.get(&pid).map(Vec::as_slice).unwrap_or(&[]) {
+            out.push(child);
+            stack.push(child);
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// One process's RSS, CPU time and state; `None` once it is gone.
+pub fn sample_process(pid: i32) -> Option<ProcessSample> {
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    let ticks = procfs::ticks_per_second().max(1);
+    Some(ProcessSample {
+        pid,
+        ppid: stat.ppid,
+        name: stat.comm.clone(),
+        rss_bytes: stat.rss * procfs::page_size(),
+        cpu_ns: (stat.utime + stat.stime) * 1_000_000_000 / ticks,
+        state: stat.state.to_string(),
+    })
+}
+
+/// Samples `pids` (processes that vanished meanwhile are left out).
+pub fn sample_round(index: u64, pids: &[i32]) -> SampleRound {
+    SampleRound {
+        index,
+        unix_ns: unix_ns(),
+        processes: pids.iter().filter_map(|&p| sample_process(p)).collect(),
+    }
+}
+
+/// True when the process exists and is not a zombie.
+pub fn is_alive(pid: i32) -> bool {
+    sample_process(pid).is_some_and(|s| s.state != "Z" && s.state != "X")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn samples_self_and_finds_children() {
+        let me = std::process::id() as i32;
+        let s = super::sample_process(me).unwrap();
+        assert!(s.rss_bytes > 0);
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert!(super::descendants(me).contains(&(child.id() as i32)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!super::is_alive(child.id() as i32));
+    }
+}

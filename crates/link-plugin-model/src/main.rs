@@ -1,0 +1,5 @@
+//! link-plugin-model: not built yet.
+fn main() {
+    eprintln!("link-plugin-model is not implemented yet");
+    std::process::exit(1);
+}

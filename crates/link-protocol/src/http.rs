@@ -1,0 +1,74 @@
+//! A small HTTP/1.1 client over a Unix socket, for the model service and the connection
+//! service. One request per connection keeps it simple; connecting a Unix socket is cheap.
+
+use crate::Error;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use std::path::Path;
+use tokio::net::UnixStream;
+
+/// A response: status and the whole body.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The body as JSON (`Value::Null` when it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Sends one request with an optional bearer token and raw body.
+pub async fn request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Result<HttpResponse, Error> {
+    let stream = UnixStream::connect(socket).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(io_err)?;
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "localhost");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.unwrap_or_default())))
+        .map_err(io_err)?;
+    let resp = sender.send_request(req).await.map_err(io_err)?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.map_err(io_err)?.to_bytes();
+    Ok(HttpResponse {
+        status,
+        body: body.to_vec(),
+    })
+}
+
+/// Sends JSON and reads JSON.
+pub async fn json(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> Result<HttpResponse, Error> {
+    let bytes = body.map(serde_json::to_vec).transpose()?;
+    request(socket, method, path, token, bytes).await
+}
+
+fn io_err(e: impl std::fmt::Display) -> Error {
+    Error::Io(std::io::Error::other(e.to_string()))
+}

@@ -1,0 +1,207 @@
+//! Where things live under a state root, and the rules a root must satisfy.
+//!
+//! ```text
+//! <root>/run/            sockets (host.sock, connection.sock, <plugin>.sock), host.lock
+//! <root>/log/<p>.log     each plugin's stderr
+//! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
+//! <root>/data/<p>/       each plugin's own state area (the only place it may write)
+//! <root>/auth/tokens     bearer-token hashes shared by both connection services
+//! <root>/data/file-store/agents/<id>/{workspace/,conversation.jsonl}   full Link agents
+//! <root>/data/agent/homes/<id>/                                     their isolated homes
+//! ```
+
+use crate::routes::{short_name, PLUGINS};
+use std::path::{Path, PathBuf};
+
+/// `sun_path` holds 108 bytes including the terminating NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+/// Why a state root cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RootError {
+    #[error("state root {0} is not an absolute path; pass an absolute directory")]
+    NotAbsolute(PathBuf),
+    #[error(
+        "state root {root} is inside the temporary folder {temp}; choose a short directory \
+         outside it, for example $HOME/lnk-tests (set LNK_TEST_STATE_DIR)"
+    )]
+    InTemporaryFolder { root: PathBuf, temp: PathBuf },
+    #[error(
+        "state root {root} is too long: socket path {socket} would be {len} bytes, over the \
+         {max} byte Unix socket limit; choose a shorter directory such as $HOME/lnk-tests",
+        max = MAX_SOCKET_PATH
+    )]
+    SocketPathTooLong {
+        root: PathBuf,
+        socket: PathBuf,
+        len: usize,
+    },
+}
+
+/// The paths of one state root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateLayout {
+    root: PathBuf,
+}
+
+impl StateLayout {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        StateLayout { root: root.into() }
+    }
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run")
+    }
+    pub fn host_socket(&self) -> PathBuf {
+        self.run_dir().join("host.sock")
+    }
+    pub fn router_socket(&self) -> PathBuf {
+        self.run_dir().join("router.sock")
+    }
+    pub fn connection_socket(&self) -> PathBuf {
+        self.run_dir().join("connection.sock")
+    }
+    pub fn lock_file(&self) -> PathBuf {
+        self.run_dir().join("host.lock")
+    }
+    /// The socket a plugin serves its routes on.
+    pub fn plugin_socket(&self, plugin: &str) -> PathBuf {
+        self.run_dir().join(format!("{}.sock", short_name(plugin)))
+    }
+    pub fn log_dir(&self) -> PathBuf {
+        self.root.join("log")
+    }
+    pub fn log_file(&self, plugin: &str) -> PathBuf {
+        self.log_dir().join(format!("{}.log", short_name(plugin)))
+    }
+    pub fn home(&self, plugin: &str) -> PathBuf {
+        self.root.join("home").join(short_name(plugin))
+    }
+    pub fn data(&self, plugin: &str) -> PathBuf {
+        self.root.join("data").join(short_name(plugin))
+    }
+    pub fn auth_dir(&self) -> PathBuf {
+        self.root.join("auth")
+    }
+    pub fn tokens_file(&self) -> PathBuf {
+        self.auth_dir().join("tokens")
+    }
+    /// Full Link: an agent's files, owned by the file store.
+    pub fn agent_dir(&self, agent: &str) -> PathBuf {
+        self.data("link-plugin-file-store").join("agents").join(agent)
+    }
+    /// The agent's workspace: the only place its tools may write.
+    pub fn agent_workspace(&self, agent: &str) -> PathBuf {
+        self.agent_dir(agent).join("workspace")
+    }
+    /// The agent's conversation log (JSON lines); protected from every tool.
+    pub fn agent_conversation(&self, agent: &str) -> PathBuf {
+        self.agent_dir(agent).join("conversation.jsonl")
+    }
+    /// The agent's isolated home for the commands its tools run; owned by the agent plugin.
+    pub fn agent_home(&self, agent: &str) -> PathBuf {
+        self.data("link-plugin-agent").join("homes").join(agent)
+    }
+
+    /// Every socket path this root will hold.
+    pub fn all_sockets(&self) -> Vec<PathBuf> {
+        let mut all = vec![
+            self.host_socket(),
+            self.router_socket(),
+            self.connection_socket(),
+        ];
+        all.extend(PLUGINS.iter().map(|p| self.plugin_socket(p)));
+        all
+    }
+
+    /// Checks the root is absolute, outside temporary folders, and short enough for sockets.
+    pub fn check(&self) -> Result<(), RootError> {
+        check_root(&self.root)?;
+        for socket in self.all_sockets() {
+            let len = socket.as_os_str().len();
+            if len > MAX_SOCKET_PATH {
+                return Err(RootError::SocketPathTooLong {
+                    root: self.root.clone(),
+                    socket,
+                    len,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The temporary folders a state root may not live under.
+pub fn temporary_folders() -> Vec<PathBuf> {
+    let mut temps = vec![
+        PathBuf::from("/tmp"),
+        PathBuf::from("/var/tmp"),
+        PathBuf::from("/dev/shm"),
+    ];
+    if let Some(t) = std::env::var_os("TMPDIR").filter(|t| !t.is_empty()) {
+        temps.push(PathBuf::from(t));
+    }
+    temps
+}
+
+fn check_root(root: &Path) -> Result<(), RootError> {
+    if !root.is_absolute() {
+        return Err(RootError::NotAbsolute(root.to_path_buf()));
+    }
+    let resolved = resolve_existing_prefix(root);
+    for temp in temporary_folders() {
+        let temp_resolved = temp.canonicalize().unwrap_or_else(|_| temp.clone());
+        if root.starts_with(&temp) || resolved.starts_with(&temp_resolved) {
+            return Err(RootError::InTemporaryFolder {
+                root: root.to_path_buf(),
+                temp,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Canonicalizes the longest existing ancestor so a symlink into /tmp is caught too.
+fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = path.to_path_buf();
+    loop {
+        if let Ok(real) = cur.canonicalize() {
+            return rest.iter().rev().fold(real, |acc, part| acc.join(part));
+        }
+        match (cur.file_name().map(|f| f.to_owned()), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                cur = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_temporary_relative_and_long_roots() {
+        assert!(matches!(
+            StateLayout::new("/tmp/x").check(),
+            Err(RootError::InTemporaryFolder { .. })
+        ));
+        assert!(matches!(
+            StateLayout::new("/var/tmp/x").check(),
+            Err(RootError::InTemporaryFolder { .. })
+        ));
+        assert!(matches!(
+            StateLayout::new("rel").check(),
+            Err(RootError::NotAbsolute(_))
+        ));
+        let long = format!("/root/{}", "a".repeat(90));
+        let err = StateLayout::new(long).check().unwrap_err();
+        assert!(err.to_string().contains("107 byte"), "{err}");
+        StateLayout::new("/root/lnk-tests/r1").check().unwrap();
+    }
+}

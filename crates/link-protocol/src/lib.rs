@@ -1,0 +1,53 @@
+//! The wire protocol and the shared vocabulary of every Link process.
+//!
+//! This crate owns, in one place each:
+//! - [`frame`]: length-prefixed JSON frames over Unix stream sockets, with a size limit;
+//! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
+//! - [`routes`]: the names of every internal route;
+//! - [`layout`]: where things live under a state root, and the socket-length rule;
+//! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
+//! - [`plugin`]: the contract between the host and a plugin (environment, readiness);
+//! - [`server`] and [`client`]: serving and calling routes over the frames;
+//! - [`http`]: a small HTTP/1.1 client over a Unix socket.
+//!
+//! It never spawns processes and never decides policy: the host owns the grant table.
+
+pub mod client;
+pub mod frame;
+pub mod http;
+pub mod layout;
+pub mod message;
+pub mod plugin;
+pub mod routes;
+pub mod server;
+pub mod tokens;
+
+pub use client::Client;
+pub use message::{ErrorCode, RemoteError, Request, Response};
+
+/// Everything that can go wrong talking the protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes exceeds the {max} byte limit", max = frame::MAX_FRAME)]
+    FrameTooLarge(usize),
+    #[error("malformed message: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("connection closed by peer")]
+    Closed,
+    #[error("{0}")]
+    Remote(#[from] RemoteError),
+    #[error("response id {got} does not match request id {want}")]
+    IdMismatch { want: u64, got: u64 },
+}
+
+impl Error {
+    /// The remote error code when this is a refusal or failure reported by the peer.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Remote(e) => Some(e.code),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! Requests, responses and typed errors.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One call of a route. `caller` is written by the host's router only; a value sent by a
+/// plugin is overwritten with the identity the router confirmed from the socket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub id: u64,
+    pub route: String,
+    /// The agent this call acts for, if any; owners re-check it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    #[serde(default)]
+    pub body: Value,
+}
+
+/// The answer to the request with the same `id`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub id: u64,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Either a result or a typed error.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Ok(Value),
+    Error(RemoteError),
+}
+
+/// The error kinds every process agrees on. HTTP statuses follow from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    Unauthorized,
+    /// The caller lacks the grant for the route, or acts for an agent it may not.
+    Forbidden,
+    /// The target is protected (for example a conversation log) whoever asks.
+    Protected,
+    NotFound,
+    Conflict,
+    TooLarge,
+    /// A dependency is not running or a capability is missing.
+    Unavailable,
+    Timeout,
+    Internal,
+}
+
+impl ErrorCode {
+    /// The HTTP status the connection services answer with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 400,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden | ErrorCode::Protected => 403,
+            ErrorCode::NotFound => 404,
+            ErrorCode::Conflict => 409,
+            ErrorCode::TooLarge => 413,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Timeout => 504,
+            ErrorCode::Internal => 500,
+        }
+    }
+
+    /// The snake_case name used in JSON error bodies.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::Protected => "protected",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// A typed error travelling over the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct RemoteError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl RemoteError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        RemoteError {
+            code,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::BadRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::NotFound, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Forbidden, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+
+    /// The `{"error": {"code", "message"}}` body of the HTTP contract.
+    pub fn to_http_body(&self) -> Value {
+        serde_json::json!({"error": {"code": self.code.as_str(), "message": self.message}})
+    }
+}
+
+impl From<crate::Error> for RemoteError {
+    fn from(e: crate::Error) -> Self {
+        match e {
+            crate::Error::Remote(r) => r,
+            other => RemoteError::new(ErrorCode::Unavailable, other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The contract between the host and a plugin it starts.
+//!
+//! The host passes everything in the environment (`LNK_*`, below), with `HOME` and `XDG_*`
+//! pointing inside the state root. A plugin binds its socket, then prints exactly one line on
+//! stdout, `ready {"routes": [...]}`, and never writes to stdout again; logs go to stderr.
+//! SIGTERM asks it to stop its helpers and exit.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::PathBuf;
+
+pub const ENV_PLUGIN: &str = "LNK_PLUGIN";
+pub const ENV_STATE: &str = "LNK_STATE";
+pub const ENV_SOCKET: &str = "LNK_SOCKET";
+pub const ENV_DATA: &str = "LNK_DATA";
+pub const ENV_MODE: &str = "LNK_MODE";
+pub const ENV_PROFILE: &str = "LNK_PROFILE";
+pub const ENV_PROGRAMS: &str = "LNK_PROGRAMS";
+pub const ENV_MONITOR_INTERVAL: &str = "LNK_MONITOR_INTERVAL";
+/// Set by the host when test hooks (`debug.call`) are enabled; never in production.
+pub const ENV_TEST_HOOKS: &str = "LNK_TEST_HOOKS";
+
+/// How the runtime runs its plugins and tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Plugins under Landlock; tool commands in bubblewrap + Landlock.
+    #[default]
+    Confined,
+    /// Explicitly unconfined; protected run and file tools are disabled.
+    Diagnostic,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Confined => "confined",
+            Mode::Diagnostic => "diagnostic",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "confined" => Ok(Mode::Confined),
+            "diagnostic" => Ok(Mode::Diagnostic),
+            other => Err(format!(
+                "unknown mode `{other}`: use `confined` or `diagnostic`"
+            )),
+        }
+    }
+}
+
+/// Which runtime: the minimal one or full Link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    Mini,
+    Link,
+}
+
+impl Profile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Mini => "mini",
+            Profile::Link => "link",
+        }
+    }
+}
+
+impl std::str::FromStr for Profile {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "mini" => Ok(Profile::Mini),
+            "link" => Ok(Profile::Link),
+            other => Err(format!("unknown profile `{other}`: use `mini` or `link`")),
+        }
+    }
+}
+
+/// What a plugin learns from the host at start.
+#[derive(Debug, Clone)]
+pub struct PluginEnv {
+    pub name: String,
+    pub state: PathBuf,
+    pub socket: PathBuf,
+    pub data: PathBuf,
+    pub mode: Mode,
+    pub profile: Profile,
+    pub test_hooks: bool,
+}
+
+impl PluginEnv {
+    /// Reads the `LNK_*` variables; the error names the missing one.
+    pub fn from_env() -> Result<Self, String> {
+        let var = |k: &str| {
+            std::env::var(k).map_err(|_| {
+                format!("{k} is not set: plugins are started by `link up`, not by hand")
+            })
+        };
+        Ok(PluginEnv {
+            name: var(ENV_PLUGIN)?,
+            state: var(ENV_STATE)?.into(),
+            socket: var(ENV_SOCKET)?.into(),
+            data: var(ENV_DATA)?.into(),
+            mode: var(ENV_MODE)?.parse()?,
+            profile: var(ENV_PROFILE)?.parse()?,
+            test_hooks: std::env::var(ENV_TEST_HOOKS).is_ok_and(|v| v == "1"),
+        })
+    }
+
+    pub fn layout(&self) -> crate::layout::StateLayout {
+        crate::layout::StateLayout::new(&self.state)
+    }
+}
+
+/// The ready line's payload.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Ready {
+    /// Routes this plugin owns and serves on its socket.
+    #[serde(default)]
+    pub routes: Vec<String>,
+}
+
+/// Prints the one ready line on stdout.
+pub fn announce_ready(routes: &[&str]) -> std::io::Result<()> {
+    let ready = Ready {
+        routes: routes.iter().map(|r| r.to_string()).collect(),
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready {}", serde_json::to_string(&ready)?)?;
+    out.flush()
+}
+
+/// Parses a line printed by a plugin; `None` if it is not a ready line.
+pub fn parse_ready(line: &str) -> Option<Ready> {
+    let rest = line.trim_end().strip_prefix("ready")?;
+    if rest.trim().is_empty() {
+        return Some(Ready::default());
+    }
+    serde_json::from_str(rest.trim()).ok()
+}
+
+/// Binds a Unix listener, replacing a stale socket file left by a crashed run.
+pub fn bind(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    tokio::net::UnixListener::bind(path)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,115 @@
+//! The bearer-token store shared by both connection services and the auth plugin.
+//!
+//! Only the sha256 of a token is written, one per line: `<hex> active|revoked`. Writes
+//! replace the file atomically (temp file, fsync, rename); comparisons are constant-time.
+
+use sha2::{Digest, Sha256};
+use std::io::{self, Write};
+use std::path::Path;
+use subtle::ConstantTimeEq;
+
+/// The hex sha256 of a token, as stored.
+pub fn hash(token: &str) -> String {
+    hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Makes a new random token (`lnk_` + 64 hex digits); nothing is stored.
+pub fn generate() -> io::Result<String> {
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(io::Error::other)?;
+    Ok(format!("lnk_{}", hex(&raw)))
+}
+
+/// Generates a token, stores its hash, and returns the token (shown once, never stored).
+pub fn create(file: &Path) -> io::Result<String> {
+    let token = generate()?;
+    let mut lines = read_lines(file)?;
+    lines.push(format!("{} active", hash(&token)));
+    write_atomic(file, &lines)?;
+    Ok(token)
+}
+
+/// True when `token` matches an active stored hash.
+pub fn verify(file: &Path, token: &str) -> io::Result<bool> {
+    let want = hash(token);
+    let mut found = false;
+    for line in read_lines(file)? {
+        let mut parts = line.split_whitespace();
+        let (Some(stored), Some(state)) = (parts.next(), parts.next()) else {
+            continue;
+        };
+        // Compare every line so timing does not reveal which one matched.
+        let same: bool = stored.as_bytes().ct_eq(want.as_bytes()).into();
+        found |= same && state == "active";
+    }
+    Ok(found)
+}
+
+/// Marks the token as revoked; returns false when it was not stored.
+pub fn revoke(file: &Path, token: &str) -> io::Result<bool> {
+    let want = hash(token);
+    let mut hit = false;
+    let lines = read_lines(file)?
+        .into_iter()
+        .map(|line| match line.split_whitespace().next() {
+            Some(stored) if bool::from(stored.as_bytes().ct_eq(want.as_bytes())) => {
+                hit = true;
+                format!("{stored} revoked")
+            }
+            _ => line,
+        })
+        .collect::<Vec<_>>();
+    if hit {
+        write_atomic(file, &lines)?;
+    }
+    Ok(hit)
+}
+
+fn read_lines(file: &Path) -> io::Result<Vec<String>> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_atomic(file: &Path, lines: &[String]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    for line in lines {
+        writeln!(f, "{line}")?;
+    }
+    f.sync_all()?;
+    std::fs::rename(&tmp, file)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn create_verify_revoke() {
+        let dir = std::env::temp_dir().join(format!("lnk-tok-{}", std::process::id()));
+        let file = dir.join("tokens");
+        let a = super::create(&file).unwrap();
+        let b = super::create(&file).unwrap();
+        assert!(super::verify(&file, &a).unwrap());
+        assert!(!super::verify(&file, "lnk_wrong").unwrap());
+        assert!(!std::fs::read_to_string(&file).unwrap().contains(&a));
+        assert!(super::revoke(&file, &a).unwrap());
+        assert!(!super::verify(&file, &a).unwrap());
+        assert!(super::verify(&file, &b).unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

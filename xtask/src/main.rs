@@ -1,0 +1,2 @@
+//! xtask: not built yet.
+fn main() {}
