@@ -164,3 +164,65 @@ pub async fn shutdown_signal() {
         _ = int.recv() => {}
     }
 }
+
+/// Logs to stderr (the host sends it to `<state>/log/<plugin>.log`); `RUST_LOG` filters.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+}
+
+/// The route a plugin answers, when test hooks are on, by calling `body.route` through the
+/// router as itself: it lets tests check the grant table with real callers.
+pub const DEBUG_CALL: &str = "debug.call";
+
+/// Binds the plugin's socket, announces readiness with `routes`, and serves until SIGTERM or
+/// SIGINT; then removes the socket. The usual body of a plugin's `main`.
+pub async fn serve_plugin(
+    env: &PluginEnv,
+    routes: &[&str],
+    peers: crate::server::Peers,
+    handler: crate::server::Handler,
+) -> std::io::Result<()> {
+    let listener = bind(&env.socket)?;
+    let handler = if env.test_hooks {
+        with_debug_call(env.layout().router_socket(), handler)
+    } else {
+        handler
+    };
+    announce_ready(routes)?;
+    tokio::select! {
+        _ = crate::server::serve(listener, peers, handler) => {}
+        _ = shutdown_signal() => {}
+    }
+    let _ = std::fs::remove_file(&env.socket);
+    Ok(())
+}
+
+fn with_debug_call(router: PathBuf, inner: crate::server::Handler) -> crate::server::Handler {
+    crate::server::handler(move |req: crate::Request| {
+        let inner = inner.clone();
+        let router = router.clone();
+        async move {
+            if req.route != DEBUG_CALL {
+                return inner(req).await;
+            }
+            let route = req.body["route"].as_str().unwrap_or_default().to_owned();
+            let body = req.body.get("body").cloned().unwrap_or_default();
+            let result =
+                crate::client::call_once(&router, &route, req.agent.as_deref(), body).await;
+            Ok(match result {
+                Ok(v) => serde_json::json!({"ok": true, "result": v}),
+                Err(e) => serde_json::json!({
+                    "ok": false,
+                    "code": e.code().map(|c| c.as_str()),
+                    "message": e.to_string(),
+                }),
+            })
+        }
+    })
+}
