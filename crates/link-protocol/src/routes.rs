@@ -65,9 +65,15 @@ pub const MONITOR_STATUS: &str = "monitor.status";
 pub const MONITOR_STOP: &str = "monitor.stop";
 pub const MONITOR_SAMPLES: &str = "monitor.samples";
 
-/// Routes the host itself answers on `run/host.sock`.
+/// Routes the host itself answers on `run/host.sock` (same-uid callers: `link status`,
+/// `link down`, the runtime runner). `host.status` → `{profile, mode, pid, plugins: [{name,
+/// pid, state}]}`; `host.down` → `{}` then the host stops; `monitor.*` sent to `host.sock` are
+/// forwarded to the measure plugin.
 pub const HOST_STATUS: &str = "host.status";
 pub const HOST_DOWN: &str = "host.down";
+/// Test hooks only (`LNK_TEST_HOOKS=1`): `{plugin, route, agent?, body?}` → makes `plugin`
+/// call `route` through the router as itself; → `{ok, result?, code?, message?}`.
+pub const HOST_DEBUG_CALL: &str = "host.debug_call";
 
 /// Every plugin program of both profiles (the host is `link`, package `link-cli`).
 pub const PLUGINS: &[&str] = &[
