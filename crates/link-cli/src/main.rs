@@ -1,5 +1,120 @@
-//! link-cli: not built yet.
+//! `link`: the Link host and its command-line verbs.
+//!
+//! `link up` is the host: it takes the state root's lock, starts the profile's plugins in
+//! order (each with an isolated HOME under the state root, confined in `confined` mode),
+//! waits for each to be ready, serves control requests on `run/host.sock`, and for full Link
+//! runs the router (`run/router.sock`, grant table in [`router`]) and the HTTP endpoint. It
+//! stops everything in reverse order on `link down`, SIGTERM, SIGINT or when a plugin dies.
+//! The other verbs are small clients of the host and of the connection service.
+
+mod commands;
+mod control;
+mod endpoint;
+mod host;
+mod plugins;
+mod router;
+
+use clap::{Parser, Subcommand};
+use link_protocol::plugin::{Mode, Profile};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "link",
+    version,
+    about = "Run AI agents on this machine: the Link host"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a runtime in the foreground; prints `ready <connection socket>` when up.
+    Up(UpArgs),
+    /// Stop the runtime running on a state root and wait until all of it is gone.
+    Down {
+        #[arg(long)]
+        state: PathBuf,
+    },
+    /// Print the running runtime's profile, mode and plugins as JSON.
+    Status {
+        #[arg(long)]
+        state: PathBuf,
+    },
+    /// Manage bearer tokens for the connection service.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+    /// Run one turn through the connection service and print the reply as JSON.
+    Turn {
+        #[arg(long)]
+        state: PathBuf,
+        /// Bearer token; defaults to $LNK_TOKEN, else a new token is created.
+        #[arg(long, env = "LNK_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        agent: String,
+        message: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Print a new bearer token; only its sha256 is stored.
+    Create {
+        #[arg(long)]
+        state: PathBuf,
+    },
+}
+
+/// Options of `link up`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpArgs {
+    #[arg(long, value_parser = parse_profile)]
+    pub profile: Profile,
+    #[arg(long)]
+    pub state: PathBuf,
+    #[arg(long, default_value = "confined", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// Where the plugin programs are; defaults to the directory of `link` itself.
+    #[arg(long)]
+    pub programs: Option<PathBuf>,
+    /// Seconds between the monitor's samples.
+    #[arg(long, default_value = "1")]
+    pub monitor_interval: f64,
+}
+
+fn parse_profile(s: &str) -> Result<Profile, String> {
+    s.parse()
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
 fn main() {
-    eprintln!("link-cli is not implemented yet");
-    std::process::exit(1);
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(args) => host::up(args),
+        Command::Down { state } => commands::down(&state),
+        Command::Status { state } => commands::status(&state),
+        Command::Token {
+            command: TokenCommand::Create { state },
+        } => commands::token_create(&state),
+        Command::Turn {
+            state,
+            token,
+            agent,
+            message,
+        } => commands::turn(&state, token, &agent, &message),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("link: {e:#}");
+            std::process::exit(1);
+        }
+    }
 }

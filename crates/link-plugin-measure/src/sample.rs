@@ -68,7 +68,10 @@ mod tests {
         let me = std::process::id() as i32;
         let s = super::sample_process(me).unwrap();
         assert!(s.rss_bytes > 0);
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         assert!(super::descendants(me).contains(&(child.id() as i32)));
         child.kill().unwrap();
         child.wait().unwrap();

@@ -64,5 +64,8 @@ pub async fn call_once(
     agent: Option<&str>,
     body: Value,
 ) -> Result<Value, Error> {
-    Client::connect(socket).await?.call(route, agent, body).await
+    Client::connect(socket)
+        .await?
+        .call(route, agent, body)
+        .await
 }

@@ -63,7 +63,9 @@ mod tests {
     async fn round_trip_and_limit() {
         let (mut a, mut b) = tokio::io::duplex(64);
         let writer = tokio::spawn(async move {
-            write_message(&mut a, &serde_json::json!({"x": 1})).await.unwrap();
+            write_message(&mut a, &serde_json::json!({"x": 1}))
+                .await
+                .unwrap();
         });
         let got: serde_json::Value = read_message(&mut b).await.unwrap().unwrap();
         writer.await.unwrap();

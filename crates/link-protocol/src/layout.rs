@@ -90,7 +90,9 @@ impl StateLayout {
     }
     /// Full Link: an agent's files, owned by the file store.
     pub fn agent_dir(&self, agent: &str) -> PathBuf {
-        self.data("link-plugin-file-store").join("agents").join(agent)
+        self.data("link-plugin-file-store")
+            .join("agents")
+            .join(agent)
     }
     /// The agent's workspace: the only place its tools may write.
     pub fn agent_workspace(&self, agent: &str) -> PathBuf {

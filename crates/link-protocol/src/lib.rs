@@ -28,7 +28,7 @@ pub use message::{ErrorCode, RemoteError, Request, Response};
 /// Everything that can go wrong talking the protocol.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("i/o error: {0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error("frame of {0} bytes exceeds the {max} byte limit", max = frame::MAX_FRAME)]
     FrameTooLarge(usize),

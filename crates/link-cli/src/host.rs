@@ -1,0 +1,315 @@
+//! `link up`: the host's life — lock, start, serve, supervise, stop, reap.
+
+use crate::plugins::{self, describe, Launch, Plugin};
+use crate::UpArgs;
+use anyhow::{bail, Context, Result};
+use link_protocol::layout::StateLayout;
+use link_protocol::plugin::{Mode, Profile};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+
+/// Grace between SIGTERM and SIGKILL when stopping a plugin.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// What `link status` prints about one plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginStatus {
+    pub name: String,
+    pub pid: i32,
+    pub state: String,
+}
+
+/// State shared by the control socket, the router and the supervisor.
+pub struct Shared {
+    pub layout: StateLayout,
+    pub profile: Profile,
+    pub mode: Mode,
+    pub plugins: Mutex<Vec<PluginStatus>>,
+    pub phase: Mutex<&'static str>,
+    pub stop: Notify,
+    pub router: crate::router::Router,
+}
+
+impl Shared {
+    pub fn status_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "profile": self.profile.as_str(),
+            "mode": self.mode.as_str(),
+            "pid": std::process::id(),
+            "state": *self.phase.lock().expect("lock"),
+            "confinement": confinement_summary(self.mode),
+            "plugins": *self.plugins.lock().expect("lock"),
+        })
+    }
+
+    fn set_plugin_state(&self, name: &str, state: &str) {
+        for p in self
+            .plugins
+            .lock()
+            .expect("lock")
+            .iter_mut()
+            .filter(|p| p.name == name)
+        {
+            p.state = state.to_owned();
+        }
+    }
+}
+
+fn confinement_summary(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Confined => "plugins under Landlock with no_new_privs (the sandbox plugin: no_new_privs; its commands: bubblewrap + Landlock)",
+        Mode::Diagnostic => "diagnostic: plugins unconfined; run and file tools disabled; not evidence of confinement",
+    }
+}
+
+/// Runs the host in the foreground until it is asked to stop or a plugin dies.
+pub fn up(args: UpArgs) -> Result<i32> {
+    let root = crate::commands::absolute(&args.state)?;
+    let layout = StateLayout::new(root);
+    layout.check()?;
+    let programs = match &args.programs {
+        Some(p) => crate::commands::absolute(p)?,
+        None => std::env::current_exe()?
+            .parent()
+            .context("link has no directory")?
+            .to_owned(),
+    };
+    let missing = plugins::missing_programs(&programs, args.profile);
+    if !missing.is_empty() {
+        bail!(
+            "missing programs in {}: {}; build them with `cargo build --locked --release` (see README.md)",
+            programs.display(),
+            missing.join(", ")
+        );
+    }
+    for dir in [layout.run_dir(), layout.log_dir(), layout.auth_dir()] {
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let _lock = take_lock(&layout)?;
+    remove_stale_sockets(&layout)?;
+    if args.mode == Mode::Confined {
+        check_confinement()?;
+    }
+    // Orphans of a killed plugin's helpers are re-parented to us, so we can reap them.
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
+        .context("setting the host as child subreaper")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let code = rt.block_on(run(args, layout.clone(), programs));
+    for socket in [
+        layout.host_socket(),
+        layout.router_socket(),
+        layout.connection_socket(),
+    ] {
+        let _ = std::fs::remove_file(socket);
+    }
+    code
+}
+
+async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32> {
+    let shared = Arc::new(Shared {
+        layout: layout.clone(),
+        profile: args.profile,
+        mode: args.mode,
+        plugins: Mutex::new(Vec::new()),
+        phase: Mutex::new("starting"),
+        stop: Notify::new(),
+        router: crate::router::Router::default(),
+    });
+    tokio::spawn(crate::control::serve(
+        shared.clone(),
+        link_protocol::plugin::bind(&layout.host_socket())?,
+    ));
+    if args.profile == Profile::Link {
+        let listener = link_protocol::plugin::bind(&layout.router_socket())?;
+        tokio::spawn(crate::router::serve(shared.clone(), listener));
+    }
+    let launch = Launch {
+        layout: &layout,
+        programs: &programs,
+        profile: args.profile,
+        mode: args.mode,
+        monitor_interval: args.monitor_interval,
+    };
+    let (died_tx, mut died) = mpsc::unbounded_channel();
+    let mut started: Vec<Plugin> = Vec::new();
+    let outcome = start_all(&launch, &shared, &mut started, died_tx, &mut died).await;
+    let code = match outcome {
+        Err(e) => {
+            eprintln!("link: {e:#}");
+            1
+        }
+        Ok(()) => {
+            if args.profile == Profile::Link {
+                let listener = link_protocol::plugin::bind(&layout.connection_socket())?;
+                tokio::spawn(crate::endpoint::serve(shared.clone(), listener));
+            }
+            *shared.phase.lock().expect("lock") = "ready";
+            println!("ready {}", layout.connection_socket().display());
+            supervise(&shared, &mut died).await
+        }
+    };
+    *shared.phase.lock().expect("lock") = "stopping";
+    stop_all(&shared, &mut started).await;
+    reap_strays();
+    Ok(code)
+}
+
+async fn start_all(
+    launch: &Launch<'_>,
+    shared: &Shared,
+    started: &mut Vec<Plugin>,
+    died_tx: mpsc::UnboundedSender<(&'static str, ExitStatus)>,
+    died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
+) -> Result<()> {
+    for &name in plugins::start_order(launch.profile) {
+        let plugin = tokio::select! {
+            p = launch.start(name, died_tx.clone()) => p?,
+            Some((dead, status)) = died.recv() => bail!("{dead} exited during start-up ({})", describe(Some(&status))),
+            _ = link_protocol::plugin::shutdown_signal() => bail!("interrupted during start-up"),
+        };
+        shared.plugins.lock().expect("lock").push(PluginStatus {
+            name: name.into(),
+            pid: plugin.pid,
+            state: "ready".into(),
+        });
+        shared.router.register(
+            name,
+            plugin.pid,
+            &plugin.routes,
+            launch.layout.plugin_socket(name),
+        );
+        started.push(plugin);
+    }
+    Ok(())
+}
+
+/// Waits for a stop request or a plugin's death; returns the exit code.
+async fn supervise(
+    shared: &Shared,
+    died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
+) -> i32 {
+    tokio::select! {
+        _ = link_protocol::plugin::shutdown_signal() => 0,
+        _ = shared.stop.notified() => 0,
+        Some((name, status)) = died.recv() => {
+            shared.set_plugin_state(name, "exited");
+            eprintln!("link: plugin {name} exited unexpectedly ({}); stopping the runtime", describe(Some(&status)));
+            1
+        }
+    }
+}
+
+/// Stops plugins in reverse start order: SIGTERM, grace, SIGKILL; each is reaped.
+async fn stop_all(shared: &Shared, started: &mut Vec<Plugin>) {
+    while let Some(mut plugin) = started.pop() {
+        shared.set_plugin_state(plugin.name, "stopping");
+        if plugin.exited.borrow().is_none() {
+            let pid = rustix::process::Pid::from_raw(plugin.pid).expect("pid");
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let waited = tokio::time::timeout(STOP_GRACE, plugin.exited.wait_for(Option::is_some))
+                .await
+                .is_ok();
+            if !waited {
+                eprintln!(
+                    "link: {} did not stop within {STOP_GRACE:?}; killing it",
+                    plugin.name
+                );
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                let _ = plugin.exited.wait_for(Option::is_some).await;
+            }
+        }
+        shared.set_plugin_state(plugin.name, "exited");
+    }
+}
+
+/// Kills and reaps any descendant left behind (a killed plugin's helpers, adopted by us).
+fn reap_strays() {
+    let me = std::process::id() as i32;
+    for pid in link_plugin_measure::sample::descendants(me) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            eprintln!("link: killing leftover process {}", pid.as_raw_nonzero());
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+        }
+    }
+}
+
+/// Holds the state root's lock for the host's lifetime; a second `up` is refused.
+fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
+    use rustix::fs::{flock, FlockOperation};
+    let path = layout.lock_file();
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        bail!(
+            "state root {} is in use by a running `link up` (pid {}); stop it with `link down --state {}` or choose another --state",
+            layout.root().display(),
+            holder.trim(),
+            layout.root().display()
+        );
+    }
+    file.set_len(0)?;
+    std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())?;
+    Ok(file)
+}
+
+/// Sockets left by a crashed run: nobody holds the lock, so nobody serves them.
+fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
+    for socket in layout.all_sockets() {
+        if socket.exists() {
+            eprintln!(
+                "link: removing stale socket {} from a previous run",
+                socket.display()
+            );
+            std::fs::remove_file(&socket)
+                .with_context(|| format!("removing {}", socket.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses confined mode where the kernel cannot confine the plugins.
+fn check_confinement() -> Result<()> {
+    link_plugin_sandbox_glue::check()
+}
+
+/// Confines a plugin command: Landlock (unless `landlock` is false) and no_new_privs.
+pub fn confine_command(
+    cmd: &mut tokio::process::Command,
+    readable: &[PathBuf],
+    writable: &[PathBuf],
+    landlock: bool,
+) -> Result<()> {
+    link_plugin_sandbox_glue::confine(cmd, readable, writable, landlock)
+}
+
+/// Until the sandbox library's plugin confinement lands, confined mode is refused.
+mod link_plugin_sandbox_glue {
+    use super::*;
+    pub fn check() -> Result<()> {
+        bail!("confined mode is not available in this build; use --mode diagnostic")
+    }
+    pub fn confine(
+        _: &mut tokio::process::Command,
+        _: &[PathBuf],
+        _: &[PathBuf],
+        _: bool,
+    ) -> Result<()> {
+        bail!("confined mode is not available in this build")
+    }
+}
+
+#[allow(dead_code)]
+fn _unused(_: &Path) {}

@@ -1,0 +1,245 @@
+//! Which plugins a profile runs, and starting one: environment, confinement, readiness.
+
+use anyhow::{bail, Context, Result};
+use link_protocol::layout::StateLayout;
+use link_protocol::plugin::{self, Mode, Profile, Ready};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{ChildStdout, Command};
+use tokio::sync::watch;
+
+/// How long a plugin may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Start order; the host stops them in reverse.
+pub fn start_order(profile: Profile) -> &'static [&'static str] {
+    match profile {
+        Profile::Mini => &[
+            "link-plugin-measure",
+            "link-plugin-model",
+            "link-mini-harness",
+            "link-mini-connection",
+        ],
+        Profile::Link => &[
+            "link-plugin-measure",
+            "link-plugin-model",
+            "link-plugin-secret",
+            "link-plugin-auth",
+            "link-plugin-file-store",
+            "link-plugin-agent",
+            "link-plugin-sandbox",
+            "link-plugin-link-run",
+            "link-plugin-file-tool",
+            "link-plugin-link-code",
+            "link-plugin-link-harness",
+            "link-plugin-link-scheduler",
+        ],
+    }
+}
+
+/// Directories a confined plugin may write besides its data area, home and the run dir.
+fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
+    match name {
+        "link-plugin-auth" => vec![layout.auth_dir()],
+        _ => vec![],
+    }
+}
+
+/// Directories a confined plugin may read besides system paths and the programs.
+fn extra_readable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
+    match name {
+        "link-mini-connection" => vec![layout.auth_dir()],
+        _ => vec![],
+    }
+}
+
+/// The programs a profile needs that are missing from `dir`.
+pub fn missing_programs(dir: &Path, profile: Profile) -> Vec<String> {
+    start_order(profile)
+        .iter()
+        .filter(|p| !dir.join(p).is_file())
+        .map(|p| p.to_string())
+        .collect()
+}
+
+/// A started plugin.
+pub struct Plugin {
+    pub name: &'static str,
+    pub pid: i32,
+    pub routes: Vec<String>,
+    /// `Some(status)` once it has exited and been reaped.
+    pub exited: watch::Receiver<Option<ExitStatus>>,
+    // Kept open: a plugin never writes after its ready line, but must not get EPIPE if it did.
+    _stdout: BufReader<ChildStdout>,
+}
+
+/// What every plugin of one runtime shares.
+pub struct Launch<'a> {
+    pub layout: &'a StateLayout,
+    pub programs: &'a Path,
+    pub profile: Profile,
+    pub mode: Mode,
+    pub monitor_interval: f64,
+}
+
+impl Launch<'_> {
+    /// Starts `name` and waits for its ready line; `died` hears of its exit afterwards.
+    pub async fn start(
+        &self,
+        name: &'static str,
+        died: tokio::sync::mpsc::UnboundedSender<(&'static str, ExitStatus)>,
+    ) -> Result<Plugin> {
+        let mut cmd = self.command(name)?;
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", self.programs.join(name).display()))?;
+        let pid = child.id().context("plugin exited at once")? as i32;
+        let mut stdout = BufReader::new(child.stdout.take().context("plugin stdout")?);
+        let (tx, exited) = watch::channel(None);
+        tokio::spawn(async move {
+            if let Ok(status) = child.wait().await {
+                tx.send_replace(Some(status));
+                let _ = died.send((name, status));
+            }
+        });
+        let ready = self.wait_ready(name, &mut stdout, exited.clone()).await?;
+        Ok(Plugin {
+            name,
+            pid,
+            routes: ready.routes,
+            exited,
+            _stdout: stdout,
+        })
+    }
+
+    async fn wait_ready(
+        &self,
+        name: &str,
+        stdout: &mut BufReader<ChildStdout>,
+        mut exited: watch::Receiver<Option<ExitStatus>>,
+    ) -> Result<Ready> {
+        let log = self.layout.log_file(name);
+        let mut line = String::new();
+        let read = tokio::select! {
+            r = tokio::time::timeout(READY_TIMEOUT, stdout.read_line(&mut line)) => Some(r),
+            _ = exited.wait_for(Option::is_some) => None,
+        };
+        match read {
+            None | Some(Ok(Ok(0))) => {
+                let status = exited.wait_for(Option::is_some).await.ok().and_then(|s| *s);
+                bail!(
+                    "{name} exited before it was ready ({}); see {}",
+                    describe(status.as_ref()),
+                    log.display()
+                );
+            }
+            Some(Err(_)) => bail!(
+                "{name} did not report ready within {READY_TIMEOUT:?}; see {}",
+                log.display()
+            ),
+            Some(Ok(Err(e))) => bail!("reading {name}'s ready line: {e}"),
+            Some(Ok(Ok(_))) => {}
+        }
+        plugin::parse_ready(&line).with_context(|| {
+            format!(
+                "{name} printed {line:?} instead of its ready line; see {}",
+                log.display()
+            )
+        })
+    }
+
+    fn command(&self, name: &str) -> Result<Command> {
+        let layout = self.layout;
+        let home = layout.home(name);
+        let data = layout.data(name);
+        for dir in [
+            &home,
+            &home.join(".config"),
+            &home.join(".cache"),
+            &home.join(".local/share"),
+            &home.join(".local/state"),
+            &data,
+        ] {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(layout.log_file(name))
+            .with_context(|| format!("opening {}", layout.log_file(name).display()))?;
+        let mut cmd = Command::new(self.programs.join(name));
+        cmd.env_clear()
+            .envs(passthrough_env())
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_CACHE_HOME", home.join(".cache"))
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .env("XDG_STATE_HOME", home.join(".local/state"))
+            .env(plugin::ENV_PLUGIN, name)
+            .env(plugin::ENV_STATE, layout.root())
+            .env(plugin::ENV_SOCKET, layout.plugin_socket(name))
+            .env(plugin::ENV_DATA, &data)
+            .env(plugin::ENV_MODE, self.mode.as_str())
+            .env(plugin::ENV_PROFILE, self.profile.as_str())
+            .env(plugin::ENV_PROGRAMS, self.programs)
+            .env(
+                plugin::ENV_MONITOR_INTERVAL,
+                self.monitor_interval.to_string(),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            // Own process group: a terminal's Ctrl-C reaches the host, which stops plugins in order.
+            .process_group(0)
+            .kill_on_drop(true);
+        if self.mode == Mode::Confined {
+            self.confine(&mut cmd, name)?;
+        }
+        Ok(cmd)
+    }
+
+    fn confine(&self, cmd: &mut Command, name: &str) -> Result<()> {
+        let layout = self.layout;
+        let mut writable = vec![layout.data(name), layout.home(name), layout.run_dir()];
+        writable.extend(extra_writable(layout, name));
+        let mut readable = vec![self.programs.to_owned()];
+        readable.extend(extra_readable(layout, name));
+        // Landlock forbids mount(2), which bwrap needs: the sandbox plugin gets no_new_privs
+        // only, and every command it runs is confined by bwrap + Landlock inside.
+        let landlock = name != "link-plugin-sandbox";
+        crate::host::confine_command(cmd, &readable, &writable, landlock)
+            .with_context(|| format!("confining {name}"))
+    }
+}
+
+/// Variables that pass from the user's environment to plugins; everything else is dropped.
+fn passthrough_env() -> Vec<(String, String)> {
+    const PASS: &[&str] = &[
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "RUST_LOG",
+        "LNK_KEYCHAIN",
+        "LNK_TEST_HOOKS",
+        "LNK_MODEL_REMOTE_URL",
+        "LNK_MODEL_REMOTE_KEY",
+    ];
+    PASS.iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// "exit status 3", "killed by signal 9", or "still running".
+pub fn describe(status: Option<&ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        None => "still running".into(),
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (_, Some(sig)) => format!("killed by signal {sig}"),
+            _ => format!("{s}"),
+        },
+    }
+}

@@ -1,0 +1,167 @@
+//! The HTTP contract of the connection service (DESIGN.md §3), shared by Mini's connection
+//! service (this package's binary) and full Link's endpoint inside the host.
+//!
+//! It owns request parsing, bearer-token checking order, body limits and the JSON error
+//! shape; a [`Backend`] owns what a request does. Every request is authenticated before its
+//! body is read, so an unauthenticated request changes nothing.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use link_protocol::{ErrorCode, RemoteError};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// Largest request body accepted; larger ones get 413.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// A boxed backend result.
+pub type BackendFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, RemoteError>> + Send + 'a>>;
+
+/// What a connection service does with an authenticated request.
+pub trait Backend: Send + Sync + 'static {
+    /// True when the bearer token is valid.
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<bool, RemoteError>> + Send + 'a>>;
+    /// `{name}` → `{id, ..}`.
+    fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a>;
+    /// One turn → `{reply, tool_calls}`.
+    fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a>;
+    /// `{id, name, conversation}`.
+    fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
+    /// What `link status` prints.
+    fn status(&self) -> BackendFuture<'_>;
+}
+
+/// The axum router of the contract over `backend`.
+pub fn router(backend: Arc<dyn Backend>) -> Router {
+    Router::new()
+        .route("/v1/agents", post(create_agent))
+        .route("/v1/agents/{id}/turns", post(turn))
+        .route("/v1/agents/{id}", get(get_agent))
+        .route("/v1/status", get(status))
+        .fallback(not_found)
+        .with_state(backend)
+}
+
+type Api = State<Arc<dyn Backend>>;
+
+#[derive(Deserialize)]
+struct CreateAgent {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct Turn {
+    message: String,
+}
+
+async fn create_agent(State(b): Api, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        let req: CreateAgent = read_json(body).await?;
+        b.create_agent(&req.name).await
+    };
+    respond(StatusCode::CREATED, result.await)
+}
+
+async fn turn(State(b): Api, Path(id): Path<String>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        let req: Turn = read_json(body).await?;
+        b.turn(&id, &req.message).await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn get_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.get_agent(&id).await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn status(State(b): Api, headers: HeaderMap) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.status().await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn not_found() -> Response {
+    error_response(&RemoteError::not_found(
+        "no such endpoint; see DESIGN.md §3",
+    ))
+}
+
+async fn authenticate(b: &dyn Backend, headers: &HeaderMap) -> Result<(), RemoteError> {
+    let unauthorized = |m: &str| RemoteError::new(ErrorCode::Unauthorized, m);
+    let value = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| {
+            unauthorized(
+                "missing `Authorization: Bearer <token>`; create one with `link token create`",
+            )
+        })?;
+    let token = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| unauthorized("authorization must be `Bearer <token>`"))?;
+    if b.verify(token).await? {
+        Ok(())
+    } else {
+        Err(unauthorized("token is not valid (unknown or revoked)"))
+    }
+}
+
+async fn read_json<T: DeserializeOwned>(body: Body) -> Result<T, RemoteError> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("request body exceeds {MAX_BODY} bytes"),
+        )
+    })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| RemoteError::bad_request(format!("malformed JSON body: {e}")))
+}
+
+fn respond(ok: StatusCode, result: Result<Value, RemoteError>) -> Response {
+    match result {
+        Ok(v) => (ok, Json(v)).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+/// The contract's `{"error": {"code", "message"}}` with the matching status.
+pub fn error_response(e: &RemoteError) -> Response {
+    let status =
+        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.to_http_body())).into_response()
+}
+
+/// Serves the contract on `listener` until it fails.
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    backend: Arc<dyn Backend>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(backend)).await
+}
+
+/// `{"message": ...}` helper for backends.
+pub fn message_body(message: &str) -> Value {
+    json!({ "message": message })
+}

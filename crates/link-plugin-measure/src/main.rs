@@ -1,0 +1,106 @@
+//! link-plugin-measure: the monitor plugin. Every `LNK_MONITOR_INTERVAL` seconds it samples
+//! the runtime's processes (the descendants of the host that started it) from `/proc`, and
+//! counts completed passes so callers can wait for samples instead of sleeping. It stops
+//! sampling on `monitor.stop`, so later queries are not mistaken for sampled work.
+
+use link_plugin_measure::sample::{descendants, sample_round};
+use link_plugin_measure::{MonitorStatus, SampleRound};
+use link_protocol::plugin::{PluginEnv, ENV_MONITOR_INTERVAL};
+use link_protocol::server::{self, Peers};
+use link_protocol::{routes, RemoteError, Request};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Rounds kept in memory; older ones are dropped (the runner fetches them as it goes).
+const MAX_ROUNDS: usize = 3600;
+
+struct Monitor {
+    interval: Duration,
+    rounds: Mutex<Vec<SampleRound>>,
+    completed: Mutex<u64>,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Monitor {
+    fn status(&self) -> MonitorStatus {
+        MonitorStatus {
+            interval_ms: self.interval.as_millis() as u64,
+            completed_samples: *self.completed.lock().expect("lock"),
+            stopped: *self.stop.borrow(),
+        }
+    }
+
+    fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
+        match req.route.as_str() {
+            routes::MONITOR_STATUS => Ok(json!(self.status())),
+            routes::MONITOR_STOP => {
+                self.stop.send_replace(true);
+                Ok(json!(self.status()))
+            }
+            routes::MONITOR_SAMPLES => Ok(json!({ "rounds": *self.rounds.lock().expect("lock") })),
+            other => Err(RemoteError::not_found(format!(
+                "route {other} is not served here"
+            ))),
+        }
+    }
+
+    async fn run(self: Arc<Self>, host: i32) {
+        let mut stop = self.stop.subscribe();
+        let mut ticker = tokio::time::interval(self.interval);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            let mut pids = descendants(host);
+            pids.insert(0, host);
+            let index = *self.completed.lock().expect("lock");
+            let round = sample_round(index, &pids);
+            let mut rounds = self.rounds.lock().expect("lock");
+            if rounds.len() == MAX_ROUNDS {
+                rounds.remove(0);
+            }
+            rounds.push(round);
+            *self.completed.lock().expect("lock") += 1;
+        }
+    }
+}
+
+fn interval_from_env() -> anyhow::Result<Duration> {
+    let secs = match std::env::var(ENV_MONITOR_INTERVAL) {
+        Ok(v) => v.parse::<f64>().map_err(|_| {
+            anyhow::anyhow!("{ENV_MONITOR_INTERVAL}={v} is not a number of seconds")
+        })?,
+        Err(_) => 1.0,
+    };
+    if !(0.05..=3600.0).contains(&secs) {
+        anyhow::bail!("{ENV_MONITOR_INTERVAL}={secs} is out of range: use 0.05 to 3600 seconds");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    link_protocol::plugin::init_logging();
+    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let monitor = Arc::new(Monitor {
+        interval: interval_from_env()?,
+        rounds: Mutex::new(Vec::new()),
+        completed: Mutex::new(0),
+        stop: tokio::sync::watch::channel(false).0,
+    });
+    let host = std::os::unix::process::parent_id() as i32;
+    tokio::spawn(monitor.clone().run(host));
+    let handler = server::handler(move |req| {
+        let monitor = monitor.clone();
+        async move { monitor.handle(&req) }
+    });
+    let routes = [
+        routes::MONITOR_STATUS,
+        routes::MONITOR_STOP,
+        routes::MONITOR_SAMPLES,
+    ];
+    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    Ok(())
+}
