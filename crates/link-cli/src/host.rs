@@ -170,7 +170,11 @@ async fn start_all(
     for &name in plugins::start_order(launch.profile) {
         let plugin = tokio::select! {
             p = launch.start(name, died_tx.clone()) => p?,
-            Some((dead, status)) = died.recv() => bail!("{dead} exited during start-up ({})", describe(Some(&status))),
+            Some((dead, status)) = died.recv() => bail!(
+                "{dead} exited during start-up ({}); see {}",
+                describe(Some(&status)),
+                launch.layout.log_file(dead).display()
+            ),
             _ = link_protocol::plugin::shutdown_signal() => bail!("interrupted during start-up"),
         };
         shared.plugins.lock().expect("lock").push(PluginStatus {

@@ -1,0 +1,133 @@
+//! Mini end to end: the real `link` host and plugins, real sockets, effects checked on disk
+//! and in `/proc`.
+
+mod support;
+
+use serde_json::json;
+use support::{Runtime, StateRoot};
+
+#[test]
+fn two_agents_keep_their_own_conversations_across_restart() {
+    let root = StateRoot::new("mini-conv");
+    let rt = Runtime::up(&root, "mini");
+    let token = rt.token();
+    for agent in ["alpha", "beta"] {
+        let created = rt.post("/v1/agents", &token, json!({ "name": agent }));
+        assert_eq!(created.status, 201, "{:?}", created.json());
+        assert_eq!(created.json()["id"], agent);
+    }
+    for agent in ["alpha", "beta"] {
+        for (n, msg) in [(1, "first"), (2, "second")] {
+            let resp = rt.post(&format!("/v1/agents/{agent}/turns"), &token, json!({ "message": format!("{agent} {msg}") }));
+            assert_eq!(resp.status, 200, "{:?}", resp.json());
+            let reply = resp.json()["reply"].as_str().unwrap().to_owned();
+            assert!(reply.contains(&format!("#{n}")), "turn {n} of {agent}: {reply}");
+            assert!(reply.contains(&format!("{agent} {msg}")), "{reply}");
+        }
+    }
+    let before = conversations(&rt, &token);
+    for (agent, log) in &before {
+        assert_eq!(log.len(), 4, "{agent}: {log:?}");
+        let other = if agent == "alpha" { "beta" } else { "alpha" };
+        assert!(log.iter().all(|e| !e["content"].as_str().unwrap().contains(other)), "{agent} holds {other}'s turns: {log:?}");
+    }
+    rt.down();
+    let rt = Runtime::up(&root, "mini");
+    assert_eq!(conversations(&rt, &token), before, "conversations changed across down + up");
+    let third = rt.post("/v1/agents/alpha/turns", &token, json!({ "message": "third" }));
+    assert!(third.json()["reply"].as_str().unwrap().contains("#3"), "{:?}", third.json());
+    rt.down();
+}
+
+fn conversations(rt: &Runtime, token: &str) -> Vec<(String, Vec<serde_json::Value>)> {
+    ["alpha", "beta"]
+        .iter()
+        .map(|a| {
+            let resp = rt.get(&format!("/v1/agents/{a}"), Some(token));
+            assert_eq!(resp.status, 200);
+            (a.to_string(), resp.json()["conversation"].as_array().unwrap().clone())
+        })
+        .collect()
+}
+
+#[test]
+fn refusals_are_typed_and_change_nothing() {
+    let root = StateRoot::new("mini-refuse");
+    let rt = Runtime::up(&root, "mini");
+    let token = rt.token();
+    assert_eq!(rt.post("/v1/agents", &token, json!({ "name": "a" })).status, 201);
+    let log = root.path().join("data/mini-harness/agents/a/conversation.jsonl");
+    let before = std::fs::read(&log).unwrap();
+
+    let cases: Vec<(&str, support::Resp, u16, &str)> = vec![
+        ("no token", rt.request("POST", "/v1/agents/a/turns", None, Some(br#"{"message":"x"}"#.to_vec())), 401, "unauthorized"),
+        ("wrong token", rt.request("POST", "/v1/agents/a/turns", Some("lnk_wrong"), Some(br#"{"message":"x"}"#.to_vec())), 401, "unauthorized"),
+        ("no token, create", rt.request("POST", "/v1/agents", None, Some(br#"{"name":"b"}"#.to_vec())), 401, "unauthorized"),
+        ("malformed JSON", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(b"{not json".to_vec())), 400, "bad_request"),
+        ("missing field", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(br#"{"msg":"x"}"#.to_vec())), 400, "bad_request"),
+        ("unknown agent", rt.request("POST", "/v1/agents/nobody/turns", Some(&token), Some(br#"{"message":"x"}"#.to_vec())), 404, "not_found"),
+        ("unknown path", rt.request("GET", "/v2/nothing", Some(&token), None), 404, "not_found"),
+        ("oversized body", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(oversized())), 413, "too_large"),
+    ];
+    for (what, resp, status, code) in cases {
+        assert_eq!(resp.status, status, "{what}: {:?}", String::from_utf8_lossy(&resp.body));
+        assert_eq!(resp.json()["error"]["code"], code, "{what}: body must be a JSON error");
+        assert!(resp.json()["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}");
+    }
+    assert_eq!(std::fs::read(&log).unwrap(), before, "a refused request changed the conversation");
+    assert!(!root.path().join("data/mini-harness/agents/b").exists(), "an unauthenticated create made an agent");
+    rt.down();
+}
+
+fn oversized() -> Vec<u8> {
+    format!(r#"{{"message":"{}"}}"#, "x".repeat(128 * 1024)).into_bytes()
+}
+
+#[test]
+fn a_killed_plugin_stops_the_runtime_and_nothing_remains() {
+    let root = StateRoot::new("mini-kill");
+    let mut rt = Runtime::up(&root, "mini");
+    let pids = rt.plugin_pids();
+    assert_eq!(pids.len(), 4, "{pids:?}");
+    let (victim, victim_pid) = pids.iter().find(|(n, _)| n == "link-mini-harness").cloned().unwrap();
+    support::kill(victim_pid, libc_sigkill());
+    let status = rt.wait_exit();
+    assert!(!status.success(), "host exited {status:?} after {victim} was killed");
+    let stderr = rt.stderr();
+    assert!(stderr.contains("link-mini-harness exited unexpectedly"), "{stderr}");
+    support::assert_gone(&rt.started_processes());
+    assert!(!root.path().join("run/connection.sock").exists(), "stale socket left behind");
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}
+
+#[test]
+fn down_leaves_no_process_and_a_second_up_is_refused() {
+    let root = StateRoot::new("mini-down");
+    let rt = Runtime::up(&root, "mini");
+    let second = support::link(&["up", "--profile", "mini", "--mode", support::MODE, "--state"], root.path()).output().unwrap();
+    assert!(!second.status.success());
+    let msg = String::from_utf8_lossy(&second.stderr);
+    assert!(msg.contains("is in use by a running `link up`"), "{msg}");
+    let started = rt.started_processes();
+    assert!(started.len() >= 5, "{started:?}");
+    rt.down();
+    support::assert_gone(&started);
+}
+
+#[test]
+fn stale_sockets_from_a_crash_are_cleaned() {
+    let root = StateRoot::new("mini-stale");
+    let run = root.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let stale = run.join("connection.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(stale.exists());
+    let rt = Runtime::up(&root, "mini");
+    assert!(rt.stderr().contains("removing stale socket"), "{}", rt.stderr());
+    let token = rt.token();
+    assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    rt.down();
+}
