@@ -89,19 +89,18 @@ fn a_killed_plugin_stops_the_runtime_and_nothing_remains() {
     let mut rt = Runtime::up(&root, "mini");
     let pids = rt.plugin_pids();
     assert_eq!(pids.len(), 4, "{pids:?}");
+    let started = rt.started_processes();
     let (victim, victim_pid) = pids.iter().find(|(n, _)| n == "link-mini-harness").cloned().unwrap();
-    support::kill(victim_pid, libc_sigkill());
+    support::kill(victim_pid, SIGKILL);
     let status = rt.wait_exit();
     assert!(!status.success(), "host exited {status:?} after {victim} was killed");
     let stderr = rt.stderr();
     assert!(stderr.contains("link-mini-harness exited unexpectedly"), "{stderr}");
-    support::assert_gone(&rt.started_processes());
+    support::assert_gone(&started);
     assert!(!root.path().join("run/connection.sock").exists(), "stale socket left behind");
 }
 
-fn libc_sigkill() -> i32 {
-    9
-}
+const SIGKILL: i32 = 9;
 
 #[test]
 fn down_leaves_no_process_and_a_second_up_is_refused() {
