@@ -286,34 +286,41 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
 
 /// Refuses confined mode where the kernel cannot confine the plugins.
 fn check_confinement() -> Result<()> {
-    link_plugin_sandbox_glue::check()
+    link_plugin_sandbox::host::prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[])
+        .map(drop)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "confined mode is unavailable: {e}; `--mode diagnostic` runs unconfined, explicitly"
+            )
+        })
 }
 
-/// Confines a plugin command: Landlock (unless `landlock` is false) and no_new_privs.
+/// What a confined plugin may touch besides system paths.
+pub struct Allowance<'a> {
+    pub programs: &'a Path,
+    pub readable: Vec<PathBuf>,
+    pub writable: Vec<PathBuf>,
+    pub sockets: Vec<PathBuf>,
+}
+
+/// Confines a plugin command: Landlock per `allow` and no_new_privs, applied between fork and
+/// exec so the plugin never runs a single instruction unconfined. `landlock: false` (the
+/// sandbox plugin) sets no_new_privs only.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
-    readable: &[PathBuf],
-    writable: &[PathBuf],
+    allow: Allowance<'_>,
     landlock: bool,
 ) -> Result<()> {
-    link_plugin_sandbox_glue::confine(cmd, readable, writable, landlock)
-}
-
-/// Until the sandbox library's plugin confinement lands, confined mode is refused.
-mod link_plugin_sandbox_glue {
-    use super::*;
-    pub fn check() -> Result<()> {
-        bail!("confined mode is not available in this build; use --mode diagnostic")
+    use link_plugin_sandbox::host;
+    if !landlock {
+        // SAFETY: set_no_new_privs is one prctl call; it allocates nothing.
+        unsafe { cmd.pre_exec(host::set_no_new_privs) };
+        return Ok(());
     }
-    pub fn confine(
-        _: &mut tokio::process::Command,
-        _: &[PathBuf],
-        _: &[PathBuf],
-        _: bool,
-    ) -> Result<()> {
-        bail!("confined mode is not available in this build")
-    }
+    let mut rules = host::plugin_rules(allow.programs.to_owned(), &allow.writable, &allow.sockets);
+    rules.read_only.extend(allow.readable);
+    let mut ruleset = host::prepare(&rules)?;
+    // SAFETY: restrict_child makes two system calls and allocates nothing on success.
+    unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
+    Ok(())
 }
-
-#[allow(dead_code)]
-fn _unused(_: &Path) {}

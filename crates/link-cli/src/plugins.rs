@@ -202,14 +202,18 @@ impl Launch<'_> {
 
     fn confine(&self, cmd: &mut Command, name: &str) -> Result<()> {
         let layout = self.layout;
-        let mut writable = vec![layout.data(name), layout.home(name), layout.run_dir()];
+        let mut writable = vec![layout.data(name), layout.home(name)];
         writable.extend(extra_writable(layout, name));
-        let mut readable = vec![self.programs.to_owned()];
-        readable.extend(extra_readable(layout, name));
+        let allow = crate::host::Allowance {
+            programs: self.programs,
+            readable: extra_readable(layout, name),
+            writable,
+            sockets: vec![layout.run_dir()],
+        };
         // Landlock forbids mount(2), which bwrap needs: the sandbox plugin gets no_new_privs
         // only, and every command it runs is confined by bwrap + Landlock inside.
         let landlock = name != "link-plugin-sandbox";
-        crate::host::confine_command(cmd, &readable, &writable, landlock)
+        crate::host::confine_command(cmd, allow, landlock)
             .with_context(|| format!("confining {name}"))
     }
 }

@@ -18,10 +18,17 @@ fn two_agents_keep_their_own_conversations_across_restart() {
     }
     for agent in ["alpha", "beta"] {
         for (n, msg) in [(1, "first"), (2, "second")] {
-            let resp = rt.post(&format!("/v1/agents/{agent}/turns"), &token, json!({ "message": format!("{agent} {msg}") }));
+            let resp = rt.post(
+                &format!("/v1/agents/{agent}/turns"),
+                &token,
+                json!({ "message": format!("{agent} {msg}") }),
+            );
             assert_eq!(resp.status, 200, "{:?}", resp.json());
             let reply = resp.json()["reply"].as_str().unwrap().to_owned();
-            assert!(reply.contains(&format!("#{n}")), "turn {n} of {agent}: {reply}");
+            assert!(
+                reply.contains(&format!("#{n}")),
+                "turn {n} of {agent}: {reply}"
+            );
             assert!(reply.contains(&format!("{agent} {msg}")), "{reply}");
         }
     }
@@ -29,13 +36,29 @@ fn two_agents_keep_their_own_conversations_across_restart() {
     for (agent, log) in &before {
         assert_eq!(log.len(), 4, "{agent}: {log:?}");
         let other = if agent == "alpha" { "beta" } else { "alpha" };
-        assert!(log.iter().all(|e| !e["content"].as_str().unwrap().contains(other)), "{agent} holds {other}'s turns: {log:?}");
+        assert!(
+            log.iter()
+                .all(|e| !e["content"].as_str().unwrap().contains(other)),
+            "{agent} holds {other}'s turns: {log:?}"
+        );
     }
     rt.down();
     let rt = Runtime::up(&root, "mini");
-    assert_eq!(conversations(&rt, &token), before, "conversations changed across down + up");
-    let third = rt.post("/v1/agents/alpha/turns", &token, json!({ "message": "third" }));
-    assert!(third.json()["reply"].as_str().unwrap().contains("#3"), "{:?}", third.json());
+    assert_eq!(
+        conversations(&rt, &token),
+        before,
+        "conversations changed across down + up"
+    );
+    let third = rt.post(
+        "/v1/agents/alpha/turns",
+        &token,
+        json!({ "message": "third" }),
+    );
+    assert!(
+        third.json()["reply"].as_str().unwrap().contains("#3"),
+        "{:?}",
+        third.json()
+    );
     rt.down();
 }
 
@@ -45,7 +68,10 @@ fn conversations(rt: &Runtime, token: &str) -> Vec<(String, Vec<serde_json::Valu
         .map(|a| {
             let resp = rt.get(&format!("/v1/agents/{a}"), Some(token));
             assert_eq!(resp.status, 200);
-            (a.to_string(), resp.json()["conversation"].as_array().unwrap().clone())
+            (
+                a.to_string(),
+                resp.json()["conversation"].as_array().unwrap().clone(),
+            )
         })
         .collect()
 }
@@ -55,27 +81,128 @@ fn refusals_are_typed_and_change_nothing() {
     let root = StateRoot::new("mini-refuse");
     let rt = Runtime::up(&root, "mini");
     let token = rt.token();
-    assert_eq!(rt.post("/v1/agents", &token, json!({ "name": "a" })).status, 201);
-    let log = root.path().join("data/mini-harness/agents/a/conversation.jsonl");
+    assert_eq!(
+        rt.post("/v1/agents", &token, json!({ "name": "a" })).status,
+        201
+    );
+    let log = root
+        .path()
+        .join("data/mini-harness/agents/a/conversation.jsonl");
     let before = std::fs::read(&log).unwrap();
 
     let cases: Vec<(&str, support::Resp, u16, &str)> = vec![
-        ("no token", rt.request("POST", "/v1/agents/a/turns", None, Some(br#"{"message":"x"}"#.to_vec())), 401, "unauthorized"),
-        ("wrong token", rt.request("POST", "/v1/agents/a/turns", Some("lnk_wrong"), Some(br#"{"message":"x"}"#.to_vec())), 401, "unauthorized"),
-        ("no token, create", rt.request("POST", "/v1/agents", None, Some(br#"{"name":"b"}"#.to_vec())), 401, "unauthorized"),
-        ("malformed JSON", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(b"{not json".to_vec())), 400, "bad_request"),
-        ("missing field", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(br#"{"msg":"x"}"#.to_vec())), 400, "bad_request"),
-        ("unknown agent", rt.request("POST", "/v1/agents/nobody/turns", Some(&token), Some(br#"{"message":"x"}"#.to_vec())), 404, "not_found"),
-        ("unknown path", rt.request("GET", "/v2/nothing", Some(&token), None), 404, "not_found"),
-        ("oversized body", rt.request("POST", "/v1/agents/a/turns", Some(&token), Some(oversized())), 413, "too_large"),
+        (
+            "no token",
+            rt.request(
+                "POST",
+                "/v1/agents/a/turns",
+                None,
+                Some(br#"{"message":"x"}"#.to_vec()),
+            ),
+            401,
+            "unauthorized",
+        ),
+        (
+            "wrong token",
+            rt.request(
+                "POST",
+                "/v1/agents/a/turns",
+                Some("lnk_wrong"),
+                Some(br#"{"message":"x"}"#.to_vec()),
+            ),
+            401,
+            "unauthorized",
+        ),
+        (
+            "no token, create",
+            rt.request(
+                "POST",
+                "/v1/agents",
+                None,
+                Some(br#"{"name":"b"}"#.to_vec()),
+            ),
+            401,
+            "unauthorized",
+        ),
+        (
+            "malformed JSON",
+            rt.request(
+                "POST",
+                "/v1/agents/a/turns",
+                Some(&token),
+                Some(b"{not json".to_vec()),
+            ),
+            400,
+            "bad_request",
+        ),
+        (
+            "missing field",
+            rt.request(
+                "POST",
+                "/v1/agents/a/turns",
+                Some(&token),
+                Some(br#"{"msg":"x"}"#.to_vec()),
+            ),
+            400,
+            "bad_request",
+        ),
+        (
+            "unknown agent",
+            rt.request(
+                "POST",
+                "/v1/agents/nobody/turns",
+                Some(&token),
+                Some(br#"{"message":"x"}"#.to_vec()),
+            ),
+            404,
+            "not_found",
+        ),
+        (
+            "unknown path",
+            rt.request("GET", "/v2/nothing", Some(&token), None),
+            404,
+            "not_found",
+        ),
+        (
+            "oversized body",
+            rt.request(
+                "POST",
+                "/v1/agents/a/turns",
+                Some(&token),
+                Some(oversized()),
+            ),
+            413,
+            "too_large",
+        ),
     ];
     for (what, resp, status, code) in cases {
-        assert_eq!(resp.status, status, "{what}: {:?}", String::from_utf8_lossy(&resp.body));
-        assert_eq!(resp.json()["error"]["code"], code, "{what}: body must be a JSON error");
-        assert!(resp.json()["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}");
+        assert_eq!(
+            resp.status,
+            status,
+            "{what}: {:?}",
+            String::from_utf8_lossy(&resp.body)
+        );
+        assert_eq!(
+            resp.json()["error"]["code"],
+            code,
+            "{what}: body must be a JSON error"
+        );
+        assert!(
+            resp.json()["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
     }
-    assert_eq!(std::fs::read(&log).unwrap(), before, "a refused request changed the conversation");
-    assert!(!root.path().join("data/mini-harness/agents/b").exists(), "an unauthenticated create made an agent");
+    assert_eq!(
+        std::fs::read(&log).unwrap(),
+        before,
+        "a refused request changed the conversation"
+    );
+    assert!(
+        !root.path().join("data/mini-harness/agents/b").exists(),
+        "an unauthenticated create made an agent"
+    );
     rt.down();
 }
 
@@ -90,14 +217,27 @@ fn a_killed_plugin_stops_the_runtime_and_nothing_remains() {
     let pids = rt.plugin_pids();
     assert_eq!(pids.len(), 4, "{pids:?}");
     let started = rt.started_processes();
-    let (victim, victim_pid) = pids.iter().find(|(n, _)| n == "link-mini-harness").cloned().unwrap();
+    let (victim, victim_pid) = pids
+        .iter()
+        .find(|(n, _)| n == "link-mini-harness")
+        .cloned()
+        .unwrap();
     support::kill(victim_pid, SIGKILL);
     let status = rt.wait_exit();
-    assert!(!status.success(), "host exited {status:?} after {victim} was killed");
+    assert!(
+        !status.success(),
+        "host exited {status:?} after {victim} was killed"
+    );
     let stderr = rt.stderr();
-    assert!(stderr.contains("link-mini-harness exited unexpectedly"), "{stderr}");
+    assert!(
+        stderr.contains("link-mini-harness exited unexpectedly"),
+        "{stderr}"
+    );
     support::assert_gone(&started);
-    assert!(!root.path().join("run/connection.sock").exists(), "stale socket left behind");
+    assert!(
+        !root.path().join("run/connection.sock").exists(),
+        "stale socket left behind"
+    );
 }
 
 const SIGKILL: i32 = 9;
@@ -106,7 +246,19 @@ const SIGKILL: i32 = 9;
 fn down_leaves_no_process_and_a_second_up_is_refused() {
     let root = StateRoot::new("mini-down");
     let rt = Runtime::up(&root, "mini");
-    let second = support::link(&["up", "--profile", "mini", "--mode", support::MODE, "--state"], root.path()).output().unwrap();
+    let second = support::link(
+        &[
+            "up",
+            "--profile",
+            "mini",
+            "--mode",
+            support::MODE,
+            "--state",
+        ],
+        root.path(),
+    )
+    .output()
+    .unwrap();
     assert!(!second.status.success());
     let msg = String::from_utf8_lossy(&second.stderr);
     assert!(msg.contains("is in use by a running `link up`"), "{msg}");
@@ -125,8 +277,84 @@ fn stale_sockets_from_a_crash_are_cleaned() {
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
     let rt = Runtime::up(&root, "mini");
-    assert!(rt.stderr().contains("removing stale socket"), "{}", rt.stderr());
+    assert!(
+        rt.stderr().contains("removing stale socket"),
+        "{}",
+        rt.stderr()
+    );
     let token = rt.token();
     assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
     rt.down();
+}
+
+/// `/proc/<pid>/status` field `key`.
+fn proc_status(pid: i32, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// The harness's agents directory is made a symlink to a directory outside its state area.
+/// Diagnostic: an agent created through the runtime lands outside. Confined: Landlock refuses
+/// the harness at its first touch of that directory, it reports `Permission denied`, the
+/// runtime does not start, and nothing appears outside.
+#[test]
+fn a_confined_plugin_cannot_write_outside_its_state_area() {
+    for mode in ["diagnostic", "confined"] {
+        let root = StateRoot::new(&format!("mini-escape-{mode}"));
+        let outside = root.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let data = root.path().join("data/mini-harness");
+        std::fs::create_dir_all(&data).unwrap();
+        std::os::unix::fs::symlink(&outside, data.join("agents")).unwrap();
+        if mode == "diagnostic" {
+            let rt = Runtime::up_in(&root, "mini", mode);
+            let token = rt.token();
+            assert_eq!(
+                rt.post("/v1/agents", &token, json!({ "name": "escape" }))
+                    .status,
+                201
+            );
+            assert!(
+                outside.join("escape/agent.json").exists(),
+                "the unconfined write did not happen"
+            );
+            rt.down();
+            continue;
+        }
+        let out = support::link(
+            &["up", "--profile", "mini", "--mode", mode, "--state"],
+            root.path(),
+        )
+        .output()
+        .unwrap();
+        assert!(
+            !out.status.success(),
+            "confined runtime started with an escaping data dir"
+        );
+        let log = std::fs::read_to_string(root.path().join("log/mini-harness.log")).unwrap();
+        assert!(log.contains("Permission denied"), "harness log: {log}");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            0,
+            "a confined plugin wrote outside its state area"
+        );
+    }
+}
+
+#[test]
+fn confined_plugins_have_no_new_privs_and_diagnostic_ones_say_so() {
+    for (mode, flag) in [("confined", "1"), ("diagnostic", "0")] {
+        let root = StateRoot::new(&format!("mini-nnp-{mode}"));
+        let rt = Runtime::up_in(&root, "mini", mode);
+        let status = rt.status();
+        assert_eq!(status["mode"], mode);
+        for (name, pid) in rt.plugin_pids() {
+            assert_eq!(proc_status(pid, "NoNewPrivs"), flag, "{mode}: {name}");
+        }
+        rt.down();
+    }
 }

@@ -1,1 +1,2 @@
 //! link-harness-conformance.
+pub mod trace;

@@ -1,5 +1,98 @@
-//! link-plugin-link-harness: not built yet.
-fn main() {
-    eprintln!("link-plugin-link-harness is not implemented yet");
-    std::process::exit(1);
+//! link-plugin-link-harness: full Link's turn engine. It owns `turn.run`: for one agent it
+//! loads the conversation from the file store, calls the model, runs the tool calls the model
+//! asks for over their protected routes (`tool.run`, `tool.file`, `tool.code`,
+//! `schedule.create`), feeds the results back, and records every entry as it happens.
+//!
+//! It keeps no state of its own on disk: conversations belong to the file store, agents to
+//! the agent plugin. Every outgoing call goes through the host's router, which lets this
+//! harness act only for the agent whose turn it is running. Turns of different agents run
+//! concurrently; turns of one agent are serialised.
+
+mod conversation;
+mod deps;
+mod tools;
+mod turn;
+
+use link_protocol::plugin::{Mode, PluginEnv};
+use link_protocol::server::{self, Peers};
+use link_protocol::{routes, RemoteError, Request};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The harness: where its calls go, the mode, and one lock per agent with a turn in flight.
+struct Harness {
+    deps: deps::Deps,
+    mode: Mode,
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Harness {
+    fn new(env: &PluginEnv) -> Harness {
+        let layout = env.layout();
+        Harness {
+            deps: deps::Deps {
+                router: layout.router_socket(),
+                model: layout.plugin_socket(deps::MODEL_PLUGIN),
+            },
+            mode: env.mode,
+            turns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
+        match req.route.as_str() {
+            routes::TURN_RUN => self.turn(&req).await,
+            other => Err(RemoteError::not_found(format!(
+                "route {other} is not served by link-plugin-link-harness"
+            ))),
+        }
+    }
+
+    async fn turn(&self, req: &Request) -> Result<Value, RemoteError> {
+        #[derive(Deserialize)]
+        struct Turn {
+            message: String,
+        }
+        let Turn { message } = server::body(req)?;
+        let agent = server::agent(req)?;
+        let lock = self.lock_for(agent);
+        let result = {
+            let _turn = lock.lock().await;
+            turn::run(&self.deps, self.mode, agent, &message).await
+        };
+        drop(lock);
+        self.forget_idle(agent);
+        if let Err(e) = &result {
+            tracing::warn!("turn of {agent} failed: {e}");
+        }
+        result
+    }
+
+    fn lock_for(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.turns.lock().expect("turn locks");
+        turns.entry(agent.to_owned()).or_default().clone()
+    }
+
+    /// Drops an agent's lock once no turn holds or waits for it, so the map stays small.
+    fn forget_idle(&self, agent: &str) {
+        let mut turns = self.turns.lock().expect("turn locks");
+        if turns.get(agent).is_some_and(|l| Arc::strong_count(l) == 1) {
+            turns.remove(agent);
+        }
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    link_protocol::plugin::init_logging();
+    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let harness = Arc::new(Harness::new(&env));
+    let handler = server::handler(move |req| {
+        let harness = harness.clone();
+        async move { harness.handle(req).await }
+    });
+    link_protocol::plugin::serve_plugin(&env, &[routes::TURN_RUN], Peers::Parent, handler).await?;
+    Ok(())
 }

@@ -1,5 +1,178 @@
-//! link-plugin-model: not built yet.
-fn main() {
-    eprintln!("link-plugin-model is not implemented yet");
-    std::process::exit(1);
+//! link-plugin-model: the local first-party model service (DESIGN.md §5).
+//!
+//! It owns the OpenAI-compatible HTTP API on its Unix socket (`LNK_SOCKET`):
+//! `POST /v1/chat/completions` and `GET /v1/models`. The built-in model `link-local`
+//! ([`local`]) is deterministic and reads a small instruction language ([`instructions`]).
+//! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), and are
+//! `404` otherwise. It serves HTTP, not link-protocol frames, so it announces no routes.
+
+mod forward;
+mod instructions;
+mod local;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use forward::Remote;
+use link_protocol::plugin::PluginEnv;
+use link_protocol::{ErrorCode, RemoteError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Largest request body accepted; a long conversation with tool output fits well below it.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+struct Service {
+    remote: Option<Remote>,
+    /// Numbers completion ids, so each answer has its own.
+    served: AtomicU64,
+}
+
+type Api = State<Arc<Service>>;
+
+fn router(service: Arc<Service>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .fallback(no_endpoint)
+        .with_state(service)
+}
+
+async fn chat(State(service): Api, body: Body) -> Response {
+    match complete(&service, body).await {
+        Ok(resp) => resp,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
+        RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("request body exceeds {MAX_BODY} bytes"),
+        )
+    })?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| RemoteError::bad_request(format!("malformed JSON body: {e}")))?;
+    let model = value["model"]
+        .as_str()
+        .ok_or_else(|| RemoteError::bad_request("`model` (a string) is required"))?;
+    if model != local::MODEL {
+        return forward(service, model, bytes).await;
+    }
+    let req = local::ChatRequest::deserialize(&value)
+        .map_err(|e| RemoteError::bad_request(format!("not a chat completion request: {e}")))?;
+    let answer = local::answer(&req)
+        .ok_or_else(|| RemoteError::bad_request("`messages` must not be empty"))?;
+    let n = service.served.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::debug!(
+        messages = req.messages.len(),
+        finish_reason = answer.finish_reason,
+        "answered"
+    );
+    Ok(Json(completion(n, &req, answer)).into_response())
+}
+
+async fn forward(
+    service: &Service,
+    model: &str,
+    bytes: axum::body::Bytes,
+) -> Result<Response, RemoteError> {
+    let Some(remote) = &service.remote else {
+        return Err(RemoteError::not_found(format!(
+            "unknown model `{model}`: this service has `{}` only; set {} to forward other models",
+            local::MODEL,
+            forward::ENV_URL
+        )));
+    };
+    let (status, body) = remote.forward(bytes).await?;
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// The OpenAI `chat.completion` object around `answer`.
+fn completion(n: u64, req: &local::ChatRequest, answer: local::Answer) -> Value {
+    let prompt_tokens: usize = req
+        .messages
+        .iter()
+        .map(|m| words(&local::text(&m.content)))
+        .sum();
+    let completion_tokens = words(&answer.message.to_string());
+    json!({
+        "id": format!("chatcmpl-link-local-{n}"),
+        "object": "chat.completion",
+        "created": unix_seconds(),
+        "model": req.model,
+        "choices": [{
+            "index": 0,
+            "message": answer.message,
+            "finish_reason": answer.finish_reason,
+        }],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    })
+}
+
+/// A deterministic stand-in for a tokenizer: whitespace-separated words.
+fn words(text: &str) -> usize {
+    text.split_whitespace().count()
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn models() -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{ "id": local::MODEL, "object": "model", "created": 0, "owned_by": "link" }],
+    }))
+}
+
+async fn no_endpoint() -> Response {
+    error_response(&RemoteError::not_found(
+        "no such endpoint: use POST /v1/chat/completions or GET /v1/models",
+    ))
+}
+
+fn error_response(e: &RemoteError) -> Response {
+    let status =
+        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.to_http_body())).into_response()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    link_protocol::plugin::init_logging();
+    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let remote = Remote::from_env().map_err(anyhow::Error::msg)?;
+    match &remote {
+        Some(r) => tracing::info!(
+            "forwarding models other than link-local to {}",
+            r.describe()
+        ),
+        None => tracing::info!("serving link-local only (forwarding off)"),
+    }
+    let service = Arc::new(Service {
+        remote,
+        served: AtomicU64::new(0),
+    });
+    let listener = link_protocol::plugin::bind(&env.socket)?;
+    link_protocol::plugin::announce_ready(&[])?;
+    tokio::select! {
+        r = axum::serve(listener, router(service)) => r?,
+        _ = link_protocol::plugin::shutdown_signal() => {}
+    }
+    let _ = std::fs::remove_file(&env.socket);
+    Ok(())
 }

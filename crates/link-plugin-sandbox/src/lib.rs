@@ -1,1 +1,40 @@
-//! link-plugin-sandbox.
+//! link-plugin-sandbox: confinement for Link.
+//!
+//! This crate owns, in one place each:
+//! - [`policy::Policy`]: the one description of a confined command, yielding both the
+//!   bubblewrap arguments (`--new-session --die-with-parent --unshare-user --cap-drop ALL
+//!   --unshare-pid --unshare-net --unshare-ipc --unshare-uts`, system paths read-only, the
+//!   state root not bound at all, the workspace the only writable bind, an isolated home) and
+//!   the Landlock rules applied inside the namespace before the command is executed;
+//! - [`rules`]: Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully enforced;
+//! - [`host`]: the ruleset the host applies to the plugins it starts (in `pre_exec`);
+//! - [`run`]: running one confined command with a time limit that kills its whole tree;
+//! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
+//! - [`service`]: the `sandbox.exec` route of the plugin.
+//!
+//! The binary is the plugin, the `probe` and `exec` commands for people, and the helper that
+//! runs inside each sandbox (`landlock-exec`). There is never an unconfined fallback.
+
+pub mod helper;
+pub mod host;
+pub mod policy;
+pub mod probe;
+pub mod rules;
+pub mod run;
+pub mod service;
+
+pub use policy::Policy;
+pub use probe::{probe, probe_blocking, ProbeReport, ProbeStatus};
+pub use rules::{Rules, PINNED_ABI, PINNED_ABI_NUMBER};
+
+/// Why a ruleset or sandbox cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A capability is missing; the message names the cause and the fix.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("Landlock: {0}")]
+    Landlock(String),
+    #[error("{0} must exist to be granted in a Landlock rule: {1}")]
+    MissingPath(std::path::PathBuf, String),
+}

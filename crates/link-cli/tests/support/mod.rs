@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The mode the host's tests run in.
-pub const MODE: &str = "diagnostic";
+pub const MODE: &str = "confined";
 
 /// A state root under `LNK_TEST_STATE_DIR` (else `~/.cache/lnk-t`), removed on drop.
 pub struct StateRoot(PathBuf);
@@ -22,7 +22,9 @@ impl StateRoot {
         let path = parent.join(format!("{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
-        link_protocol::layout::StateLayout::new(&path).check().unwrap();
+        link_protocol::layout::StateLayout::new(&path)
+            .check()
+            .unwrap();
         StateRoot(path)
     }
     pub fn path(&self) -> &Path {
@@ -44,9 +46,21 @@ pub fn link(args: &[&str], state: &Path) -> Command {
 }
 
 fn programs() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_link")).parent().unwrap().to_owned();
-    for p in ["link-plugin-model", "link-plugin-measure", "link-mini-harness", "link-mini-connection"] {
-        assert!(dir.join(p).is_file(), "{p} is not built in {}: run `cargo build --workspace` (or test with --workspace)", dir.display());
+    let dir = Path::new(env!("CARGO_BIN_EXE_link"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    for p in [
+        "link-plugin-model",
+        "link-plugin-measure",
+        "link-mini-harness",
+        "link-mini-connection",
+    ] {
+        assert!(
+            dir.join(p).is_file(),
+            "{p} is not built in {}: run `cargo build --workspace` (or test with --workspace)",
+            dir.display()
+        );
     }
     dir
 }
@@ -64,8 +78,12 @@ pub type Resp = link_protocol::http::HttpResponse;
 
 impl Runtime {
     pub fn up(root: &StateRoot, profile: &str) -> Runtime {
+        Runtime::up_in(root, profile, MODE)
+    }
+
+    pub fn up_in(root: &StateRoot, profile: &str, mode: &str) -> Runtime {
         let mut child = Command::new(env!("CARGO_BIN_EXE_link"))
-            .args(["up", "--profile", profile, "--mode", MODE, "--state"])
+            .args(["up", "--profile", profile, "--mode", mode, "--state"])
             .arg(root.path())
             .arg("--programs")
             .arg(programs())
@@ -83,7 +101,9 @@ impl Runtime {
                 if n == 0 {
                     break;
                 }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
         let (tx, rx) = std::sync::mpsc::channel();
@@ -94,10 +114,26 @@ impl Runtime {
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let runtime = Runtime { child, state: root.path().to_owned(), stderr, rt };
-        let expected = format!("ready {}", root.path().join("run/connection.sock").display());
-        assert_eq!(line.trim_end(), expected, "host stderr:\n{}", runtime.stderr());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let runtime = Runtime {
+            child,
+            state: root.path().to_owned(),
+            stderr,
+            rt,
+        };
+        let expected = format!(
+            "ready {}",
+            root.path().join("run/connection.sock").display()
+        );
+        assert_eq!(
+            line.trim_end(),
+            expected,
+            "host stderr:\n{}",
+            runtime.stderr()
+        );
         runtime
     }
 
@@ -106,20 +142,35 @@ impl Runtime {
     }
 
     pub fn token(&self) -> String {
-        let out = link(&["token", "create", "--state"], &self.state).output().unwrap();
+        let out = link(&["token", "create", "--state"], &self.state)
+            .output()
+            .unwrap();
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     }
 
-    pub fn request(&self, method: &str, path: &str, token: Option<&str>, body: Option<Vec<u8>>) -> Resp {
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Vec<u8>>,
+    ) -> Resp {
         let socket = self.state.join("run/connection.sock");
         self.rt
-            .block_on(link_protocol::http::request(&socket, method, path, token, body))
+            .block_on(link_protocol::http::request(
+                &socket, method, path, token, body,
+            ))
             .unwrap()
     }
 
     pub fn post(&self, path: &str, token: &str, body: serde_json::Value) -> Resp {
-        self.request("POST", path, Some(token), Some(body.to_string().into_bytes()))
+        self.request(
+            "POST",
+            path,
+            Some(token),
+            Some(body.to_string().into_bytes()),
+        )
     }
 
     pub fn get(&self, path: &str, token: Option<&str>) -> Resp {
@@ -128,7 +179,11 @@ impl Runtime {
 
     pub fn status(&self) -> serde_json::Value {
         let out = link(&["status", "--state"], &self.state).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
@@ -138,7 +193,12 @@ impl Runtime {
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| (p["name"].as_str().unwrap().to_owned(), p["pid"].as_i64().unwrap() as i32))
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["pid"].as_i64().unwrap() as i32,
+                )
+            })
             .collect()
     }
 
@@ -146,14 +206,24 @@ impl Runtime {
     pub fn started_processes(&self) -> Vec<(i32, u64)> {
         let mut pids = vec![self.child.id() as i32];
         pids.extend(self.plugin_pids().into_iter().map(|(_, pid)| pid));
-        pids.into_iter().filter_map(|pid| Some((pid, start_time(pid)?))).collect()
+        pids.into_iter()
+            .filter_map(|pid| Some((pid, start_time(pid)?)))
+            .collect()
     }
 
     pub fn down(mut self) {
         let out = link(&["down", "--state"], &self.state).output().unwrap();
-        assert!(out.status.success(), "link down: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "link down: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let status = self.wait_exit();
-        assert!(status.success(), "host exited {status:?}: {}", self.stderr());
+        assert!(
+            status.success(),
+            "host exited {status:?}: {}",
+            self.stderr()
+        );
     }
 
     /// Waits (at most a minute) for the host to exit.
@@ -163,7 +233,11 @@ impl Runtime {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
-            assert!(Instant::now() < deadline, "host did not exit: {}", self.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "host did not exit: {}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -179,11 +253,19 @@ impl Drop for Runtime {
 }
 
 fn start_time(pid: i32) -> Option<u64> {
-    procfs::process::Process::new(pid).ok()?.stat().ok().map(|s| s.starttime)
+    procfs::process::Process::new(pid)
+        .ok()?
+        .stat()
+        .ok()
+        .map(|s| s.starttime)
 }
 
 pub fn kill(pid: i32, signal: i32) {
-    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -191,11 +273,17 @@ pub fn kill(pid: i32, signal: i32) {
 pub fn assert_gone(started: &[(i32, u64)]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let alive: Vec<_> = started.iter().filter(|(pid, t)| start_time(*pid) == Some(*t)).collect();
+        let alive: Vec<_> = started
+            .iter()
+            .filter(|(pid, t)| start_time(*pid) == Some(*t))
+            .collect();
         if alive.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "still running after the runtime stopped: {alive:?}");
+        assert!(
+            Instant::now() < deadline,
+            "still running after the runtime stopped: {alive:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

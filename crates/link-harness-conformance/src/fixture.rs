@@ -1,0 +1,339 @@
+//! The fixture's state root: a short directory outside temporary folders, made per run and
+//! removed when the fixture is dropped (also on failure and, through the runner's signal
+//! handler, on interrupt).
+//!
+//! The parent is `LNK_TEST_STATE_DIR` when set, else `~/.cache/lnk`; each run makes its own
+//! child `r<pid>-<n>` inside it. Roots inside temporary folders and roots whose socket paths
+//! would exceed the Unix limit are refused before anything is created.
+
+use link_protocol::layout::{RootError, StateLayout};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Selects the parent directory of the per-run state roots.
+pub const ENV_TEST_STATE_DIR: &str = "LNK_TEST_STATE_DIR";
+
+/// Variables from the invoking environment that children may still see.
+const PASSTHROUGH: &[&str] = &["PATH", "LANG", "LC_ALL", "RUST_LOG", "RUST_BACKTRACE"];
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Why a state root cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error("{ENV_TEST_STATE_DIR} is empty: set it to a short directory such as $HOME/lnk-tests, or unset it")]
+    EmptyVariable,
+    #[error(
+        "{ENV_TEST_STATE_DIR}={0} does not exist: create it (mkdir -p {0}) or unset it to use ~/.cache"
+    )]
+    ParentMissing(PathBuf),
+    #[error("{0} is not a directory: point {ENV_TEST_STATE_DIR} at a directory")]
+    ParentNotDirectory(PathBuf),
+    #[error("HOME is not set: set {ENV_TEST_STATE_DIR} to a short directory outside temporary folders")]
+    NoHome,
+    #[error("{0}")]
+    Root(#[from] RootError),
+    #[error("cannot create state root {path}: {source}; choose a writable directory with {ENV_TEST_STATE_DIR}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Where state roots go: `LNK_TEST_STATE_DIR`, else `$HOME/.cache/lnk`.
+pub fn parent_dir() -> Result<PathBuf, FixtureError> {
+    parent_from(
+        std::env::var_os(ENV_TEST_STATE_DIR),
+        std::env::var_os("HOME"),
+    )
+}
+
+/// [`parent_dir`] from explicit values, so the rule can be tested without the environment.
+pub fn parent_from(
+    test_dir: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Result<PathBuf, FixtureError> {
+    match test_dir {
+        Some(d) if d.is_empty() => Err(FixtureError::EmptyVariable),
+        Some(d) => Ok(PathBuf::from(d)),
+        None => match home.filter(|h| !h.is_empty()) {
+            Some(h) => Ok(PathBuf::from(h).join(".cache").join("lnk")),
+            None => Err(FixtureError::NoHome),
+        },
+    }
+}
+
+/// Checks that a child of `parent` could serve as a state root, creating nothing.
+/// Returns the path the next root would get.
+pub fn plan_in(parent: &Path) -> Result<PathBuf, FixtureError> {
+    let candidate = parent.join(child_name(u32::MAX));
+    StateLayout::new(&candidate).check()?;
+    Ok(parent.join(child_name(NEXT.load(Ordering::Relaxed))))
+}
+
+/// [`plan_in`] for the parent the environment selects.
+pub fn plan() -> Result<PathBuf, FixtureError> {
+    plan_in(&parent_dir()?)
+}
+
+fn child_name(n: u32) -> String {
+    format!("r{}-{n}", std::process::id())
+}
+
+/// One run's state root; removed on drop.
+#[derive(Debug)]
+pub struct StateRoot {
+    layout: StateLayout,
+    removed: bool,
+}
+
+impl StateRoot {
+    /// Makes a fresh root under the parent the environment selects.
+    pub fn create() -> Result<StateRoot, FixtureError> {
+        let parent = parent_dir()?;
+        // ~/.cache/lnk is ours to make; a chosen LNK_TEST_STATE_DIR must already exist.
+        if std::env::var_os(ENV_TEST_STATE_DIR).is_none() {
+            plan_in(&parent)?;
+            std::fs::create_dir_all(&parent).map_err(|source| FixtureError::Create {
+                path: parent.clone(),
+                source,
+            })?;
+        }
+        StateRoot::create_in(&parent)
+    }
+
+    /// Makes a fresh root `r<pid>-<n>` inside an existing `parent`.
+    pub fn create_in(parent: &Path) -> Result<StateRoot, FixtureError> {
+        plan_in(parent)?;
+        match std::fs::metadata(parent) {
+            Err(_) => return Err(FixtureError::ParentMissing(parent.to_path_buf())),
+            Ok(m) if !m.is_dir() => {
+                return Err(FixtureError::ParentNotDirectory(parent.to_path_buf()))
+            }
+            Ok(_) => {}
+        }
+        loop {
+            let path = parent.join(child_name(NEXT.fetch_add(1, Ordering::Relaxed)));
+            match std::fs::create_dir(&path) {
+                Ok(()) => {
+                    let root = StateRoot {
+                        layout: StateLayout::new(&path),
+                        removed: false,
+                    };
+                    root.make_home().map_err(|source| FixtureError::Create {
+                        path: path.clone(),
+                        source,
+                    })?;
+                    return Ok(root);
+                }
+                // A leftover of an earlier process with the same pid: take the next number.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(source) => return Err(FixtureError::Create { path, source }),
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.layout.root()
+    }
+
+    pub fn layout(&self) -> &StateLayout {
+        &self.layout
+    }
+
+    /// The isolated home the runner's own children (`link up`, `link token create`) get.
+    pub fn home(&self) -> PathBuf {
+        self.path().join("home").join("runner")
+    }
+
+    fn make_home(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        for (_, dir) in self.xdg_dirs() {
+            std::fs::create_dir_all(&dir)?;
+        }
+        let runtime = self.home().join("run");
+        std::fs::create_dir_all(&runtime)?;
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700))
+    }
+
+    fn xdg_dirs(&self) -> Vec<(&'static str, PathBuf)> {
+        let home = self.home();
+        vec![
+            ("XDG_CONFIG_HOME", home.join(".config")),
+            ("XDG_CACHE_HOME", home.join(".cache")),
+            ("XDG_DATA_HOME", home.join(".local/share")),
+            ("XDG_STATE_HOME", home.join(".local/state")),
+        ]
+    }
+
+    /// The variables that shape a child's run: isolated HOME and XDG_* and the keychain off.
+    pub fn isolated_env(&self) -> Vec<(String, String)> {
+        let home = self.home();
+        let mut env = vec![("HOME".to_owned(), home.display().to_string())];
+        env.extend(
+            self.xdg_dirs()
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.display().to_string())),
+        );
+        env.push((
+            "XDG_RUNTIME_DIR".to_owned(),
+            home.join("run").display().to_string(),
+        ));
+        env.push(("LNK_KEYCHAIN".to_owned(), "off".to_owned()));
+        env
+    }
+
+    /// Prepares `cmd` to run with only the isolated environment (plus PATH and locale).
+    pub fn isolate(&self, cmd: &mut std::process::Command) {
+        cmd.env_clear();
+        for key in PASSTHROUGH {
+            if let Some(v) = std::env::var_os(key) {
+                cmd.env(key, v);
+            }
+        }
+        cmd.envs(self.isolated_env());
+        cmd.current_dir(self.path());
+    }
+
+    /// Removes the root now, reporting failure (drop removes it silently).
+    pub fn remove(mut self) -> std::io::Result<()> {
+        self.removed = true;
+        remove_tree(self.path())
+    }
+}
+
+impl Drop for StateRoot {
+    fn drop(&mut self) {
+        if !self.removed {
+            if let Err(e) = remove_tree(self.path()) {
+                eprintln!(
+                    "warning: could not remove state root {}: {e}",
+                    self.path().display()
+                );
+            }
+        }
+    }
+}
+
+/// Removes a tree, first making directories writable when a plugin left them read-only.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(path);
+            std::fs::remove_dir_all(path)
+        }
+    }
+}
+
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    if meta.is_dir() {
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700));
+        if let Ok(entries) = std::fs::read_dir(path) {
+            for entry in entries.flatten() {
+                make_writable(&entry.path());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn test_parent() -> PathBuf {
+        let home = std::env::var_os("HOME").expect("HOME");
+        let dir = PathBuf::from(home).join(".cache").join("lnk-t");
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn parent_follows_the_variable_then_home() {
+        let p = parent_from(Some("/srv/lnk".into()), Some("/home/u".into())).unwrap();
+        assert_eq!(p, PathBuf::from("/srv/lnk"));
+        let p = parent_from(None, Some("/home/u".into())).unwrap();
+        assert_eq!(p, PathBuf::from("/home/u/.cache/lnk"));
+        assert!(matches!(
+            parent_from(Some("".into()), None),
+            Err(FixtureError::EmptyVariable)
+        ));
+        assert!(matches!(parent_from(None, None), Err(FixtureError::NoHome)));
+    }
+
+    #[test]
+    fn refuses_temporary_and_long_roots_creating_nothing() {
+        for temp in ["/tmp/lnk-x", "/var/tmp/lnk-x", "/dev/shm/lnk-x"] {
+            let err = StateRoot::create_in(Path::new(temp)).unwrap_err();
+            assert!(err.to_string().contains("temporary folder"), "{err}");
+            assert!(!Path::new(temp).exists());
+        }
+        let long = test_parent().join("x".repeat(100));
+        let err = StateRoot::create_in(&long).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("107 byte") && text.contains("shorter"), "{text}");
+        assert!(!long.exists());
+        let err = StateRoot::create_in(Path::new("relative/dir")).unwrap_err();
+        assert!(err.to_string().contains("absolute"), "{err}");
+    }
+
+    #[test]
+    fn missing_parent_is_named() {
+        let missing = test_parent().join("does-not-exist");
+        let err = StateRoot::create_in(&missing).unwrap_err();
+        assert!(matches!(err, FixtureError::ParentMissing(_)), "{err}");
+        assert!(err.to_string().contains("mkdir -p"), "{err}");
+    }
+
+    #[test]
+    fn root_is_a_fresh_child_with_an_isolated_home_and_is_removed_on_drop() {
+        let parent = test_parent();
+        let a = StateRoot::create_in(&parent).unwrap();
+        let b = StateRoot::create_in(&parent).unwrap();
+        assert_ne!(a.path(), b.path());
+        let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with(&format!("r{}-", std::process::id())), "{name}");
+        a.layout().check().unwrap();
+        let env = a.isolated_env();
+        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+        assert_eq!(get("LNK_KEYCHAIN").as_deref(), Some("off"));
+        for key in ["HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME"] {
+            let dir = PathBuf::from(get(key).unwrap());
+            assert!(dir.starts_with(a.path()) && dir.is_dir(), "{key}={dir:?}");
+        }
+        let out = {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.args(["-c", "echo $HOME:$LNK_KEYCHAIN:$XDG_CACHE_HOME"]);
+            a.isolate(&mut cmd);
+            cmd.output().unwrap()
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with(&a.home().display().to_string()), "{text}");
+        assert!(text.contains(":off:"), "{text}");
+        let (pa, pb) = (a.path().to_path_buf(), b.path().to_path_buf());
+        std::fs::write(pa.join("file"), "x").unwrap();
+        drop(a);
+        assert!(!pa.exists());
+        b.remove().unwrap();
+        assert!(!pb.exists());
+    }
+
+    #[test]
+    fn root_is_removed_when_the_run_panics() {
+        let parent = test_parent();
+        let mut path = PathBuf::new();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let root = StateRoot::create_in(&parent).unwrap();
+            path = root.path().to_path_buf();
+            std::fs::create_dir_all(root.path().join("data/x")).unwrap();
+            panic!("a failing run");
+        }));
+        assert!(result.is_err());
+        assert!(!path.as_os_str().is_empty() && !path.exists(), "{path:?}");
+    }
+}

@@ -1,0 +1,343 @@
+//! Capability probes, by kernel operations only (never `which`).
+//!
+//! - The **sandbox probe** runs the built `link-plugin-sandbox probe`, which exercises the
+//!   production bubblewrap arguments and Landlock; exit 0 enforced, 2 unavailable, 1 broken.
+//! - The **native probe** checks what the runner itself needs: `PR_SET_CHILD_SUBREAPER` set
+//!   and read back with the getter, `pidfd_open` on a real child (signalled and polled through
+//!   the pidfd), and `/proc` sampling of this process.
+//!
+//! A missing capability makes a case skipped with the reason; `LNK_REQUIRE_SANDBOX=1` and
+//! `LNK_REQUIRE_NATIVE=1` make it a failure. There is no unconfined fallback.
+
+use crate::reaper;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+pub const ENV_REQUIRE_SANDBOX: &str = "LNK_REQUIRE_SANDBOX";
+pub const ENV_REQUIRE_NATIVE: &str = "LNK_REQUIRE_NATIVE";
+
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeStatus {
+    /// Every operation worked.
+    Available,
+    /// The kernel or environment lacks the capability (a reason to skip).
+    Unavailable,
+    /// The probe itself misbehaved (always a failure).
+    Broken,
+}
+
+/// One probe's verdict, its reason and the evidence as JSON.
+#[derive(Debug, Clone)]
+pub struct Capability {
+    pub name: &'static str,
+    pub status: ProbeStatus,
+    pub reason: Option<String>,
+    pub evidence: Value,
+}
+
+impl Capability {
+    pub fn available(&self) -> bool {
+        self.status == ProbeStatus::Available
+    }
+}
+
+/// Runs `PROGRAMS/link-plugin-sandbox probe` with the given environment applied by `isolate`.
+pub fn sandbox_probe(programs: &Path, isolate: impl FnOnce(&mut Command)) -> Capability {
+    let program = programs.join("link-plugin-sandbox");
+    let mut cmd = Command::new(&program);
+    cmd.arg("probe");
+    isolate(&mut cmd);
+    let out = match reaper::global().output(&mut cmd, Duration::from_secs(120)) {
+        Ok(out) => out,
+        Err(e) => {
+            return sandbox_result(
+                ProbeStatus::Broken,
+                format!("cannot run {} probe: {e}", program.display()),
+                Value::Null,
+            )
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    let said = report["reason"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| last_line(&stderr));
+    match out.status.code() {
+        Some(0) => Capability {
+            name: "sandbox",
+            status: ProbeStatus::Available,
+            reason: None,
+            evidence: report,
+        },
+        Some(2) => sandbox_result(
+            ProbeStatus::Unavailable,
+            format!(
+                "confinement unavailable: {}",
+                said.unwrap_or_else(|| "the sandbox probe gave no reason".into())
+            ),
+            report,
+        ),
+        other => sandbox_result(
+            ProbeStatus::Broken,
+            format!(
+                "the sandbox probe is broken ({}): {}",
+                other.map_or("killed by a signal".into(), |c| format!("exit status {c}")),
+                said.unwrap_or_else(|| "no output".into())
+            ),
+            report,
+        ),
+    }
+}
+
+fn sandbox_result(status: ProbeStatus, reason: String, report: Value) -> Capability {
+    let evidence = if report.is_null() {
+        json!({"status": format!("{status:?}").to_lowercase(), "reason": reason})
+    } else {
+        report
+    };
+    Capability {
+        name: "sandbox",
+        status,
+        reason: Some(reason),
+        evidence,
+    }
+}
+
+fn last_line(text: &str) -> Option<String> {
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+}
+
+/// Checks the runner's native process primitives; leaves this process a child subreaper.
+pub fn native_probe() -> Capability {
+    let subreaper = probe_subreaper();
+    let pidfd = probe_pidfd();
+    let proc_sampling = probe_proc();
+    let parts = [
+        ("child subreaper", &subreaper),
+        ("pidfd", &pidfd),
+        ("/proc sampling", &proc_sampling),
+    ];
+    let failures: Vec<String> = parts
+        .iter()
+        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
+        .collect();
+    let show = |r: &Result<Value, String>| match r {
+        Ok(v) => json!({"ok": true, "detail": v}),
+        Err(e) => json!({"ok": false, "error": e}),
+    };
+    let reason = (!failures.is_empty()).then(|| {
+        format!(
+            "native process primitives unavailable: {}; the runner needs them to adopt, \
+             track and reap the runtime's processes",
+            failures.join("; ")
+        )
+    });
+    Capability {
+        name: "native",
+        status: if failures.is_empty() {
+            ProbeStatus::Available
+        } else {
+            ProbeStatus::Unavailable
+        },
+        evidence: json!({
+            "status": if failures.is_empty() { "available" } else { "unavailable" },
+            "subreaper": show(&subreaper),
+            "pidfd": show(&pidfd),
+            "proc": show(&proc_sampling),
+            "reason": reason,
+        }),
+        reason,
+    }
+}
+
+fn probe_subreaper() -> Result<Value, String> {
+    reaper::global()
+        .become_subreaper()
+        .map_err(|e| format!("PR_SET_CHILD_SUBREAPER failed: {e}"))?;
+    let got = rustix::process::child_subreaper()
+        .map_err(|e| format!("PR_GET_CHILD_SUBREAPER failed: {e}"))?;
+    Ok(json!({"get_child_subreaper": got.map(|p| p.as_raw_nonzero().get())}))
+}
+
+fn probe_pidfd() -> Result<Value, String> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
+    let mut child = reaper::global()
+        .spawn(Command::new("sleep").arg("60"))
+        .map_err(|e| format!("cannot start a child (sleep) to probe: {e}"))?;
+    let pid = rustix::process::Pid::from_raw(child.pid()).ok_or("child has no pid")?;
+    let fd = pidfd_open(pid, PidfdFlags::empty())
+        .map_err(|e| format!("pidfd_open on a child failed: {e} (needs Linux 5.3 or later)"))?;
+    pidfd_send_signal(&fd, Signal::KILL).map_err(|e| format!("pidfd_send_signal failed: {e}"))?;
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 10,
+        tv_nsec: 0,
+    };
+    let ready = poll(&mut fds, Some(&timeout)).map_err(|e| format!("poll on a pidfd: {e}"))?;
+    if ready != 1 {
+        return Err("the pidfd did not become readable after the child was killed".into());
+    }
+    let status = child
+        .wait_timeout(Duration::from_secs(10))
+        .map_err(|e| format!("waiting for the child: {e}"))?
+        .ok_or("the killed child never exited")?;
+    Ok(json!({"child": pid.as_raw_nonzero().get(), "status": status.to_string()}))
+}
+
+fn probe_proc() -> Result<Value, String> {
+    let me = procfs::process::Process::myself()
+        .map_err(|e| format!("/proc/self is not readable: {e}; mount /proc"))?;
+    let stat = me
+        .stat()
+        .map_err(|e| format!("/proc/self/stat is not readable: {e}"))?;
+    if stat.starttime == 0 && stat.pid != 1 {
+        return Err("/proc/self/stat has no start time".into());
+    }
+    let rss = stat.rss * procfs::page_size();
+    if rss == 0 {
+        return Err("/proc/self/stat reports no resident memory".into());
+    }
+    let exe = me
+        .exe()
+        .map_err(|e| format!("/proc/self/exe is not readable: {e}"))?;
+    Ok(json!({
+        "pid": stat.pid,
+        "start_time_ticks": stat.starttime,
+        "rss_bytes": rss,
+        "exe": exe.display().to_string(),
+        "ticks_per_second": procfs::ticks_per_second(),
+    }))
+}
+
+/// What to do about the probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Run,
+    Skip(String),
+    Fail(String),
+}
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// Decides from the probes: confined runs need the sandbox, every run needs the native
+/// primitives. Missing → skip, unless the matching `LNK_REQUIRE_*` is set.
+pub fn judge(confined: bool, sandbox: &Capability, native: &Capability) -> Verdict {
+    judge_with(
+        confined,
+        sandbox,
+        native,
+        required(ENV_REQUIRE_SANDBOX),
+        required(ENV_REQUIRE_NATIVE),
+    )
+}
+
+/// [`judge`] with the requirements passed in.
+pub fn judge_with(
+    confined: bool,
+    sandbox: &Capability,
+    native: &Capability,
+    require_sandbox: bool,
+    require_native: bool,
+) -> Verdict {
+    let mut skips = Vec::new();
+    for (cap, needed, require, var) in [
+        (native, true, require_native, ENV_REQUIRE_NATIVE),
+        (sandbox, confined, require_sandbox, ENV_REQUIRE_SANDBOX),
+    ] {
+        let reason = cap.reason.clone().unwrap_or_default();
+        match cap.status {
+            ProbeStatus::Available => {}
+            ProbeStatus::Broken if needed || require => return Verdict::Fail(reason),
+            ProbeStatus::Unavailable if require => {
+                return Verdict::Fail(format!("{reason} ({var}=1 requires it)"))
+            }
+            ProbeStatus::Unavailable if needed => skips.push(reason),
+            _ => {}
+        }
+    }
+    if skips.is_empty() {
+        Verdict::Run
+    } else {
+        Verdict::Skip(skips.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn native_probe_uses_the_kernel_and_leaves_a_subreaper() {
+        let cap = native_probe();
+        assert!(cap.available(), "{:?}", cap);
+        assert!(reaper::Reaper::is_subreaper());
+        assert_eq!(cap.evidence["subreaper"]["ok"], true);
+        assert_eq!(cap.evidence["pidfd"]["ok"], true);
+        assert!(cap.evidence["pidfd"]["detail"]["status"]
+            .as_str()
+            .unwrap()
+            .contains("signal: 9"));
+        assert!(cap.evidence["proc"]["detail"]["rss_bytes"].as_u64().unwrap() > 0);
+        assert_eq!(
+            cap.evidence["proc"]["detail"]["pid"].as_i64().unwrap(),
+            std::process::id() as i64
+        );
+    }
+
+    #[test]
+    fn missing_sandbox_program_is_broken_not_available() {
+        let dir = std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/lnk-t");
+        let cap = sandbox_probe(&dir.join("no-programs-here"), |_| {});
+        assert_eq!(cap.status, ProbeStatus::Broken);
+        assert!(cap.reason.unwrap().contains("link-plugin-sandbox"));
+    }
+
+    fn cap(status: ProbeStatus) -> Capability {
+        Capability {
+            name: "x",
+            status,
+            reason: Some(format!("{status:?}")),
+            evidence: Value::Null,
+        }
+    }
+
+    #[test]
+    fn judging_skips_missing_capability_unless_required() {
+        use ProbeStatus::*;
+        let (ok, missing, broken) = (cap(Available), cap(Unavailable), cap(Broken));
+        assert_eq!(judge_with(true, &ok, &ok, false, false), Verdict::Run);
+        assert!(matches!(
+            judge_with(true, &missing, &ok, false, false),
+            Verdict::Skip(_)
+        ));
+        assert!(matches!(
+            judge_with(true, &missing, &ok, true, false),
+            Verdict::Fail(r) if r.contains("LNK_REQUIRE_SANDBOX=1")
+        ));
+        // Diagnostic runs do not need the sandbox, unless it is required anyway.
+        assert_eq!(judge_with(false, &missing, &ok, false, false), Verdict::Run);
+        assert!(matches!(
+            judge_with(false, &ok, &missing, false, false),
+            Verdict::Skip(_)
+        ));
+        assert!(matches!(
+            judge_with(false, &ok, &missing, false, true),
+            Verdict::Fail(r) if r.contains("LNK_REQUIRE_NATIVE=1")
+        ));
+        assert!(matches!(
+            judge_with(true, &broken, &ok, false, false),
+            Verdict::Fail(_)
+        ));
+    }
+}

@@ -1,0 +1,154 @@
+//! The built programs a run uses: which ones, whether they exist, their sizes and hashes.
+//! The kit never builds or downloads them; it names every missing one and the build command.
+
+use link_plugin_measure::Artifact;
+use link_protocol::plugin::Profile;
+use sha2::{Digest, Sha256};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Mini's plugins, in the host's start order.
+pub const MINI: &[&str] = &[
+    "link-plugin-measure",
+    "link-plugin-model",
+    "link-mini-harness",
+    "link-mini-connection",
+];
+
+/// Full Link's plugins, in the host's start order.
+pub const LINK: &[&str] = &[
+    "link-plugin-measure",
+    "link-plugin-model",
+    "link-plugin-secret",
+    "link-plugin-auth",
+    "link-plugin-file-store",
+    "link-plugin-agent",
+    "link-plugin-sandbox",
+    "link-plugin-link-run",
+    "link-plugin-file-tool",
+    "link-plugin-link-code",
+    "link-plugin-link-harness",
+    "link-plugin-link-scheduler",
+];
+
+/// The host program.
+pub const HOST: &str = "link";
+
+/// The spec's build command for every program both profiles use.
+pub const BUILD_COMMAND: &str = "cargo build --locked --release -p link-cli -p link-plugin-agent \
+     -p link-plugin-sandbox -p link-plugin-measure -p link-plugin-model -p link-plugin-secret \
+     -p link-plugin-auth -p link-plugin-file-store -p link-mini-harness -p link-mini-connection \
+     -p link-plugin-link-harness -p link-plugin-link-run -p link-plugin-file-tool \
+     -p link-plugin-link-code -p link-plugin-link-scheduler";
+
+/// Every program a run of `profile` needs: the host, its plugins, and the sandbox (whose
+/// probe the runner runs in both profiles).
+pub fn required(profile: Profile) -> Vec<&'static str> {
+    let mut names = vec![HOST];
+    let plugins = match profile {
+        Profile::Mini => MINI,
+        Profile::Link => LINK,
+    };
+    names.extend(plugins);
+    if !names.contains(&"link-plugin-sandbox") {
+        names.push("link-plugin-sandbox");
+    }
+    names
+}
+
+/// Programs that are not there.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ProgramsError {
+    #[error("programs directory {0} does not exist: build the programs with `{BUILD_COMMAND}` and pass target/release")]
+    NoDirectory(PathBuf),
+    #[error("programs missing from {dir}: {}; build them with `{BUILD_COMMAND}`", names.join(", "))]
+    Missing { dir: PathBuf, names: Vec<String> },
+}
+
+/// Finds every program `profile` needs in `dir`, naming all the missing ones at once.
+pub fn find(dir: &Path, profile: Profile) -> Result<Vec<PathBuf>, ProgramsError> {
+    if !dir.is_dir() {
+        return Err(ProgramsError::NoDirectory(dir.to_path_buf()));
+    }
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for name in required(profile) {
+        let path = dir.join(name);
+        if is_executable(&path) {
+            found.push(path);
+        } else {
+            missing.push(name.to_owned());
+        }
+    }
+    if missing.is_empty() {
+        Ok(found)
+    } else {
+        Err(ProgramsError::Missing {
+            dir: dir.to_path_buf(),
+            names: missing,
+        })
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Size and sha256 of one program.
+pub fn artifact(path: &Path) -> std::io::Result<Artifact> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        bytes += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    let digest = hasher.finalize();
+    Ok(Artifact {
+        name: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        path: path.display().to_string(),
+        bytes,
+        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_every_missing_program_and_hashes_files() {
+        let dir = PathBuf::from(std::env::var("HOME").unwrap())
+            .join(".cache/lnk-t")
+            .join(format!("programs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = find(&dir, Profile::Mini).unwrap_err();
+        let text = err.to_string();
+        for name in required(Profile::Mini) {
+            assert!(text.contains(name), "{text}");
+        }
+        assert!(text.contains("cargo build --locked --release"), "{text}");
+        let file = dir.join("x");
+        std::fs::write(&file, "abc").unwrap();
+        let a = artifact(&file).unwrap();
+        assert_eq!(a.bytes, 3);
+        assert_eq!(
+            a.sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(
+            find(&dir, Profile::Link),
+            Err(ProgramsError::NoDirectory(_))
+        ));
+    }
+}

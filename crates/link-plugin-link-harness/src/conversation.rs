@@ -1,0 +1,196 @@
+//! Conversation entries as the file store keeps them, and the model messages built from them.
+//!
+//! Entries are JSON objects: `{role: user, content}`, `{role: assistant, content,
+//! tool_calls?}` and `{role: tool, tool_call_id, name, ok, content}`. The model gets the same
+//! roles in the OpenAI shape. A log may end in the middle of a turn (a dependency died), so
+//! the messages are repaired: every tool call gets an answer, and answers without a call are
+//! dropped, which keeps strict OpenAI-compatible services happy.
+
+use serde_json::{json, Value};
+use std::collections::HashSet;
+
+/// At most this many entries of the log go to the model; older ones are left out, starting
+/// the window at a user message so a tool call is never separated from its answer.
+pub const WINDOW: usize = 200;
+
+/// What a tool message says when its call never got an answer.
+const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call finished\"}";
+
+/// The `{role: user}` entry of a turn's message.
+pub fn user_entry(message: &str) -> Value {
+    json!({"role": "user", "content": message})
+}
+
+/// The `{role: tool}` entry answering call `id` of tool `name`.
+pub fn tool_entry(id: &str, name: &str, ok: bool, output: &Value) -> Value {
+    json!({
+        "role": "tool",
+        "tool_call_id": id,
+        "name": name,
+        "ok": ok,
+        "content": tool_content(ok, output),
+    })
+}
+
+/// What the model reads as a tool's result: the route's JSON result, or `{"error": ...}`.
+pub fn tool_content(ok: bool, output: &Value) -> String {
+    if ok {
+        match output {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    } else {
+        json!({"error": output}).to_string()
+    }
+}
+
+/// The model messages for a conversation's entries.
+pub fn messages(entries: &[Value]) -> Vec<Value> {
+    let entries = window(entries);
+    let mut out = Vec::with_capacity(entries.len());
+    // Calls of the last assistant message still waiting for their tool answer.
+    let mut pending: Vec<String> = Vec::new();
+    for entry in entries {
+        let role = entry["role"].as_str().unwrap_or_default();
+        let content = content_of(entry);
+        match role {
+            "tool" => {
+                let id = entry["tool_call_id"].as_str().unwrap_or_default();
+                if let Some(i) = pending.iter().position(|p| p == id) {
+                    pending.remove(i);
+                    out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                }
+            }
+            "user" | "assistant" | "system" => {
+                close_pending(&mut out, &mut pending);
+                let mut message = json!({"role": role, "content": content});
+                if role == "assistant" {
+                    if let Some(calls) = entry["tool_calls"].as_array().filter(|c| !c.is_empty()) {
+                        pending = unique_ids(calls);
+                        message["tool_calls"] = Value::Array(calls.clone());
+                    }
+                }
+                out.push(message);
+            }
+            _ => {}
+        }
+    }
+    close_pending(&mut out, &mut pending);
+    out
+}
+
+fn window(entries: &[Value]) -> &[Value] {
+    if entries.len() <= WINDOW {
+        return entries;
+    }
+    let start = entries.len() - WINDOW;
+    let user = entries[start..]
+        .iter()
+        .position(|e| e["role"] == "user")
+        .map_or(start, |i| start + i);
+    &entries[user..]
+}
+
+fn content_of(entry: &Value) -> String {
+    match &entry["content"] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn unique_ids(calls: &[Value]) -> Vec<String> {
+    let mut seen = HashSet::new();
+    calls
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .filter(|id| seen.insert(id.to_owned()))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn close_pending(out: &mut Vec<Value>, pending: &mut Vec<String>) {
+    for id in pending.drain(..) {
+        out.push(json!({"role": "tool", "tool_call_id": id, "content": INTERRUPTED}));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str) -> Value {
+        json!({"id": id, "type": "function", "function": {"name": "file", "arguments": "{}"}})
+    }
+
+    #[test]
+    fn builds_openai_messages_from_entries() {
+        let entries = vec![
+            user_entry("write a.txt: hi"),
+            json!({"role": "assistant", "content": "", "tool_calls": [call("c1")]}),
+            tool_entry("c1", "file", true, &json!({"bytes": 2})),
+            json!({"role": "assistant", "content": "wrote a.txt"}),
+            user_entry("hello"),
+        ];
+        let m = messages(&entries);
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[0], json!({"role": "user", "content": "write a.txt: hi"}));
+        assert_eq!(m[1]["tool_calls"][0]["id"], "c1");
+        assert_eq!(
+            m[2],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "{\"bytes\":2}"})
+        );
+        assert_eq!(m[3], json!({"role": "assistant", "content": "wrote a.txt"}));
+        assert!(m[3].get("tool_calls").is_none());
+        assert_eq!(m[4]["content"], "hello");
+    }
+
+    #[test]
+    fn refused_calls_read_as_errors() {
+        let entry = tool_entry("c1", "file", false, &json!("protected: the conversation"));
+        assert_eq!(entry["ok"], false);
+        let content: Value = serde_json::from_str(entry["content"].as_str().unwrap()).unwrap();
+        assert_eq!(content["error"], "protected: the conversation");
+    }
+
+    #[test]
+    fn repairs_interrupted_turns() {
+        let entries = vec![
+            user_entry("two things"),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c1"), call("c2")]}),
+            tool_entry("c1", "file", true, &json!({})),
+            // c2 never answered: the turn died here. Then a stray answer and a new turn.
+            tool_entry("zz", "file", true, &json!({})),
+            user_entry("again"),
+        ];
+        let m = messages(&entries);
+        let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
+        assert_eq!(m[1]["content"], "");
+        assert_eq!(m[3]["tool_call_id"], "c2");
+        assert!(m[3]["content"].as_str().unwrap().contains("ended before"));
+
+        // A log ending right after the calls also gets answers.
+        let m = messages(&entries[..2]);
+        assert_eq!(m.len(), 4);
+    }
+
+    #[test]
+    fn long_logs_start_at_a_user_message() {
+        let mut entries = vec![user_entry("old")];
+        for i in 0..WINDOW {
+            entries.push(
+                json!({"role": "assistant", "content": "", "tool_calls": [call(&format!("c{i}"))]}),
+            );
+            entries.push(tool_entry(&format!("c{i}"), "file", true, &json!({})));
+            if i % 10 == 9 {
+                entries.push(user_entry(&format!("u{i}")));
+            }
+        }
+        let m = messages(&entries);
+        assert!(m.len() <= WINDOW);
+        assert_eq!(m[0]["role"], "user");
+        assert_eq!(m.last().unwrap()["role"], "user");
+        assert!(m.iter().all(|x| x["content"] != "old"));
+    }
+}

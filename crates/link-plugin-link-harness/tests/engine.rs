@@ -1,0 +1,375 @@
+//! The turn engine in the real full Link runtime: `link up --profile link` with every
+//! program from this build's target directory, driven over the HTTP connection service.
+//!
+//! The programs are never built here: build them first with
+//! `cargo build -p link-cli -p link-plugin-<each>` (the test names any that are missing).
+//! Confined cases need bubblewrap and Landlock; where `link up` reports them unavailable the
+//! case is skipped loudly, or fails when `LNK_REQUIRE_SANDBOX=1`.
+
+use link_protocol::layout::StateLayout;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PATIENCE: Duration = Duration::from_secs(120);
+
+const PROGRAMS: &[&str] = &[
+    "link",
+    "link-plugin-measure",
+    "link-plugin-model",
+    "link-plugin-secret",
+    "link-plugin-auth",
+    "link-plugin-file-store",
+    "link-plugin-agent",
+    "link-plugin-sandbox",
+    "link-plugin-link-run",
+    "link-plugin-file-tool",
+    "link-plugin-link-code",
+    "link-plugin-link-harness",
+    "link-plugin-link-scheduler",
+];
+
+fn programs() -> PathBuf {
+    let dir = Path::new(env!("CARGO_BIN_EXE_link-plugin-link-harness"))
+        .parent()
+        .expect("target dir")
+        .to_owned();
+    let missing: Vec<&str> = PROGRAMS
+        .iter()
+        .copied()
+        .filter(|p| !dir.join(p).is_file())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "missing programs in {}: {}; build them first with `cargo build -p link-cli{}`",
+        dir.display(),
+        missing.join(", "),
+        PROGRAMS[1..]
+            .iter()
+            .map(|p| format!(" -p {p}"))
+            .collect::<String>()
+    );
+    dir
+}
+
+/// A running `link up` on a fresh state root under `$HOME/.cache/lnk-t`.
+struct Runtime {
+    host: Child,
+    root: PathBuf,
+    programs: PathBuf,
+    token: String,
+}
+
+enum Started {
+    Up(Runtime),
+    /// Confinement is unavailable here; the reason `link up` gave.
+    Unconfinable(String),
+}
+
+fn fresh_root(tag: &str) -> PathBuf {
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let root = Path::new(&home)
+        .join(".cache/lnk-t")
+        .join(format!("{tag}{}-{nanos}", std::process::id()));
+    StateLayout::new(&root).check().expect("usable state root");
+    std::fs::create_dir_all(&root).unwrap();
+    root
+}
+
+fn start(mode: &str) -> Started {
+    let programs = programs();
+    let root = fresh_root(&mode[..1]);
+    let mut host = Command::new(programs.join("link"))
+        .args(["up", "--profile", "link", "--mode", mode, "--state"])
+        .arg(&root)
+        .arg("--programs")
+        .arg(&programs)
+        .env("LNK_KEYCHAIN", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("link up starts");
+    let stdout = host.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let stderr = host.stderr.take().unwrap();
+    let (etx, erx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("[link] {line}");
+            all.push_str(&line);
+            all.push('\n');
+        }
+        let _ = etx.send(all);
+    });
+    match rx.recv_timeout(PATIENCE) {
+        Ok(line) if line.starts_with("ready ") => {}
+        other => {
+            let _ = host.kill();
+            let _ = host.wait();
+            let stderr = erx
+                .recv_timeout(Duration::from_secs(10))
+                .unwrap_or_default();
+            let _ = std::fs::remove_dir_all(&root);
+            if mode == "confined" && stderr.contains("--mode diagnostic") {
+                return Started::Unconfinable(stderr);
+            }
+            panic!("link up did not report ready ({other:?}); its stderr:\n{stderr}");
+        }
+    }
+    let out = Command::new(programs.join("link"))
+        .args(["token", "create", "--state"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    Started::Up(Runtime {
+        host,
+        root,
+        programs,
+        token,
+    })
+}
+
+fn require_sandbox() -> bool {
+    std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1")
+}
+
+impl Runtime {
+    fn layout(&self) -> StateLayout {
+        StateLayout::new(&self.root)
+    }
+
+    fn http(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let socket = self.layout().connection_socket();
+        // One small runtime per call: calls come from several threads at once.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let resp = rt
+            .block_on(link_protocol::http::json(
+                &socket,
+                method,
+                path,
+                Some(&self.token),
+                body.as_ref(),
+            ))
+            .expect("connection service answers");
+        (resp.status, resp.json())
+    }
+
+    fn create_agent(&self, name: &str) -> String {
+        let (status, v) = self.http("POST", "/v1/agents", Some(json!({"name": name})));
+        assert_eq!(status, 201, "{v}");
+        v["id"].as_str().unwrap().to_owned()
+    }
+
+    fn turn(&self, agent: &str, message: &str) -> Value {
+        let (status, v) = self.http(
+            "POST",
+            &format!("/v1/agents/{agent}/turns"),
+            Some(json!({"message": message})),
+        );
+        assert_eq!(status, 200, "turn {message:?} of {agent}: {v}");
+        v
+    }
+
+    fn conversation(&self, agent: &str) -> Vec<Value> {
+        let (status, v) = self.http("GET", &format!("/v1/agents/{agent}"), None);
+        assert_eq!(status, 200, "{v}");
+        v["conversation"].as_array().unwrap().clone()
+    }
+
+    fn stop(mut self) {
+        let status = Command::new(self.programs.join("link"))
+            .args(["down", "--state"])
+            .arg(&self.root)
+            .status()
+            .unwrap();
+        assert!(status.success(), "link down: {status}");
+        let deadline = Instant::now() + PATIENCE;
+        while self.host.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "link up did not exit after down");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if self.host.try_wait().ok().flatten().is_none() {
+            let _ = self.host.kill();
+            let _ = self.host.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn roles(entries: &[Value]) -> Vec<&str> {
+    entries
+        .iter()
+        .map(|e| e["role"].as_str().unwrap_or("?"))
+        .collect()
+}
+
+/// Polls `f` until it gives `Some`, for at most [`PATIENCE`].
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn diagnostic_turns_code_tool_and_scheduler() {
+    let Started::Up(link) = start("diagnostic") else {
+        unreachable!("diagnostic mode needs no confinement")
+    };
+    let a = link.create_agent("a");
+
+    // Two plain turns: the second sees the first in the history.
+    let first = link.turn(&a, "hello");
+    assert_eq!(first["reply"], "link-local reply #1: hello", "{first}");
+    assert_eq!(first["tool_calls"], json!([]));
+    let second = link.turn(&a, "hello again");
+    assert_eq!(second["reply"], "link-local reply #2: hello again");
+    let log = link.conversation(&a);
+    assert_eq!(roles(&log), ["user", "assistant", "user", "assistant"]);
+    assert_eq!(log[2]["content"], "hello again");
+
+    // The file tool is not offered in diagnostic mode; the code tool is.
+    let refused = link.turn(&a, "write a.txt: hi");
+    assert_eq!(refused["tool_calls"], json!([]), "{refused}");
+    assert!(
+        refused["reply"].as_str().unwrap().contains("not available"),
+        "{refused}"
+    );
+    let search = link.turn(&a, "search hello");
+    let call = &search["tool_calls"][0];
+    assert_eq!(call["tool"], "code", "{search}");
+    assert_eq!(call["input"]["pattern"], "hello");
+    assert_eq!(call["ok"], true, "{search}");
+    let log = link.conversation(&a);
+    let n = log.len();
+    assert_eq!(
+        roles(&log[n - 4..]),
+        ["user", "assistant", "tool", "assistant"]
+    );
+
+    // A scheduled turn fires through the router and lands in the conversation.
+    let scheduled = link.turn(&a, "schedule 1s: ping");
+    let call = &scheduled["tool_calls"][0];
+    assert_eq!(call["tool"], "schedule", "{scheduled}");
+    assert_eq!(call["ok"], true, "{scheduled}");
+    let id = call["output"]["id"].as_str().unwrap().to_owned();
+    let fired = wait_for("the scheduled turn", || {
+        let log = link.conversation(&a);
+        let i = log
+            .iter()
+            .position(|e| e["role"] == "user" && e["content"] == "ping")?;
+        log.get(i + 1).cloned()
+    });
+    assert_eq!(fired["role"], "assistant");
+    assert!(
+        fired["content"].as_str().unwrap().ends_with(": ping"),
+        "{fired}"
+    );
+    let book = link
+        .layout()
+        .data("link-plugin-link-scheduler")
+        .join("schedules.json");
+    let recorded = wait_for("the recorded firing", || {
+        let book: Value = serde_json::from_slice(&std::fs::read(&book).ok()?).ok()?;
+        let s = book["schedules"]
+            .as_array()?
+            .iter()
+            .find(|s| s["id"] == id.as_str())?
+            .clone();
+        (!s["last_result"].is_null()).then_some(s)
+    });
+    assert_eq!(recorded["fired"], 1, "{recorded}");
+    assert_eq!(recorded["done"], true);
+    assert_eq!(recorded["agent"], a.as_str());
+    assert_eq!(recorded["last_result"]["ok"], true, "{recorded}");
+
+    // Turns of one agent are serialised, of different agents concurrent: every user
+    // message is directly followed by its own reply.
+    let b = link.create_agent("b");
+    std::thread::scope(|s| {
+        for (agent, n) in [(&a, 0), (&a, 1), (&a, 2), (&b, 0), (&b, 1)] {
+            let link = &link;
+            s.spawn(move || {
+                let reply = link.turn(agent, &format!("burst {n}"));
+                assert!(reply["reply"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with(&format!("burst {n}")));
+            });
+        }
+    });
+    for agent in [&a, &b] {
+        let log = link.conversation(agent);
+        for (i, e) in log.iter().enumerate() {
+            if let Some(text) = e["content"].as_str().filter(|t| t.starts_with("burst")) {
+                if e["role"] == "user" {
+                    let reply = log[i + 1]["content"].as_str().unwrap();
+                    assert!(reply.ends_with(text), "{text} answered by {reply}");
+                }
+            }
+        }
+    }
+    link.stop();
+}
+
+#[test]
+fn confined_file_tool_writes_then_reads() {
+    let link = match start("confined") {
+        Started::Up(link) => link,
+        Started::Unconfinable(reason) if !require_sandbox() => {
+            eprintln!("SKIPPED confined_file_tool_writes_then_reads: {reason}");
+            return;
+        }
+        Started::Unconfinable(reason) => panic!("LNK_REQUIRE_SANDBOX=1 but: {reason}"),
+    };
+    let a = link.create_agent("a");
+    let wrote = link.turn(&a, "write a.txt: hi");
+    let call = &wrote["tool_calls"][0];
+    assert_eq!(call["tool"], "file", "{wrote}");
+    assert_eq!(call["ok"], true, "{wrote}");
+    let on_disk = link.layout().agent_workspace(&a).join("a.txt");
+    assert_eq!(std::fs::read_to_string(on_disk).unwrap(), "hi");
+
+    let read = link.turn(&a, "read a.txt");
+    let call = &read["tool_calls"][0];
+    assert_eq!(call["ok"], true, "{read}");
+    assert_eq!(call["output"]["content"], "hi", "{read}");
+    assert!(read["reply"].as_str().unwrap().contains("hi"), "{read}");
+
+    // The conversation itself is out of the file tool's reach: refused, fed back, recorded.
+    let refused = link.turn(&a, "read ../conversation.jsonl");
+    let call = &refused["tool_calls"][0];
+    assert_eq!(call["ok"], false, "{refused}");
+    let log = link.conversation(&a);
+    let last_tool = log.iter().rev().find(|e| e["role"] == "tool").unwrap();
+    assert_eq!(last_tool["ok"], false, "{last_tool}");
+    link.stop();
+}

@@ -1,0 +1,334 @@
+//! The scheduler run as a real process with this test as its parent (the host's role):
+//! schedules are created, listed, cancelled, written to disk, and survive a restart. There
+//! is no router here, so due schedules fire and record `unavailable` as their last result;
+//! turns that really run are covered by the link harness's engine tests.
+
+use link_protocol::layout::StateLayout;
+use link_protocol::{routes, Client, ErrorCode};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+const PLUGIN: &str = "link-plugin-link-scheduler";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A fresh state root under `$HOME/.cache/lnk-t`, removed when dropped.
+struct Root(PathBuf);
+
+impl Root {
+    fn new() -> Root {
+        let home = std::env::var_os("HOME").expect("HOME is set");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let root = Path::new(&home)
+            .join(".cache/lnk-t")
+            .join(format!("sc{}-{nanos}", std::process::id()));
+        let layout = StateLayout::new(&root);
+        layout.check().expect("usable state root");
+        std::fs::create_dir_all(layout.run_dir()).unwrap();
+        Root(root)
+    }
+    fn layout(&self) -> StateLayout {
+        StateLayout::new(&self.0)
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Running {
+    child: Child,
+    socket: PathBuf,
+}
+
+async fn start(root: &Root) -> Running {
+    let layout = root.layout();
+    let home = layout.home(PLUGIN);
+    std::fs::create_dir_all(&home).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_link-plugin-link-scheduler"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("LNK_PLUGIN", PLUGIN)
+        .env("LNK_STATE", layout.root())
+        .env("LNK_SOCKET", layout.plugin_socket(PLUGIN))
+        .env("LNK_DATA", layout.data(PLUGIN))
+        .env("LNK_MODE", "diagnostic")
+        .env("LNK_PROFILE", "link")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("scheduler starts");
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    tokio::time::timeout(PATIENCE, stdout.read_line(&mut line))
+        .await
+        .expect("ready in time")
+        .unwrap();
+    let ready = link_protocol::plugin::parse_ready(&line).expect("a ready line");
+    assert_eq!(
+        ready.routes,
+        [
+            routes::SCHEDULE_CREATE,
+            routes::SCHEDULE_LIST,
+            routes::SCHEDULE_CANCEL,
+            routes::SCHEDULE_DELETE_AGENT
+        ]
+    );
+    // Kept alive by the task: the plugin must not get EPIPE.
+    tokio::spawn(async move {
+        let mut rest = String::new();
+        while stdout.read_line(&mut rest).await.is_ok_and(|n| n > 0) {}
+    });
+    Running {
+        child,
+        socket: layout.plugin_socket(PLUGIN),
+    }
+}
+
+impl Running {
+    async fn call(
+        &self,
+        route: &str,
+        agent: Option<&str>,
+        body: Value,
+    ) -> Result<Value, link_protocol::Error> {
+        Client::connect(&self.socket)
+            .await?
+            .call(route, agent, body)
+            .await
+    }
+
+    async fn list(&self, agent: Option<&str>) -> Vec<Value> {
+        let v = self
+            .call(routes::SCHEDULE_LIST, agent, json!({}))
+            .await
+            .unwrap();
+        v["schedules"].as_array().unwrap().clone()
+    }
+
+    async fn schedule(&self, id: &str) -> Value {
+        let all = self.list(None).await;
+        all.into_iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or(Value::Null)
+    }
+
+    /// Polls until schedule `id` has a last result, and returns it.
+    async fn wait_result(&self, id: &str) -> Value {
+        let start = Instant::now();
+        loop {
+            let s = self.schedule(id).await;
+            if !s["last_result"].is_null() {
+                return s;
+            }
+            assert!(start.elapsed() < PATIENCE, "schedule {id} never fired: {s}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("stops on SIGTERM")
+            .unwrap();
+        assert!(status.success(), "{status}");
+        assert!(!self.socket.exists(), "socket removed on exit");
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn on_disk(root: &Root) -> Value {
+    let path = root.layout().data(PLUGIN).join("schedules.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn disk_schedule(root: &Root, id: &str) -> Value {
+    on_disk(root)["schedules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == id)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn schedules_persist_fire_and_survive_a_restart() {
+    let root = Root::new();
+    let sched = start(&root).await;
+
+    // Create: later, due now, recurring; bad bodies are refused with what to fix.
+    let later = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("a"),
+            json!({"message": "later", "delay_ms": 3_600_000}),
+        )
+        .await
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let now = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("b"),
+            json!({"message": "now", "at_unix_ms": now_ms() - 1}),
+        )
+        .await
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let tick = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("a"),
+            json!({"message": "tick", "every_ms": 3_600_000}),
+        )
+        .await
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let err = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("a"),
+            json!({"message": "when?"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err}");
+    let err = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            None,
+            json!({"message": "x", "delay_ms": 1}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err}");
+
+    // The due one fires at once; without a router its turn is recorded as unavailable.
+    let fired = sched.wait_result(&now).await;
+    assert_eq!(fired["fired"], 1, "{fired}");
+    assert_eq!(fired["done"], true);
+    assert_eq!(fired["last_result"]["ok"], false);
+    let error = fired["last_result"]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("unavailable:") && error.contains("router"),
+        "{error}"
+    );
+    assert_eq!(disk_schedule(&root, &now)["fired"], 1);
+    assert_eq!(disk_schedule(&root, &now)["done"], true);
+
+    // The list shape, the agent filter, and what is on disk.
+    let a = sched.list(Some("a")).await;
+    assert_eq!(a.len(), 2);
+    let s = &a[0];
+    assert_eq!(s["id"], later.as_str());
+    assert_eq!(s["agent"], "a");
+    assert_eq!(s["message"], "later");
+    assert_eq!(s["fired"], 0);
+    assert!(s["every_ms"].is_null());
+    let next = s["next_unix_ms"].as_u64().unwrap();
+    assert!(next > now_ms() + 3_500_000, "{s}");
+    assert_eq!(a[1]["every_ms"], 3_600_000);
+    assert_eq!(on_disk(&root)["schedules"].as_array().unwrap().len(), 3);
+    assert!(!root
+        .layout()
+        .data(PLUGIN)
+        .join("schedules.json.tmp")
+        .exists());
+
+    // Cancel: only for its own agent; then gone, in memory and on disk.
+    let err = sched
+        .call(routes::SCHEDULE_CANCEL, Some("b"), json!({"id": later}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Forbidden), "{err}");
+    sched
+        .call(routes::SCHEDULE_CANCEL, None, json!({"id": later}))
+        .await
+        .unwrap();
+    let err = sched
+        .call(routes::SCHEDULE_CANCEL, None, json!({"id": later}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
+    assert!(disk_schedule(&root, &later).is_null());
+
+    // One due while the scheduler is down fires once it is back; the fired one-shot does not.
+    let down = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("c"),
+            json!({"message": "while down", "delay_ms": 300}),
+        )
+        .await
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    sched.stop().await;
+    let stopped = disk_schedule(&root, &down);
+    assert!(
+        stopped["fired"] == 0 || !stopped["last_result"].is_null(),
+        "{stopped}"
+    );
+    let due = stopped["next_unix_ms"].as_u64().unwrap();
+    while now_ms() <= due {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let sched = start(&root).await;
+    let fired = sched.wait_result(&down).await;
+    assert_eq!(fired["fired"], 1, "{fired}");
+    assert_eq!(fired["done"], true);
+    let again = sched.schedule(&now).await;
+    assert_eq!(
+        again["fired"], 1,
+        "a fired one-shot is never fired again: {again}"
+    );
+    assert_eq!(sched.schedule(&tick).await["fired"], 0);
+
+    // Deleting an agent removes all its schedules.
+    sched
+        .call(routes::SCHEDULE_DELETE_AGENT, Some("a"), json!({}))
+        .await
+        .unwrap();
+    assert!(sched.list(Some("a")).await.is_empty());
+    assert!(disk_schedule(&root, &tick).is_null());
+    assert_eq!(sched.list(None).await.len(), 2);
+
+    // New ids never repeat an old one, across the restart.
+    let fresh = sched
+        .call(
+            routes::SCHEDULE_CREATE,
+            Some("d"),
+            json!({"message": "x", "delay_ms": 60_000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fresh["id"], "s5");
+    sched.stop().await;
+}

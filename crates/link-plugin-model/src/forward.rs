@@ -1,0 +1,205 @@
+//! Optional forwarding of non-`link-local` models to a remote OpenAI-compatible endpoint.
+//!
+//! Off unless `LNK_MODEL_REMOTE_URL` is set. Only `http://` is accepted: no TLS client is
+//! built in, so an `https://` URL is refused at start rather than sent in the clear. The key
+//! (`LNK_MODEL_REMOTE_KEY`) is sent as a bearer token and never logged.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use link_protocol::{ErrorCode, RemoteError};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+pub const ENV_URL: &str = "LNK_MODEL_REMOTE_URL";
+pub const ENV_KEY: &str = "LNK_MODEL_REMOTE_KEY";
+
+/// A remote model usually answers within seconds; this bounds a stuck one.
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where to forward, parsed from the base URL.
+pub struct Remote {
+    /// `host:port`, for connecting.
+    addr: String,
+    /// The `Host` header.
+    host: String,
+    /// The full request path: the base path + `/v1/chat/completions`.
+    path: String,
+    key: Option<String>,
+}
+
+impl std::fmt::Debug for Remote {
+    // Hand-written so the key can never reach a log line through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("addr", &self.addr)
+            .field("path", &self.path)
+            .field("key", &self.key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+impl Remote {
+    /// Reads the environment; `Ok(None)` when forwarding is off.
+    pub fn from_env() -> Result<Option<Remote>, String> {
+        let Some(url) = std::env::var(ENV_URL).ok().filter(|u| !u.is_empty()) else {
+            return Ok(None);
+        };
+        let key = std::env::var(ENV_KEY).ok().filter(|k| !k.is_empty());
+        Remote::parse(&url, key).map(Some)
+    }
+
+    /// Parses `http://host[:port][/base]`.
+    pub fn parse(url: &str, key: Option<String>) -> Result<Remote, String> {
+        if url.starts_with("https://") {
+            return Err(format!(
+                "{ENV_URL}={url} uses https://, but link-plugin-model has no TLS client; \
+                 point it at an http:// endpoint (for example a local TLS proxy) or unset it"
+            ));
+        }
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            format!("{ENV_URL}={url} is not an http:// URL; use http://host[:port][/base]")
+        })?;
+        let (host, base) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        if host.is_empty() || host.contains('@') {
+            return Err(format!(
+                "{ENV_URL}={url} has no usable host; use http://host[:port][/base] \
+                 (put the key in {ENV_KEY}, not in the URL)"
+            ));
+        }
+        let has_port = !host.ends_with(']') && host.contains(':');
+        let addr = if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:80")
+        };
+        Ok(Remote {
+            addr,
+            host: host.to_owned(),
+            path: format!("{}/v1/chat/completions", base.trim_end_matches('/')),
+            key,
+        })
+    }
+
+    /// The base URL without the key, for logs.
+    pub fn describe(&self) -> String {
+        format!("http://{}{}", self.host, self.path)
+    }
+
+    /// Sends the client's body unchanged; returns the remote status and body.
+    pub async fn forward(&self, body: Bytes) -> Result<(u16, Bytes), RemoteError> {
+        tokio::time::timeout(TIMEOUT, self.send(body))
+            .await
+            .map_err(|_| {
+                RemoteError::new(
+                    ErrorCode::Timeout,
+                    format!(
+                        "remote model at {} did not answer within {}s",
+                        self.describe(),
+                        TIMEOUT.as_secs()
+                    ),
+                )
+            })?
+    }
+
+    async fn send(&self, body: Bytes) -> Result<(u16, Bytes), RemoteError> {
+        let fail = |e: &dyn std::fmt::Display| {
+            RemoteError::new(
+                ErrorCode::Unavailable,
+                format!("remote model at {}: {e}", self.describe()),
+            )
+        };
+        let stream = TcpStream::connect(&self.addr).await.map_err(|e| fail(&e))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| fail(&e))?;
+        tokio::spawn(conn);
+        let mut req = hyper::Request::post(&self.path)
+            .header("host", &self.host)
+            .header("content-type", "application/json");
+        if let Some(key) = &self.key {
+            req = req.header("authorization", format!("Bearer {key}"));
+        }
+        let req = req.body(Full::new(body)).map_err(|e| fail(&e))?;
+        let resp = sender.send_request(req).await.map_err(|e| fail(&e))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| fail(&e))?
+            .to_bytes();
+        Ok((status, body))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_http_and_refuses_others() {
+        let r = Remote::parse("http://127.0.0.1:8080/api/", Some("k".into())).unwrap();
+        assert_eq!(r.addr, "127.0.0.1:8080");
+        assert_eq!(r.path, "/api/v1/chat/completions");
+        assert!(!format!("{r:?}").contains("\"k\""));
+        let r = Remote::parse("http://models.local", None).unwrap();
+        assert_eq!(r.addr, "models.local:80");
+        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(
+            Remote::parse("http://[::1]", None).unwrap().addr,
+            "[::1]:80"
+        );
+        let err = Remote::parse("https://api.example.com", None).unwrap_err();
+        assert!(err.contains("no TLS client"), "{err}");
+        assert!(Remote::parse("ftp://x", None).is_err());
+        assert!(Remote::parse("http://user:pw@x", None).is_err());
+        assert!(Remote::parse("http:///v1", None).is_err());
+    }
+
+    #[tokio::test]
+    async fn forwards_body_and_key_over_http() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Read until the whole small body has arrived.
+            while !seen.ends_with(b"{\"model\":\"m\"}") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "client closed early");
+                seen.extend_from_slice(&buf[..n]);
+            }
+            let reply = b"{\"choices\":[]}";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                reply.len()
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            s.write_all(reply).await.unwrap();
+            String::from_utf8(seen).unwrap()
+        });
+        let remote = Remote::parse(
+            &format!("http://127.0.0.1:{port}/base"),
+            Some("sk-1".into()),
+        )
+        .unwrap();
+        let (status, body) = remote
+            .forward(Bytes::from_static(b"{\"model\":\"m\"}"))
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(&body[..], b"{\"choices\":[]}");
+        let seen = server.await.unwrap();
+        assert!(
+            seen.starts_with("POST /base/v1/chat/completions HTTP/1.1\r\n"),
+            "{seen}"
+        );
+        assert!(seen.contains("authorization: Bearer sk-1\r\n"), "{seen}");
+    }
+}

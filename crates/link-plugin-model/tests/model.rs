@@ -1,0 +1,214 @@
+//! The model service as the host runs it: the real binary, real HTTP over its Unix socket.
+
+mod support;
+
+use link_protocol::http;
+use serde_json::{json, Value};
+use support::{command, start, Root};
+
+const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-model");
+const NAME: &str = "link-plugin-model";
+
+fn tools() -> Value {
+    ["run", "file", "code", "schedule"]
+        .iter()
+        .map(|n| {
+            json!({"type": "function", "function": {
+                "name": n, "description": format!("the {n} tool"), "parameters": {"type": "object"}}})
+        })
+        .collect()
+}
+
+async fn chat(socket: &std::path::Path, body: &Value) -> (u16, Value) {
+    let resp = http::json(socket, "POST", "/v1/chat/completions", None, Some(body))
+        .await
+        .expect("model service answers");
+    (resp.status, resp.json())
+}
+
+#[tokio::test]
+async fn serves_openai_shapes_over_its_socket() {
+    let root = Root::new("model");
+    let mut plugin = start(command(EXE, NAME, &root), NAME, &root);
+    assert!(plugin.ready.routes.is_empty(), "HTTP plugin owns no routes");
+    let socket = plugin.socket.clone();
+
+    // Plain replies: the number grows with the user messages sent.
+    let first = json!({"model": "link-local", "messages": [{"role": "user", "content": "hello"}]});
+    let (status, one) = chat(&socket, &first).await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["object"], "chat.completion");
+    assert_eq!(one["model"], "link-local");
+    let reply = one["choices"][0]["message"]["content"].as_str().unwrap();
+    assert_eq!(reply, "link-local reply #1: hello");
+    assert_eq!(one["choices"][0]["finish_reason"], "stop");
+    assert!(one["usage"]["total_tokens"].as_u64().unwrap() > 0, "{one}");
+
+    let second = json!({"model": "link-local", "messages": [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "and again"}]});
+    let (status, two) = chat(&socket, &second).await;
+    assert_eq!(status, 200, "{two}");
+    assert_eq!(
+        two["choices"][0]["message"]["content"],
+        "link-local reply #2: and again"
+    );
+
+    // An instruction with its tool offered becomes a tool call.
+    let mut messages = vec![json!({"role": "user", "content": "run: echo hi\nwrite a.txt: x"})];
+    let ask = json!({"model": "link-local", "tools": tools(), "messages": messages});
+    let (status, calls) = chat(&socket, &ask).await;
+    assert_eq!(status, 200, "{calls}");
+    assert_eq!(calls["choices"][0]["finish_reason"], "tool_calls");
+    let message = calls["choices"][0]["message"].clone();
+    let tool_calls = message["tool_calls"].as_array().unwrap().clone();
+    assert_eq!(tool_calls.len(), 2);
+    assert_eq!(tool_calls[0]["id"], "call_1");
+    assert_eq!(tool_calls[0]["function"]["name"], "run");
+    let args: Value =
+        serde_json::from_str(tool_calls[0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"command": "echo hi"}));
+
+    // The tool results come back; the answer summarises them.
+    messages.push(message);
+    messages.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "hi\n"}));
+    messages.push(json!({"role": "tool", "tool_call_id": "call_2", "content": "{\"bytes\":1}"}));
+    let results = json!({"model": "link-local", "tools": tools(), "messages": messages});
+    let (status, summary) = chat(&socket, &results).await;
+    assert_eq!(status, 200, "{summary}");
+    assert_eq!(summary["choices"][0]["finish_reason"], "stop");
+    assert_eq!(
+        summary["choices"][0]["message"]["content"],
+        "run: ok: hi\\n\nfile: ok: {\"bytes\":1}"
+    );
+
+    // Without the tool on offer the reply says which one is missing.
+    let no_tools =
+        json!({"model": "link-local", "messages": [{"role": "user", "content": "run: ls"}]});
+    let (_, refused) = chat(&socket, &no_tools).await;
+    let text = refused["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    assert!(text.contains("tool `run` is not available"), "{text}");
+
+    // Errors: bad JSON, an unknown model, an unknown path.
+    let bad = http::request(
+        &socket,
+        "POST",
+        "/v1/chat/completions",
+        None,
+        Some(b"{nope".to_vec()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"]["code"], "bad_request");
+    assert!(bad.json()["error"]["message"].is_string());
+    let unknown = json!({"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, err) = chat(&socket, &unknown).await;
+    assert_eq!(status, 404, "{err}");
+    assert_eq!(err["error"]["code"], "not_found");
+    let empty = json!({"model": "link-local", "messages": []});
+    assert_eq!(chat(&socket, &empty).await.0, 400);
+    let nowhere = http::json(&socket, "GET", "/v2/else", None, None)
+        .await
+        .unwrap();
+    assert_eq!(nowhere.status, 404);
+
+    let models = http::json(&socket, "GET", "/v1/models", None, None)
+        .await
+        .unwrap();
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["object"], "list");
+    assert_eq!(models.json()["data"][0]["id"], "link-local");
+
+    // SIGTERM: a clean exit that removes the socket.
+    let status = plugin.terminate();
+    assert!(
+        status.success(),
+        "exit {status:?}: {}",
+        plugin.stderr_text()
+    );
+    assert!(!socket.exists(), "socket left behind");
+}
+
+#[tokio::test]
+async fn refuses_https_forwarding_at_start() {
+    let root = Root::new("model-tls");
+    let mut cmd = command(EXE, NAME, &root);
+    cmd.env("LNK_MODEL_REMOTE_URL", "https://api.example.com")
+        .stderr(std::process::Stdio::piped());
+    let out = cmd.output().unwrap();
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty(), "no ready line expected");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no TLS client"), "{stderr}");
+    assert!(!root.layout().plugin_socket(NAME).exists());
+}
+
+#[tokio::test]
+async fn forwards_other_models_with_the_key() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let remote = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !complete_request(&seen) {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0, "model service closed early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let reply = br#"{"choices":[{"message":{"role":"assistant","content":"remote"}}]}"#;
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            reply.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(reply).await.unwrap();
+        String::from_utf8(seen).unwrap()
+    });
+    let root = Root::new("model-fwd");
+    let mut cmd = command(EXE, NAME, &root);
+    cmd.env("LNK_MODEL_REMOTE_URL", format!("http://127.0.0.1:{port}"))
+        .env("LNK_MODEL_REMOTE_KEY", "sk-distinctive-4711");
+    let mut plugin = start(cmd, NAME, &root);
+    let body = json!({"model": "remote-x", "messages": [{"role": "user", "content": "hi"}]});
+    let (status, answer) = chat(&plugin.socket, &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["choices"][0]["message"]["content"], "remote");
+    let seen = remote.await.unwrap();
+    assert!(
+        seen.starts_with("POST /v1/chat/completions HTTP/1.1"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("authorization: Bearer sk-distinctive-4711"),
+        "{seen}"
+    );
+    // link-local is still answered locally.
+    let local = json!({"model": "link-local", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(chat(&plugin.socket, &local).await.0, 200);
+    assert!(plugin.terminate().success());
+    assert!(!plugin.stderr_text().contains("sk-distinctive-4711"));
+}
+
+/// True once the head and `content-length` bytes of body have arrived.
+fn complete_request(seen: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(seen);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let length = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().to_owned())
+        })
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    body.len() >= length
+}

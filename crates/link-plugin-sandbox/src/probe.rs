@@ -1,0 +1,403 @@
+//! The capability probe: proves confinement by kernel operations, never by `which bwrap`.
+//!
+//! 1. Landlock in a child: this binary's helper applies the inside ruleset and must report it
+//!    fully enforced (no bubblewrap involved, so a missing Landlock is named as such).
+//! 2. bubblewrap is located (with `which`, only to locate it) and its version read.
+//! 3. The production arguments run a real command (this binary's `probe-inside`), which
+//!    writes inside and outside the workspace, connects to a loopback listener the probe holds
+//!    outside, and reports its capabilities and namespaces. The probe then checks the effects
+//!    on the host: the inside write landed, the outside write left nothing, no connection came.
+
+use crate::helper::Status;
+use crate::policy::Policy;
+use crate::run::{Output, RunError, Spec};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The namespaces the sandbox must not share with the host.
+pub const NAMESPACES: &[&str] = &["user", "pid", "net", "ipc", "uts", "mnt"];
+
+const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStatus {
+    /// Every check passed: commands can run confined.
+    Enforced,
+    /// A capability is missing (named in `reason` with its fix); exit status 2.
+    Unavailable,
+    /// The sandbox ran but a check failed, or failed in an unknown way; exit status 1.
+    Broken,
+}
+
+impl ProbeStatus {
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ProbeStatus::Enforced => 0,
+            ProbeStatus::Broken => 1,
+            ProbeStatus::Unavailable => 2,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProbeStatus::Enforced => "enforced",
+            ProbeStatus::Unavailable => "unavailable",
+            ProbeStatus::Broken => "broken",
+        }
+    }
+}
+
+/// What the probe found; printed as JSON by `link-plugin-sandbox probe`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub status: ProbeStatus,
+    /// Why it is not `enforced`, with the fix; `None` when enforced.
+    pub reason: Option<String>,
+    /// The Landlock ABI the kernel offers (`None` when it has none or it was not reached).
+    pub landlock_abi: Option<u32>,
+    /// The ABI whose rights every ruleset handles.
+    pub landlock_abi_pinned: u32,
+    /// Per namespace (user, pid, net, ipc, uts, mnt): separate from the host's.
+    pub namespaces: std::collections::BTreeMap<String, bool>,
+    /// A TCP connect from inside to a loopback listener outside failed, and none arrived.
+    pub network_blocked: Option<bool>,
+    pub bwrap: Option<PathBuf>,
+    pub bwrap_version: Option<String>,
+    /// Each check: name → `ok` or what was seen instead.
+    pub checks: std::collections::BTreeMap<String, String>,
+}
+
+impl ProbeReport {
+    fn new() -> Self {
+        ProbeReport {
+            status: ProbeStatus::Enforced,
+            reason: None,
+            landlock_abi: None,
+            landlock_abi_pinned: crate::rules::PINNED_ABI_NUMBER,
+            namespaces: Default::default(),
+            network_blocked: None,
+            bwrap: None,
+            bwrap_version: None,
+            checks: Default::default(),
+        }
+    }
+    fn fail(mut self, status: ProbeStatus, reason: impl Into<String>) -> Self {
+        self.status = status;
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// Runs the probe with `helper` (the path of the `link-plugin-sandbox` binary).
+pub async fn probe(helper: &Path) -> ProbeReport {
+    let report = ProbeReport::new();
+    let report = match landlock_in_child(helper).await {
+        Ok(abi) => ProbeReport {
+            landlock_abi: Some(abi),
+            ..report
+        },
+        Err((status, reason)) => return report.fail(status, reason),
+    };
+    let Ok(bwrap) = which::which("bwrap") else {
+        return report.fail(
+            ProbeStatus::Unavailable,
+            "bubblewrap (`bwrap`) is not on PATH: install it (Debian/Ubuntu: apt-get install \
+             bubblewrap); confined runs never fall back to running unconfined",
+        );
+    };
+    let report = ProbeReport {
+        bwrap_version: bwrap_version(&bwrap).await,
+        bwrap: Some(bwrap.clone()),
+        ..report
+    };
+    let dir = match ProbeDir::create() {
+        Ok(d) => d,
+        Err(e) => {
+            return report.fail(
+                ProbeStatus::Broken,
+                format!("cannot create the probe workspace: {e}"),
+            )
+        }
+    };
+    production_run(report, &bwrap, helper, &dir).await
+}
+
+/// Runs [`probe`] on a private current-thread runtime; do not call from inside a runtime.
+pub fn probe_blocking(helper: &Path) -> ProbeReport {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(probe(helper)),
+        Err(e) => ProbeReport::new().fail(ProbeStatus::Broken, format!("tokio runtime: {e}")),
+    }
+}
+
+/// Step 1: the helper applies the inside ruleset in a child, outside any namespace.
+async fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| (ProbeStatus::Broken, format!("pipe: {e}")))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
+    let mut cmd = tokio::process::Command::new(helper);
+    cmd.args([crate::policy::LANDLOCK_EXEC, "--status-fd", &fd.to_string()])
+        .args(["--", "/bin/true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: fcntl on one descriptor we own.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            Ok(())
+        })
+    };
+    let status = tokio::time::timeout(STEP_TIMEOUT, async {
+        let mut child = cmd.spawn()?;
+        drop(w);
+        child.wait().await
+    })
+    .await;
+    match status {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return Err((
+                ProbeStatus::Broken,
+                format!("cannot run the helper {}: {e}", helper.display()),
+            ))
+        }
+        Err(_) => return Err((ProbeStatus::Broken, "the Landlock check hung".into())),
+    }
+    let text = {
+        use std::io::Read;
+        let mut s = String::new();
+        let _ = std::fs::File::from(r).read_to_string(&mut s);
+        s
+    };
+    match Status::parse(&text) {
+        (Some(abi), _) => Ok(abi),
+        (None, Some(Status::Refused(reason))) => Err((ProbeStatus::Unavailable, reason)),
+        _ => Err((
+            ProbeStatus::Broken,
+            format!("the Landlock helper reported nothing (`{}`)", text.trim()),
+        )),
+    }
+}
+
+async fn bwrap_version(bwrap: &Path) -> Option<String> {
+    let out = tokio::process::Command::new(bwrap)
+        .arg("--version")
+        .output()
+        .await
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    Some(text.trim().trim_start_matches("bubblewrap ").to_owned())
+}
+
+/// The probe's own scratch directory, removed on drop.
+struct ProbeDir {
+    root: PathBuf,
+    name: String,
+}
+
+impl ProbeDir {
+    fn create() -> std::io::Result<ProbeDir> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let name = format!("lnk-probe-{}-{nanos}", std::process::id());
+        let root = std::env::temp_dir().join(&name);
+        std::fs::create_dir_all(root.join("workspace"))?;
+        Ok(ProbeDir { root, name })
+    }
+    fn workspace(&self) -> PathBuf {
+        self.root.join("workspace")
+    }
+}
+
+impl Drop for ProbeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Step 3: the production arguments on a real command, and its effects on the host.
+async fn production_run(
+    mut report: ProbeReport,
+    bwrap: &Path,
+    helper: &Path,
+    dir: &ProbeDir,
+) -> ProbeReport {
+    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
+        Ok(l) => l,
+        Err(e) => return report.fail(ProbeStatus::Broken, format!("loopback listener: {e}")),
+    };
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let inside = Path::new(crate::policy::HELPER);
+    let spec = Spec {
+        bwrap: bwrap.to_path_buf(),
+        policy: Policy::new(dir.workspace(), None, helper.to_path_buf()),
+        argv: vec![
+            inside.into(),
+            "probe-inside".into(),
+            "--port".into(),
+            port.to_string().into(),
+            "--name".into(),
+            dir.name.clone().into(),
+        ],
+        env: Policy::env(|_| None, &[]).unwrap_or_default(),
+        timeout: STEP_TIMEOUT,
+        output: Output::Capture { cap: 64 * 1024 },
+    };
+    let outcome = match crate::run::run(&spec).await {
+        Ok(o) => o,
+        Err(RunError::Bwrap { stderr, code }) => {
+            let (status, reason) = diagnose_bwrap(&stderr, code);
+            return report.fail(status, reason);
+        }
+        Err(RunError::Landlock(reason)) => return report.fail(ProbeStatus::Unavailable, reason),
+        Err(e) => return report.fail(ProbeStatus::Broken, e.to_string()),
+    };
+    let inside: serde_json::Value = match serde_json::from_slice(&outcome.stdout) {
+        Ok(v) if outcome.exit_code == Some(0) => v,
+        _ => {
+            return report.fail(
+                ProbeStatus::Broken,
+                format!(
+                    "the probe command failed (exit {:?}, signal {:?}): {}",
+                    outcome.exit_code,
+                    outcome.signal,
+                    String::from_utf8_lossy(&outcome.stderr).trim()
+                ),
+            )
+        }
+    };
+    let outside_etc = Path::new("/etc").join(&dir.name);
+    let connection_arrived = listener.set_nonblocking(true).is_ok() && listener.accept().is_ok();
+    let host_ns = crate::helper::namespace_ids();
+    for ns in NAMESPACES {
+        let separate = inside["namespaces"][ns] != host_ns[ns] && inside["namespaces"][ns] != "";
+        report.namespaces.insert((*ns).into(), separate);
+        check(
+            &mut report,
+            &format!("namespace_{ns}"),
+            separate,
+            "shared with the host",
+        );
+    }
+    let ws_written = std::fs::read(dir.workspace().join(&dir.name)).is_ok_and(|b| b == b"probe");
+    check_value(
+        &mut report,
+        "workspace_write",
+        &inside["workspace_write"],
+        &["ok"],
+    );
+    check(
+        &mut report,
+        "workspace_write_on_host",
+        ws_written,
+        "the inside write is not on the host",
+    );
+    check_value(
+        &mut report,
+        "outside_write",
+        &inside["etc_write"],
+        &["EROFS", "EACCES"],
+    );
+    check(
+        &mut report,
+        "outside_write_on_host",
+        !outside_etc.exists(),
+        "a file appeared in /etc on the host",
+    );
+    check_value(
+        &mut report,
+        "landlock_dev_write",
+        &inside["dev_write"],
+        &["EACCES"],
+    );
+    let tcp_failed = inside["tcp_connect"] != "ok";
+    report.network_blocked = Some(tcp_failed && !connection_arrived);
+    check(
+        &mut report,
+        "tcp_loopback_blocked",
+        tcp_failed && !connection_arrived,
+        &format!("connect gave {}", inside["tcp_connect"]),
+    );
+    if tcp_failed && !connection_arrived {
+        let seen = format!("ok ({})", inside["tcp_connect"].as_str().unwrap_or("?"));
+        report.checks.insert("tcp_loopback_blocked".into(), seen);
+    }
+    for (key, want) in [("CapEff", "0"), ("CapPrm", "0"), ("NoNewPrivs", "1")] {
+        let got = inside["status"][key].as_str().unwrap_or("?");
+        let ok = got.trim_start_matches('0') == want.trim_start_matches('0');
+        check(&mut report, key, ok, &format!("{key} is {got}"));
+    }
+    if let Some(abi) = outcome.landlock_abi {
+        report.landlock_abi = Some(abi);
+    }
+    let failed: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|(_, v)| !v.starts_with("ok"))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    if !failed.is_empty() {
+        let reason = format!("confinement checks failed: {}", failed.join("; "));
+        return report.fail(ProbeStatus::Broken, reason);
+    }
+    report
+}
+
+fn check(report: &mut ProbeReport, name: &str, ok: bool, otherwise: &str) {
+    let value = if ok { "ok".into() } else { otherwise.to_owned() };
+    report.checks.insert(name.into(), value);
+}
+
+fn check_value(report: &mut ProbeReport, name: &str, got: &serde_json::Value, want: &[&str]) {
+    let s = got.as_str().unwrap_or("?");
+    let value = if want.contains(&s) {
+        format!("ok ({s})")
+    } else {
+        format!("got {s}, want {}", want.join(" or "))
+    };
+    report.checks.insert(name.into(), value);
+}
+
+/// Names the known causes of a bwrap failure with their fix.
+pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) {
+    let msg = stderr.trim();
+    let cause = if msg.contains("setting up uid map: Permission denied") {
+        Some(
+            "user namespaces are blocked by AppArmor (`setting up uid map: Permission denied`): \
+             allow them with `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` or an \
+             AppArmor profile granting `userns` to bwrap",
+        )
+    } else if msg.contains("No permissions to create new namespace")
+        || msg.contains("Creating new namespace failed")
+        || msg.contains("unshare")
+    {
+        Some(
+            "user namespaces cannot be created (a container's seccomp profile, or \
+             user.max_user_namespaces=0): run the container with a seccomp profile that allows \
+             clone/unshare of user namespaces (e.g. docker --security-opt seccomp=unconfined) \
+             or raise user.max_user_namespaces",
+        )
+    } else if msg.contains("Can't mount proc") {
+        Some(
+            "/proc is not mountable in this container (masked /proc paths): run it with \
+             --security-opt systempaths=unconfined, or on a host without masked /proc",
+        )
+    } else {
+        None
+    };
+    match cause {
+        Some(c) => (ProbeStatus::Unavailable, format!("{c}; bwrap said: {msg}")),
+        None => (
+            ProbeStatus::Broken,
+            format!("bubblewrap failed (exit {code:?}): {msg}"),
+        ),
+    }
+}

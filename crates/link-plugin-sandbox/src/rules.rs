@@ -1,0 +1,184 @@
+//! Landlock rulesets: one description ([`Rules`]) for both users of Landlock, the helper that
+//! runs inside bubblewrap and the host that confines its plugins.
+//!
+//! The access rights are pinned at [`PINNED_ABI`] (never "whatever the kernel offers"), so the
+//! same rules mean the same thing on every machine, and a ruleset that the kernel cannot fully
+//! enforce is refused rather than applied in part.
+
+use crate::SandboxError;
+use landlock::{
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath,
+    PathFd, RestrictionStatus, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
+    RulesetStatus, Scope, ABI,
+};
+use std::path::{Path, PathBuf};
+
+/// The Landlock ABI whose access rights every ruleset handles: ABI 7 (Linux 6.15), the highest
+/// this project's kernels offer. ABI 7 adds audit-log flags only; its access rights (filesystem
+/// incl. truncate and device ioctl, TCP bind/connect, abstract-socket and signal scoping) are
+/// those of ABI 6, so the minimum kernel that enforces them fully is Linux 6.12.
+pub const PINNED_ABI: ABI = ABI::V7;
+
+/// The pinned ABI as a number, for reports.
+pub const PINNED_ABI_NUMBER: u32 = 7;
+
+/// What a confined process may touch; everything else handled by the ruleset is denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Read, list and execute beneath these paths (missing ones are skipped).
+    pub read_exec: Vec<PathBuf>,
+    /// Read and list, no execute (missing ones are skipped).
+    pub read_only: Vec<PathBuf>,
+    /// Every right beneath these directories (each must exist).
+    pub read_write: Vec<PathBuf>,
+    /// Read and write these files, typically `/dev/null` (missing ones are skipped).
+    pub rw_files: Vec<PathBuf>,
+    /// Bind (and replace stale) Unix sockets in these directories (each must exist).
+    pub make_sock: Vec<PathBuf>,
+    /// Deny every TCP bind and connect.
+    pub deny_tcp: bool,
+    /// Deny signals to, and abstract-socket connections with, processes outside the domain.
+    pub scoped: bool,
+}
+
+impl Rules {
+    /// The rules applied inside the sandbox: the (already minimal) visible tree read-only, the
+    /// given directories writable, no TCP, scoped signals and abstract sockets.
+    pub fn inside(read_write: &[PathBuf]) -> Rules {
+        Rules {
+            read_exec: vec!["/".into()],
+            read_only: vec![],
+            read_write: read_write.to_vec(),
+            rw_files: ["/dev/null", "/dev/zero", "/dev/full"]
+                .map(PathBuf::from)
+                .to_vec(),
+            make_sock: vec![],
+            deny_tcp: true,
+            scoped: true,
+        }
+    }
+
+    /// Builds the ruleset. `HardRequirement` fails here when the kernel lacks a pinned right;
+    /// `BestEffort` defers that to [`restrict_self`](Self::restrict_self), which can then say
+    /// exactly what the kernel lacks.
+    pub fn create(&self, level: CompatLevel) -> Result<RulesetCreated, SandboxError> {
+        let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(level)
+            .handle_access(AccessFs::from_all(PINNED_ABI))
+            .map_err(err)?;
+        if self.deny_tcp {
+            ruleset = ruleset
+                .handle_access(AccessNet::from_all(PINNED_ABI))
+                .map_err(err)?;
+        }
+        if self.scoped {
+            ruleset = ruleset.scope(Scope::from_all(PINNED_ABI)).map_err(err)?;
+        }
+        let mut created = ruleset.create().map_err(err)?;
+        let read = AccessFs::from_read(PINNED_ABI);
+        let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
+        let file_rw = AccessFs::ReadFile | AccessFs::WriteFile;
+        let sock = AccessFs::MakeSock | AccessFs::RemoveFile | AccessFs::ReadDir;
+        for (paths, access, required) in [
+            (&self.read_exec, read, false),
+            (&self.read_only, read_only, false),
+            (&self.read_write, AccessFs::from_all(PINNED_ABI), true),
+            (&self.rw_files, file_rw, false),
+            (&self.make_sock, sock, true),
+        ] {
+            for path in paths {
+                created = add_path(created, path, access, required)?;
+            }
+        }
+        Ok(created)
+    }
+
+    /// Restricts the calling thread (and what it executes next) and checks the result: the
+    /// ruleset must be fully enforced and `no_new_privs` set. Returns the kernel's ABI.
+    pub fn restrict_self(&self) -> Result<u32, SandboxError> {
+        let status = self
+            .create(CompatLevel::BestEffort)?
+            .restrict_self()
+            .map_err(|e| SandboxError::Landlock(e.to_string()))?;
+        check_status(&status)
+    }
+}
+
+fn add_path(
+    created: RulesetCreated,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+    required: bool,
+) -> Result<RulesetCreated, SandboxError> {
+    let fd = match PathFd::new(path) {
+        Ok(fd) => fd,
+        Err(_) if !required => return Ok(created),
+        Err(e) => return Err(SandboxError::MissingPath(path.to_path_buf(), e.to_string())),
+    };
+    // A rule on a file may only carry file rights; directories take the full set.
+    let access = if path.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(PINNED_ABI)
+    };
+    created
+        .add_rule(PathBeneath::new(fd, access))
+        .map_err(|e| SandboxError::Landlock(format!("rule for {}: {e}", path.display())))
+}
+
+/// Turns a restriction status into the kernel ABI, or the named reason it is not enough.
+pub fn check_status(status: &RestrictionStatus) -> Result<u32, SandboxError> {
+    let abi = match status.landlock {
+        LandlockStatus::NotImplemented => {
+            return Err(SandboxError::Unavailable(
+                "kernel without Landlock (ENOSYS): use a Linux >= 6.12 kernel built with \
+                 CONFIG_SECURITY_LANDLOCK=y"
+                    .into(),
+            ))
+        }
+        LandlockStatus::NotEnabled => {
+            return Err(SandboxError::Unavailable(
+                "Landlock is built into the kernel but not enabled (EOPNOTSUPP): add `landlock` \
+                 to the `lsm=` kernel boot parameter"
+                    .into(),
+            ))
+        }
+        LandlockStatus::Available {
+            effective_abi,
+            kernel_abi,
+        } => kernel_abi.map_or(abi_number(effective_abi), |k| k as u32),
+    };
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(SandboxError::Unavailable(format!(
+            "kernel Landlock ABI {abi} cannot fully enforce the rights of the pinned ABI \
+             {PINNED_ABI_NUMBER} (status {:?}): use Linux >= 6.12",
+            status.ruleset
+        )));
+    }
+    if !status.no_new_privs {
+        return Err(SandboxError::Landlock(
+            "no_new_privs could not be set (blocked by seccomp?)".into(),
+        ));
+    }
+    Ok(abi)
+}
+
+/// The number of an ABI (the crate's enum is non-exhaustive, so no `as` cast).
+pub fn abi_number(abi: ABI) -> u32 {
+    let all = [
+        ABI::V1,
+        ABI::V2,
+        ABI::V3,
+        ABI::V4,
+        ABI::V5,
+        ABI::V6,
+        ABI::V7,
+        ABI::V8,
+        ABI::V9,
+        ABI::V10,
+    ];
+    all.iter()
+        .position(|a| *a == abi)
+        .map_or(0, |i| i as u32 + 1)
+}

@@ -1,0 +1,205 @@
+//! The `sandbox.exec` route: one confined command for the agent a request acts for.
+//!
+//! The owner re-check: the workspace must lie inside
+//! `<state>/data/file-store/agents/<agent>/workspace` and the home inside
+//! `<state>/data/agent/homes/<agent>`, for the agent named in `Request::agent`, after
+//! resolving symlinks and `..`. Anything else is `forbidden`.
+
+use crate::policy::Policy;
+use crate::run::{Output, RunError, Spec};
+use link_protocol::layout::StateLayout;
+use link_protocol::plugin::Mode;
+use link_protocol::{ErrorCode, RemoteError, Request};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
+/// Per stream: two capped streams, JSON-escaped, must fit a 4 MiB frame.
+pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
+
+/// The body of `sandbox.exec`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    pub workspace: PathBuf,
+    #[serde(default)]
+    pub home: Option<PathBuf>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub output_cap: Option<usize>,
+    /// Only names on [`crate::policy::ENV_ALLOWED`]; any other is a `bad_request`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// The result of `sandbox.exec`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+    pub missing_command: bool,
+    pub timed_out: bool,
+}
+
+/// The plugin's state: where agents live, the mode, and the programs it runs.
+#[derive(Debug, Clone)]
+pub struct Service {
+    pub layout: StateLayout,
+    pub mode: Mode,
+    /// This binary (the helper bound into each sandbox).
+    pub helper: PathBuf,
+    /// bwrap, located once at start; `None` makes every call `unavailable`.
+    pub bwrap: Option<PathBuf>,
+}
+
+impl Service {
+    pub async fn handle(&self, req: Request) -> Result<serde_json::Value, RemoteError> {
+        if req.route != link_protocol::routes::SANDBOX_EXEC {
+            return Err(RemoteError::not_found(format!("no route {}", req.route)));
+        }
+        let result = self.exec(&req).await?;
+        serde_json::to_value(result).map_err(|e| RemoteError::internal(e.to_string()))
+    }
+
+    async fn exec(&self, req: &Request) -> Result<ExecResult, RemoteError> {
+        if self.mode == Mode::Diagnostic {
+            return Err(unavailable("run tool disabled in diagnostic mode"));
+        }
+        let agent = link_protocol::server::agent(req)?;
+        let body: ExecRequest = link_protocol::server::body(req)?;
+        check_agent_id(agent)?;
+        if body.argv.is_empty() {
+            return Err(RemoteError::bad_request("sandbox.exec: argv is empty"));
+        }
+        let workspace = owned_path(
+            &body.workspace,
+            &self.layout.agent_workspace(agent),
+            "workspace",
+        )?;
+        let home = match &body.home {
+            Some(h) => Some(owned_path(h, &self.layout.agent_home(agent), "home")?),
+            None => None,
+        };
+        let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+        if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(RemoteError::bad_request(format!(
+                "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"
+            )));
+        }
+        let cap = body.output_cap.unwrap_or(DEFAULT_OUTPUT_CAP);
+        if cap > MAX_OUTPUT_CAP {
+            return Err(RemoteError::new(
+                ErrorCode::TooLarge,
+                format!("output_cap {cap} exceeds the {MAX_OUTPUT_CAP} byte limit"),
+            ));
+        }
+        let overrides: Vec<(String, String)> = body.env.into_iter().collect();
+        let env = Policy::env(|k| std::env::var_os(k), &overrides)
+            .map_err(RemoteError::bad_request)?;
+        let bwrap = self.bwrap.clone().ok_or_else(|| {
+            unavailable("bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)")
+        })?;
+        let spec = Spec {
+            bwrap,
+            policy: Policy::new(workspace, home, self.helper.clone()),
+            argv: body.argv.iter().map(Into::into).collect(),
+            env,
+            timeout: Duration::from_millis(timeout_ms),
+            output: Output::Capture { cap },
+        };
+        let outcome = crate::run::run(&spec).await.map_err(run_error)?;
+        tracing::info!(
+            agent,
+            exit = ?outcome.exit_code,
+            timed_out = outcome.timed_out,
+            ms = outcome.duration.as_millis() as u64,
+            "sandbox.exec"
+        );
+        Ok(ExecResult {
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr).into_owned(),
+            stdout_truncated: outcome.stdout_truncated,
+            stderr_truncated: outcome.stderr_truncated,
+            duration_ms: outcome.duration.as_millis() as u64,
+            missing_command: outcome.missing_command,
+            timed_out: outcome.timed_out,
+        })
+    }
+}
+
+fn unavailable(msg: impl Into<String>) -> RemoteError {
+    RemoteError::new(ErrorCode::Unavailable, msg)
+}
+
+fn run_error(e: RunError) -> RemoteError {
+    match e {
+        RunError::Bwrap { stderr, code } => {
+            unavailable(crate::probe::diagnose_bwrap(&stderr, code).1)
+        }
+        RunError::Landlock(reason) => unavailable(format!(
+            "Landlock not enforced inside the sandbox, nothing ran: {reason}"
+        )),
+        other => RemoteError::internal(other.to_string()),
+    }
+}
+
+/// Agent ids become path components: refuse anything that could leave its directory.
+fn check_agent_id(agent: &str) -> Result<(), RemoteError> {
+    let ok = !agent.is_empty()
+        && agent != "."
+        && agent != ".."
+        && agent
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(RemoteError::bad_request(format!(
+            "invalid agent id `{agent}`"
+        )))
+    }
+}
+
+/// Checks `requested` lies inside `allowed`, first as written (so nothing is learnt about
+/// paths elsewhere), then resolved (so a symlink cannot lead out).
+fn owned_path(requested: &Path, allowed: &Path, what: &str) -> Result<PathBuf, RemoteError> {
+    let outside = || {
+        RemoteError::forbidden(format!(
+            "{what} {} is outside the agent's own {what} {}",
+            requested.display(),
+            allowed.display()
+        ))
+    };
+    let dotdot = requested
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    if dotdot || !requested.starts_with(allowed) {
+        return Err(outside());
+    }
+    let resolved = requested
+        .canonicalize()
+        .map_err(|e| RemoteError::not_found(format!("{what} {}: {e}", requested.display())))?;
+    let allowed_resolved = allowed.canonicalize().map_err(|_| outside())?;
+    if !resolved.starts_with(&allowed_resolved) {
+        return Err(outside());
+    }
+    if !resolved.is_dir() {
+        return Err(RemoteError::bad_request(format!(
+            "{what} {} is not a directory",
+            requested.display()
+        )));
+    }
+    Ok(resolved)
+}

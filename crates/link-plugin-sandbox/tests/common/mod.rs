@@ -1,0 +1,160 @@
+//! Shared test support: a state root outside /tmp, the probe gate, and running the binary.
+#![allow(dead_code)]
+
+use link_protocol::layout::StateLayout;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_link-plugin-sandbox");
+pub const PYTHON: &str = "/usr/bin/python3";
+
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}{}x{}x{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Runs the probe once per test binary; `true` when confinement is enforced. Otherwise prints
+/// `SKIPPED: <reason>`, or panics when `LNK_REQUIRE_SANDBOX=1`.
+pub fn sandbox_or_skip() -> bool {
+    static PROBE: OnceLock<(bool, String)> = OnceLock::new();
+    let (ok, reason) = PROBE.get_or_init(|| {
+        let out = Command::new(BIN).arg("probe").output().expect("run probe");
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("probe prints JSON");
+        let status = report["status"].as_str().unwrap_or("?").to_owned();
+        let want = match status.as_str() {
+            "enforced" => 0,
+            "unavailable" => 2,
+            _ => panic!("the sandbox probe says {status}: {report:#}"),
+        };
+        assert_eq!(out.status.code(), Some(want), "probe exit status");
+        (
+            status == "enforced",
+            report["reason"].as_str().unwrap_or("").to_owned(),
+        )
+    });
+    if *ok {
+        return true;
+    }
+    if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
+        panic!("LNK_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {reason}");
+    }
+    println!("SKIPPED: {reason}");
+    false
+}
+
+/// A state root under `$HOME/.cache/lnk-t/`, with agents' workspaces and homes; removed on drop.
+pub struct Root {
+    pub layout: StateLayout,
+}
+
+impl Root {
+    pub fn new() -> Root {
+        let home = std::env::var("HOME").expect("HOME");
+        let root = Path::new(&home).join(".cache/lnk-t").join(unique("sb"));
+        let layout = StateLayout::new(&root);
+        layout.check().expect("usable state root");
+        std::fs::create_dir_all(layout.run_dir()).unwrap();
+        Root { layout }
+    }
+    pub fn path(&self) -> &Path {
+        self.layout.root()
+    }
+    /// Creates and returns the agent's workspace.
+    pub fn workspace(&self, agent: &str) -> PathBuf {
+        let ws = self.layout.agent_workspace(agent);
+        std::fs::create_dir_all(&ws).unwrap();
+        ws
+    }
+    /// Creates and returns the agent's home.
+    pub fn home(&self, agent: &str) -> PathBuf {
+        let home = self.layout.agent_home(agent);
+        std::fs::create_dir_all(&home).unwrap();
+        home
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.layout.root());
+    }
+}
+
+/// `link-plugin-sandbox exec --workspace WS [--home H] [extra...] -- argv...`
+pub fn exec(ws: &Path, home: Option<&Path>, extra: &[&str], argv: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("exec").arg("--workspace").arg(ws);
+    if let Some(h) = home {
+        cmd.arg("--home").arg(h);
+    }
+    cmd.args(extra).arg("--").args(argv);
+    cmd.output().expect("run exec")
+}
+
+/// Runs a Python script confined and parses the one JSON object it prints.
+pub fn exec_py(ws: &Path, home: Option<&Path>, script: &str) -> serde_json::Value {
+    let out = exec(ws, home, &[], &[PYTHON, "-I", "-S", "-c", script]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "confined python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
+    })
+}
+
+/// Python helpers prepended to every confined script: `w(path)` and `r(path)` return "ok"
+/// or the errno name; `ls(path)` likewise for listing.
+pub const PY_PRELUDE: &str = r#"
+import errno, json, os, socket
+def _e(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def w(p): return _e(lambda: open(p, "w").write("x"))
+def r(p): return _e(lambda: open(p).read())
+def ls(p): return _e(lambda: os.listdir(p))
+"#;
+
+/// Host processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(marker) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Polls `cond` every 50 ms for up to `secs` seconds.
+pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cond()
+}

@@ -1,0 +1,193 @@
+//! Plugin mode: the test starts the binary as a plugin (so it is the plugin's parent) and
+//! calls `sandbox.exec` over the plugin's socket.
+
+mod common;
+use common::*;
+use link_protocol::{Client, ErrorCode};
+use serde_json::{json, Value};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+struct Plugin {
+    child: tokio::process::Child,
+    client: Client,
+}
+
+async fn start(root: &Root, mode: &str) -> Plugin {
+    let name = "link-plugin-sandbox";
+    let layout = &root.layout;
+    let home = layout.home(name);
+    std::fs::create_dir_all(&home).unwrap();
+    let mut child = tokio::process::Command::new(BIN)
+        .env("LNK_PLUGIN", name)
+        .env("LNK_STATE", layout.root())
+        .env("LNK_SOCKET", layout.plugin_socket(name))
+        .env("LNK_DATA", layout.data(name))
+        .env("LNK_MODE", mode)
+        .env("LNK_PROFILE", "link")
+        .env("HOME", &home)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("ready line in time")
+        .unwrap()
+        .expect("a ready line");
+    let ready = link_protocol::plugin::parse_ready(&line).expect("ready line");
+    assert_eq!(ready.routes, ["sandbox.exec"]);
+    let client = Client::connect(&layout.plugin_socket(name)).await.unwrap();
+    Plugin { child, client }
+}
+
+impl Plugin {
+    async fn exec(&mut self, agent: &str, body: Value) -> Result<Value, link_protocol::Error> {
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            self.client.call("sandbox.exec", Some(agent), body),
+        )
+        .await
+        .expect("answer in time")
+    }
+    async fn stop(mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
+        assert!(status.unwrap().unwrap().success());
+    }
+}
+
+fn sh(script: &str) -> Value {
+    json!(["/bin/sh", "-c", script])
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn sandbox_exec_runs_caps_times_out_and_refuses() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let home = root.home("a1");
+    let other_ws = root.workspace("a2");
+    let mut p = start(&root, "confined").await;
+
+    // Allowed: runs in the workspace, output and files come back.
+    let r = p
+        .exec(
+            "a1",
+            json!({"argv": sh("echo out; echo err >&2; echo data > made.txt; echo $HOME > home.txt; exit 4"),
+                   "workspace": ws, "home": home, "timeout_ms": 30000, "output_cap": 4096,
+                   "env": {"LANG": "C.UTF-8"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 4, "{r}");
+    assert_eq!(r["stdout"], "out\n");
+    assert_eq!(r["stderr"], "err\n");
+    assert_eq!(r["timed_out"], false);
+    assert_eq!(r["missing_command"], false);
+    assert!(r["duration_ms"].is_u64());
+    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "data\n");
+    assert_eq!(std::fs::read_to_string(ws.join("home.txt")).unwrap(), "/home/agent\n");
+
+    // Output over the cap is cut and reported, not silently dropped.
+    let r = p
+        .exec(
+            "a1",
+            json!({"argv": sh("head -c 100000 /dev/zero | tr '\\0' a; echo done >&2"),
+                   "workspace": ws, "output_cap": 1000}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["stdout"].as_str().unwrap().len(), 1000);
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stderr"], "done\n");
+    assert_eq!(r["stderr_truncated"], false);
+
+    // Past its limit the command is killed with its whole tree: nothing left in /proc.
+    let marker = format!("4000.{}", std::process::id() as u64 * 1000 + 9);
+    let r = p
+        .exec(
+            "a1",
+            json!({"argv": sh(&format!("sleep {marker} & sleep {marker}1 & sleep {marker}2")),
+                   "workspace": ws, "timeout_ms": 1500}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["timed_out"], true, "{r}");
+    assert_eq!(r["signal"], 9);
+    assert_eq!(r["exit_code"], Value::Null);
+    assert!(r["duration_ms"].as_u64().unwrap() >= 1500);
+    let left = processes_with(&marker);
+    assert!(left.is_empty(), "processes left after the kill: {left:?}");
+
+    // A missing command is reported as such.
+    let r = p
+        .exec("a1", json!({"argv": ["no-such-command-lnk"], "workspace": ws}))
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 127, "{r}");
+    assert_eq!(r["missing_command"], true);
+
+    // Refused: workspaces and homes that are not the agent's own.
+    let outside = root.path().join("elsewhere");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&other_ws, ws.join("escape")).unwrap();
+    for (what, body) in [
+        ("outside the agents dir", json!({"argv": ["true"], "workspace": outside})),
+        ("another agent's workspace", json!({"argv": ["true"], "workspace": other_ws})),
+        ("a symlink out", json!({"argv": ["true"], "workspace": ws.join("escape")})),
+        ("dot-dot", json!({"argv": ["true"], "workspace": ws.join("../../a2/workspace")})),
+        ("another agent's home", json!({"argv": ["true"], "workspace": ws, "home": root.home("a2")})),
+    ] {
+        let e = p.exec("a1", body).await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{what}: {e}");
+    }
+    assert!(!outside.join("x").exists());
+    // The same agent's own workspace through its real path still works.
+    let r = p
+        .exec("a1", json!({"argv": ["true"], "workspace": ws}))
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 0);
+
+    // Environment names off the allow-list are refused, allowed ones pass.
+    let e = p
+        .exec("a1", json!({"argv": ["true"], "workspace": ws, "env": {"AWS_SECRET": "x"}}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::BadRequest), "{e}");
+    let r = p
+        .exec("a1", json!({"argv": sh("echo $TERM; env | cut -d= -f1 | sort | tr '\\n' ' '"),
+                           "workspace": ws, "env": {"TERM": "dumb"}}))
+        .await
+        .unwrap();
+    let out = r["stdout"].as_str().unwrap();
+    assert!(out.starts_with("dumb\n"), "{r}");
+    for name in out.lines().nth(1).unwrap().split_whitespace() {
+        assert!(
+            ["HOME", "PATH", "LANG", "LC_ALL", "TERM", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name),
+            "unexpected variable {name} inside: {r}"
+        );
+    }
+    p.stop().await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn diagnostic_mode_refuses_sandbox_exec() {
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let mut p = start(&root, "diagnostic").await;
+    let e = p
+        .exec("a1", json!({"argv": ["true"], "workspace": ws}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::Unavailable), "{e}");
+    assert!(e.to_string().contains("run tool disabled in diagnostic mode"), "{e}");
+    p.stop().await;
+}

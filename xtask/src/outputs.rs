@@ -1,0 +1,325 @@
+//! The spec's locked release build commands and the programs they must leave in `target/release`.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The packages of the first locked build command, in the spec's order.
+pub const PACKAGES: [&str; 15] = [
+    "link-cli",
+    "link-plugin-agent",
+    "link-plugin-sandbox",
+    "link-plugin-measure",
+    "link-plugin-model",
+    "link-plugin-secret",
+    "link-plugin-auth",
+    "link-plugin-file-store",
+    "link-mini-harness",
+    "link-mini-connection",
+    "link-plugin-link-harness",
+    "link-plugin-link-run",
+    "link-plugin-file-tool",
+    "link-plugin-link-code",
+    "link-plugin-link-scheduler",
+];
+
+/// The runner example's path under the release directory.
+pub const RUNNER: &str = "examples/runtime";
+
+/// The spec's two build commands, as argument lists after `cargo`.
+pub fn build_commands() -> Vec<Vec<String>> {
+    let mut programs: Vec<String> = ["build", "--locked", "--release"]
+        .map(String::from)
+        .to_vec();
+    for p in PACKAGES {
+        programs.push("-p".into());
+        programs.push(p.into());
+    }
+    let runner = [
+        "build",
+        "--locked",
+        "--release",
+        "-p",
+        "link-harness-conformance",
+        "--example",
+        "runtime",
+    ]
+    .map(String::from)
+    .to_vec();
+    vec![programs, runner]
+}
+
+/// A build command as a person would type it.
+pub fn command_text(args: &[String]) -> String {
+    format!("cargo {}", args.join(" "))
+}
+
+/// Binary names equal package names, except `link-cli`, whose binary is `link`.
+pub fn binary_name(package: &str) -> &str {
+    if package == "link-cli" {
+        "link"
+    } else {
+        package
+    }
+}
+
+/// Every output of the two build commands, relative to the release directory.
+pub fn expected_outputs() -> Vec<PathBuf> {
+    let mut all: Vec<PathBuf> = PACKAGES
+        .iter()
+        .map(|p| PathBuf::from(binary_name(p)))
+        .collect();
+    all.push(PathBuf::from(RUNNER));
+    all
+}
+
+/// Why one output cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    Missing { output: PathBuf },
+    Stale { output: PathBuf, newer: PathBuf },
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Missing { output } => write!(f, "missing: {}", output.display()),
+            Problem::Stale { output, newer } => write!(
+                f,
+                "stale:   {} (older than its source {})",
+                output.display(),
+                newer.display()
+            ),
+        }
+    }
+}
+
+/// Checks each output exists in `release` and is not older than the sources it was built from.
+///
+/// The sources of an output are the files cargo lists in its dep-info (`<output>.d`, which
+/// covers the package and its path dependencies). Without one, every source under `crates`
+/// counts. A newer source or a listed source that is gone makes the output stale.
+pub fn verify(release: &Path, crates: &Path) -> Result<Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut fallback: Option<Option<(SystemTime, PathBuf)>> = None;
+    for rel in expected_outputs() {
+        let output = release.join(&rel);
+        let Some(built) = modified(&output) else {
+            problems.push(Problem::Missing { output });
+            continue;
+        };
+        let newest = match dep_info_sources(&output)? {
+            Some(sources) => newest_of(&sources),
+            None => fallback
+                .get_or_insert_with(|| newest_source_under(crates))
+                .clone(),
+        };
+        if let Some((when, newer)) = newest {
+            if when > built {
+                problems.push(Problem::Stale { output, newer });
+            }
+        }
+    }
+    Ok(problems)
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The sources listed in `<output>.d`, if cargo wrote one.
+fn dep_info_sources(output: &Path) -> Result<Option<Vec<PathBuf>>> {
+    let mut dep = output.as_os_str().to_owned();
+    dep.push(".d");
+    let dep = PathBuf::from(dep);
+    let text = match std::fs::read_to_string(&dep) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dep.display())),
+    };
+    Ok(Some(parse_dep_info(&text)))
+}
+
+/// `target: a.rs b\ c.rs` (Makefile syntax: spaces in names are escaped).
+pub fn parse_dep_info(text: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((_, deps)) = split_rule(line) else {
+            continue;
+        };
+        let mut cur = String::new();
+        let mut chars = deps.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => cur.push(chars.next().unwrap_or(' ')),
+                ' ' | '\t' => {
+                    if !cur.is_empty() {
+                        out.push(PathBuf::from(std::mem::take(&mut cur)));
+                    }
+                }
+                _ => cur.push(c),
+            }
+        }
+        if !cur.is_empty() {
+            out.push(PathBuf::from(cur));
+        }
+    }
+    out
+}
+
+/// Splits `target: deps` at the first unescaped `:` that ends a word.
+fn split_rule(line: &str) -> Option<(&str, &str)> {
+    let b = line.as_bytes();
+    (0..b.len())
+        .find(|&i| {
+            b[i] == b':'
+                && (i == 0 || b[i - 1] != b'\\')
+                && b.get(i + 1).is_none_or(|c| c.is_ascii_whitespace())
+        })
+        .map(|i| (&line[..i], &line[i + 1..]))
+}
+
+/// The newest of `sources`; one that is gone counts as infinitely new (the build is outdated).
+fn newest_of(sources: &[PathBuf]) -> Option<(SystemTime, PathBuf)> {
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for s in sources {
+        let when = modified(s).unwrap_or_else(far_future);
+        if newest.as_ref().is_none_or(|(n, _)| when > *n) {
+            newest = Some((when, s.clone()));
+        }
+    }
+    newest
+}
+
+fn far_future() -> SystemTime {
+    SystemTime::now() + std::time::Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+/// The newest Rust or manifest file under `crates`, skipping build output and hidden folders.
+pub fn newest_source_under(crates: &Path) -> Option<(SystemTime, PathBuf)> {
+    let walk = walkdir::WalkDir::new(crates).into_iter().filter_entry(|e| {
+        let name = e.file_name().to_string_lossy();
+        e.depth() == 0 || !(name.starts_with('.') || name == "target")
+    });
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for entry in walk.flatten() {
+        let path = entry.path();
+        let source = path.extension().is_some_and(|x| x == "rs" || x == "toml");
+        if !entry.file_type().is_file() || !source {
+            continue;
+        }
+        if let Some(when) = modified(path) {
+            if newest.as_ref().is_none_or(|(n, _)| when > *n) {
+                newest = Some((when, path.to_path_buf()));
+            }
+        }
+    }
+    newest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A scratch directory for this test (xtask's own tests may use the temporary folder).
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "xtask-outputs-{name}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn touch(path: &Path, when: SystemTime) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"x").unwrap();
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(when).unwrap();
+    }
+
+    #[test]
+    fn commands_match_the_spec_text() {
+        let cmds = build_commands();
+        assert_eq!(
+            command_text(&cmds[0]),
+            "cargo build --locked --release -p link-cli -p link-plugin-agent -p \
+             link-plugin-sandbox -p link-plugin-measure -p link-plugin-model -p \
+             link-plugin-secret -p link-plugin-auth -p link-plugin-file-store -p \
+             link-mini-harness -p link-mini-connection -p link-plugin-link-harness -p \
+             link-plugin-link-run -p link-plugin-file-tool -p link-plugin-link-code -p \
+             link-plugin-link-scheduler"
+        );
+        assert_eq!(
+            command_text(&cmds[1]),
+            "cargo build --locked --release -p link-harness-conformance --example runtime"
+        );
+        let outputs = expected_outputs();
+        assert_eq!(outputs.len(), 16);
+        assert_eq!(outputs[0], PathBuf::from("link"));
+        assert_eq!(outputs[15], PathBuf::from("examples/runtime"));
+    }
+
+    #[test]
+    fn missing_and_stale_outputs_are_named() {
+        let root = scratch("verify");
+        let (release, crates) = (root.join("release"), root.join("crates"));
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        let new = SystemTime::now();
+        let source = crates.join("link-cli/src/main.rs");
+        touch(&source, old);
+        for rel in expected_outputs() {
+            touch(&release.join(rel), new);
+        }
+        assert_eq!(verify(&release, &crates).unwrap(), vec![]);
+
+        std::fs::remove_file(release.join("link-plugin-auth")).unwrap();
+        std::fs::remove_file(release.join("examples/runtime")).unwrap();
+        // The model's dep-info lists a source edited after the build.
+        let model_src = crates.join("link-plugin-model/src/lib.rs");
+        touch(&model_src, new + Duration::from_secs(60));
+        std::fs::write(
+            release.join("link-plugin-model.d"),
+            format!("{}: {}\n", release.join("link-plugin-model").display(), model_src.display()),
+        )
+        .unwrap();
+        // The agent's dep-info names a source that no longer exists.
+        std::fs::write(
+            release.join("link-plugin-agent.d"),
+            format!("x: {}\n", crates.join("gone.rs").display()),
+        )
+        .unwrap();
+        let problems = verify(&release, &crates).unwrap();
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(problems.len(), 4 + 11, "{text:#?}");
+        assert!(problems.contains(&Problem::Missing {
+            output: release.join("link-plugin-auth")
+        }));
+        assert!(problems.contains(&Problem::Missing {
+            output: release.join("examples/runtime")
+        }));
+        assert!(problems.contains(&Problem::Stale {
+            output: release.join("link-plugin-model"),
+            newer: model_src.clone()
+        }));
+        assert!(problems.contains(&Problem::Stale {
+            output: release.join("link-plugin-agent"),
+            newer: crates.join("gone.rs")
+        }));
+        // Programs without dep-info fall back to every source under crates/: all stale now.
+        assert!(problems.contains(&Problem::Stale {
+            output: release.join("link"),
+            newer: model_src
+        }));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn dep_info_with_escaped_spaces() {
+        let deps = parse_dep_info("/t/link: /a/b\\ c.rs /d.rs\n\n/a/b\\ c.rs:\n");
+        assert_eq!(deps, vec![PathBuf::from("/a/b c.rs"), PathBuf::from("/d.rs")]);
+    }
+}
