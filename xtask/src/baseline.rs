@@ -104,7 +104,10 @@ pub fn compare(old: &Comparison, new: &Comparison, max_regression: f64) -> Resul
         changes: Vec::new(),
         unmatched: Vec::new(),
     };
-    for (name, o, n) in [("mini", &old.mini, &new.mini), ("link", &old.link, &new.link)] {
+    for (name, o, n) in [
+        ("mini", &old.mini, &new.mini),
+        ("link", &old.link, &new.link),
+    ] {
         compare_side(name, o, n, &mut verdict);
     }
     Ok(verdict)
@@ -131,7 +134,8 @@ fn compare_side(name: &str, old: &Side, new: &Side, v: &mut Verdict) {
         } else {
             (new_ns as f64 - old_ns as f64) / old_ns as f64 * 100.0
         };
-        let regressed = percent > v.max_regression && new_ns.saturating_sub(old_ns) >= NOISE_FLOOR_NS;
+        let regressed =
+            percent > v.max_regression && new_ns.saturating_sub(old_ns) >= NOISE_FLOOR_NS;
         v.changes.push(Change {
             side: name.into(),
             phase: p.name.clone(),
@@ -143,7 +147,11 @@ fn compare_side(name: &str, old: &Side, new: &Side, v: &mut Verdict) {
         });
     }
     for o in &old.phases {
-        if !new.phases.iter().any(|p| p.name == o.name && p.round == o.round) {
+        if !new
+            .phases
+            .iter()
+            .any(|p| p.name == o.name && p.round == o.round)
+        {
             v.unmatched
                 .push(format!("{name} {}/{} (gone)", o.name, o.round));
         }
@@ -181,7 +189,10 @@ mod tests {
         assert!(!v.passed());
         let bad = v.regressions();
         assert_eq!(bad.len(), 1);
-        assert_eq!((bad[0].side.as_str(), bad[0].phase.as_str()), ("link", "startup"));
+        assert_eq!(
+            (bad[0].side.as_str(), bad[0].phase.as_str()),
+            ("link", "startup")
+        );
         assert!((bad[0].percent - 30.0).abs() < 0.01);
         assert!(v.render().contains("REGRESSION"));
         // A looser limit passes the same numbers.

@@ -216,7 +216,10 @@ fn merge_order(first: &[Key], second: &[Key]) -> Vec<Key> {
         if out.contains(k) {
             continue;
         }
-        let at = match i.checked_sub(1).and_then(|p| out.iter().position(|o| *o == second[p])) {
+        let at = match i
+            .checked_sub(1)
+            .and_then(|p| out.iter().position(|o| *o == second[p]))
+        {
             Some(prev) => prev + 1,
             None if i == 0 => 0,
             None => out.len(),
@@ -228,7 +231,10 @@ fn merge_order(first: &[Key], second: &[Key]) -> Vec<Key> {
 
 fn ratio(mini: Option<u128>, link: Option<u128>) -> Option<f64> {
     let (m, l) = (mini?, link?);
-    (m > 0).then(|| l as f64 / m as f64).filter(|r| r.is_finite())
+    // Four decimals: plenty for a ratio, and stable through a JSON round trip.
+    (m > 0)
+        .then(|| (l as f64 / m as f64 * 1e4).round() / 1e4)
+        .filter(|r| r.is_finite())
 }
 
 fn exec_rows(mini: Option<&Loaded>, link: Option<&Loaded>) -> Vec<ExecRow> {
@@ -301,17 +307,23 @@ fn caveats(input: &Inputs<'_>, mini: &Side, link: &Side) -> Vec<String> {
         ));
     }
     if input.mode == "diagnostic" || mini.mode == "diagnostic" || link.mode == "diagnostic" {
-        add("diagnostic mode: protected run and file tools are disabled; this is not confined \
+        add(
+            "diagnostic mode: protected run and file tools are disabled; this is not confined \
              qualification and its process counts are not a secure deployment's"
-            .into());
+                .into(),
+        );
     }
-    add("peak RSS is the largest total of one monitor pass over the runtime's processes, \
+    add(
+        "peak RSS is the largest total of one monitor pass over the runtime's processes, \
          not a memory total"
-        .into());
+            .into(),
+    );
     add("artifact bytes are the programs each side used as built here, not shipped bytes".into());
-    if !input.mini_traced.is_none() || !input.link_traced.is_none() {
-        add("exec counts come from separate traced runs (ROUNDS 1), never from the timed runs"
-            .into());
+    if input.mini_traced.is_some() || input.link_traced.is_some() {
+        add(
+            "exec counts come from separate traced runs (ROUNDS 1), never from the timed runs"
+                .into(),
+        );
     }
     for r in [&input.mini.report, &input.link.report] {
         for n in &r.coverage.not_evidence_of {
@@ -354,8 +366,20 @@ pub fn markdown(c: &Comparison) -> String {
         let r = r.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
         md.push_str(&format!("| {what} | {m} | {l} | {r} |\n"));
     };
-    row(&mut md, "outcome", side_outcome(&c.mini), side_outcome(&c.link), None);
-    row(&mut md, "mode", c.mini.mode.clone(), c.link.mode.clone(), None);
+    row(
+        &mut md,
+        "outcome",
+        side_outcome(&c.mini),
+        side_outcome(&c.link),
+        None,
+    );
+    row(
+        &mut md,
+        "mode",
+        c.mini.mode.clone(),
+        c.link.mode.clone(),
+        None,
+    );
     let n = |m: u64, l: u64| (m > 0).then(|| l as f64 / m as f64);
     row(
         &mut md,
@@ -371,7 +395,11 @@ pub fn markdown(c: &Comparison) -> String {
         c.link.peak_sampled_processes.to_string(),
         n(c.mini.peak_sampled_processes, c.link.peak_sampled_processes),
     );
-    let rss = |s: &Side| s.peak_rss_bytes.map(mib).unwrap_or_else(|| "no samples".into());
+    let rss = |s: &Side| {
+        s.peak_rss_bytes
+            .map(mib)
+            .unwrap_or_else(|| "no samples".into())
+    };
     row(
         &mut md,
         "peak RSS (one monitor pass)",
@@ -385,8 +413,16 @@ pub fn markdown(c: &Comparison) -> String {
     row(
         &mut md,
         "artifact bytes",
-        format!("{} ({} programs)", mib(c.mini.artifact_bytes), c.mini.artifacts),
-        format!("{} ({} programs)", mib(c.link.artifact_bytes), c.link.artifacts),
+        format!(
+            "{} ({} programs)",
+            mib(c.mini.artifact_bytes),
+            c.mini.artifacts
+        ),
+        format!(
+            "{} ({} programs)",
+            mib(c.link.artifact_bytes),
+            c.link.artifacts
+        ),
         n(c.mini.artifact_bytes, c.link.artifact_bytes),
     );
     row(
@@ -397,9 +433,14 @@ pub fn markdown(c: &Comparison) -> String {
         ratio(Some(c.mini.total_phase_ns), Some(c.link.total_phase_ns)),
     );
 
-    md.push_str("\n## Phases (ms)\n\n| phase | round | Mini | Link | Link/Mini |\n|---|---|---|---|---|\n");
+    md.push_str(
+        "\n## Phases (ms)\n\n| phase | round | Mini | Link | Link/Mini |\n|---|---|---|---|---|\n",
+    );
     for p in &c.phases {
-        let r = p.ratio.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into());
+        let r = p
+            .ratio
+            .map(|r| format!("{r:.2}×"))
+            .unwrap_or_else(|| "—".into());
         md.push_str(&format!(
             "| {} | {} | {} | {} | {} |\n",
             p.name,
@@ -438,9 +479,7 @@ fn side_outcome(s: &Side) -> String {
 }
 
 fn execs_markdown(c: &Comparison) -> String {
-    let traced = [&c.mini, &c.link]
-        .iter()
-        .any(|s| s.traced.is_some());
+    let traced = [&c.mini, &c.link].iter().any(|s| s.traced.is_some());
     if !traced {
         return "\nExec counts: no trace pass ran (use `cargo xtask runtime --trace`).\n".into();
     }
@@ -452,7 +491,10 @@ fn execs_markdown(c: &Comparison) -> String {
          |---|---|---|---|---|---|---|---|\n",
     );
     let cells = |t: &Option<TracePhase>| match t {
-        Some(t) => format!("{} | {} | {}", t.execs, t.executing_pids, t.resident_processes),
+        Some(t) => format!(
+            "{} | {} | {}",
+            t.execs, t.executing_pids, t.resident_processes
+        ),
         None => "— | — | —".into(),
     };
     for r in &c.execs {
@@ -508,7 +550,10 @@ pub(crate) mod tests {
         let c = sample();
         assert_eq!(c.mini.outcome, Status::Passed);
         assert_eq!(c.link.outcome, Status::Passed);
-        assert_eq!((c.mini.mode.as_str(), c.link.mode.as_str()), ("confined", "confined"));
+        assert_eq!(
+            (c.mini.mode.as_str(), c.link.mode.as_str()),
+            ("confined", "confined")
+        );
         assert_eq!((c.mini.processes, c.link.processes), (5, 13));
         // Host 8 + model 8 + connection 4 + harness 8 + measure 4 MiB, plus the host's 512 KiB.
         assert_eq!(c.mini.peak_rss_bytes, Some(32 * 1_048_576 + 524_288));
@@ -529,7 +574,11 @@ pub(crate) mod tests {
                 "shutdown"
             ]
         );
-        let tools = c.phases.iter().find(|p| p.name == "protected_tools").unwrap();
+        let tools = c
+            .phases
+            .iter()
+            .find(|p| p.name == "protected_tools")
+            .unwrap();
         assert_eq!((tools.mini_ns, tools.ratio), (None, None));
         let startup = &c.phases[0];
         assert_eq!(startup.mini_ns, Some(120_000_000));
@@ -537,11 +586,21 @@ pub(crate) mod tests {
         assert_eq!(startup.ratio, Some(4.0));
 
         assert_eq!(c.execs.len(), 9);
-        let tools = c.execs.iter().find(|r| r.name == "protected_tools").unwrap();
+        let tools = c
+            .execs
+            .iter()
+            .find(|r| r.name == "protected_tools")
+            .unwrap();
         assert!(tools.mini.is_none());
         assert_eq!(tools.link.as_ref().unwrap().execs, 6);
-        assert!(c.caveats.iter().any(|cv| cv.contains("separate traced runs")));
-        assert!(c.caveats.iter().any(|cv| cv.contains("not evidence of: memory totals")));
+        assert!(c
+            .caveats
+            .iter()
+            .any(|cv| cv.contains("separate traced runs")));
+        assert!(c
+            .caveats
+            .iter()
+            .any(|cv| cv.contains("not evidence of: memory totals")));
         assert!(!c.caveats.iter().any(|cv| cv.starts_with("diagnostic")));
 
         // The JSON round-trips.
@@ -555,9 +614,16 @@ pub(crate) mod tests {
         let c = sample();
         let md = markdown(&c);
         for p in &c.phases {
-            assert!(md.contains(&format!("| {} | {} |", p.name, p.round)), "{}", p.name);
+            assert!(
+                md.contains(&format!("| {} | {} |", p.name, p.round)),
+                "{}",
+                p.name
+            );
         }
-        assert!(md.contains("| startup | 0 | 120.0 | 480.0 | 4.00× |"), "{md}");
+        assert!(
+            md.contains("| startup | 0 | 120.0 | 480.0 | 4.00× |"),
+            "{md}"
+        );
         assert!(md.contains("| outcome | passed | passed |"), "{md}");
         assert!(md.contains("## Exec counts"));
         assert!(md.contains("## Caveats"));

@@ -1,2 +1,135 @@
-//! xtask: not built yet.
-fn main() {}
+//! xtask: `cargo xtask runtime` and friends — the locked release build, the Mini ↔ full Link
+//! runtime comparison with its optional strace pass, qualification and a machine doctor.
+//!
+//! Modules: [`outputs`] (build commands, missing/stale programs), [`state`] (the fixture
+//! directory), [`runtime`] (the runs), [`compare`] (comparison JSON/Markdown), [`svg`] (the
+//! timeline picture), [`baseline`] (regressions against an earlier comparison), [`qualify`]
+//! and [`doctor`].
+
+mod baseline;
+mod compare;
+mod doctor;
+mod outputs;
+mod qualify;
+mod runtime;
+mod state;
+mod svg;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const COMMANDS: &str = "\
+usage: cargo xtask <command> [options]   (cargo xtask <command> --help for its options)
+
+commands:
+  runtime   run Mini then full Link on the locked release programs and compare them
+            (target/runtime-comparison.{md,json,svg}); --build, --trace, --mode diagnostic,
+            --rounds N, --baseline FILE [--max-regression PCT], --allow-skip
+  build     run the spec's two locked release build commands
+  qualify   build, the spec's confined tests, runtime --trace, then a checklist
+  doctor    probe confinement and tracing on this machine and say what to install or change
+";
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Link's release tasks",
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run Mini then full Link on the locked release programs and compare them.
+    Runtime(RuntimeArgs),
+    /// Run the spec's two locked release build commands.
+    Build,
+    /// Build, run the spec's confined tests and `runtime --trace`, then print a checklist.
+    Qualify(BaselineArgs),
+    /// Probe confinement and tracing support and say what to install or change.
+    Doctor,
+}
+
+#[derive(Args)]
+struct RuntimeArgs {
+    /// Run the locked release build first.
+    #[arg(long)]
+    build: bool,
+    /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
+    #[arg(long, value_enum, default_value_t = runtime::Mode::Confined)]
+    mode: runtime::Mode,
+    /// ROUNDS for the runner: how often the timed turns repeat.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: Option<u32>,
+    /// After the timed runs, trace a separate run of each side with strace and count execs.
+    #[arg(long)]
+    trace: bool,
+    /// Exit 0 even when a side was skipped (the skip is still printed loudly).
+    #[arg(long)]
+    allow_skip: bool,
+    #[command(flatten)]
+    baseline: BaselineArgs,
+}
+
+#[derive(Args)]
+struct BaselineArgs {
+    /// An earlier runtime-comparison.json to compare each phase with.
+    #[arg(long, value_name = "FILE")]
+    baseline: Option<PathBuf>,
+    /// With --baseline: fail when a phase is slower by more than this many percent.
+    #[arg(long, value_name = "PCT", default_value_t = 25.0)]
+    max_regression: f64,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let Some(command) = cli.command else {
+        print!("{COMMANDS}");
+        return ExitCode::SUCCESS;
+    };
+    match dispatch(command) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(command: Cmd) -> anyhow::Result<u8> {
+    let ws = outputs::Workspace::locate();
+    match command {
+        Cmd::Runtime(a) => {
+            let opts = runtime::Options {
+                build: a.build,
+                mode: a.mode,
+                rounds: a.rounds,
+                trace: a.trace,
+                allow_skip: a.allow_skip,
+                baseline: a.baseline.baseline,
+                max_regression: a.baseline.max_regression,
+            };
+            Ok(runtime::run(&ws, &opts)?.exit_code(opts.allow_skip))
+        }
+        Cmd::Build => {
+            outputs::build(&ws)?;
+            runtime::require_outputs(&ws)?;
+            eprintln!(
+                "xtask: all {} release outputs are built",
+                outputs::expected_outputs().len()
+            );
+            Ok(0)
+        }
+        Cmd::Qualify(b) => Ok(if qualify::run(&ws, b.baseline, b.max_regression) {
+            0
+        } else {
+            1
+        }),
+        Cmd::Doctor => Ok(if doctor::run(&ws) { 0 } else { 1 }),
+    }
+}

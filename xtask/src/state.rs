@@ -60,7 +60,11 @@ mod tests {
 
     #[test]
     fn temporary_long_and_relative_dirs_are_refused_before_creation() {
-        for bad in ["/tmp/lnk-xtask-never", "/var/tmp/lnk-xtask-never", "rel/dir"] {
+        for bad in [
+            "/tmp/lnk-xtask-never",
+            "/var/tmp/lnk-xtask-never",
+            "rel/dir",
+        ] {
             let err = prepare(Path::new(bad)).unwrap_err().to_string();
             assert!(err.contains("cannot be used"), "{err}");
             assert!(!Path::new(bad).exists(), "{bad} must not be created");

@@ -10,9 +10,12 @@ use link_plugin_measure::Phase;
 const WIDTH: f64 = 1000.0;
 const LEFT: f64 = 170.0;
 const RIGHT: f64 = 20.0;
-const LANE_TOP: [f64; 2] = [60.0, 170.0];
+const LANE_TOP: [f64; 2] = [60.0, 210.0];
 const BAR: f64 = 34.0;
-const HEIGHT: f64 = 300.0;
+const HEIGHT: f64 = 380.0;
+/// Rough width of one 9-10 px sans-serif character, for fitting labels.
+const LABEL_CHAR: f64 = 5.6;
+const LABEL_ROW: f64 = 11.0;
 
 /// The picture as a standalone SVG document.
 pub fn render(c: &Comparison) -> String {
@@ -58,17 +61,21 @@ fn lane_svg(side: &Side, top: f64, scale: f64) -> String {
         top + BAR / 2.0 + 14.0,
         ms(side.total_phase_ns)
     );
-    let origin = side.phases.iter().map(|p| p.start_unix_ns).min().unwrap_or(0);
-    for (i, p) in side.phases.iter().enumerate() {
+    let origin = side
+        .phases
+        .iter()
+        .map(|p| p.start_unix_ns)
+        .min()
+        .unwrap_or(0);
+    // Where each row of outside labels ends, so labels of short phases never overlap.
+    let mut rows: Vec<f64> = Vec::new();
+    for p in &side.phases {
         let x = LEFT + (p.start_unix_ns.saturating_sub(origin)) as f64 * scale;
         let w = (p.duration_ns as f64 * scale).max(1.0);
-        // Alternate label rows so short neighbouring phases stay readable.
-        let ly = top + BAR + 13.0 + (i % 3) as f64 * 12.0;
         out.push_str(&format!(
             "<rect class=\"phase\" data-side=\"{side}\" data-phase=\"{name}\" data-round=\"{round}\" \
              x=\"{x:.2}\" y=\"{top:.1}\" width=\"{w:.2}\" height=\"{BAR}\" fill=\"{fill}\" \
-             stroke=\"#fff\" stroke-width=\"0.5\"><title>{tip}</title></rect>\n\
-             <text x=\"{x:.2}\" y=\"{ly:.1}\" font-size=\"9\">{name}</text>\n",
+             stroke=\"#fff\" stroke-width=\"0.5\"><title>{tip}</title></rect>\n",
             side = esc(&side.profile),
             name = esc(&p.name),
             round = p.round,
@@ -81,13 +88,49 @@ fn lane_svg(side: &Side, top: f64, scale: f64) -> String {
                 ms(p.duration_ns)
             )),
         ));
+        out.push_str(&phase_label(p, x, w, top, &mut rows));
     }
     out.push_str("</g>\n");
     out
 }
 
+/// The phase's name inside its bar when it fits, else below it on the first free row.
+fn phase_label(p: &Phase, x: f64, w: f64, top: f64, rows: &mut Vec<f64>) -> String {
+    let text = if p.round > 0 {
+        format!("{} #{}", p.name, p.round)
+    } else {
+        p.name.clone()
+    };
+    let width = text.chars().count() as f64 * LABEL_CHAR + 4.0;
+    if width <= w {
+        return format!(
+            "<text x=\"{:.2}\" y=\"{:.1}\" font-size=\"10\" fill=\"#fff\" \
+             text-anchor=\"middle\">{}</text>\n",
+            x + w / 2.0,
+            top + BAR / 2.0 + 4.0,
+            esc(&text)
+        );
+    }
+    let row = match rows.iter().position(|end| *end <= x) {
+        Some(r) => r,
+        None => {
+            rows.push(f64::MIN);
+            rows.len() - 1
+        }
+    };
+    rows[row] = x + width;
+    let y = top + BAR + 12.0 + row as f64 * LABEL_ROW;
+    format!(
+        "<line x1=\"{x:.2}\" y1=\"{:.1}\" x2=\"{x:.2}\" y2=\"{:.1}\" stroke=\"#999\" \
+         stroke-width=\"0.5\"/>\n<text x=\"{x:.2}\" y=\"{y:.1}\" font-size=\"9\">{}</text>\n",
+        top + BAR,
+        y - 8.0,
+        esc(&text)
+    )
+}
+
 fn axis(span: u128, scale: f64) -> String {
-    let y = LANE_TOP[1] + BAR + 60.0;
+    let y = LANE_TOP[1] + BAR + 100.0;
     let mut out = format!(
         "<g class=\"axis\">\n<line x1=\"{LEFT}\" y1=\"{y}\" x2=\"{:.1}\" y2=\"{y}\" stroke=\"#333\"/>\n",
         WIDTH - RIGHT
@@ -119,14 +162,26 @@ fn span_ns(phases: &[Phase]) -> u128 {
 
 /// The same phase gets the same colour on both sides.
 fn colour(name: &str) -> &'static str {
-    const PALETTE: [&str; 10] = [
-        "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-        "#9c755f", "#bab0ac",
+    const KNOWN: [(&str, &str); 10] = [
+        ("startup", "#4e79a7"),
+        ("cold_turn", "#f28e2b"),
+        ("warm_turn", "#e15759"),
+        ("second_agent", "#76b7b2"),
+        ("refusals", "#edc948"),
+        ("protected_tools", "#b07aa1"),
+        ("scheduler", "#ff9da7"),
+        ("idle", "#59a14f"),
+        ("status_series", "#9c755f"),
+        ("shutdown", "#7f7f7f"),
     ];
+    if let Some((_, c)) = KNOWN.iter().find(|(n, _)| *n == name) {
+        return c;
+    }
+    const OTHERS: [&str; 4] = ["#17becf", "#bcbd22", "#8c564b", "#1f77b4"];
     let h = name
         .bytes()
         .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
-    PALETTE[h as usize % PALETTE.len()]
+    OTHERS[h as usize % OTHERS.len()]
 }
 
 fn title_case(s: &str) -> String {
@@ -240,13 +295,19 @@ mod tests {
         };
         let name_end = inner.find(char::is_whitespace).unwrap_or(inner.len());
         let name = &inner[..name_end];
-        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || ":-_".contains(c)) {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_alphanumeric() || ":-_".contains(c))
+        {
             return Err(format!("bad tag name {name:?}"));
         }
         let mut attrs: Vec<(String, String)> = Vec::new();
         let mut rest = inner[name_end..].trim_start();
         while !rest.is_empty() {
-            let eq = rest.find('=').ok_or(format!("attribute without value in <{name}>"))?;
+            let eq = rest
+                .find('=')
+                .ok_or(format!("attribute without value in <{name}>"))?;
             let key = rest[..eq].trim().to_string();
             let after = &rest[eq + 1..];
             let quote = after.chars().next().filter(|q| *q == '"' || *q == '\'');
@@ -296,7 +357,12 @@ mod tests {
             let bars: Vec<(&str, &str)> = rects
                 .iter()
                 .filter(|r| attr(r, "data-side") == Some(side))
-                .map(|r| (attr(r, "data-phase").unwrap(), attr(r, "data-round").unwrap()))
+                .map(|r| {
+                    (
+                        attr(r, "data-phase").unwrap(),
+                        attr(r, "data-round").unwrap(),
+                    )
+                })
                 .collect();
             let want: Vec<(&str, String)> = phases
                 .iter()
@@ -307,7 +373,10 @@ mod tests {
             for r in rects.iter().filter(|r| attr(r, "data-side") == Some(side)) {
                 let w: f64 = attr(r, "width").unwrap().parse().unwrap();
                 let x: f64 = attr(r, "x").unwrap().parse().unwrap();
-                assert!(w >= 1.0 && x >= LEFT && x + w <= WIDTH - RIGHT + 0.01, "{r:?}");
+                assert!(
+                    w >= 1.0 && x >= LEFT && x + w <= WIDTH - RIGHT + 0.01,
+                    "{r:?}"
+                );
             }
         }
         // Every phase is labelled.

@@ -47,6 +47,21 @@ impl ToolCall {
         text(&self.output)
     }
 
+    /// A short human reading: `exit 0, stdout "hi"` for run results, the text otherwise.
+    pub fn summary(&self) -> String {
+        let Some(code) = self.output.get("exit_code") else {
+            return self.output_text();
+        };
+        let mut parts = vec![format!("exit {}", text(code))];
+        for stream in ["stdout", "stderr"] {
+            let s = self.output.get(stream).map(text).unwrap_or_default();
+            if !s.trim().is_empty() {
+                parts.push(format!("{stream} {:?}", s.trim()));
+            }
+        }
+        parts.join(", ")
+    }
+
     /// The exit code when the output is a run result.
     pub fn exit_code(&self) -> Option<i64> {
         self.output.get("exit_code").and_then(Value::as_i64)

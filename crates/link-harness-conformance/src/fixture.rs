@@ -310,7 +310,10 @@ mod tests {
             let mut cmd = std::process::Command::new("sh");
             cmd.args(["-c", "echo $HOME:$LNK_KEYCHAIN:$XDG_CACHE_HOME"]);
             a.isolate(&mut cmd);
-            cmd.output().unwrap()
+            // Through the reaper, so its background pass never collects this child.
+            crate::reaper::global()
+                .output(&mut cmd, std::time::Duration::from_secs(30))
+                .unwrap()
         };
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.starts_with(&a.home().display().to_string()), "{text}");

@@ -1,2 +1,46 @@
-//! link-harness-conformance.
+//! link-harness-conformance: the testing kit of the runtime comparison, and its runner.
+//!
+//! It owns, one module each:
+//! - [`fixture`]: short per-run state roots outside temporary folders, removed on drop, and
+//!   the isolated environment (HOME, XDG_*, `LNK_KEYCHAIN=off`) children get;
+//! - [`probe`]: the sandbox probe (the built `link-plugin-sandbox probe`) and the native probe
+//!   (child subreaper, pidfd, `/proc`), and the skip/fail decision (`LNK_REQUIRE_*`);
+//! - [`reaper`]: the supervisor that owns every wait of the process, adopts and reaps orphans,
+//!   and identifies processes by pid and start time;
+//! - [`programs`]: the built programs a profile needs, their sizes and hashes;
+//! - [`client`]: the HTTP connection service and the host's control socket;
+//! - [`scenario`]: [`run_scenario`], one whole run producing the shared
+//!   [`Report`](link_plugin_measure::Report);
+//! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
+//! - [`trace`]: per-phase exec counts from an strace file (`runtime report`).
+//!
+//! The example `runtime` is the standalone runner; the `runtime::` tests of
+//! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
+
+pub mod client;
+pub mod fixture;
+pub mod interrupt;
+pub mod probe;
+pub mod programs;
+pub mod reaper;
+pub mod scenario;
 pub mod trace;
+
+pub use scenario::{preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig};
+
+/// Every check a report carries, in order (DESIGN §7).
+pub const CHECKS: [&str; 13] = [
+    "startup",
+    "cold_turn",
+    "warm_turn",
+    "agent_files_isolated",
+    "unauthenticated_refused",
+    "conversation_write_refused",
+    "run_tool_confined",
+    "file_tool_confined",
+    "scheduler_fired",
+    "idle_samples_completed",
+    "status_series",
+    "processes_stopped",
+    "no_orphans",
+];

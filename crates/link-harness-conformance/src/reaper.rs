@@ -6,20 +6,24 @@
 //! for by their [`Owned`] handle only. A background thread reaps every other zombie child
 //! (adopted orphans) by its exact pid, so it never steals an owned child's exit status. The
 //! cheap `waitid(P_ALL, WEXITED|WNOHANG|WNOWAIT)` peek tells whether any zombie exists before
-//! `/proc` is scanned.
+//! `/proc` is scanned. An unowned zombie is left alone for [`GRACE`] first, so code in the
+//! same process that waits for its own `std::process` child (a test, say) still collects it.
 //!
 //! [`snapshot`] and [`leftovers`] identify processes by pid *and* start time from `/proc`, so
 //! a recycled pid is never mistaken for a process the runtime started.
 
 use link_plugin_measure::sample::descendants;
 use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often the background thread looks for zombies.
 const REAP_EVERY: Duration = Duration::from_millis(50);
+
+/// How long an unowned zombie is left for a waiter of its own before it is reaped.
+pub const GRACE: Duration = Duration::from_millis(200);
 
 /// An adopted orphan the reaper collected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +37,8 @@ pub struct Reaped {
 pub struct Reaper {
     owned: Mutex<HashSet<i32>>,
     reaped: Mutex<Vec<Reaped>>,
+    /// Unowned zombies (pid, start time) and when they were first seen.
+    pending: Mutex<HashMap<(i32, u64), Instant>>,
     thread: OnceLock<()>,
 }
 
@@ -43,6 +49,7 @@ pub fn global() -> &'static Reaper {
     REAPER.get_or_init(|| Reaper {
         owned: Mutex::new(HashSet::new()),
         reaped: Mutex::new(Vec::new()),
+        pending: Mutex::new(HashMap::new()),
         thread: OnceLock::new(),
     })
 }
@@ -143,16 +150,26 @@ impl Reaper {
         lock(&self.owned).remove(&pid);
     }
 
-    /// One pass: reaps every zombie child that is not owned. Returns what it reaped.
+    /// One pass: reaps every zombie child that is not owned and has waited out [`GRACE`].
+    /// Returns what it reaped.
     pub fn reap_orphans(&self) -> Vec<Reaped> {
         if !any_zombie_child() {
+            lock(&self.pending).clear();
             return Vec::new();
         }
         let owned = lock(&self.owned);
+        let mut pending = lock(&self.pending);
         let me = rustix::process::getpid().as_raw_nonzero().get();
+        let now = Instant::now();
+        let zombies: Vec<_> = zombie_children(me)
+            .into_iter()
+            .filter(|z| !owned.contains(&z.0))
+            .collect();
+        pending.retain(|key, _| zombies.iter().any(|z| (z.0, z.2) == *key));
         let mut out = Vec::new();
-        for (pid, comm) in zombie_children(me) {
-            if owned.contains(&pid) {
+        for (pid, comm, start) in zombies {
+            let first_seen = *pending.entry((pid, start)).or_insert(now);
+            if now.duration_since(first_seen) < GRACE {
                 continue;
             }
             let Some(p) = Pid::from_raw(pid) else {
@@ -160,6 +177,7 @@ impl Reaper {
             };
             if let Ok(Some((_, status))) = rustix::process::waitpid(Some(p), WaitOptions::NOHANG)
             {
+                pending.remove(&(pid, start));
                 out.push(Reaped {
                     pid,
                     comm,
@@ -167,6 +185,7 @@ impl Reaper {
                 });
             }
         }
+        drop(pending);
         drop(owned);
         if !out.is_empty() {
             lock(&self.reaped).extend(out.iter().cloned());
@@ -191,14 +210,15 @@ fn any_zombie_child() -> bool {
     }
 }
 
-fn zombie_children(me: i32) -> Vec<(i32, String)> {
+/// Zombie children of `me`: pid, command name, start time.
+fn zombie_children(me: i32) -> Vec<(i32, String, u64)> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
     all.flatten()
         .filter_map(|p| p.stat().ok())
         .filter(|s| s.ppid == me && s.state == 'Z')
-        .map(|s| (s.pid, s.comm))
+        .map(|s| (s.pid, s.comm, s.starttime))
         .collect()
 }
 
@@ -417,6 +437,16 @@ mod tests {
         assert_eq!(out.status.code(), Some(3));
         assert_eq!(out.stdout, b"out\n");
         assert_eq!(out.stderr, b"err\n");
+    }
+
+    #[test]
+    fn a_child_waited_for_elsewhere_keeps_its_status_through_the_grace() {
+        global().become_subreaper().unwrap();
+        // Not spawned through the reaper: someone else in this process waits for it.
+        let mut child = Command::new("sh").args(["-c", "exit 5"]).spawn().unwrap();
+        std::thread::sleep(GRACE / 2);
+        global().reap_orphans();
+        assert_eq!(child.wait().unwrap().code(), Some(5));
     }
 
     #[test]

@@ -75,10 +75,20 @@ impl Plugin {
     }
 }
 
+/// Removes the state root when the test ends, passed or not.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 #[tokio::test]
 async fn works_alone_and_fails_cleanly_without_the_router() {
     let root = Plugin::root();
     let _ = std::fs::remove_dir_all(&root);
+    let _cleanup = Cleanup(root.clone());
     let layout = StateLayout::new(&root);
     let p = Plugin::start(&layout).await;
 
@@ -139,5 +149,4 @@ async fn works_alone_and_fails_cleanly_without_the_router() {
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Conflict));
     p.stop().await;
-    std::fs::remove_dir_all(&root).unwrap();
 }

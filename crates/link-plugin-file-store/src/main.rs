@@ -10,6 +10,11 @@
 //! says the caller is the link harness; `store.agent.*` only from the agent plugin (or the
 //! host directly); every `store.file.*` path is confined to the workspace (see [`paths`]),
 //! and anything resolving to the conversation log or the agent directory is `protected`.
+//!
+//! Torn conversation tails (a crash mid-append) are reported by `store.conversation.read` as
+//! `torn: "<reason>"` beside the intact entries, and repaired by the next append, which cuts
+//! only the torn bytes and records them in `conversation.repairs.jsonl` (an append of no
+//! entries repairs without adding anything). `store.file.list` also answers `truncated`.
 
 mod conversation;
 mod paths;
@@ -56,7 +61,7 @@ struct Store {
     lock: Mutex<()>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct PathBody {
     #[serde(default)]
     path: String,
@@ -104,9 +109,12 @@ impl Store {
                 Ok(json!({ "bytes": bytes }))
             }
             r::STORE_FILE_LIST => {
-                let body: PathBody = server::body(req).unwrap_or(PathBody {
-                    path: String::new(),
-                });
+                // `{path?}`: an absent body lists the workspace itself.
+                let body: PathBody = if req.body.is_null() {
+                    PathBody::default()
+                } else {
+                    server::body(req)?
+                };
                 let (entries, truncated) = self.workspace(agent)?.list(&body.path)?;
                 Ok(json!({"entries": entries, "truncated": truncated}))
             }

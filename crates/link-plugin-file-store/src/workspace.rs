@@ -98,13 +98,22 @@ impl Workspace {
             Err(Errno::NOENT) => Mode::from_raw_mode(0o644),
             Err(e) => return Err(io_error(e, path)),
         };
-        let tmp = temp_name();
-        let result = write_then_rename(&target.dir, &tmp, name, mode, content.as_bytes());
-        if result.is_err() {
-            let _ = rustix::fs::unlinkat(&target.dir, tmp.as_str(), AtFlags::empty());
+        // A name taken already (by a command in the workspace, say) just means another try.
+        for _ in 0..8 {
+            let tmp = temp_name();
+            match write_then_rename(&target.dir, &tmp, name, mode, content.as_bytes()) {
+                Ok(()) => return Ok(content.len() as u64),
+                Err(Step::Create(Errno::EXIST)) => continue,
+                Err(Step::Create(e)) => return Err(io_error(e, path)),
+                Err(Step::Write(e)) => {
+                    let _ = rustix::fs::unlinkat(&target.dir, tmp.as_str(), AtFlags::empty());
+                    return Err(io_error(e, path));
+                }
+            }
         }
-        result.map_err(|e| io_error(e, path))?;
-        Ok(content.len() as u64)
+        Err(RemoteError::internal(format!(
+            "{path:?}: no free temporary file name in its directory"
+        )))
     }
 
     /// Lists one directory (not recursive), sorted by name, hiding the store's temp files.
@@ -269,27 +278,36 @@ impl Workspace {
     }
 }
 
+/// Where an atomic write failed: creating the temporary file, or after it existed.
+enum Step {
+    Create(Errno),
+    Write(Errno),
+}
+
 fn write_then_rename(
     dir: &OwnedFd,
     tmp: &str,
     name: &str,
     mode: Mode,
     bytes: &[u8],
-) -> rustix::io::Result<()> {
+) -> Result<(), Step> {
     let fd = rustix::fs::openat(
         dir,
         tmp,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         mode,
-    )?;
-    rustix::fs::fchmod(&fd, mode)?; // the umask may have narrowed it
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)
-        .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
-    rustix::fs::fsync(&file)?;
-    drop(file);
-    rustix::fs::renameat(dir, tmp, dir, name)?;
-    rustix::fs::fsync(dir)
+    )
+    .map_err(Step::Create)?;
+    let write = || -> rustix::io::Result<()> {
+        rustix::fs::fchmod(&fd, mode)?; // the umask may have narrowed it
+        let mut file = std::fs::File::from(fd.try_clone().map_err(|_| Errno::IO)?);
+        file.write_all(bytes)
+            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?;
+        rustix::fs::fsync(&file)?;
+        rustix::fs::renameat(dir, tmp, dir, name)?;
+        rustix::fs::fsync(dir)
+    };
+    write().map_err(Step::Write)
 }
 
 fn temp_name() -> String {

@@ -60,6 +60,12 @@ struct CodeTool {
     router: PathBuf,
 }
 
+/// Work left in a search walk.
+enum Item {
+    Dir(String),
+    File(String, u64),
+}
+
 #[derive(Deserialize)]
 struct Entry {
     name: String,
@@ -97,52 +103,62 @@ impl CodeTool {
     async fn search(&self, agent: &str, pattern: &str) -> Result<Value, RemoteError> {
         let re = code::compile(pattern)?;
         let mut found = code::Found::default();
+        // Set when the walk itself was cut short (too many files, dirs or bytes).
+        let mut walk_cut = false;
         let (mut files, mut dirs, mut read) = (0usize, 0usize, 0u64);
-        // Depth first over sorted listings, so results come in path order.
-        let mut stack = vec![String::new()];
-        while let Some(dir) = stack.pop() {
-            dirs += 1;
-            let listed = self
-                .call(r::STORE_FILE_LIST, agent, json!({ "path": dir }))
-                .await?;
-            let entries: Vec<Entry> = serde_json::from_value(listed["entries"].clone())
-                .map_err(|e| RemoteError::internal(format!("store.file.list answer: {e}")))?;
-            let mut subdirs = Vec::new();
-            for e in entries {
-                let path = if dir.is_empty() {
-                    e.name
-                } else {
-                    format!("{dir}/{}", e.name)
-                };
-                match e.kind.as_str() {
-                    "dir" => subdirs.push(path),
-                    "file" if e.bytes <= MAX_FILE => {
-                        if files == MAX_FILES || read + e.bytes > MAX_READ_BYTES {
-                            found.truncated = true;
-                            break;
-                        }
-                        files += 1;
-                        read += e.bytes;
-                        if let Some(text) = self.read_text(agent, &path).await? {
-                            found.search(&re, &path, &text);
-                        }
-                    }
-                    _ => {} // symlinks, oversized and special files are not searched
-                }
-                if found.full() {
-                    break;
-                }
-            }
+        // Depth first over sorted listings, so matches come in path order.
+        let mut stack = vec![Item::Dir(String::new())];
+        while let Some(item) = stack.pop() {
             if found.full() {
                 break;
             }
-            if dirs + stack.len() + subdirs.len() > MAX_DIRS {
-                found.truncated = true;
-                break;
+            match item {
+                Item::Dir(dir) => {
+                    dirs += 1;
+                    if dirs > MAX_DIRS {
+                        walk_cut = true;
+                        break;
+                    }
+                    let (entries, cut) = self.list(agent, &dir).await?;
+                    walk_cut |= cut;
+                    for e in entries.into_iter().rev() {
+                        let path = if dir.is_empty() {
+                            e.name
+                        } else {
+                            format!("{dir}/{}", e.name)
+                        };
+                        match e.kind.as_str() {
+                            "dir" => stack.push(Item::Dir(path)),
+                            "file" if e.bytes <= MAX_FILE => stack.push(Item::File(path, e.bytes)),
+                            _ => {} // symlinks, oversized and special files are not searched
+                        }
+                    }
+                }
+                Item::File(path, bytes) => {
+                    if files == MAX_FILES || read + bytes > MAX_READ_BYTES {
+                        walk_cut = true;
+                        break;
+                    }
+                    files += 1;
+                    read += bytes;
+                    if let Some(text) = self.read_text(agent, &path).await? {
+                        found.search(&re, &path, &text);
+                    }
+                }
             }
-            stack.extend(subdirs.into_iter().rev());
         }
-        Ok(json!({"matches": found.matches, "truncated": found.truncated}))
+        let truncated = found.truncated || walk_cut;
+        Ok(json!({"matches": found.matches, "truncated": truncated}))
+    }
+
+    /// One directory's entries, and whether the store cut the listing short.
+    async fn list(&self, agent: &str, dir: &str) -> Result<(Vec<Entry>, bool), RemoteError> {
+        let listed = self
+            .call(r::STORE_FILE_LIST, agent, json!({ "path": dir }))
+            .await?;
+        let entries = serde_json::from_value(listed["entries"].clone())
+            .map_err(|e| RemoteError::internal(format!("store.file.list answer: {e}")))?;
+        Ok((entries, listed["truncated"].as_bool().unwrap_or(false)))
     }
 
     /// A file's text, or `None` when it cannot be searched (not UTF-8, gone meanwhile).

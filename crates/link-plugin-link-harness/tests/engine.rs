@@ -256,6 +256,31 @@ fn diagnostic_turns_code_tool_and_scheduler() {
     assert_eq!(roles(&log), ["user", "assistant", "user", "assistant"]);
     assert_eq!(log[2]["content"], "hello again");
 
+    // A torn tail (an append cut short by a crash) fails the next turn with what happened,
+    // is cut off, and the turn after that runs on the intact log.
+    let log_file = link.layout().agent_conversation(&a);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log_file)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"role\":\"user\",\"con").unwrap();
+    drop(f);
+    let (status, err) = link.http(
+        "POST",
+        &format!("/v1/agents/{a}/turns"),
+        Some(json!({"message": "after the crash"})),
+    );
+    assert_eq!(status, 409, "{err}");
+    assert_eq!(err["error"]["code"], "conflict");
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("torn"),
+        "{err}"
+    );
+    let after = link.turn(&a, "after the crash");
+    assert_eq!(after["reply"], "link-local reply #3: after the crash");
+    assert_eq!(link.conversation(&a).len(), 6);
+    assert!(std::fs::read(&log_file).unwrap().ends_with(b"}\n"));
+
     // The file tool is not offered in diagnostic mode; the code tool is.
     let refused = link.turn(&a, "write a.txt: hi");
     assert_eq!(refused["tool_calls"], json!([]), "{refused}");
@@ -341,11 +366,11 @@ fn diagnostic_turns_code_tool_and_scheduler() {
 }
 
 #[test]
-fn confined_file_tool_writes_then_reads() {
+fn confined_file_and_run_tools() {
     let link = match start("confined") {
         Started::Up(link) => link,
         Started::Unconfinable(reason) if !require_sandbox() => {
-            eprintln!("SKIPPED confined_file_tool_writes_then_reads: {reason}");
+            eprintln!("SKIPPED confined_file_and_run_tools: {reason}");
             return;
         }
         Started::Unconfinable(reason) => panic!("LNK_REQUIRE_SANDBOX=1 but: {reason}"),
@@ -363,6 +388,14 @@ fn confined_file_tool_writes_then_reads() {
     assert_eq!(call["ok"], true, "{read}");
     assert_eq!(call["output"]["content"], "hi", "{read}");
     assert!(read["reply"].as_str().unwrap().contains("hi"), "{read}");
+
+    // The run tool runs in the agent's workspace, through the sandbox.
+    let ran = link.turn(&a, "run: cat a.txt");
+    let call = &ran["tool_calls"][0];
+    assert_eq!(call["tool"], "run", "{ran}");
+    assert_eq!(call["ok"], true, "{ran}");
+    assert_eq!(call["output"]["exit_code"], 0, "{ran}");
+    assert_eq!(call["output"]["stdout"], "hi", "{ran}");
 
     // The conversation itself is out of the file tool's reach: refused, fed back, recorded.
     let refused = link.turn(&a, "read ../conversation.jsonl");

@@ -69,6 +69,11 @@ impl State {
             ));
         }
         let agent = link_protocol::server::agent(&req)?;
+        if agent.is_empty() || agent.contains('/') || agent.starts_with('.') {
+            return Err(RemoteError::bad_request(format!(
+                "invalid agent id `{agent}`"
+            )));
+        }
         let body: RunRequest = link_protocol::server::body(&req)?;
         let timeout = body.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
         if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
@@ -92,16 +97,11 @@ impl State {
             "env": {},
         });
         let router = self.layout.router_socket();
-        let result = link_protocol::client::call_once(
-            &router,
-            routes::SANDBOX_EXEC,
-            Some(agent),
-            exec,
-        )
-        .await?;
-        let r: ExecResult = serde_json::from_value(result).map_err(|e| {
-            RemoteError::internal(format!("unexpected sandbox.exec result: {e}"))
-        })?;
+        let result =
+            link_protocol::client::call_once(&router, routes::SANDBOX_EXEC, Some(agent), exec)
+                .await?;
+        let r: ExecResult = serde_json::from_value(result)
+            .map_err(|e| RemoteError::internal(format!("unexpected sandbox.exec result: {e}")))?;
         tracing::info!(agent, exit = ?r.exit_code, timed_out = r.timed_out, "tool.run");
         let result = RunResult {
             exit_code: r.exit_code,

@@ -40,7 +40,7 @@ pub fn parse_message(text: &str) -> Option<Vec<Instruction>> {
 
 /// Parses one trimmed line.
 pub fn parse_line(line: &str) -> Option<Instruction> {
-    let (verb, rest) = match line.split_once(|c: char| c == ' ' || c == ':') {
+    let (verb, rest) = match line.split_once([' ', ':']) {
         Some((verb, _)) => (verb, &line[verb.len()..]),
         None => (line, ""),
     };

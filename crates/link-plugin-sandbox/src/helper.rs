@@ -56,6 +56,36 @@ impl Status {
     }
 }
 
+/// The arguments of `landlock-exec [--status-fd N] [--rw DIR]... -- COMMAND...`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Args {
+    pub status_fd: Option<RawFd>,
+    pub rw: Vec<PathBuf>,
+    pub command: Vec<OsString>,
+}
+
+/// Parses the arguments after `landlock-exec`.
+pub fn parse_args(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
+    let mut parsed = Args::default();
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("--status-fd") => {
+                let fd = args.next().and_then(|v| v.to_str()?.parse().ok());
+                parsed.status_fd = Some(fd.ok_or("--status-fd needs a descriptor number")?);
+            }
+            Some("--rw") => parsed
+                .rw
+                .push(args.next().ok_or("--rw needs a directory")?.into()),
+            Some("--") => {
+                parsed.command = args.collect();
+                return Ok(parsed);
+            }
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    Err("missing `-- COMMAND...`".into())
+}
+
 /// Applies Landlock with `rw` writable, then executes `argv`. Never returns.
 pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsString>) -> ! {
     // SAFETY: the fd number was passed by our parent for us alone.
@@ -98,7 +128,11 @@ fn close_inherited_on_exec() {
         return;
     };
     for entry in dir.flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|s| s.parse::<RawFd>().ok()) else {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<RawFd>().ok())
+        else {
             continue;
         };
         if fd > 2 {
@@ -193,6 +227,22 @@ pub fn errno_name(raw: Option<i32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn helper_arguments() {
+        let args = |s: &str| {
+            s.split(' ')
+                .map(OsString::from)
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let a = parse_args(args("--status-fd 7 --rw /w --rw /h -- sh -c --rw")).unwrap();
+        assert_eq!(a.status_fd, Some(7));
+        assert_eq!(a.rw, [PathBuf::from("/w"), PathBuf::from("/h")]);
+        assert_eq!(a.command, ["sh", "-c", "--rw"]);
+        assert!(parse_args(args("--rw /w")).is_err());
+        assert!(parse_args(args("--bogus -- x")).is_err());
+    }
 
     #[test]
     fn status_lines() {

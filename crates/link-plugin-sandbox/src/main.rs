@@ -33,16 +33,6 @@ enum Cmd {
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
     },
-    /// Inside the sandbox: apply Landlock, then execute the command.
-    #[command(hide = true)]
-    LandlockExec {
-        #[arg(long)]
-        status_fd: Option<i32>,
-        #[arg(long)]
-        rw: Vec<PathBuf>,
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        command: Vec<OsString>,
-    },
     /// Inside the sandbox: the probe's checks.
     #[command(hide = true)]
     ProbeInside {
@@ -54,13 +44,23 @@ enum Cmd {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The helper runs before every confined command: parsed by hand, without clap, to start fast.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref()
+        == Some(std::ffi::OsStr::new(
+            link_plugin_sandbox::policy::LANDLOCK_EXEC,
+        ))
+    {
+        match helper::parse_args(args) {
+            Ok(a) => helper::landlock_exec(a.status_fd, a.rw, a.command),
+            Err(e) => {
+                eprintln!("link-plugin-sandbox landlock-exec: {e}");
+                std::process::exit(helper::EXIT_SETUP);
+            }
+        }
+    }
     let cli = Cli::parse();
     match cli.cmd {
-        Some(Cmd::LandlockExec {
-            status_fd,
-            rw,
-            command,
-        }) => helper::landlock_exec(status_fd, rw, command),
         Some(Cmd::ProbeInside { port, name }) => helper::probe_inside(port, &name),
         Some(Cmd::Probe) => probe(),
         Some(Cmd::Exec {
@@ -122,15 +122,24 @@ fn exec(
         timeout: Duration::from_secs(timeout),
         output: run::Output::Inherit,
     };
+    let _ = run::become_subreaper();
     let outcome = match runtime()?.block_on(run::run(&spec)) {
         Ok(o) => o,
+        Err(run::RunError::Bwrap { stderr, code }) => fail(anyhow::anyhow!(
+            "{}",
+            link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1
+        )),
         Err(e) => fail(e.into()),
     };
     if outcome.timed_out {
         eprintln!("link-plugin-sandbox: killed after the {timeout}s time limit");
         std::process::exit(124);
     }
-    std::process::exit(outcome.exit_code.unwrap_or(128 + outcome.signal.unwrap_or(9)));
+    std::process::exit(
+        outcome
+            .exit_code
+            .unwrap_or(128 + outcome.signal.unwrap_or(9)),
+    );
 }
 
 /// The sandbox could not run the command: say why and exit 125 (nothing ran).
@@ -142,6 +151,7 @@ fn fail(e: anyhow::Error) -> ! {
 fn plugin() -> anyhow::Result<()> {
     link_protocol::plugin::init_logging();
     let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    run::become_subreaper().context("prctl(PR_SET_CHILD_SUBREAPER)")?;
     let bwrap = which::which("bwrap").ok();
     if bwrap.is_none() {
         tracing::warn!("bwrap is not on PATH: every sandbox.exec will be refused as unavailable");

@@ -24,7 +24,12 @@ const SYSTEM: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
 /// Files under /etc that root could read through the owner bits even without capabilities.
-const MASKED_FILES: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"];
+const MASKED_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
 const MASKED_DIRS: &[&str] = &["/etc/ssh", "/etc/ssl/private"];
 
 /// Writable inside the sandbox besides the workspace and home: private tmpfs mounts.
@@ -95,7 +100,15 @@ impl Policy {
             None => a.flags(&["--tmpfs", HOME]),
         }
         a.op("--ro-bind", &self.helper, HELPER);
-        a.flags(&["--remount-ro", "/", "--chdir", WORKSPACE, "--", HELPER, LANDLOCK_EXEC]);
+        a.flags(&[
+            "--remount-ro",
+            "/",
+            "--chdir",
+            WORKSPACE,
+            "--",
+            HELPER,
+            LANDLOCK_EXEC,
+        ]);
         if let Some(fd) = status_fd {
             a.flags(&["--status-fd"]);
             a.push(fd.to_string());

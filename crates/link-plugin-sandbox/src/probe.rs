@@ -352,7 +352,11 @@ async fn production_run(
 }
 
 fn check(report: &mut ProbeReport, name: &str, ok: bool, otherwise: &str) {
-    let value = if ok { "ok".into() } else { otherwise.to_owned() };
+    let value = if ok {
+        "ok".into()
+    } else {
+        otherwise.to_owned()
+    };
     report.checks.insert(name.into(), value);
 }
 
@@ -375,10 +379,7 @@ pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) 
              allow them with `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` or an \
              AppArmor profile granting `userns` to bwrap",
         )
-    } else if msg.contains("No permissions to create new namespace")
-        || msg.contains("Creating new namespace failed")
-        || msg.contains("unshare")
-    {
+    } else if msg.contains("new namespace") {
         Some(
             "user namespaces cannot be created (a container's seccomp profile, or \
              user.max_user_namespaces=0): run the container with a seccomp profile that allows \
@@ -399,5 +400,38 @@ pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) 
             ProbeStatus::Broken,
             format!("bubblewrap failed (exit {code:?}): {msg}"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_bwrap_failures_are_named_with_their_fix() {
+        let cases = [
+            ("bwrap: setting up uid map: Permission denied", "AppArmor"),
+            (
+                "bwrap: No permissions to creating new namespace, likely because the kernel \
+                 does not allow non-privileged user namespaces.",
+                "seccomp",
+            ),
+            (
+                "bwrap: Creating new namespace failed: Operation not permitted",
+                "seccomp",
+            ),
+            (
+                "bwrap: Can't mount proc on /newroot/proc: Operation not permitted",
+                "/proc",
+            ),
+        ];
+        for (stderr, cause) in cases {
+            let (status, reason) = diagnose_bwrap(stderr, Some(1));
+            assert_eq!(status, ProbeStatus::Unavailable, "{stderr}");
+            assert!(reason.contains(cause), "{reason}");
+        }
+        let (status, reason) = diagnose_bwrap("bwrap: something new", Some(1));
+        assert_eq!(status, ProbeStatus::Broken);
+        assert!(reason.contains("something new"));
     }
 }

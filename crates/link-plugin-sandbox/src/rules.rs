@@ -129,26 +129,25 @@ fn add_path(
 
 /// Turns a restriction status into the kernel ABI, or the named reason it is not enough.
 pub fn check_status(status: &RestrictionStatus) -> Result<u32, SandboxError> {
-    let abi = match status.landlock {
-        LandlockStatus::NotImplemented => {
-            return Err(SandboxError::Unavailable(
-                "kernel without Landlock (ENOSYS): use a Linux >= 6.12 kernel built with \
+    let abi =
+        match status.landlock {
+            LandlockStatus::NotImplemented => {
+                return Err(SandboxError::Unavailable(
+                    "kernel without Landlock (ENOSYS): use a Linux >= 6.12 kernel built with \
                  CONFIG_SECURITY_LANDLOCK=y"
-                    .into(),
-            ))
-        }
-        LandlockStatus::NotEnabled => {
-            return Err(SandboxError::Unavailable(
+                        .into(),
+                ))
+            }
+            LandlockStatus::NotEnabled => return Err(SandboxError::Unavailable(
                 "Landlock is built into the kernel but not enabled (EOPNOTSUPP): add `landlock` \
                  to the `lsm=` kernel boot parameter"
                     .into(),
-            ))
-        }
-        LandlockStatus::Available {
-            effective_abi,
-            kernel_abi,
-        } => kernel_abi.map_or(abi_number(effective_abi), |k| k as u32),
-    };
+            )),
+            LandlockStatus::Available {
+                effective_abi,
+                kernel_abi,
+            } => kernel_abi.map_or(abi_number(effective_abi), |k| k as u32),
+        };
     if status.ruleset != RulesetStatus::FullyEnforced {
         return Err(SandboxError::Unavailable(format!(
             "kernel Landlock ABI {abi} cannot fully enforce the rights of the pinned ABI \

@@ -3,7 +3,9 @@
 //!
 //! On timeout the namespace's init (its pid comes from bwrap's `--info-fd`) is killed through
 //! a pidfd: the kernel then kills every process of the PID namespace, and the pidfd becomes
-//! readable only once they are all gone, so nothing outlives [`run`].
+//! readable only once they are all gone, so nothing outlives [`run`]. bwrap itself is killed
+//! too; the init it leaves behind is reaped here when this process is a child subreaper
+//! ([`become_subreaper`]), otherwise by whoever adopts it.
 
 use crate::helper::Status;
 use crate::policy::Policy;
@@ -105,7 +107,10 @@ pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
     drop((info_w, status_w));
 
-    let stdout = child.stdout.take().map(|s| tokio::spawn(read_capped(s, cap)));
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(read_capped(s, cap)));
     let stderr_pipe = child.stderr.take();
     let stderr = if capture {
         stderr_pipe.map(|s| tokio::spawn(read_capped(s, cap)))
@@ -156,8 +161,10 @@ pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
         Some(9)
     } else {
         use std::os::unix::process::ExitStatusExt;
-        exit.and_then(|s| s.signal())
-            .or_else(|| code.filter(|c| (129..=128 + 64).contains(c)).map(|c| c - 128))
+        exit.and_then(|s| s.signal()).or_else(|| {
+            code.filter(|c| (129..=128 + 64).contains(c))
+                .map(|c| c - 128)
+        })
     };
     Ok(Outcome {
         exit_code: code,
@@ -206,6 +213,25 @@ async fn kill_tree(child: &mut tokio::process::Child, init: Option<&OwnedFd>) {
 /// Waits until the process behind `pidfd` has exited: for a namespace's init, that is after
 /// every other process of the namespace is gone.
 async fn wait_gone(pidfd: &OwnedFd) {
+    wait_readable(pidfd).await;
+    // Reap it if it was reparented to us (we are a subreaper and bwrap died first); ECHILD
+    // otherwise, which is fine.
+    let _ = rustix::process::waitid(
+        rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(pidfd)),
+        rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
+    );
+}
+
+/// Makes this process the reaper of orphans below it, so a namespace init orphaned by a
+/// time-limit kill is reaped by [`run`] rather than left to PID 1. Process-wide: binaries call
+/// it once at start; a library caller decides for itself.
+pub fn become_subreaper() -> std::io::Result<()> {
+    let me = rustix::process::getpid();
+    rustix::process::set_child_subreaper(Some(me))?;
+    Ok(())
+}
+
+async fn wait_readable(pidfd: &OwnedFd) {
     // SAFETY: the pidfd outlives this registration, which ends when `fd` drops below.
     let registered = unsafe {
         tokio::io::unix::AsyncFd::register_with_interest(

@@ -104,10 +104,12 @@ impl Service {
             ));
         }
         let overrides: Vec<(String, String)> = body.env.into_iter().collect();
-        let env = Policy::env(|k| std::env::var_os(k), &overrides)
-            .map_err(RemoteError::bad_request)?;
+        let env =
+            Policy::env(|k| std::env::var_os(k), &overrides).map_err(RemoteError::bad_request)?;
         let bwrap = self.bwrap.clone().ok_or_else(|| {
-            unavailable("bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)")
+            unavailable(
+                "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)",
+            )
         })?;
         let spec = Spec {
             bwrap,

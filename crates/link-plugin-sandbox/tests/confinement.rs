@@ -25,8 +25,16 @@ fn writes_land_only_in_the_workspace_and_home() {
         ("usr", format!("/usr/{name}"), "EROFS"),
         ("root", format!("/{name}"), "EROFS"),
         ("dev", format!("/dev/{name}"), "EACCES"),
-        ("state", format!("{}/{name}", root.path().display()), "ENOENT"),
-        ("other_agent", format!("{}/{name}", other.display()), "ENOENT"),
+        (
+            "state",
+            format!("{}/{name}", root.path().display()),
+            "ENOENT",
+        ),
+        (
+            "other_agent",
+            format!("{}/{name}", other.display()),
+            "ENOENT",
+        ),
     ];
     let calls: Vec<String> = targets
         .iter()
@@ -48,7 +56,11 @@ fn writes_land_only_in_the_workspace_and_home() {
         other.join(&name),
         host_tmp,
     ] {
-        assert!(!refused.exists(), "{} appeared on the host", refused.display());
+        assert!(
+            !refused.exists(),
+            "{} appeared on the host",
+            refused.display()
+        );
     }
 }
 
@@ -82,7 +94,14 @@ fn other_agents_and_state_secrets_are_not_even_visible() {
     let got = exec_py(&ws, None, &script);
     assert_eq!(got["own_read"], "ok", "{got}");
     assert_eq!(got["own_list"], "ok", "{got}");
-    for key in ["other_read", "other_list", "secret_read", "state_list", "agents_list", "run_list"] {
+    for key in [
+        "other_read",
+        "other_list",
+        "secret_read",
+        "state_list",
+        "agents_list",
+        "run_list",
+    ] {
         assert_eq!(got[key], "ENOENT", "{key}: {got}");
     }
 }
@@ -96,7 +115,10 @@ fn loopback_tcp_and_udp_fail_inside_and_work_outside() {
     let ws = root.workspace("a1");
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let (tp, up) = (tcp.local_addr().unwrap().port(), udp.local_addr().unwrap().port());
+    let (tp, up) = (
+        tcp.local_addr().unwrap().port(),
+        udp.local_addr().unwrap().port(),
+    );
     let script = format!(
         "{PY_PRELUDE}\n\
          def tcp():\n    s = socket.create_connection(('127.0.0.1', {tp}), timeout=3); s.close()\n\
@@ -104,22 +126,33 @@ fn loopback_tcp_and_udp_fail_inside_and_work_outside() {
          print(json.dumps({{'tcp': _e(tcp), 'udp_send': _e(udp)}}))"
     );
     let got = exec_py(&ws, None, &script);
-    assert_ne!(got["tcp"], "ok", "TCP connect to the host's loopback worked: {got}");
+    assert_ne!(
+        got["tcp"], "ok",
+        "TCP connect to the host's loopback worked: {got}"
+    );
     tcp.set_nonblocking(true).unwrap();
     udp.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 64];
     assert!(tcp.accept().is_err(), "a connection arrived from inside");
-    assert!(udp.recv_from(&mut buf).is_err(), "a datagram arrived from inside");
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "a datagram arrived from inside"
+    );
 
     // The same connect and send from outside the sandbox work.
     let _client = std::net::TcpStream::connect(("127.0.0.1", tp)).unwrap();
-    assert!(wait_for(5, || tcp.accept().is_ok()), "outside TCP connect did not arrive");
+    assert!(
+        wait_for(5, || tcp.accept().is_ok()),
+        "outside TCP connect did not arrive"
+    );
     UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .send_to(b"outside", ("127.0.0.1", up))
         .unwrap();
     assert!(
-        wait_for(5, || udp.recv_from(&mut buf).is_ok_and(|(n, _)| &buf[..n] == b"outside")),
+        wait_for(5, || udp
+            .recv_from(&mut buf)
+            .is_ok_and(|(n, _)| &buf[..n] == b"outside")),
         "outside datagram did not arrive"
     );
 }
@@ -145,8 +178,16 @@ fn proc_shows_only_the_sandbox_and_privileges_are_gone() {
     let comms: Vec<String> = serde_json::from_value(got["comms"].clone()).unwrap();
     // The namespace's init (bwrap) and the command itself, nothing of the host.
     assert!(pids.len() <= 2, "visible processes: {got}");
-    assert!(pids.contains(&1) && pids.contains(&got["self"].as_u64().unwrap()), "{got}");
-    assert!(comms.iter().all(|c| c == "bwrap" || c.starts_with("python")), "{got}");
+    assert!(
+        pids.contains(&1) && pids.contains(&got["self"].as_u64().unwrap()),
+        "{got}"
+    );
+    assert!(
+        comms
+            .iter()
+            .all(|c| c == "bwrap" || c.starts_with("python")),
+        "{got}"
+    );
     assert_eq!(got["CapEff"], "0000000000000000", "{got}");
     assert_eq!(got["CapPrm"], "0000000000000000", "{got}");
     assert_eq!(got["NoNewPrivs"], "1", "{got}");
@@ -160,7 +201,12 @@ fn a_command_past_its_time_limit_is_killed_with_its_whole_tree() {
     let root = Root::new();
     let ws = root.workspace("a1");
     // Within its limit, a command finishes normally.
-    let quick = exec(&ws, None, &["--timeout", "30"], &["/bin/sh", "-c", "exit 3"]);
+    let quick = exec(
+        &ws,
+        None,
+        &["--timeout", "30"],
+        &["/bin/sh", "-c", "exit 3"],
+    );
     assert_eq!(quick.status.code(), Some(3));
 
     let marker = format!("3000.{}", std::process::id() as u64 * 1000 + 7);
@@ -193,7 +239,10 @@ fn a_missing_command_exits_127_and_is_not_a_refusal() {
     let missing = exec(&ws, None, &[], &["no-such-command-lnk"]);
     assert_eq!(missing.status.code(), Some(127));
     let stderr = String::from_utf8_lossy(&missing.stderr);
-    assert!(stderr.contains("command not found: no-such-command-lnk"), "{stderr}");
+    assert!(
+        stderr.contains("command not found: no-such-command-lnk"),
+        "{stderr}"
+    );
     let via_shell = exec(&ws, None, &[], &["/bin/sh", "-c", "no-such-command-lnk"]);
     assert_eq!(via_shell.status.code(), Some(127));
 }
@@ -211,7 +260,10 @@ fn without_bwrap_on_path_the_probe_says_unavailable() {
     assert_eq!(report["status"], "unavailable");
     let reason = report["reason"].as_str().unwrap();
     if report["landlock_abi"].is_u64() {
-        assert!(reason.contains("bwrap") && reason.contains("not on PATH"), "{reason}");
+        assert!(
+            reason.contains("bwrap") && reason.contains("not on PATH"),
+            "{reason}"
+        );
     }
     // And with bwrap reachable, the same probe proves confinement (or names why not).
     let _ = sandbox_or_skip();

@@ -49,7 +49,11 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
     cmd.args(["-I", "-S", "-c", &script]);
     unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
     let out = cmd.output().expect("spawn the confined child");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(got["rw"], "ok", "{got}");
     assert_eq!(got["outside"], "EACCES", "{got}");
@@ -60,9 +64,15 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
     assert_eq!(got["sock_out"], "EACCES", "{got}");
     assert_eq!(got["nnp"], "1", "{got}");
     assert_eq!(std::fs::read_to_string(rw.join("ok")).unwrap(), "x");
-    assert!(!outside.join("bad").exists(), "the refused write reached the host");
+    assert!(
+        !outside.join("bad").exists(),
+        "the refused write reached the host"
+    );
     assert!(!outside.join("p.sock").exists());
-    assert_eq!(std::fs::read_to_string(outside.join("existing")).unwrap(), "keep");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("existing")).unwrap(),
+        "keep"
+    );
 }
 
 #[test]

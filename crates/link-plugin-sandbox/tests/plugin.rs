@@ -91,8 +91,14 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     assert_eq!(r["timed_out"], false);
     assert_eq!(r["missing_command"], false);
     assert!(r["duration_ms"].is_u64());
-    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "data\n");
-    assert_eq!(std::fs::read_to_string(ws.join("home.txt")).unwrap(), "/home/agent\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "data\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("home.txt")).unwrap(),
+        "/home/agent\n"
+    );
 
     // Output over the cap is cut and reported, not silently dropped.
     let r = p
@@ -125,10 +131,19 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     assert!(r["duration_ms"].as_u64().unwrap() >= 1500);
     let left = processes_with(&marker);
     assert!(left.is_empty(), "processes left after the kill: {left:?}");
+    let plugin_pid = p.child.id().unwrap();
+    assert!(
+        wait_for(10, || children_of(plugin_pid).is_empty()),
+        "unreaped children of the plugin: {:?}",
+        children_of(plugin_pid)
+    );
 
     // A missing command is reported as such.
     let r = p
-        .exec("a1", json!({"argv": ["no-such-command-lnk"], "workspace": ws}))
+        .exec(
+            "a1",
+            json!({"argv": ["no-such-command-lnk"], "workspace": ws}),
+        )
         .await
         .unwrap();
     assert_eq!(r["exit_code"], 127, "{r}");
@@ -139,11 +154,26 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     std::fs::create_dir_all(&outside).unwrap();
     std::os::unix::fs::symlink(&other_ws, ws.join("escape")).unwrap();
     for (what, body) in [
-        ("outside the agents dir", json!({"argv": ["true"], "workspace": outside})),
-        ("another agent's workspace", json!({"argv": ["true"], "workspace": other_ws})),
-        ("a symlink out", json!({"argv": ["true"], "workspace": ws.join("escape")})),
-        ("dot-dot", json!({"argv": ["true"], "workspace": ws.join("../../a2/workspace")})),
-        ("another agent's home", json!({"argv": ["true"], "workspace": ws, "home": root.home("a2")})),
+        (
+            "outside the agents dir",
+            json!({"argv": ["true"], "workspace": outside}),
+        ),
+        (
+            "another agent's workspace",
+            json!({"argv": ["true"], "workspace": other_ws}),
+        ),
+        (
+            "a symlink out",
+            json!({"argv": ["true"], "workspace": ws.join("escape")}),
+        ),
+        (
+            "dot-dot",
+            json!({"argv": ["true"], "workspace": ws.join("../../a2/workspace")}),
+        ),
+        (
+            "another agent's home",
+            json!({"argv": ["true"], "workspace": ws, "home": root.home("a2")}),
+        ),
     ] {
         let e = p.exec("a1", body).await.unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::Forbidden), "{what}: {e}");
@@ -158,20 +188,27 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
 
     // Environment names off the allow-list are refused, allowed ones pass.
     let e = p
-        .exec("a1", json!({"argv": ["true"], "workspace": ws, "env": {"AWS_SECRET": "x"}}))
+        .exec(
+            "a1",
+            json!({"argv": ["true"], "workspace": ws, "env": {"AWS_SECRET": "x"}}),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::BadRequest), "{e}");
     let r = p
-        .exec("a1", json!({"argv": sh("echo $TERM; env | cut -d= -f1 | sort | tr '\\n' ' '"),
-                           "workspace": ws, "env": {"TERM": "dumb"}}))
+        .exec(
+            "a1",
+            json!({"argv": sh("echo $TERM; env | cut -d= -f1 | sort | tr '\\n' ' '"),
+                           "workspace": ws, "env": {"TERM": "dumb"}}),
+        )
         .await
         .unwrap();
     let out = r["stdout"].as_str().unwrap();
     assert!(out.starts_with("dumb\n"), "{r}");
     for name in out.lines().nth(1).unwrap().split_whitespace() {
         assert!(
-            ["HOME", "PATH", "LANG", "LC_ALL", "TERM", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name),
+            ["HOME", "PATH", "LANG", "LC_ALL", "TERM", "PWD", "SHLVL", "_", "OLDPWD"]
+                .contains(&name),
             "unexpected variable {name} inside: {r}"
         );
     }
@@ -188,6 +225,10 @@ async fn diagnostic_mode_refuses_sandbox_exec() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Unavailable), "{e}");
-    assert!(e.to_string().contains("run tool disabled in diagnostic mode"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("run tool disabled in diagnostic mode"),
+        "{e}"
+    );
     p.stop().await;
 }

@@ -1,5 +1,189 @@
-//! link-plugin-secret: not built yet.
-fn main() {
-    eprintln!("link-plugin-secret is not implemented yet");
-    std::process::exit(1);
+//! link-plugin-secret: named secrets for full Link.
+//!
+//! It owns the routes `secret.get` `{name}` → `{value}`, `secret.put` `{name, value}` → `{}`
+//! and `secret.delete` `{name}` → `{deleted}`, over one of two backends chosen at start:
+//! - `keychain` ([`keychain`]): the desktop Secret Service, only where `secret-tool` is
+//!   installed, a session bus is set and a lookup answers within 2 s;
+//! - `file` ([`file`]): one 0600 file per secret under `<data>/secrets/`, written atomically.
+//!
+//! `LNK_KEYCHAIN=off` forces `file` (tests and the runtime runner set it). The backend in use
+//! is named in the start-up log line. Secret values never appear in logs or error messages.
+//! Only its parent (the host's router) may connect.
+
+mod file;
+mod keychain;
+
+use file::FileStore;
+use keychain::Keychain;
+use link_protocol::plugin::PluginEnv;
+use link_protocol::server::Peers;
+use link_protocol::{routes, ErrorCode, RemoteError, Request};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Largest value accepted by the file backend.
+const MAX_VALUE: usize = 64 * 1024;
+const MAX_NAME: usize = 64;
+
+enum Backend {
+    File(FileStore),
+    Keychain(Keychain),
+}
+
+impl Backend {
+    fn name(&self) -> &'static str {
+        match self {
+            Backend::File(_) => "file",
+            Backend::Keychain(_) => "keychain",
+        }
+    }
+
+    fn max_value(&self) -> usize {
+        match self {
+            Backend::File(_) => MAX_VALUE,
+            Backend::Keychain(_) => keychain::MAX_VALUE,
+        }
+    }
+
+    async fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
+        let known = [
+            routes::SECRET_GET,
+            routes::SECRET_PUT,
+            routes::SECRET_DELETE,
+        ];
+        if !known.contains(&req.route.as_str()) {
+            return Err(RemoteError::not_found(format!(
+                "route {} is not served by link-plugin-secret",
+                req.route
+            )));
+        }
+        let name = name(req)?;
+        match req.route.as_str() {
+            routes::SECRET_GET => match self.get(name).await? {
+                Some(value) => Ok(json!({ "value": value })),
+                None => Err(RemoteError::not_found(format!("no secret named `{name}`"))),
+            },
+            routes::SECRET_PUT => {
+                let value = value(req, self.max_value())?;
+                self.put(name, value).await?;
+                tracing::debug!("stored secret `{name}`");
+                Ok(json!({}))
+            }
+            routes::SECRET_DELETE => {
+                let deleted = self.delete(name).await?;
+                tracing::debug!(deleted, "deleted secret `{name}`");
+                Ok(json!({ "deleted": deleted }))
+            }
+            _ => unreachable!("routes are checked above"),
+        }
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<String>, RemoteError> {
+        match self {
+            Backend::File(f) => f.get(name).map_err(|e| failed("read", name, e)),
+            Backend::Keychain(k) => k.get(name).await.map_err(|e| failed("read", name, e)),
+        }
+    }
+
+    async fn put(&self, name: &str, value: &str) -> Result<(), RemoteError> {
+        match self {
+            Backend::File(f) => f.put(name, value).map_err(|e| failed("write", name, e)),
+            Backend::Keychain(k) => k
+                .put(name, value)
+                .await
+                .map_err(|e| failed("write", name, e)),
+        }
+    }
+
+    async fn delete(&self, name: &str) -> Result<bool, RemoteError> {
+        match self {
+            Backend::File(f) => f.delete(name).map_err(|e| failed("delete", name, e)),
+            Backend::Keychain(k) => k.delete(name).await.map_err(|e| failed("delete", name, e)),
+        }
+    }
+}
+
+/// A backend failure; `why` comes from the OS or secret-tool and never holds the value.
+fn failed(what: &str, name: &str, why: impl std::fmt::Display) -> RemoteError {
+    tracing::error!("cannot {what} secret `{name}`: {why}");
+    RemoteError::internal(format!("cannot {what} secret `{name}`: {why}"))
+}
+
+/// The validated `name` field: `[A-Za-z0-9._-]{1,64}`, and not `.` or `..`.
+fn name(req: &Request) -> Result<&str, RemoteError> {
+    let name = req.body["name"].as_str().ok_or_else(|| {
+        RemoteError::bad_request(format!("{} needs `name` (a string)", req.route))
+    })?;
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    let ok = (1..=MAX_NAME).contains(&name.len())
+        && name.bytes().all(allowed)
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(name)
+    } else {
+        // The refused name is not echoed: a caller may have put a secret in the wrong field.
+        Err(RemoteError::bad_request(format!(
+            "{}: invalid secret name; use 1-{MAX_NAME} of A-Z, a-z, 0-9, '.', '_', '-' \
+             (not `.` or `..`)",
+            req.route
+        )))
+    }
+}
+
+/// The `value` field of `secret.put`; errors never repeat it.
+fn value(req: &Request, max: usize) -> Result<&str, RemoteError> {
+    let value = req.body["value"]
+        .as_str()
+        .ok_or_else(|| RemoteError::bad_request("secret.put needs `value` (a string)"))?;
+    if value.len() > max {
+        return Err(RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("secret.put: value is over the {max} byte limit of this backend"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Picks the backend and says why, for the start-up log line.
+async fn choose(env: &PluginEnv) -> anyhow::Result<(Backend, String)> {
+    let why_file = if std::env::var("LNK_KEYCHAIN").is_ok_and(|v| v == "off") {
+        "LNK_KEYCHAIN=off".to_owned()
+    } else {
+        match Keychain::probe(&env.state).await {
+            Ok(k) => return Ok((Backend::Keychain(k), "the Secret Service answered".into())),
+            Err(why) => format!("no keychain: {why}"),
+        }
+    };
+    let dir = env.data.join("secrets");
+    let store = FileStore::open(dir.clone())
+        .map_err(|e| anyhow::anyhow!("cannot prepare {}: {e}", dir.display()))?;
+    Ok((Backend::File(store), why_file))
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> anyhow::Result<()> {
+    link_protocol::plugin::init_logging();
+    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let (backend, why) = choose(&env).await?;
+    match &backend {
+        Backend::File(f) => tracing::info!(
+            backend = backend.name(),
+            "ready: secrets in {} ({why})",
+            f.dir().display()
+        ),
+        Backend::Keychain(_) => tracing::info!(backend = backend.name(), "ready: {why}"),
+    }
+    let backend = Arc::new(backend);
+    let handler = link_protocol::server::handler(move |req| {
+        let backend = backend.clone();
+        async move { backend.handle(&req).await }
+    });
+    let routes = [
+        routes::SECRET_GET,
+        routes::SECRET_PUT,
+        routes::SECRET_DELETE,
+    ];
+    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    Ok(())
 }

@@ -27,7 +27,10 @@ pub struct Runtime {
 /// `target/<profile>/`: the test executable lives in its `deps/`.
 fn programs() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    exe.parent().and_then(|d| d.parent()).expect("target dir").to_owned()
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_owned()
 }
 
 fn skip(reason: &str) -> Option<Runtime> {
@@ -52,6 +55,9 @@ impl Runtime {
         let root = PathBuf::from(home)
             .join(".cache/lnk-t")
             .join(format!("{tag}-{}", std::process::id()));
+        if let Err(e) = StateLayout::new(&root).check() {
+            panic!("cannot use {} as a state root: {e}", root.display());
+        }
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
         let mut rt = Runtime {
@@ -96,7 +102,8 @@ impl Runtime {
         let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap());
         let mut stderr = child.stderr.take().unwrap();
         let mut line = String::new();
-        let read = tokio::time::timeout(Duration::from_secs(180), stdout.read_line(&mut line)).await;
+        let read =
+            tokio::time::timeout(Duration::from_secs(180), stdout.read_line(&mut line)).await;
         if matches!(read, Ok(Ok(n)) if n > 0) && line.starts_with("ready ") {
             // Keep draining stderr so the host never blocks on a full pipe.
             tokio::spawn(async move {
@@ -112,7 +119,8 @@ impl Runtime {
         }
         let _ = child.start_kill();
         let mut err = String::new();
-        let _ = tokio::time::timeout(Duration::from_secs(30), stderr.read_to_string(&mut err)).await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(30), stderr.read_to_string(&mut err)).await;
         let _ = child.wait().await;
         Err(format!("{line}{err}"))
     }
@@ -125,8 +133,12 @@ impl Runtime {
         dir.filter_map(|e| {
             let e = e.ok()?;
             let text = std::fs::read_to_string(e.path()).ok()?;
-            text.contains("not implemented yet")
-                .then(|| format!("({} is not implemented yet)", e.file_name().to_string_lossy()))
+            text.contains("not implemented yet").then(|| {
+                format!(
+                    "({} is not implemented yet)",
+                    e.file_name().to_string_lossy()
+                )
+            })
         })
         .collect()
     }
@@ -172,7 +184,11 @@ impl Runtime {
     /// Creates an agent; panics unless 201.
     pub async fn create_agent(&self, name: &str) -> Value {
         let (status, body) = self
-            .http("POST", "/v1/agents", Some(serde_json::json!({ "name": name })))
+            .http(
+                "POST",
+                "/v1/agents",
+                Some(serde_json::json!({ "name": name })),
+            )
             .await;
         assert_eq!(status, 201, "create {name}: {body}");
         body
@@ -182,7 +198,11 @@ impl Runtime {
     pub async fn turn(&self, agent: &str, message: &str) -> Value {
         let path = format!("/v1/agents/{agent}/turns");
         let (status, body) = self
-            .http("POST", &path, Some(serde_json::json!({ "message": message })))
+            .http(
+                "POST",
+                &path,
+                Some(serde_json::json!({ "message": message })),
+            )
             .await;
         assert_eq!(status, 200, "turn {message:?}: {body}");
         body

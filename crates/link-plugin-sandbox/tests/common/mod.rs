@@ -111,9 +111,8 @@ pub fn exec_py(ws: &Path, home: Option<&Path>, script: &str) -> serde_json::Valu
         "confined python failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout))
-    })
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Python helpers prepended to every confined script: `w(path)` and `r(path)` return "ok"
@@ -142,6 +141,23 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
             if String::from_utf8_lossy(&cmdline).contains(marker) {
                 found.push(pid);
             }
+        }
+    }
+    found
+}
+
+/// Host processes (zombies included) whose parent is `ppid`.
+pub fn children_of(ppid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // Fields after the command name (which may hold spaces): state, ppid, ...
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        if rest.split_whitespace().nth(1) == Some(&ppid.to_string()) {
+            found.push(pid);
         }
     }
     found

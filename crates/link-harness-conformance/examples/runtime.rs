@@ -1,0 +1,126 @@
+//! `runtime`: the standalone runtime runner.
+//!
+//! ```text
+//! runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced]
+//! runtime report REPORT.json TRACE
+//! ```
+//!
+//! The first form runs one scenario on the built programs in PROGRAMS (it never builds or
+//! downloads them) and writes the JSON report; the second adds a `trace` section from an
+//! `strace -f -ttt -e trace=process` file and prints a table. Exit status: 0 passed, 1 failed,
+//! 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is missing),
+//! 130/143 interrupted.
+
+use link_harness_conformance::{interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig};
+use link_plugin_measure::Status;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced]\n       runtime report REPORT.json TRACE";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("report") => report(&args[1..]),
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => run(&args),
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("runtime: {message}");
+        ExitCode::from(2)
+    })
+}
+
+/// Parses the run arguments; every error names the problem and the fix.
+fn parse(args: &[String]) -> Result<ScenarioConfig, String> {
+    let need = |i: usize, what: &str| {
+        args.get(i).cloned().ok_or_else(|| format!("missing {what}\n{USAGE}"))
+    };
+    let programs = PathBuf::from(need(0, "PROGRAMS (the directory of the built programs, e.g. target/release)")?);
+    let output = PathBuf::from(need(1, "OUTPUT.json (where to write the report)")?);
+    let profile = need(2, "the profile (mini or link)")?.parse()?;
+    let mode = need(3, "the mode (confined or diagnostic)")?.parse()?;
+    let source = need(
+        4,
+        "SOURCE (the commit the programs were built from, e.g. \"$(git rev-parse HEAD)\")",
+    )?;
+    let mut config = ScenarioConfig::new(programs, profile, mode, &source);
+    config.output = Some(output);
+    let mut rest = args[5..].iter();
+    if let Some(next) = rest.next() {
+        if next == "traced" {
+            config.traced = true;
+        } else {
+            config.rounds = next.parse().ok().filter(|r| *r >= 1).ok_or_else(|| {
+                format!("ROUNDS `{next}` is not a positive whole number: pass e.g. 3, or `traced`")
+            })?;
+            match rest.next().map(String::as_str) {
+                None => {}
+                Some("traced") => config.traced = true,
+                Some(other) => {
+                    return Err(format!("unexpected argument `{other}`: the last argument may only be `traced`\n{USAGE}"))
+                }
+            }
+        }
+    }
+    if let Some(extra) = rest.next() {
+        return Err(format!("unexpected argument `{extra}`\n{USAGE}"));
+    }
+    Ok(config)
+}
+
+fn run(args: &[String]) -> Result<ExitCode, String> {
+    let config = parse(args)?;
+    preflight(&config).map_err(|e| e.to_string())?;
+    interrupt::install_handler();
+    let report = run_scenario(&config);
+    if let Some(sig) = interrupt::interrupted() {
+        eprintln!("runtime: interrupted by {}; the runtime was stopped and its state removed", interrupt::name(sig));
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    let label = config.label();
+    for check in &report.checks {
+        eprintln!("[{label}] {:<27} {:?}", check.name, check.outcome);
+    }
+    Ok(match report.outcome.status {
+        Status::Passed => ExitCode::SUCCESS,
+        Status::Failed => ExitCode::from(1),
+        Status::Skipped => {
+            eprintln!(
+                "[{label}] SKIPPED — NOT a pass: {}",
+                report.outcome.reason.as_deref().unwrap_or("no reason given")
+            );
+            ExitCode::from(3)
+        }
+    })
+}
+
+fn report(args: &[String]) -> Result<ExitCode, String> {
+    let [path, trace_path] = args else {
+        return Err(format!("`report` takes REPORT.json and TRACE\n{USAGE}"));
+    };
+    let (path, trace_path) = (PathBuf::from(path), PathBuf::from(trace_path));
+    let mut report = read_report(&path).map_err(|e| format!("{e}; pass a report written by `runtime`"))?;
+    if !trace_path.is_file() {
+        return Err(format!(
+            "trace {} does not exist: record one with `strace -f -ttt -e trace=process -o {} runtime ...`",
+            trace_path.display(),
+            trace_path.display()
+        ));
+    }
+    trace::apply_to_report(&mut report, &trace_path);
+    write_report(&path, &report).map_err(|e| format!("cannot rewrite {}: {e}", path.display()))?;
+    if let Some(section) = &report.trace {
+        print!("{}", trace::render_table(section));
+        if !section.available {
+            eprintln!(
+                "runtime: trace counts UNAVAILABLE (not zero): {}",
+                section.reason.as_deref().unwrap_or("no reason given")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

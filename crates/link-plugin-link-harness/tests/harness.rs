@@ -1,0 +1,204 @@
+//! The spec's runtime cases: Mini, full Link, and two full Link agents, on the real release
+//! programs, confined, through the conformance kit (`link-harness-conformance`).
+//!
+//! ```text
+//! cargo test --locked --release -p link-plugin-link-harness --test harness runtime:: -- --nocapture
+//! ```
+//!
+//! The programs come from the release target directory this test was built into; the kit never
+//! builds them. Missing confinement is reported as SKIPPED with the probe's reason;
+//! `LNK_REQUIRE_SANDBOX=1` / `LNK_REQUIRE_NATIVE=1` turn that into a failure. State roots go
+//! under `LNK_TEST_STATE_DIR` (else `~/.cache/lnk`) and are removed after each case.
+
+mod runtime {
+    use link_harness_conformance::{interrupt, reaper, run_scenario, ScenarioConfig};
+    use link_plugin_measure::{CheckOutcome, Report, Status};
+    use link_protocol::plugin::{Mode, Profile};
+    use std::path::PathBuf;
+
+    /// `target/release/deps/harness-…` → `target/release`.
+    fn programs() -> PathBuf {
+        let exe = std::env::current_exe().expect("test executable path");
+        let deps = exe.parent().expect("deps directory");
+        deps.parent().expect("target profile directory").to_path_buf()
+    }
+
+    fn source() -> String {
+        std::env::var("LNK_RUNTIME_SOURCE")
+            .unwrap_or_else(|_| format!("cargo-test {}", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// Runs one confined case; `None` when it was skipped for a missing capability.
+    fn run(case: &str, profile: Profile, concurrent_agents: bool) -> Option<Report> {
+        interrupt::install_handler();
+        let programs = programs();
+        let mut config = ScenarioConfig::new(&programs, profile, Mode::Confined, &source());
+        config.concurrent_agents = concurrent_agents;
+        config.output = programs
+            .parent()
+            .map(|target| target.join(format!("runtime-test-{case}.json")));
+        let report = run_scenario(&config);
+        print_summary(case, &report);
+        match report.outcome.status {
+            Status::Skipped => {
+                println!(
+                    "SKIPPED runtime::{case}: {}",
+                    report.outcome.reason.as_deref().unwrap_or("no reason given")
+                );
+                return None;
+            }
+            Status::Failed => panic!(
+                "runtime::{case} failed: {}",
+                report.outcome.reason.as_deref().unwrap_or("see the checks above")
+            ),
+            Status::Passed => {}
+        }
+        assert_cleaned_up(&report);
+        Some(report)
+    }
+
+    fn print_summary(case: &str, report: &Report) {
+        println!("\n=== runtime::{case} ({} {}) ===", report.profile, report.mode);
+        println!("state root {}", report.roots.state);
+        for p in &report.phases {
+            let round = if p.round > 0 {
+                format!(" #{}", p.round)
+            } else {
+                String::new()
+            };
+            let name = format!("{}{round}", p.name);
+            println!(
+                "  phase {name:<18} {:>10.1} ms",
+                p.duration_ns as f64 / 1e6
+            );
+        }
+        for c in &report.checks {
+            println!("  check {:<27} {:<8} {}", c.name, format!("{:?}", c.outcome), c.detail);
+        }
+        println!(
+            "  processes seen: {}; monitor samples: {}; status points: {}",
+            report.processes.len(),
+            report.samples.len(),
+            report.status_series.len()
+        );
+        println!(
+            "  outcome {:?} {}",
+            report.outcome.status,
+            report.outcome.reason.as_deref().unwrap_or("")
+        );
+    }
+
+    /// The state root is gone and no recorded process survives (pid and start time).
+    fn assert_cleaned_up(report: &Report) {
+        assert!(
+            !report.roots.state.is_empty() && !PathBuf::from(&report.roots.state).exists(),
+            "state root {} was left behind",
+            report.roots.state
+        );
+        let alive: Vec<String> = report
+            .processes
+            .iter()
+            .filter(|p| reaper::is_alive(p.pid, p.start_time_ticks))
+            .map(|p| format!("{} (pid {})", p.role, p.pid))
+            .collect();
+        assert!(alive.is_empty(), "still running: {}", alive.join(", "));
+    }
+
+    fn expect(report: &Report, passed: &[&str], skipped: &[&str]) {
+        for c in &report.checks {
+            let want = if passed.contains(&c.name.as_str()) {
+                CheckOutcome::Passed
+            } else if skipped.contains(&c.name.as_str()) {
+                CheckOutcome::Skipped
+            } else {
+                panic!("unexpected check {} in the report", c.name);
+            };
+            assert_eq!(c.outcome, want, "check {}: {}", c.name, c.detail);
+        }
+        assert_eq!(report.checks.len(), passed.len() + skipped.len());
+    }
+
+    const COMMON: &[&str] = &[
+        "startup",
+        "cold_turn",
+        "warm_turn",
+        "agent_files_isolated",
+        "unauthenticated_refused",
+        "idle_samples_completed",
+        "status_series",
+        "processes_stopped",
+        "no_orphans",
+    ];
+
+    fn with(extra: &[&'static str]) -> Vec<&'static str> {
+        COMMON.iter().chain(extra).copied().collect()
+    }
+
+    #[test]
+    fn mini() {
+        let Some(report) = run("mini", Profile::Mini, false) else {
+            return;
+        };
+        expect(
+            &report,
+            &with(&[]),
+            &[
+                "conversation_write_refused",
+                "run_tool_confined",
+                "file_tool_confined",
+                "scheduler_fired",
+            ],
+        );
+        let roles: Vec<&str> = report.processes.iter().map(|p| p.role.as_str()).collect();
+        for role in ["host", "link-mini-harness", "link-mini-connection"] {
+            assert!(roles.contains(&role), "{role} not among {roles:?}");
+        }
+        assert!(!report.samples.is_empty());
+    }
+
+    #[test]
+    fn link() {
+        let Some(report) = run("link", Profile::Link, false) else {
+            return;
+        };
+        expect(
+            &report,
+            &with(&[
+                "conversation_write_refused",
+                "run_tool_confined",
+                "file_tool_confined",
+            ]),
+            &["scheduler_fired"],
+        );
+        let roles: Vec<&str> = report.processes.iter().map(|p| p.role.as_str()).collect();
+        for role in ["host", "link-plugin-link-harness", "link-plugin-sandbox"] {
+            assert!(roles.contains(&role), "{role} not among {roles:?}");
+        }
+    }
+
+    #[test]
+    fn two_link_agents() {
+        let Some(report) = run("two-link-agents", Profile::Link, true) else {
+            return;
+        };
+        expect(
+            &report,
+            &with(&[
+                "conversation_write_refused",
+                "run_tool_confined",
+                "file_tool_confined",
+            ]),
+            &["scheduler_fired"],
+        );
+        let isolated = report
+            .checks
+            .iter()
+            .find(|c| c.name == "agent_files_isolated")
+            .expect("check present");
+        assert!(
+            isolated.detail.contains("concurrent turns kept apart"),
+            "{}",
+            isolated.detail
+        );
+    }
+}

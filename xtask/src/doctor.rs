@@ -1,0 +1,305 @@
+//! `cargo xtask doctor`: what this machine can do for the runtime comparison, and what to fix.
+
+use crate::outputs::{self, Workspace};
+use crate::state;
+use std::process::Command;
+
+/// One finding: fine, or a problem with what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub what: String,
+    pub ok: bool,
+    pub detail: String,
+    pub fixes: Vec<String>,
+}
+
+impl Finding {
+    fn ok(what: &str, detail: impl Into<String>) -> Finding {
+        Finding {
+            what: what.into(),
+            ok: true,
+            detail: detail.into(),
+            fixes: vec![],
+        }
+    }
+    fn fix(what: &str, detail: impl Into<String>, fixes: Vec<String>) -> Finding {
+        Finding {
+            what: what.into(),
+            ok: false,
+            detail: detail.into(),
+            fixes,
+        }
+    }
+}
+
+/// Runs every check, prints them, and says whether all are fine.
+pub fn run(ws: &Workspace) -> bool {
+    let findings = vec![
+        programs(ws),
+        sandbox_probe(ws),
+        on_path("bubblewrap", "bwrap", "apt-get install -y bubblewrap"),
+        strace(),
+        state_dir(),
+    ];
+    print!("{}", render(&findings));
+    findings.iter().all(|f| f.ok)
+}
+
+pub fn render(findings: &[Finding]) -> String {
+    let mut out = String::from("doctor\n");
+    for f in findings {
+        let mark = if f.ok { "ok " } else { "FIX" };
+        out.push_str(&format!("  {mark}  {}: {}\n", f.what, f.detail));
+        for fix in &f.fixes {
+            out.push_str(&format!("         -> {fix}\n"));
+        }
+    }
+    out
+}
+
+fn programs(ws: &Workspace) -> Finding {
+    match outputs::verify(&ws.release(), &ws.crates()) {
+        Ok(p) if p.is_empty() => Finding::ok(
+            "release programs",
+            format!(
+                "all {} built and current",
+                outputs::expected_outputs().len()
+            ),
+        ),
+        Ok(p) => Finding::fix(
+            "release programs",
+            format!(
+                "{} missing or stale ({})",
+                p.len(),
+                p.iter()
+                    .map(|x| x.to_string())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            vec!["cargo xtask build".into()],
+        ),
+        Err(e) => Finding::fix("release programs", format!("{e:#}"), vec![]),
+    }
+}
+
+/// `link-plugin-sandbox probe`: exit 0 enforced, 2 unavailable, 1 broken; JSON on stdout.
+fn sandbox_probe(ws: &Workspace) -> Finding {
+    let what = "confinement (sandbox probe)";
+    let bin = ws.release().join("link-plugin-sandbox");
+    if !bin.exists() {
+        return Finding::fix(
+            what,
+            format!("{} is not built", ws.show(&bin).display()),
+            vec!["cargo xtask build".into()],
+        );
+    }
+    let out = match Command::new(&bin).arg("probe").output() {
+        Ok(o) => o,
+        Err(e) => return Finding::fix(what, format!("cannot run {}: {e}", bin.display()), vec![]),
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, reason) = probe_fields(&stdout);
+    let reason = reason.unwrap_or_else(|| first_line(&stderr));
+    match out.status.code() {
+        Some(0) => Finding::ok(what, format!("enforced ({})", summary(&stdout))),
+        Some(2) => Finding::fix(what, format!("unavailable: {reason}"), hints(&reason)),
+        Some(1) => Finding::fix(
+            what,
+            format!("the probe is broken: {reason}"),
+            vec![
+                "rebuild with `cargo xtask build`; if it persists, report the probe output".into(),
+            ],
+        ),
+        other => Finding::fix(
+            what,
+            format!(
+                "the probe ended unexpectedly ({}), status {status:?}: {reason}",
+                other.map_or("killed".into(), |c| format!("exit {c}"))
+            ),
+            vec![],
+        ),
+    }
+}
+
+/// The probe's `status` and `reason`, when its stdout is the JSON it promises.
+pub fn probe_fields(stdout: &str) -> (Option<String>, Option<String>) {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim()) else {
+        return (None, None);
+    };
+    let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
+    (text("status"), text("reason"))
+}
+
+fn summary(stdout: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(stdout.trim()) {
+        Ok(serde_json::Value::Object(m)) => m
+            .iter()
+            .filter(|(k, v)| *k != "reason" && (v.is_string() || v.is_number() || v.is_boolean()))
+            .map(|(k, v)| format!("{k}={}", v.to_string().trim_matches('"')))
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => first_line(stdout),
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("no output")
+        .trim()
+        .to_string()
+}
+
+/// What to install or change, from the probe's reason (which names its own fix too).
+pub fn hints(reason: &str) -> Vec<String> {
+    let r = reason.to_lowercase();
+    let mut out = Vec::new();
+    if r.contains("bwrap")
+        && (r.contains("not found") || r.contains("missing") || r.contains("no such file"))
+    {
+        out.push("apt-get install -y bubblewrap".into());
+    }
+    if r.contains("apparmor") {
+        out.push(
+            "allow unprivileged user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 \
+             (or install an AppArmor profile for bwrap)"
+                .into(),
+        );
+    }
+    if r.contains("seccomp") || r.contains("container") {
+        out.push(
+            "run the container with a seccomp profile that allows user namespaces \
+             (e.g. docker --security-opt seccomp=unconfined)"
+                .into(),
+        );
+    }
+    if r.contains("user namespace") && r.contains("max_user_namespaces") {
+        out.push("sysctl -w user.max_user_namespaces=15000".into());
+    }
+    if r.contains("landlock") {
+        out.push(
+            "boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and landlock in the \
+             lsm= boot list; see /sys/kernel/security/lsm)"
+                .into(),
+        );
+    }
+    if r.contains("/proc") || r.contains("proc") && r.contains("mount") {
+        out.push(
+            "let the sandbox mount /proc (e.g. docker --security-opt systempaths=unconfined)"
+                .into(),
+        );
+    }
+    out.push(
+        "or run the comparison explicitly unconfined: cargo xtask runtime --mode diagnostic \
+         (never qualification)"
+            .into(),
+    );
+    out
+}
+
+fn on_path(what: &str, program: &str, install: &str) -> Finding {
+    match which::which(program) {
+        Ok(p) => Finding::ok(what, format!("{}", p.display())),
+        Err(_) => Finding::fix(
+            what,
+            format!("`{program}` is not on PATH"),
+            vec![install.into()],
+        ),
+    }
+}
+
+/// strace on PATH is not enough: it must be allowed to trace (ptrace) here.
+fn strace() -> Finding {
+    let found = on_path("strace", "strace", "apt-get install -y strace");
+    if !found.ok {
+        return found;
+    }
+    let out = Command::new("strace")
+        .args(["-f", "-e", "trace=process", "-o", "/dev/null", "true"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Finding::ok("strace", format!("{} (traces)", found.detail)),
+        Ok(o) => Finding::fix(
+            "strace",
+            format!(
+                "installed but cannot trace: {}",
+                first_line(&String::from_utf8_lossy(&o.stderr))
+            ),
+            vec![
+                "allow ptrace: run the container with --cap-add SYS_PTRACE, or                  sysctl -w kernel.yama.ptrace_scope=0"
+                    .into(),
+            ],
+        ),
+        Err(e) => Finding::fix("strace", format!("cannot run strace: {e}"), vec![]),
+    }
+}
+
+fn state_dir() -> Finding {
+    let what = "fixture directory (LNK_TEST_STATE_DIR)";
+    let dir = match state::choose(
+        std::env::var_os("LNK_TEST_STATE_DIR"),
+        std::env::var_os("HOME"),
+    ) {
+        Ok(d) => d,
+        Err(e) => return Finding::fix(what, format!("{e:#}"), vec![]),
+    };
+    let check = link_protocol::layout::StateLayout::new(dir.join("r0000")).check();
+    match check {
+        Ok(()) => Finding::ok(what, format!("{} is usable", dir.display())),
+        Err(e) => Finding::fix(
+            what,
+            e.to_string(),
+            vec!["export LNK_TEST_STATE_DIR=\"$HOME/lnk-tests\"".into()],
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_json_is_read() {
+        let (s, r) = probe_fields(
+            r#"{"status":"unavailable","reason":"bwrap: setting up uid map: Permission denied","landlock_abi":6}"#,
+        );
+        assert_eq!(s.as_deref(), Some("unavailable"));
+        assert_eq!(
+            r.as_deref(),
+            Some("bwrap: setting up uid map: Permission denied")
+        );
+        assert_eq!(probe_fields("not json"), (None, None));
+    }
+
+    #[test]
+    fn hints_name_what_to_change() {
+        let h = hints(
+            "user namespaces blocked by AppArmor (kernel.apparmor_restrict_unprivileged_userns=1)",
+        );
+        assert!(
+            h[0].contains("apparmor_restrict_unprivileged_userns=0"),
+            "{h:?}"
+        );
+        let h = hints("bwrap not found on PATH");
+        assert_eq!(h[0], "apt-get install -y bubblewrap");
+        let h = hints("Landlock is not supported by the running kernel");
+        assert!(h.iter().any(|x| x.contains("CONFIG_SECURITY_LANDLOCK")));
+        assert!(h.last().unwrap().contains("--mode diagnostic"));
+    }
+
+    #[test]
+    fn rendering_marks_problems_with_fixes() {
+        let text = render(&[
+            Finding::ok("strace", "/usr/bin/strace"),
+            Finding::fix(
+                "bubblewrap",
+                "`bwrap` is not on PATH",
+                vec!["apt-get install -y bubblewrap".into()],
+            ),
+        ]);
+        assert!(text.contains("  ok   strace: /usr/bin/strace"), "{text}");
+        assert!(text.contains("  FIX  bubblewrap"), "{text}");
+        assert!(text.contains("-> apt-get install -y bubblewrap"), "{text}");
+    }
+}

@@ -1,0 +1,560 @@
+//! `cargo xtask runtime`: Mini then full Link on the locked release programs, an optional
+//! separate strace pass, and the comparison under `target/`.
+
+use crate::baseline::{self, Verdict};
+use crate::compare::{self, status_word, Comparison, Inputs, Loaded};
+use crate::outputs::{self, Workspace};
+use crate::{state, svg};
+use anyhow::{anyhow, bail, Context, Result};
+use link_plugin_measure::{Outcome as RunOutcome, Report, Status};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+use xshell::{cmd, Shell};
+
+/// The two profiles, in the order they run.
+pub const PROFILES: [&str; 2] = ["mini", "link"];
+
+/// How often a long run reports that it is still going.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Confined,
+    Diagnostic,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Confined => "confined",
+            Mode::Diagnostic => "diagnostic",
+        }
+    }
+
+    /// Diagnostic outputs carry `-diagnostic` so they never overwrite confined ones.
+    fn tag(self) -> &'static str {
+        match self {
+            Mode::Confined => "",
+            Mode::Diagnostic => "-diagnostic",
+        }
+    }
+}
+
+/// What `runtime` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub build: bool,
+    pub mode: Mode,
+    pub rounds: Option<u32>,
+    pub trace: bool,
+    pub allow_skip: bool,
+    pub baseline: Option<PathBuf>,
+    pub max_regression: f64,
+}
+
+/// The files one profile's runs write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    pub report: PathBuf,
+    pub traced: PathBuf,
+    pub trace: PathBuf,
+}
+
+pub fn files(target: &Path, profile: &str, mode: Mode) -> Files {
+    let stem = format!("runtime-{profile}{}", mode.tag());
+    Files {
+        report: target.join(format!("{stem}.json")),
+        traced: target.join(format!("{stem}-traced.json")),
+        trace: target.join(format!("{stem}.trace")),
+    }
+}
+
+/// `runtime-comparison[-diagnostic].{json,md,svg}`.
+pub fn comparison_files(target: &Path, mode: Mode) -> [PathBuf; 3] {
+    let stem = format!("runtime-comparison{}", mode.tag());
+    ["json", "md", "svg"].map(|ext| target.join(format!("{stem}.{ext}")))
+}
+
+/// The result of a whole `runtime` invocation.
+#[derive(Debug)]
+pub struct Summary {
+    pub comparison: Comparison,
+    pub verdict: Option<Verdict>,
+    /// Reasons the run is not a success (failed sides, unusable traces, regressions).
+    pub failures: Vec<String>,
+    /// Skipped sides, with their reasons.
+    pub skips: Vec<String>,
+    /// Problems of the trace pass alone (also in `failures`), for the qualify checklist.
+    pub trace_problems: Vec<String>,
+    pub written: Vec<PathBuf>,
+}
+
+impl Summary {
+    /// 0 when both sides passed; 2 when the only problem is a skip; 1 otherwise.
+    pub fn exit_code(&self, allow_skip: bool) -> u8 {
+        if !self.failures.is_empty() {
+            1
+        } else if !self.skips.is_empty() && !allow_skip {
+            2
+        } else {
+            0
+        }
+    }
+}
+
+/// Runs everything and writes the comparison; errors only when nothing can be compared.
+pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
+    // Cheap refusals first, so nobody waits for a build to learn the fixture dir is unusable.
+    let state = state::from_env()?;
+    let strace = if opts.trace { Some(strace()?) } else { None };
+    // Read now: the run may overwrite the very file (target/runtime-comparison.json).
+    let earlier = match &opts.baseline {
+        Some(path) => Some(baseline::load(path)?),
+        None => None,
+    };
+    if let Some(old) = earlier.as_ref().filter(|o| o.mode != opts.mode.as_str()) {
+        bail!(
+            "baseline ran in {} mode but this run is {}; compare like with like",
+            old.mode,
+            opts.mode.as_str()
+        );
+    }
+    if opts.build {
+        outputs::build(ws)?;
+    }
+    require_outputs(ws)?;
+    let source = source(&ws.root)?;
+    let mode = opts.mode.as_str();
+    eprintln!(
+        "xtask: runtime comparison, {mode}, source {source}, state under {}",
+        state.display()
+    );
+
+    let mut timed = Vec::new();
+    for (i, profile) in PROFILES.iter().enumerate() {
+        let step = format!("[{}/2] {profile} {mode}", i + 1);
+        timed.push(timed_run(ws, opts, profile, &source, &state, &step)?);
+    }
+    let mut traced = Vec::new();
+    if let Some(strace) = &strace {
+        for (i, profile) in PROFILES.iter().enumerate() {
+            let step = format!("[trace {}/2] {profile} {mode}", i + 1);
+            traced.push(traced_run(
+                ws, opts, profile, &source, &state, strace, &step,
+            )?);
+        }
+    }
+
+    let comparison = compare::build(&Inputs {
+        mode,
+        mini: &timed[0],
+        link: &timed[1],
+        mini_traced: traced.first(),
+        link_traced: traced.get(1),
+    });
+    let written = write_comparison(ws, opts.mode, &comparison)?;
+    let verdict = match &earlier {
+        Some(old) => Some(baseline::compare(old, &comparison, opts.max_regression)?),
+        None => None,
+    };
+    let summary = summarize(comparison, verdict, opts.trace, written);
+    print_summary(ws, &summary, opts);
+    Ok(summary)
+}
+
+/// Fails with every missing or stale output listed and the exact build commands.
+pub fn require_outputs(ws: &Workspace) -> Result<()> {
+    let problems = outputs::verify(&ws.release(), &ws.crates())?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: the locked release outputs are not ready:");
+    for p in &problems {
+        eprintln!("  {p}");
+    }
+    eprintln!("build them (from {}) with:", ws.root.display());
+    for c in outputs::build_commands() {
+        eprintln!("  {}", outputs::command_text(&c));
+    }
+    eprintln!("or run `cargo xtask runtime --build`");
+    bail!(
+        "{} of {} release outputs missing or stale; build them with the commands above",
+        problems.len(),
+        outputs::expected_outputs().len()
+    )
+}
+
+fn strace() -> Result<PathBuf> {
+    which::which("strace").map_err(|_| {
+        anyhow!("--trace needs strace, which is not on PATH: apt-get install -y strace (or drop --trace)")
+    })
+}
+
+/// `git rev-parse HEAD`, with `-dirty` when the work tree has changes.
+pub fn source(root: &Path) -> Result<String> {
+    let sh = Shell::new()?;
+    sh.change_dir(root);
+    let head = cmd!(sh, "git rev-parse HEAD")
+        .quiet()
+        .read()
+        .context("cannot name the source: `git rev-parse HEAD` failed (run from a git checkout)")?;
+    let status = cmd!(sh, "git status --porcelain")
+        .quiet()
+        .read()
+        .context("`git status --porcelain` failed")?;
+    Ok(with_dirty(head.trim(), &status))
+}
+
+fn with_dirty(head: &str, porcelain: &str) -> String {
+    if porcelain.trim().is_empty() {
+        head.to_string()
+    } else {
+        format!("{head}-dirty")
+    }
+}
+
+fn rounds_arg(rounds: Option<u32>) -> Vec<String> {
+    rounds.map(|r| vec![r.to_string()]).unwrap_or_default()
+}
+
+/// One timed run: `runtime PROGRAMS OUTPUT.json PROFILE MODE SOURCE [ROUNDS]`.
+fn timed_run(
+    ws: &Workspace,
+    opts: &Options,
+    profile: &str,
+    source: &str,
+    state: &Path,
+    step: &str,
+) -> Result<Loaded> {
+    let out = files(&ws.target, profile, opts.mode).report;
+    remove_stale(&out)?;
+    let sh = runner_shell(ws, state)?;
+    let (runner, programs, output) = (ws.show(&ws.runner()), ws.show(&ws.release()), ws.show(&out));
+    let mode = opts.mode.as_str();
+    let rounds = rounds_arg(opts.rounds);
+    let c = cmd!(
+        sh,
+        "{runner} {programs} {output} {profile} {mode} {source} {rounds...}"
+    );
+    let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
+    Ok(read_side(&out, profile, mode, source, status))
+}
+
+/// The strace pass of one profile, then `runtime report` on it.
+fn traced_run(
+    ws: &Workspace,
+    opts: &Options,
+    profile: &str,
+    source: &str,
+    state: &Path,
+    strace: &Path,
+    step: &str,
+) -> Result<Loaded> {
+    let f = files(&ws.target, profile, opts.mode);
+    remove_stale(&f.traced)?;
+    remove_stale(&f.trace)?;
+    let sh = runner_shell(ws, state)?;
+    let (runner, programs) = (ws.show(&ws.runner()), ws.show(&ws.release()));
+    let (traced, trace) = (ws.show(&f.traced), ws.show(&f.trace));
+    let mode = opts.mode.as_str();
+    let c = cmd!(
+        sh,
+        "{strace} -f -ttt -e trace=process -o {trace} {runner} {programs} {traced} {profile} {mode} {source} 1 traced"
+    );
+    let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
+    if f.traced.exists() {
+        let c = cmd!(sh, "{runner} report {traced} {trace}");
+        let label = format!("{step} report");
+        run_with_progress(&label, &c.to_string(), Command::from(c))?;
+    }
+    Ok(read_side(&f.traced, profile, mode, source, status))
+}
+
+fn runner_shell(ws: &Workspace, state: &Path) -> Result<Shell> {
+    let sh = Shell::new()?;
+    sh.change_dir(&ws.root);
+    sh.set_var("LNK_TEST_STATE_DIR", state);
+    Ok(sh)
+}
+
+/// A report left from an earlier run must never pass for this one's.
+fn remove_stale(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove the old {}", path.display())),
+    }
+}
+
+/// Runs a child with inherited output (the runner's phase lines go straight to the terminal)
+/// and says, now and then, that it is still going.
+fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<ExitStatus> {
+    eprintln!("xtask: {step}: $ {shown}");
+    let start = Instant::now();
+    let mut child = command
+        .spawn()
+        .with_context(|| format!("cannot start `{shown}`"))?;
+    let mut next = PROGRESS_EVERY;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() >= next {
+            eprintln!("xtask: {step}: still running ({} s)", next.as_secs());
+            next += PROGRESS_EVERY;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "xtask: {step}: finished in {:.1} s ({status})",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(status)
+}
+
+/// The report a run wrote; without one, a failed stand-in that says why.
+fn read_side(path: &Path, profile: &str, mode: &str, source: &str, status: ExitStatus) -> Loaded {
+    let stand_in = |reason: String| Loaded {
+        path: "(none)".into(),
+        sha256: String::new(),
+        report: failed_report(profile, mode, source, reason),
+    };
+    if !path.exists() {
+        return stand_in(format!(
+            "the runner wrote no report at {} ({status})",
+            path.display()
+        ));
+    }
+    compare::load(path).unwrap_or_else(|e| stand_in(format!("{e:#}")))
+}
+
+fn failed_report(profile: &str, mode: &str, source: &str, reason: String) -> Report {
+    Report {
+        profile: profile.into(),
+        mode: mode.into(),
+        source: source.into(),
+        outcome: RunOutcome {
+            status: Status::Failed,
+            reason: Some(reason),
+        },
+        ..Report::default()
+    }
+}
+
+fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<PathBuf>> {
+    let [json, md, pic] = comparison_files(&ws.target, mode);
+    let text = serde_json::to_string_pretty(c)? + "\n";
+    for (path, body) in [
+        (&json, text),
+        (&md, compare::markdown(c)),
+        (&pic, svg::render(c)),
+    ] {
+        std::fs::write(path, body).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let mut written: Vec<PathBuf> = Vec::new();
+    for s in [&c.mini, &c.link] {
+        if s.report != "(none)" {
+            written.push(PathBuf::from(&s.report));
+        }
+        if let Some(t) = &s.traced {
+            written.push(PathBuf::from(&t.report));
+        }
+    }
+    written.extend([json, md, pic]);
+    Ok(written)
+}
+
+/// Decides what counts against the exit status.
+pub fn summarize(
+    comparison: Comparison,
+    verdict: Option<Verdict>,
+    traced: bool,
+    written: Vec<PathBuf>,
+) -> Summary {
+    let mut failures = Vec::new();
+    let mut skips = Vec::new();
+    let mut trace_problems = Vec::new();
+    for s in [&comparison.mini, &comparison.link] {
+        let why = s.reason.as_deref().unwrap_or("no reason given");
+        match s.outcome {
+            Status::Passed => {}
+            Status::Skipped => skips.push(format!("{} skipped: {why}", s.profile)),
+            Status::Failed => failures.push(format!("{} failed: {why}", s.profile)),
+        }
+        if !traced {
+            continue;
+        }
+        match &s.traced {
+            None => trace_problems.push(format!("{}: no traced run", s.profile)),
+            Some(t) if t.outcome != Status::Passed => trace_problems.push(format!(
+                "{} traced run {}",
+                s.profile,
+                status_word(t.outcome)
+            )),
+            Some(t) if !t.available => trace_problems.push(format!(
+                "{} trace unavailable: {}",
+                s.profile,
+                t.reason.as_deref().unwrap_or("no reason given")
+            )),
+            Some(_) => {}
+        }
+    }
+    // A traced side that merely skipped like its timed twin is already counted as a skip.
+    let skipped_sides = [&comparison.mini, &comparison.link]
+        .iter()
+        .filter(|s| s.outcome == Status::Skipped)
+        .count();
+    if skipped_sides == 0 {
+        failures.extend(trace_problems.iter().cloned());
+    }
+    if let Some(v) = verdict.as_ref().filter(|v| !v.passed()) {
+        let worst: Vec<String> = v
+            .regressions()
+            .iter()
+            .map(|c| format!("{} {}/{} {:+.0}%", c.side, c.phase, c.round, c.percent))
+            .collect();
+        failures.push(format!(
+            "baseline: {} phase(s) slower than +{:.0}%: {}",
+            worst.len(),
+            v.max_regression,
+            worst.join(", ")
+        ));
+    }
+    Summary {
+        comparison,
+        verdict,
+        failures,
+        skips,
+        trace_problems,
+        written,
+    }
+}
+
+fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
+    let c = &s.comparison;
+    let mut out = format!(
+        "\nruntime comparison ({})\n{:<5} {:<8} {:<11} {:>10} {:>9} {:>10} {:>12} {:>7}\n",
+        c.mode,
+        "side",
+        "outcome",
+        "mode",
+        "phases ms",
+        "processes",
+        "peak RSS",
+        "artifacts",
+        "execs"
+    );
+    for side in [&c.mini, &c.link] {
+        let execs: Option<u64> = side.traced.as_ref().filter(|t| t.available).map(|_| {
+            c.execs
+                .iter()
+                .filter_map(|r| {
+                    if side.profile == "mini" {
+                        &r.mini
+                    } else {
+                        &r.link
+                    }
+                    .as_ref()
+                })
+                .map(|t| t.execs)
+                .sum()
+        });
+        out.push_str(&format!(
+            "{:<5} {:<8} {:<11} {:>10} {:>9} {:>10} {:>12} {:>7}\n",
+            side.profile,
+            status_word(side.outcome),
+            side.mode,
+            compare::ms(side.total_phase_ns),
+            side.processes,
+            side.peak_rss_bytes
+                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
+                .unwrap_or_else(|| "-".into()),
+            format!("{:.1} MiB", side.artifact_bytes as f64 / 1048576.0),
+            execs.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
+        ));
+    }
+    if let Some(v) = &s.verdict {
+        out.push('\n');
+        out.push_str(&v.render());
+    }
+    out.push_str("\nwritten:\n");
+    for w in &s.written {
+        out.push_str(&format!("  {}\n", ws.show(w).display()));
+    }
+    for skip in &s.skips {
+        let note = if opts.allow_skip {
+            " (allowed by --allow-skip)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("\n*** SKIPPED: {skip}{note} ***\n"));
+    }
+    for f in &s.failures {
+        out.push_str(&format!("\nFAILED: {f}\n"));
+    }
+    eprint!("{out}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::tests::sample;
+
+    #[test]
+    fn diagnostic_outputs_never_share_confined_names() {
+        let t = Path::new("/w/target");
+        let confined = files(t, "mini", Mode::Confined);
+        assert_eq!(confined.report, t.join("runtime-mini.json"));
+        assert_eq!(confined.traced, t.join("runtime-mini-traced.json"));
+        assert_eq!(confined.trace, t.join("runtime-mini.trace"));
+        let diag = files(t, "mini", Mode::Diagnostic);
+        assert_eq!(diag.report, t.join("runtime-mini-diagnostic.json"));
+        assert_eq!(diag.traced, t.join("runtime-mini-diagnostic-traced.json"));
+        assert_eq!(diag.trace, t.join("runtime-mini-diagnostic.trace"));
+        let c = comparison_files(t, Mode::Confined);
+        let d = comparison_files(t, Mode::Diagnostic);
+        assert_eq!(c[0], t.join("runtime-comparison.json"));
+        for (c, d) in c.iter().zip(&d) {
+            assert_ne!(c, d);
+            assert!(d.to_string_lossy().contains("diagnostic"));
+        }
+    }
+
+    #[test]
+    fn dirty_sources_are_marked() {
+        assert_eq!(with_dirty("abc", ""), "abc");
+        assert_eq!(with_dirty("abc", " M x.rs\n"), "abc-dirty");
+    }
+
+    #[test]
+    fn exit_status_follows_both_sides() {
+        let passed = summarize(sample(), None, true, vec![]);
+        assert!(passed.failures.is_empty(), "{:?}", passed.failures);
+        assert_eq!(passed.exit_code(false), 0);
+
+        let mut c = sample();
+        c.link.outcome = Status::Skipped;
+        c.link.reason = Some("no user namespaces".into());
+        let skipped = summarize(c, None, false, vec![]);
+        assert_eq!(skipped.skips, vec!["link skipped: no user namespaces"]);
+        assert_eq!(skipped.exit_code(false), 2);
+        assert_eq!(skipped.exit_code(true), 0);
+
+        let mut c = sample();
+        c.mini.outcome = Status::Failed;
+        c.mini.reason = Some("cold_turn timed out".into());
+        let failed = summarize(c, None, false, vec![]);
+        assert_eq!(failed.exit_code(true), 1);
+
+        let mut c = sample();
+        c.link.traced.as_mut().unwrap().available = false;
+        c.link.traced.as_mut().unwrap().reason = Some("trace is empty".into());
+        let untraced = summarize(c, None, true, vec![]);
+        assert_eq!(
+            untraced.failures,
+            vec!["link trace unavailable: trace is empty"]
+        );
+        assert_eq!(untraced.exit_code(true), 1);
+    }
+}
