@@ -68,18 +68,35 @@ fn programs(ws: &Workspace) -> Finding {
         ),
         Ok(p) => Finding::fix(
             "release programs",
-            format!(
-                "{} missing or stale ({})",
-                p.len(),
-                p.iter()
-                    .map(|x| x.to_string())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
+            brief(&p),
             vec!["cargo xtask build".into()],
         ),
         Err(e) => Finding::fix("release programs", format!("{e:#}"), vec![]),
     }
+}
+
+/// `missing: a, b; older than their sources: c` with bare program names.
+fn brief(problems: &[outputs::Problem]) -> String {
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let (mut missing, mut stale) = (Vec::new(), Vec::new());
+    for p in problems {
+        match p {
+            outputs::Problem::Missing { output } => missing.push(name(output)),
+            outputs::Problem::Stale { output, .. } => stale.push(name(output)),
+        }
+    }
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing: {}", missing.join(", ")));
+    }
+    if !stale.is_empty() {
+        parts.push(format!("older than their sources: {}", stale.join(", ")));
+    }
+    parts.join("; ")
 }
 
 /// `link-plugin-sandbox probe`: exit 0 enforced, 2 unavailable, 1 broken; JSON on stdout.

@@ -14,12 +14,26 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let runs: usize = args.next().map_or(15, |a| a.parse().expect("RUNS is a number"));
-    let turns: usize = args.next().map_or(200, |a| a.parse().expect("TURNS is a number"));
-    let programs = std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().to_owned();
+    let runs: usize = args
+        .next()
+        .map_or(15, |a| a.parse().expect("RUNS is a number"));
+    let turns: usize = args
+        .next()
+        .map_or(200, |a| a.parse().expect("TURNS is a number"));
+    let programs = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
     let link = programs.join("link");
-    assert!(link.is_file(), "build first: cargo build --release --workspace");
-    let state = PathBuf::from(std::env::var("HOME").unwrap()).join(format!(".cache/lnk-bench-{}", std::process::id()));
+    assert!(
+        link.is_file(),
+        "build first: cargo build --release --workspace"
+    );
+    let state = PathBuf::from(std::env::var("HOME").unwrap())
+        .join(format!(".cache/lnk-bench-{}", std::process::id()));
 
     let mut ready = Vec::new();
     let mut turn = Vec::new();
@@ -35,14 +49,20 @@ fn main() {
             .spawn()
             .unwrap();
         let mut line = String::new();
-        BufReader::new(host.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        BufReader::new(host.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         assert!(line.starts_with("ready "), "{line}");
         ready.push(start.elapsed());
         if run == 0 {
             turn = warm_turns(&link, &state, turns);
             rss = plugin_rss(&link, &state);
         }
-        let down = Command::new(&link).args(["down", "--state"]).arg(&state).status().unwrap();
+        let down = Command::new(&link)
+            .args(["down", "--state"])
+            .arg(&state)
+            .status()
+            .unwrap();
         assert!(down.success());
         host.wait().unwrap();
     }
@@ -50,30 +70,63 @@ fn main() {
     let spawn = (0..runs).map(|_| spawn_true(5)).collect::<Vec<_>>();
 
     println!("runs: {runs}, warm turns: {turns}");
-    println!("ready (mini, 4 plugins + host):   median {:?}", median(&mut ready));
-    println!("spawn+wait 5 x /bin/true:         median {:?}", median(&mut spawn.clone()));
-    println!("ratio ready / spawn:              {:.1}x", median(&mut ready).as_secs_f64() / median(&mut spawn.clone()).as_secs_f64());
-    println!("warm turn over the socket:        median {:?}, p90 {:?}", median(&mut turn), percentile(&mut turn, 0.9));
+    println!(
+        "ready (mini, 4 plugins + host):   median {:?}",
+        median(&mut ready)
+    );
+    println!(
+        "spawn+wait 5 x /bin/true:         median {:?}",
+        median(&mut spawn.clone())
+    );
+    println!(
+        "ratio ready / spawn:              {:.1}x",
+        median(&mut ready).as_secs_f64() / median(&mut spawn.clone()).as_secs_f64()
+    );
+    println!(
+        "warm turn over the socket:        median {:?}, p90 {:?}",
+        median(&mut turn),
+        percentile(&mut turn, 0.9)
+    );
     let total: u64 = rss.iter().map(|(_, b)| b).sum();
     for (name, bytes) in &rss {
         println!("rss {name:<24} {:.2} MiB", *bytes as f64 / 1048576.0);
     }
-    println!("rss total                       {:.2} MiB", total as f64 / 1048576.0);
+    println!(
+        "rss total                       {:.2} MiB",
+        total as f64 / 1048576.0
+    );
 }
 
 fn warm_turns(link: &Path, state: &Path, turns: usize) -> Vec<Duration> {
-    let out = Command::new(link).args(["token", "create", "--state"]).arg(state).output().unwrap();
+    let out = Command::new(link)
+        .args(["token", "create", "--state"])
+        .arg(state)
+        .output()
+        .unwrap();
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let socket = state.join("run/connection.sock");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let create = serde_json::json!({"name": "bench"});
-        link_protocol::http::json(&socket, "POST", "/v1/agents", Some(&token), Some(&create)).await.unwrap();
+        link_protocol::http::json(&socket, "POST", "/v1/agents", Some(&token), Some(&create))
+            .await
+            .unwrap();
         let body = serde_json::json!({"message": "hello"});
         let mut times = Vec::new();
         for i in 0..turns + 5 {
             let t = Instant::now();
-            let r = link_protocol::http::json(&socket, "POST", "/v1/agents/bench/turns", Some(&token), Some(&body)).await.unwrap();
+            let r = link_protocol::http::json(
+                &socket,
+                "POST",
+                "/v1/agents/bench/turns",
+                Some(&token),
+                Some(&body),
+            )
+            .await
+            .unwrap();
             assert_eq!(r.status, 200);
             if i >= 5 {
                 times.push(t.elapsed());
@@ -84,11 +137,21 @@ fn warm_turns(link: &Path, state: &Path, turns: usize) -> Vec<Duration> {
 }
 
 fn plugin_rss(link: &Path, state: &Path) -> Vec<(String, u64)> {
-    let out = Command::new(link).args(["status", "--state"]).arg(state).output().unwrap();
+    let out = Command::new(link)
+        .args(["status", "--state"])
+        .arg(state)
+        .output()
+        .unwrap();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut all = vec![("link (host)".to_owned(), status["pid"].as_i64().unwrap() as i32)];
+    let mut all = vec![(
+        "link (host)".to_owned(),
+        status["pid"].as_i64().unwrap() as i32,
+    )];
     for p in status["plugins"].as_array().unwrap() {
-        all.push((p["name"].as_str().unwrap().to_owned(), p["pid"].as_i64().unwrap() as i32));
+        all.push((
+            p["name"].as_str().unwrap().to_owned(),
+            p["pid"].as_i64().unwrap() as i32,
+        ));
     }
     all.into_iter()
         .map(|(name, pid)| {

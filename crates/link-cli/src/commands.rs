@@ -70,6 +70,18 @@ pub fn token_create(state: &Path) -> Result<i32> {
     Ok(0)
 }
 
+pub fn token_revoke(state: &Path, token: &str) -> Result<i32> {
+    let layout = StateLayout::new(absolute(state)?);
+    if !tokens::revoke(&layout.tokens_file(), token)? {
+        bail!(
+            "that token is not in {}; nothing revoked",
+            layout.tokens_file().display()
+        );
+    }
+    println!("revoked");
+    Ok(0)
+}
+
 pub fn turn(state: &Path, token: Option<String>, agent: &str, message: &str) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
     let token = match token {

@@ -33,6 +33,9 @@ async fn handle(shared: &Shared, req: Request) -> Result<Value, RemoteError> {
     }
 }
 
+/// Plugins that serve HTTP on their socket instead of link-protocol routes.
+const HTTP_PLUGINS: &[&str] = &["link-plugin-model", "link-mini-connection"];
+
 fn test_hooks() -> bool {
     std::env::var(link_protocol::plugin::ENV_TEST_HOOKS).is_ok_and(|v| v == "1")
 }
@@ -50,6 +53,11 @@ async fn debug_call(shared: &Shared, req: Request) -> Result<Value, RemoteError>
     {
         return Err(RemoteError::not_found(format!(
             "no plugin {plugin:?} is running"
+        )));
+    }
+    if HTTP_PLUGINS.contains(&plugin) {
+        return Err(RemoteError::bad_request(format!(
+            "{plugin} serves HTTP, not routes; it has no debug hook"
         )));
     }
     let agent = req.body["agent"].as_str();

@@ -4,7 +4,7 @@
 use crate::host::Shared;
 use crate::router::HOST;
 use link_connection_api::{Backend, BackendFuture};
-use link_protocol::{routes, RemoteError, Request};
+use link_protocol::{routes, ErrorCode, RemoteError, Request};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +13,8 @@ use std::sync::Arc;
 struct Link(Arc<Shared>);
 
 impl Link {
+    /// Calls through the router; a call still in flight when the runtime starts stopping
+    /// ends with `unavailable` and the reason, instead of a dropped connection.
     async fn call(
         &self,
         route: &str,
@@ -26,7 +28,14 @@ impl Link {
             caller: None,
             body,
         };
-        self.0.router.call(HOST, req).await
+        let mut stopping = self.0.stopping.subscribe();
+        tokio::select! {
+            result = self.0.router.call(HOST, req) => result,
+            reason = stopping.wait_for(Option::is_some) => {
+                let reason = reason.ok().and_then(|r| r.clone()).unwrap_or_default();
+                Err(RemoteError::new(ErrorCode::Unavailable, format!("the runtime is stopping: {reason}")))
+            }
+        }
     }
 }
 
@@ -56,8 +65,18 @@ impl Backend for Link {
                 .await?;
             info["conversation"] = log["entries"].clone();
             info["conversation_torn"] = log["torn"].clone();
+            let schedules = self
+                .call(routes::SCHEDULE_LIST, Some(agent), json!({}))
+                .await?;
+            info["schedules"] = schedules["schedules"].clone();
             Ok(info)
         })
+    }
+    fn list_agents(&self) -> BackendFuture<'_> {
+        Box::pin(self.call(routes::AGENT_LIST, None, json!({})))
+    }
+    fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
+        Box::pin(self.call(routes::AGENT_DELETE, Some(agent), json!({})))
     }
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move { Ok(self.0.status_json()) })

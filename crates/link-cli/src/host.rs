@@ -31,6 +31,8 @@ pub struct Shared {
     pub plugins: Mutex<Vec<PluginStatus>>,
     pub phase: Mutex<&'static str>,
     pub stop: Notify,
+    /// Set, with the reason, when the runtime starts stopping.
+    pub stopping: tokio::sync::watch::Sender<Option<String>>,
     pub router: crate::router::Router,
 }
 
@@ -119,6 +121,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         plugins: Mutex::new(Vec::new()),
         phase: Mutex::new("starting"),
         stop: Notify::new(),
+        stopping: tokio::sync::watch::channel(None).0,
         router: crate::router::Router::default(),
     });
     tokio::spawn(crate::control::serve(
@@ -139,10 +142,10 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
     let outcome = start_all(&launch, &shared, &mut started, died_tx, &mut died).await;
-    let code = match outcome {
+    let (code, reason) = match outcome {
         Err(e) => {
             eprintln!("link: {e:#}");
-            1
+            (1, format!("{e:#}"))
         }
         Ok(()) => {
             if args.profile == Profile::Link {
@@ -154,6 +157,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
             supervise(&shared, &mut died).await
         }
     };
+    shared.stopping.send_replace(Some(reason));
     *shared.phase.lock().expect("lock") = "stopping";
     stop_all(&shared, &mut started).await;
     reap_strays();
@@ -193,18 +197,19 @@ async fn start_all(
     Ok(())
 }
 
-/// Waits for a stop request or a plugin's death; returns the exit code.
+/// Waits for a stop request or a plugin's death; returns the exit code and the reason.
 async fn supervise(
     shared: &Shared,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
-) -> i32 {
+) -> (i32, String) {
     tokio::select! {
-        _ = link_protocol::plugin::shutdown_signal() => 0,
-        _ = shared.stop.notified() => 0,
+        _ = link_protocol::plugin::shutdown_signal() => (0, "stopped by a signal".into()),
+        _ = shared.stop.notified() => (0, "stopped by `link down`".into()),
         Some((name, status)) = died.recv() => {
             shared.set_plugin_state(name, "exited");
-            eprintln!("link: plugin {name} exited unexpectedly ({}); stopping the runtime", describe(Some(&status)));
-            1
+            let reason = format!("plugin {name} exited unexpectedly ({})", describe(Some(&status)));
+            eprintln!("link: {reason}; stopping the runtime");
+            (1, reason)
         }
     }
 }

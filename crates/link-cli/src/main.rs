@@ -67,6 +67,12 @@ enum TokenCommand {
         #[arg(long)]
         state: PathBuf,
     },
+    /// Revoke a token: both connection services refuse it from the next request on.
+    Revoke {
+        #[arg(long)]
+        state: PathBuf,
+        token: String,
+    },
 }
 
 /// Options of `link up`.
@@ -103,6 +109,9 @@ fn main() {
         Command::Token {
             command: TokenCommand::Create { state },
         } => commands::token_create(&state),
+        Command::Token {
+            command: TokenCommand::Revoke { state, token },
+        } => commands::token_revoke(&state, &token),
         Command::Turn {
             state,
             token,

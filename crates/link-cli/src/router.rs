@@ -32,6 +32,7 @@ pub const GRANTS: &[(&str, &[&str])] = &[
             r::AGENT_DELETE,
             r::TURN_RUN,
             r::STORE_CONVERSATION_READ,
+            r::SCHEDULE_LIST,
             r::MONITOR_STATUS,
             r::MONITOR_STOP,
             r::MONITOR_SAMPLES,
@@ -80,7 +81,7 @@ pub fn allowed(caller: &str, route: &str) -> bool {
 #[derive(Default)]
 struct Table {
     by_pid: HashMap<i32, &'static str>,
-    owners: HashMap<String, PathBuf>,
+    owners: HashMap<String, (&'static str, PathBuf)>,
     leases: HashMap<String, usize>,
 }
 
@@ -96,7 +97,7 @@ impl Router {
         let mut t = self.table.lock().expect("lock");
         t.by_pid.insert(pid, name);
         for route in routes {
-            t.owners.insert(route.clone(), socket.clone());
+            t.owners.insert(route.clone(), (name, socket.clone()));
         }
     }
 
@@ -194,9 +195,23 @@ fn refuse(message: String) -> RemoteError {
     RemoteError::forbidden(message)
 }
 
-async fn forward(owner: &std::path::Path, req: &Request) -> Result<Value, RemoteError> {
-    let mut client = Client::connect(owner).await.map_err(RemoteError::from)?;
-    Ok(client.send(req).await?)
+/// Sends `req` to its owner; a failure to reach it names the owner.
+async fn forward(
+    (name, socket): &(&'static str, PathBuf),
+    req: &Request,
+) -> Result<Value, RemoteError> {
+    let unreachable = |e: link_protocol::Error| {
+        RemoteError::new(
+            link_protocol::ErrorCode::Unavailable,
+            format!("{name} (owner of {}) is unavailable: {e}", req.route),
+        )
+    };
+    let mut client = Client::connect(socket).await.map_err(unreachable)?;
+    match client.send(req).await {
+        Err(link_protocol::Error::Remote(e)) => Err(e),
+        Err(e) => Err(unreachable(e)),
+        Ok(v) => Ok(v),
+    }
 }
 
 /// Accepts plugin connections on `run/router.sock`.

@@ -16,14 +16,14 @@ use link_plugin_measure::Status;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced]\n       runtime report REPORT.json TRACE";
+const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced] | runtime report REPORT.json TRACE";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("report") => report(&args[1..]),
         Some("-h" | "--help") => {
-            println!("{USAGE}");
+            println!("{}", USAGE.replace(" | ", "\n       "));
             Ok(ExitCode::SUCCESS)
         }
         _ => run(&args),
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
 /// Parses the run arguments; every error names the problem and the fix.
 fn parse(args: &[String]) -> Result<ScenarioConfig, String> {
     let need = |i: usize, what: &str| {
-        args.get(i).cloned().ok_or_else(|| format!("missing {what}\n{USAGE}"))
+        args.get(i).cloned().ok_or_else(|| format!("missing {what}; {USAGE}"))
     };
     let programs = PathBuf::from(need(0, "PROGRAMS (the directory of the built programs, e.g. target/release)")?);
     let output = PathBuf::from(need(1, "OUTPUT.json (where to write the report)")?);
@@ -61,13 +61,13 @@ fn parse(args: &[String]) -> Result<ScenarioConfig, String> {
                 None => {}
                 Some("traced") => config.traced = true,
                 Some(other) => {
-                    return Err(format!("unexpected argument `{other}`: the last argument may only be `traced`\n{USAGE}"))
+                    return Err(format!("unexpected argument `{other}`: the last argument may only be `traced`; {USAGE}"))
                 }
             }
         }
     }
     if let Some(extra) = rest.next() {
-        return Err(format!("unexpected argument `{extra}`\n{USAGE}"));
+        return Err(format!("unexpected argument `{extra}`; {USAGE}"));
     }
     Ok(config)
 }
@@ -100,7 +100,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
 
 fn report(args: &[String]) -> Result<ExitCode, String> {
     let [path, trace_path] = args else {
-        return Err(format!("`report` takes REPORT.json and TRACE\n{USAGE}"));
+        return Err(format!("`report` takes REPORT.json and TRACE; {USAGE}"));
     };
     let (path, trace_path) = (PathBuf::from(path), PathBuf::from(trace_path));
     let mut report = read_report(&path).map_err(|e| format!("{e}; pass a report written by `runtime`"))?;

@@ -24,7 +24,7 @@ pub enum FixtureError {
     #[error("{ENV_TEST_STATE_DIR} is empty: set it to a short directory such as $HOME/lnk-tests, or unset it")]
     EmptyVariable,
     #[error(
-        "{ENV_TEST_STATE_DIR}={0} does not exist: create it (mkdir -p {0}) or unset it to use ~/.cache"
+        "state directory {0} does not exist: create it (mkdir -p {0}) or unset {ENV_TEST_STATE_DIR} to use ~/.cache"
     )]
     ParentMissing(PathBuf),
     #[error("{0} is not a directory: point {ENV_TEST_STATE_DIR} at a directory")]
@@ -66,14 +66,28 @@ pub fn parent_from(
 /// Checks that a child of `parent` could serve as a state root, creating nothing.
 /// Returns the path the next root would get.
 pub fn plan_in(parent: &Path) -> Result<PathBuf, FixtureError> {
-    let candidate = parent.join(child_name(u32::MAX));
-    StateLayout::new(&candidate).check()?;
-    Ok(parent.join(child_name(NEXT.load(Ordering::Relaxed))))
+    let next = parent.join(child_name(NEXT.load(Ordering::Relaxed)));
+    StateLayout::new(&next).check()?;
+    Ok(next)
 }
 
-/// [`plan_in`] for the parent the environment selects.
+/// [`plan_in`] for the parent the environment selects; a chosen `LNK_TEST_STATE_DIR` must
+/// exist (the default `~/.cache/lnk` is made when the root is created).
 pub fn plan() -> Result<PathBuf, FixtureError> {
-    plan_in(&parent_dir()?)
+    let parent = parent_dir()?;
+    let next = plan_in(&parent)?;
+    if std::env::var_os(ENV_TEST_STATE_DIR).is_some() {
+        existing_dir(&parent)?;
+    }
+    Ok(next)
+}
+
+fn existing_dir(parent: &Path) -> Result<(), FixtureError> {
+    match std::fs::metadata(parent) {
+        Err(_) => Err(FixtureError::ParentMissing(parent.to_path_buf())),
+        Ok(m) if !m.is_dir() => Err(FixtureError::ParentNotDirectory(parent.to_path_buf())),
+        Ok(_) => Ok(()),
+    }
 }
 
 fn child_name(n: u32) -> String {
@@ -105,15 +119,10 @@ impl StateRoot {
     /// Makes a fresh root `r<pid>-<n>` inside an existing `parent`.
     pub fn create_in(parent: &Path) -> Result<StateRoot, FixtureError> {
         plan_in(parent)?;
-        match std::fs::metadata(parent) {
-            Err(_) => return Err(FixtureError::ParentMissing(parent.to_path_buf())),
-            Ok(m) if !m.is_dir() => {
-                return Err(FixtureError::ParentNotDirectory(parent.to_path_buf()))
-            }
-            Ok(_) => {}
-        }
+        existing_dir(parent)?;
         loop {
             let path = parent.join(child_name(NEXT.fetch_add(1, Ordering::Relaxed)));
+            StateLayout::new(&path).check()?;
             match std::fs::create_dir(&path) {
                 Ok(()) => {
                     let root = StateRoot {

@@ -552,6 +552,9 @@ impl<'a> Run<'a> {
     fn hash(&mut self, found: &[PathBuf]) {
         let at = Instant::now();
         for path in found {
+            if interrupt::interrupted().is_some() {
+                break;
+            }
             match programs::artifact(path) {
                 Ok(a) => self.report.artifacts.push(a),
                 Err(e) => self.say(format!("warning: cannot hash {}: {e}", path.display())),
@@ -608,6 +611,10 @@ impl<'a> Run<'a> {
     async fn phases(&mut self) {
         for step in self.plan() {
             let result = match step {
+                _ if interrupt::interrupted().is_some() => Err(format!(
+                    "interrupted by {} before this phase",
+                    interrupt::name(interrupt::interrupted().unwrap_or(0))
+                )),
                 Step::Startup => self.startup().await,
                 Step::ColdTurn => self.cold_turn().await,
                 Step::WarmTurns => self.warm_turns().await,

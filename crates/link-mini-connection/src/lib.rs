@@ -38,6 +38,10 @@ pub trait Backend: Send + Sync + 'static {
     fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a>;
     /// `{id, name, conversation}`.
     fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
+    /// `{agents: [..]}`.
+    fn list_agents(&self) -> BackendFuture<'_>;
+    /// Removes the agent and everything it owns → `{}`.
+    fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
     /// What `link status` prints.
     fn status(&self) -> BackendFuture<'_>;
 }
@@ -45,9 +49,9 @@ pub trait Backend: Send + Sync + 'static {
 /// The axum router of the contract over `backend`.
 pub fn router(backend: Arc<dyn Backend>) -> Router {
     Router::new()
-        .route("/v1/agents", post(create_agent))
+        .route("/v1/agents", post(create_agent).get(list_agents))
         .route("/v1/agents/{id}/turns", post(turn))
-        .route("/v1/agents/{id}", get(get_agent))
+        .route("/v1/agents/{id}", get(get_agent).delete(delete_agent))
         .route("/v1/status", get(status))
         .fallback(not_found)
         .with_state(backend)
@@ -87,6 +91,22 @@ async fn get_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap) ->
     let result = async {
         authenticate(b.as_ref(), &headers).await?;
         b.get_agent(&id).await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn list_agents(State(b): Api, headers: HeaderMap) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.list_agents().await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn delete_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.delete_agent(&id).await
     };
     respond(StatusCode::OK, result.await)
 }

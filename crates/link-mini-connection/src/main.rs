@@ -52,6 +52,12 @@ impl Backend for Mini {
     fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
         self.call(routes::AGENT_GET, Some(agent), json!({}))
     }
+    fn list_agents(&self) -> BackendFuture<'_> {
+        self.call(routes::AGENT_LIST, None, json!({}))
+    }
+    fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
+        self.call(routes::AGENT_DELETE, Some(agent), json!({}))
+    }
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move {
             client::call_once(&self.host, routes::HOST_STATUS, None, json!({}))

@@ -61,6 +61,7 @@ impl Harness {
             routes::AGENT_CREATE => self.create(&req),
             routes::AGENT_GET => self.get(server::agent(&req)?).await,
             routes::AGENT_LIST => Ok(json!({ "agents": self.ids() })),
+            routes::AGENT_DELETE => self.delete(server::agent(&req)?).await,
             routes::TURN_RUN => self.turn(&req).await,
             other => Err(RemoteError::not_found(format!(
                 "route {other} is not served here"
@@ -119,6 +120,16 @@ impl Harness {
         let agent = self.agent(id)?;
         let agent = agent.lock().await;
         Ok(json!({ "id": id, "name": agent.name, "conversation": agent.conversation }))
+    }
+
+    async fn delete(&self, id: &str) -> Result<Value, RemoteError> {
+        let agent = self.agent(id)?;
+        // Waits for a running turn of this agent to finish before its files go.
+        let agent = agent.lock().await;
+        std::fs::remove_dir_all(&agent.dir)
+            .map_err(|e| RemoteError::internal(format!("removing agent {id}: {e}")))?;
+        self.agents.lock().expect("agents lock").remove(id);
+        Ok(json!({}))
     }
 
     async fn turn(&self, req: &Request) -> Result<Value, RemoteError> {
@@ -243,6 +254,7 @@ async fn main() -> anyhow::Result<()> {
         async move { harness.handle(req).await }
     });
     let routes = [
+        routes::AGENT_DELETE,
         routes::AGENT_CREATE,
         routes::AGENT_GET,
         routes::AGENT_LIST,

@@ -88,6 +88,7 @@ impl Runtime {
             .arg("--programs")
             .arg(programs())
             .env("LNK_KEYCHAIN", "off")
+            .env("LNK_TEST_HOOKS", "1")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -175,6 +176,21 @@ impl Runtime {
 
     pub fn get(&self, path: &str, token: Option<&str>) -> Resp {
         self.request("GET", path, token, None)
+    }
+
+    /// One link-protocol call on the host's control socket.
+    pub fn host_call(
+        &self,
+        route: &str,
+        body: serde_json::Value,
+    ) -> Result<serde_json::Value, link_protocol::Error> {
+        let socket = self.state.join("run/host.sock");
+        self.rt
+            .block_on(link_protocol::client::call_once(&socket, route, None, body))
+    }
+
+    pub fn host_pid(&self) -> i32 {
+        self.child.id() as i32
     }
 
     pub fn status(&self) -> serde_json::Value {
@@ -286,4 +302,52 @@ pub fn assert_gone(started: &[(i32, u64)]) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The host and every descendant, with start times, read from /proc now.
+pub fn tree(host: i32) -> Vec<(i32, u64)> {
+    let mut pids = vec![host];
+    pids.extend(link_plugin_measure::sample::descendants(host));
+    pids.into_iter()
+        .filter_map(|pid| Some((pid, start_time(pid)?)))
+        .collect()
+}
+
+/// Waits until a descendant of `root` runs a program named `comm`.
+pub fn wait_for_process(comm: &str, root: i32) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = link_plugin_measure::sample::descendants(root)
+            .into_iter()
+            .filter_map(link_plugin_measure::sample::sample_process)
+            .any(|p| p.name == comm);
+        if found {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {comm} process appeared under {root}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// True when the sandbox probe says confinement is enforced; otherwise prints SKIPPED (or
+/// fails under `LNK_REQUIRE_SANDBOX=1`).
+pub fn sandbox_available() -> bool {
+    let probe = Path::new(env!("CARGO_BIN_EXE_link"))
+        .parent()
+        .unwrap()
+        .join("link-plugin-sandbox");
+    let out = Command::new(probe).arg("probe").output().unwrap();
+    if out.status.success() {
+        return true;
+    }
+    let reason = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        std::env::var("LNK_REQUIRE_SANDBOX").as_deref() != Ok("1"),
+        "sandbox required but unavailable: {reason}"
+    );
+    println!("SKIPPED: sandbox unavailable: {reason}");
+    false
 }

@@ -1,0 +1,316 @@
+//! Full Link through the real host: the grant table with real callers, tokens, a plugin
+//! killed mid-turn, and what survives `down` + `up`.
+
+mod support;
+
+use link_protocol::routes as r;
+use serde_json::json;
+use support::{Runtime, StateRoot};
+
+/// Every route of full Link, with a body that is harmless for an agent that does not exist.
+const ROUTES: &[&str] = &[
+    r::AGENT_CREATE,
+    r::AGENT_GET,
+    r::AGENT_LIST,
+    r::AGENT_DELETE,
+    r::TURN_RUN,
+    r::AUTH_ISSUE,
+    r::AUTH_VERIFY,
+    r::AUTH_REVOKE,
+    r::SECRET_GET,
+    r::SECRET_PUT,
+    r::SECRET_DELETE,
+    r::STORE_CONVERSATION_APPEND,
+    r::STORE_CONVERSATION_READ,
+    r::STORE_FILE_READ,
+    r::STORE_FILE_WRITE,
+    r::STORE_FILE_LIST,
+    r::STORE_AGENT_CREATE,
+    r::STORE_AGENT_DELETE,
+    r::TOOL_RUN,
+    r::TOOL_FILE,
+    r::TOOL_CODE,
+    r::SANDBOX_EXEC,
+    r::SCHEDULE_CREATE,
+    r::SCHEDULE_LIST,
+    r::SCHEDULE_CANCEL,
+    r::SCHEDULE_DELETE_AGENT,
+    r::MONITOR_STATUS,
+    r::MONITOR_STOP,
+    r::MONITOR_SAMPLES,
+];
+
+/// The grants the host's router must hold, written out again here so a change to the table
+/// in the host is a visible change to this test.
+fn granted(caller: &str, route: &str) -> bool {
+    let grants: &[(&str, &[&str])] = &[
+        (
+            "link-plugin-link-harness",
+            &[
+                r::STORE_CONVERSATION_APPEND,
+                r::STORE_CONVERSATION_READ,
+                r::AGENT_GET,
+                r::TOOL_RUN,
+                r::TOOL_FILE,
+                r::TOOL_CODE,
+                r::SCHEDULE_CREATE,
+            ],
+        ),
+        ("link-plugin-link-scheduler", &[r::TURN_RUN, r::AGENT_GET]),
+        (
+            "link-plugin-agent",
+            &[
+                r::STORE_AGENT_CREATE,
+                r::STORE_AGENT_DELETE,
+                r::SCHEDULE_DELETE_AGENT,
+            ],
+        ),
+        ("link-plugin-link-run", &[r::SANDBOX_EXEC]),
+        (
+            "link-plugin-file-tool",
+            &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+        ),
+        (
+            "link-plugin-link-code",
+            &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+        ),
+        ("link-plugin-model", &[r::SECRET_GET]),
+    ];
+    grants
+        .iter()
+        .any(|(c, routes)| *c == caller && routes.contains(&route))
+}
+
+#[test]
+fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
+    let root = StateRoot::new("link-grants");
+    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    // The model serves HTTP, not routes, so it has no debug hook to call through; its one
+    // grant (secret.get) is in the host's table and checked by the router like every other.
+    let plugins: Vec<String> = rt
+        .plugin_pids()
+        .into_iter()
+        .map(|(n, _)| n)
+        .filter(|n| n != "link-plugin-model")
+        .collect();
+    assert_eq!(plugins.len(), 11, "{plugins:?}");
+    let (mut refused, mut passed) = (0, 0);
+    for plugin in &plugins {
+        for route in ROUTES {
+            let body = json!({ "plugin": plugin, "route": route, "agent": "nobody", "body": { "name": "nobody", "id": "s0" } });
+            let result = rt.host_call(r::HOST_DEBUG_CALL, body).unwrap();
+            let message = result["message"].as_str().unwrap_or_default();
+            let no_grant = result["code"] == "forbidden"
+                && message.contains(&format!("has no grant for route {route}"));
+            if granted(plugin, route) {
+                assert!(
+                    !no_grant,
+                    "{plugin} → {route} must pass the grant check: {result}"
+                );
+                passed += 1;
+            } else {
+                assert_eq!(
+                    result["ok"], false,
+                    "{plugin} → {route} was executed: {result}"
+                );
+                assert!(
+                    no_grant,
+                    "{plugin} → {route} must be refused as forbidden naming the route: {result}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(passed, 19);
+    assert_eq!(refused, plugins.len() * ROUTES.len() - 19);
+    // The harness holds grants for tools, but only for an agent whose turn it is running.
+    let lease = rt
+        .host_call(r::HOST_DEBUG_CALL, json!({ "plugin": "link-plugin-link-harness", "route": r::TOOL_FILE, "agent": "nobody", "body": {} }))
+        .unwrap();
+    assert_eq!(lease["code"], "forbidden", "{lease}");
+    assert!(
+        lease["message"]
+            .as_str()
+            .unwrap()
+            .contains("only for an agent whose turn it is running"),
+        "{lease}"
+    );
+    assert!(
+        rt.stderr().contains("router refused"),
+        "refusals must be logged"
+    );
+    rt.down();
+}
+
+#[test]
+fn unauthenticated_wrong_and_revoked_tokens_get_401() {
+    let root = StateRoot::new("link-tokens");
+    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    let token = rt.token();
+    let revoked = rt.token();
+    assert_eq!(
+        rt.post("/v1/agents", &token, json!({ "name": "a" })).status,
+        201
+    );
+    assert_eq!(
+        rt.get("/v1/agents/a", Some(&revoked)).status,
+        200,
+        "valid before revoking"
+    );
+    let out = support::link(&["token", "revoke", &revoked, "--state"], root.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (what, tok) in [
+        ("none", None),
+        ("wrong", Some("lnk_0000")),
+        ("revoked", Some(revoked.as_str())),
+    ] {
+        let resp = rt.request("POST", "/v1/agents", tok, Some(br#"{"name":"b"}"#.to_vec()));
+        assert_eq!(resp.status, 401, "{what}");
+        assert_eq!(resp.json()["error"]["code"], "unauthorized", "{what}");
+    }
+    assert_eq!(
+        rt.get("/v1/agents/b", Some(&token)).status,
+        404,
+        "a refused create made an agent"
+    );
+    assert_eq!(
+        rt.get("/v1/agents/a", Some(&token)).status,
+        200,
+        "the other token still works"
+    );
+    rt.down();
+}
+
+#[test]
+fn agents_files_conversations_and_schedules_survive_down_and_up() {
+    let root = StateRoot::new("link-restart");
+    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    let token = rt.token();
+    assert_eq!(
+        rt.post("/v1/agents", &token, json!({ "name": "keeper" }))
+            .status,
+        201
+    );
+    let turns = ["hello", "schedule 1h: much later"];
+    for message in turns {
+        let resp = rt.post(
+            "/v1/agents/keeper/turns",
+            &token,
+            json!({ "message": message }),
+        );
+        assert_eq!(resp.status, 200, "{message}: {:?}", resp.json());
+    }
+    let workspace = root.path().join("data/file-store/agents/keeper/workspace");
+    std::fs::write(workspace.join("notes.txt"), "kept").unwrap();
+    let before = rt.get("/v1/agents/keeper", Some(&token)).json();
+    assert_eq!(before["schedules"].as_array().unwrap().len(), 1, "{before}");
+    rt.down();
+
+    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    let after = rt.get("/v1/agents/keeper", Some(&token)).json();
+    assert_eq!(after["conversation"], before["conversation"]);
+    assert_eq!(after["schedules"], before["schedules"]);
+    let listed = rt.get("/v1/agents", Some(&token)).json();
+    assert!(listed.to_string().contains("keeper"), "{listed}");
+    let search = rt
+        .post(
+            "/v1/agents/keeper/turns",
+            &token,
+            json!({ "message": "search kept" }),
+        )
+        .json();
+    assert!(
+        search["tool_calls"][0]["output"]
+            .to_string()
+            .contains("notes.txt"),
+        "{search}"
+    );
+    assert_eq!(
+        rt.request("DELETE", "/v1/agents/keeper", Some(&token), None)
+            .status,
+        200
+    );
+    assert!(
+        !workspace.exists(),
+        "deleting an agent must remove its files"
+    );
+    rt.down();
+}
+
+/// A plugin SIGKILLed while a turn waits on a confined `run: sleep`: the turn ends with a clear
+/// error, the host stops with a non-zero status, nothing it started remains, and after `up`
+/// the conversation holds the user message the runtime had acknowledged.
+#[test]
+fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
+    if !support::sandbox_available() {
+        return;
+    }
+    for victim in [
+        "link-plugin-link-run",
+        "link-plugin-sandbox",
+        "link-plugin-link-harness",
+        "link-plugin-file-store",
+    ] {
+        let root = StateRoot::new("link-kill");
+        let mut rt = Runtime::up_in(&root, "link", "confined");
+        let token = rt.token();
+        assert_eq!(
+            rt.post("/v1/agents", &token, json!({ "name": "k" })).status,
+            201
+        );
+        let pid = rt
+            .plugin_pids()
+            .into_iter()
+            .find(|(n, _)| n == victim)
+            .unwrap()
+            .1;
+        let socket = root.path().join("run/connection.sock");
+        let turn = std::thread::spawn({
+            let token = token.clone();
+            move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let body = json!({ "message": "run: sleep 30" });
+                rt.block_on(link_protocol::http::json(
+                    &socket,
+                    "POST",
+                    "/v1/agents/k/turns",
+                    Some(&token),
+                    Some(&body),
+                ))
+            }
+        });
+        support::wait_for_process("sleep", rt.host_pid());
+        let started = support::tree(rt.host_pid());
+        support::kill(pid, 9);
+        let resp = turn
+            .join()
+            .unwrap()
+            .expect("the turn must get an answer, not a dropped connection");
+        assert_eq!(resp.status, 503, "{victim}: {:?}", resp.json());
+        let message = resp.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(
+            message.contains(victim) || message.contains("stopping"),
+            "{victim}: {message}"
+        );
+        let status = rt.wait_exit();
+        assert!(!status.success(), "{victim}: host exited {status:?}");
+        support::assert_gone(&started);
+        drop(rt);
+        let rt = Runtime::up_in(&root, "link", "diagnostic");
+        let log = rt.get("/v1/agents/k", Some(&token)).json();
+        assert!(
+            log["conversation"].to_string().contains("run: sleep 30"),
+            "{victim}: {log}"
+        );
+        rt.down();
+    }
+}
