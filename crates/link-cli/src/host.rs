@@ -103,11 +103,8 @@ pub fn up(args: UpArgs) -> Result<i32> {
         .enable_all()
         .build()?;
     let code = rt.block_on(run(args, layout.clone(), programs));
-    for socket in [
-        layout.host_socket(),
-        layout.router_socket(),
-        layout.connection_socket(),
-    ] {
+    // Plugins remove their own sockets, but one that was killed cannot.
+    for socket in layout.all_sockets() {
         let _ = std::fs::remove_file(socket);
     }
     code
@@ -139,9 +136,28 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         mode: args.mode,
         monitor_interval: args.monitor_interval,
     };
+    let mut signals = link_protocol::plugin::ShutdownSignals::new()?;
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
-    let outcome = start_all(&launch, &shared, &mut started, died_tx, &mut died).await;
+    // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
+    let probe = (args.profile == Profile::Link && args.mode == Mode::Confined)
+        .then(|| sandbox_probe(&programs));
+    let outcome = match start_all(
+        &launch,
+        &shared,
+        &mut started,
+        died_tx,
+        &mut died,
+        &mut signals,
+    )
+    .await
+    {
+        Ok(()) => match probe {
+            Some(probe) => probe.await,
+            None => Ok(()),
+        },
+        Err(e) => Err(e),
+    };
     let (code, reason) = match outcome {
         Err(e) => {
             eprintln!("link: {e:#}");
@@ -154,7 +170,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
             }
             *shared.phase.lock().expect("lock") = "ready";
             println!("ready {}", layout.connection_socket().display());
-            supervise(&shared, &mut died).await
+            supervise(&shared, &mut died, &mut signals).await
         }
     };
     shared.stopping.send_replace(Some(reason));
@@ -170,6 +186,7 @@ async fn start_all(
     started: &mut Vec<Plugin>,
     died_tx: mpsc::UnboundedSender<(&'static str, ExitStatus)>,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
+    signals: &mut link_protocol::plugin::ShutdownSignals,
 ) -> Result<()> {
     for &name in plugins::start_order(launch.profile) {
         let plugin = tokio::select! {
@@ -179,7 +196,7 @@ async fn start_all(
                 describe(Some(&status)),
                 launch.layout.log_file(dead).display()
             ),
-            _ = link_protocol::plugin::shutdown_signal() => bail!("interrupted during start-up"),
+            _ = signals.recv() => bail!("interrupted during start-up"),
         };
         shared.plugins.lock().expect("lock").push(PluginStatus {
             name: name.into(),
@@ -201,9 +218,10 @@ async fn start_all(
 async fn supervise(
     shared: &Shared,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
+    signals: &mut link_protocol::plugin::ShutdownSignals,
 ) -> (i32, String) {
     tokio::select! {
-        _ = link_protocol::plugin::shutdown_signal() => (0, "stopped by a signal".into()),
+        _ = signals.recv() => (0, "stopped by a signal".into()),
         _ = shared.stop.notified() => (0, "stopped by `link down`".into()),
         Some((name, status)) = died.recv() => {
             shared.set_plugin_state(name, "exited");
@@ -287,6 +305,28 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
+/// with the probe's reason.
+fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<()>> {
+    let run = tokio::process::Command::new(programs.join("link-plugin-sandbox"))
+        .arg("probe")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    async move {
+        let out = run.await.context("running link-plugin-sandbox probe")?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        bail!(
+            "confined mode is unavailable: the sandbox probe says {} ({}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic",
+            report["status"].as_str().unwrap_or("broken"),
+            report["reason"].as_str().unwrap_or("no reason given")
+        )
+    }
 }
 
 /// Refuses confined mode where the kernel cannot confine the plugins.

@@ -314,3 +314,27 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
         rt.down();
     }
 }
+
+/// Without bubblewrap, confined full Link refuses to start, names the probe's reason and the
+/// explicit alternative, and leaves no socket behind.
+#[test]
+fn confined_link_refuses_to_start_without_bubblewrap() {
+    let root = StateRoot::new("link-nobwrap");
+    let programs = std::path::Path::new(env!("CARGO_BIN_EXE_link")).parent().unwrap();
+    let out = support::link(&["up", "--profile", "link", "--mode", "confined", "--programs"], programs)
+        .arg("--state")
+        .arg(root.path())
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("confined mode is unavailable") && stderr.contains("bwrap"), "{stderr}");
+    assert!(stderr.contains("--mode diagnostic"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(root.path().join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".sock"))
+        .collect();
+    assert!(left.is_empty(), "sockets left behind: {left:?}");
+}

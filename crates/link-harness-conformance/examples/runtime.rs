@@ -11,7 +11,9 @@
 //! 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is missing),
 //! 130/143 interrupted.
 
-use link_harness_conformance::{interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig};
+use link_harness_conformance::{
+    interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig,
+};
 use link_plugin_measure::Status;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,9 +39,14 @@ fn main() -> ExitCode {
 /// Parses the run arguments; every error names the problem and the fix.
 fn parse(args: &[String]) -> Result<ScenarioConfig, String> {
     let need = |i: usize, what: &str| {
-        args.get(i).cloned().ok_or_else(|| format!("missing {what}; {USAGE}"))
+        args.get(i)
+            .cloned()
+            .ok_or_else(|| format!("missing {what}; {USAGE}"))
     };
-    let programs = PathBuf::from(need(0, "PROGRAMS (the directory of the built programs, e.g. target/release)")?);
+    let programs = PathBuf::from(need(
+        0,
+        "PROGRAMS (the directory of the built programs, e.g. target/release)",
+    )?);
     let output = PathBuf::from(need(1, "OUTPUT.json (where to write the report)")?);
     let profile = need(2, "the profile (mini or link)")?.parse()?;
     let mode = need(3, "the mode (confined or diagnostic)")?.parse()?;
@@ -78,7 +85,10 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     interrupt::install_handler();
     let report = run_scenario(&config);
     if let Some(sig) = interrupt::interrupted() {
-        eprintln!("runtime: interrupted by {}; the runtime was stopped and its state removed", interrupt::name(sig));
+        eprintln!(
+            "runtime: interrupted by {}; the runtime was stopped and its state removed",
+            interrupt::name(sig)
+        );
         return Ok(ExitCode::from(128 + sig as u8));
     }
     let label = config.label();
@@ -91,7 +101,11 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         Status::Skipped => {
             eprintln!(
                 "[{label}] SKIPPED — NOT a pass: {}",
-                report.outcome.reason.as_deref().unwrap_or("no reason given")
+                report
+                    .outcome
+                    .reason
+                    .as_deref()
+                    .unwrap_or("no reason given")
             );
             ExitCode::from(3)
         }
@@ -103,7 +117,8 @@ fn report(args: &[String]) -> Result<ExitCode, String> {
         return Err(format!("`report` takes REPORT.json and TRACE; {USAGE}"));
     };
     let (path, trace_path) = (PathBuf::from(path), PathBuf::from(trace_path));
-    let mut report = read_report(&path).map_err(|e| format!("{e}; pass a report written by `runtime`"))?;
+    let mut report =
+        read_report(&path).map_err(|e| format!("{e}; pass a report written by `runtime`"))?;
     if !trace_path.is_file() {
         return Err(format!(
             "trace {} does not exist: record one with `strace -f -ttt -e trace=process -o {} runtime ...`",

@@ -29,7 +29,9 @@ pub enum FixtureError {
     ParentMissing(PathBuf),
     #[error("{0} is not a directory: point {ENV_TEST_STATE_DIR} at a directory")]
     ParentNotDirectory(PathBuf),
-    #[error("HOME is not set: set {ENV_TEST_STATE_DIR} to a short directory outside temporary folders")]
+    #[error(
+        "HOME is not set: set {ENV_TEST_STATE_DIR} to a short directory outside temporary folders"
+    )]
     NoHome,
     #[error("{0}")]
     Root(#[from] RootError),
@@ -285,7 +287,10 @@ mod tests {
         let long = test_parent().join("x".repeat(100));
         let err = StateRoot::create_in(&long).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("107 byte") && text.contains("shorter"), "{text}");
+        assert!(
+            text.contains("107 byte") && text.contains("shorter"),
+            "{text}"
+        );
         assert!(!long.exists());
         let err = StateRoot::create_in(Path::new("relative/dir")).unwrap_err();
         assert!(err.to_string().contains("absolute"), "{err}");
@@ -306,12 +311,20 @@ mod tests {
         let b = StateRoot::create_in(&parent).unwrap();
         assert_ne!(a.path(), b.path());
         let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
-        assert!(name.starts_with(&format!("r{}-", std::process::id())), "{name}");
+        assert!(
+            name.starts_with(&format!("r{}-", std::process::id())),
+            "{name}"
+        );
         a.layout().check().unwrap();
         let env = a.isolated_env();
         let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
         assert_eq!(get("LNK_KEYCHAIN").as_deref(), Some("off"));
-        for key in ["HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME"] {
+        for key in [
+            "HOME",
+            "XDG_CONFIG_HOME",
+            "XDG_RUNTIME_DIR",
+            "XDG_DATA_HOME",
+        ] {
             let dir = PathBuf::from(get(key).unwrap());
             assert!(dir.starts_with(a.path()) && dir.is_dir(), "{key}={dir:?}");
         }

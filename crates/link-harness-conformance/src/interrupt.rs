@@ -41,7 +41,10 @@ pub fn install_handler() {
                             _ = term.recv() => 15,
                         };
                         if SIGNAL.swap(sig, Ordering::SeqCst) == 0 {
-                            eprintln!("received {}: stopping the runtime and cleaning up", name(sig));
+                            eprintln!(
+                                "received {}: stopping the runtime and cleaning up",
+                                name(sig)
+                            );
                         }
                     }
                 });

@@ -26,7 +26,9 @@ pub mod reaper;
 pub mod scenario;
 pub mod trace;
 
-pub use scenario::{preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig};
+pub use scenario::{
+    preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig,
+};
 
 /// Every check a report carries, in order (DESIGN §7).
 pub const CHECKS: [&str; 13] = [

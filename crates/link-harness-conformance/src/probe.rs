@@ -288,7 +288,12 @@ mod tests {
             .as_str()
             .unwrap()
             .contains("signal: 9"));
-        assert!(cap.evidence["proc"]["detail"]["rss_bytes"].as_u64().unwrap() > 0);
+        assert!(
+            cap.evidence["proc"]["detail"]["rss_bytes"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
         assert_eq!(
             cap.evidence["proc"]["detail"]["pid"].as_i64().unwrap(),
             std::process::id() as i64

@@ -175,8 +175,7 @@ impl Reaper {
             let Some(p) = Pid::from_raw(pid) else {
                 continue;
             };
-            if let Ok(Some((_, status))) = rustix::process::waitpid(Some(p), WaitOptions::NOHANG)
-            {
+            if let Ok(Some((_, status))) = rustix::process::waitpid(Some(p), WaitOptions::NOHANG) {
                 pending.remove(&(pid, start));
                 out.push(Reaped {
                     pid,
@@ -332,10 +331,7 @@ pub fn read_proc(pid: i32) -> Option<ProcInfo> {
         ppid: stat.ppid,
         start_time_ticks: stat.starttime,
         comm: stat.comm,
-        exe: p
-            .exe()
-            .map(|e| e.display().to_string())
-            .unwrap_or_default(),
+        exe: p.exe().map(|e| e.display().to_string()).unwrap_or_default(),
         argv: p.cmdline().unwrap_or_default(),
         state: stat.state,
     })
@@ -425,7 +421,10 @@ mod tests {
                 reaper.reap_orphans();
                 std::thread::sleep(Duration::from_millis(5));
             }
-            let status = child.wait_timeout(Duration::from_secs(30)).unwrap().unwrap();
+            let status = child
+                .wait_timeout(Duration::from_secs(30))
+                .unwrap()
+                .unwrap();
             assert_eq!(status.code(), Some(code));
         }
         let out = reaper
@@ -457,10 +456,7 @@ mod tests {
         // The subshell forks `sleep` and exits, and so does sh: the sleep is orphaned.
         let out = reaper
             .output(
-                Command::new("sh").args([
-                    "-c",
-                    "(sleep 300 >/dev/null 2>&1 & echo $!) ; exit 0",
-                ]),
+                Command::new("sh").args(["-c", "(sleep 300 >/dev/null 2>&1 & echo $!) ; exit 0"]),
                 Duration::from_secs(30),
             )
             .unwrap();
@@ -470,19 +466,30 @@ mod tests {
         let adopted = wait_until(Duration::from_secs(10), || {
             read_proc(orphan).is_some_and(|p| p.ppid == me)
         });
-        assert!(adopted, "orphan {orphan} was not re-parented to the subreaper");
+        assert!(
+            adopted,
+            "orphan {orphan} was not re-parented to the subreaper"
+        );
         let info = read_proc(orphan).unwrap();
 
         // Still alive: the leftover check names it, by pid and by recorded identity.
         let left = leftovers(&[(orphan, info.start_time_ticks)], &HashSet::new());
         let named = left.iter().find(|p| p.pid == orphan).expect("orphan named");
-        assert!(named.describe().contains("sleep 300"), "{}", named.describe());
+        assert!(
+            named.describe().contains("sleep 300"),
+            "{}",
+            named.describe()
+        );
         // A wrong start time is a different process: not matched by identity alone.
         assert!(!is_alive(orphan, info.start_time_ticks + 1));
 
         assert!(kill_exact(orphan, info.start_time_ticks));
         let gone = wait_until(Duration::from_secs(10), || read_proc(orphan).is_none());
-        assert!(gone, "killed orphan {orphan} was not reaped: {:?}", read_proc(orphan));
+        assert!(
+            gone,
+            "killed orphan {orphan} was not reaped: {:?}",
+            read_proc(orphan)
+        );
         let reaped = reaper.reaped();
         let entry = reaped.iter().find(|r| r.pid == orphan).expect("recorded");
         assert_eq!(entry.comm, "sleep");
@@ -497,7 +504,10 @@ mod tests {
         let pid = child.pid();
         let start = read_proc(pid).unwrap().start_time_ticks;
         child.signal(Signal::TERM).unwrap();
-        let status = child.wait_timeout(Duration::from_secs(30)).unwrap().unwrap();
+        let status = child
+            .wait_timeout(Duration::from_secs(30))
+            .unwrap()
+            .unwrap();
         assert_eq!(status.signal(), Some(15));
         drop(child);
         let child = global().spawn(Command::new("sleep").arg("300")).unwrap();

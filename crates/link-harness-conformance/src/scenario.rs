@@ -296,7 +296,8 @@ impl<'a> Run<'a> {
         };
         Run {
             config,
-            programs: std::path::absolute(&config.programs).unwrap_or_else(|_| config.programs.clone()),
+            programs: std::path::absolute(&config.programs)
+                .unwrap_or_else(|_| config.programs.clone()),
             label: config.label(),
             report,
             checks: BTreeMap::new(),
@@ -475,7 +476,10 @@ impl<'a> Run<'a> {
 
     fn execute(&mut self) {
         if let Some(sig) = interrupt::interrupted() {
-            self.fail("startup", format!("interrupted by {} before the run", interrupt::name(sig)));
+            self.fail(
+                "startup",
+                format!("interrupted by {} before the run", interrupt::name(sig)),
+            );
             return;
         }
         let found = match preflight(self.config) {
@@ -580,7 +584,10 @@ impl<'a> Run<'a> {
         match (self.config.profile, self.config.mode) {
             (Profile::Mini, _) => {
                 let why = "Mini has no router and no tools";
-                self.skip("conversation_write_refused", format!("{why}: no file tool to refuse it"));
+                self.skip(
+                    "conversation_write_refused",
+                    format!("{why}: no file tool to refuse it"),
+                );
                 self.skip("run_tool_confined", format!("{why}: no run tool"));
                 self.skip("file_tool_confined", format!("{why}: no file tool"));
                 self.skip("scheduler_fired", "Mini has no scheduler");
@@ -632,7 +639,10 @@ impl<'a> Run<'a> {
                 if self.first_failure.is_none() {
                     self.first_failure = Some(format!("{}: {e}", step.name()));
                 }
-                self.say(format!("phase {} failed; stopping the runtime", step.name()));
+                self.say(format!(
+                    "phase {} failed; stopping the runtime",
+                    step.name()
+                ));
                 return;
             }
         }
@@ -647,7 +657,12 @@ impl<'a> Run<'a> {
     }
 
     fn state_arg(&self) -> String {
-        self.root.as_ref().expect("root").path().display().to_string()
+        self.root
+            .as_ref()
+            .expect("root")
+            .path()
+            .display()
+            .to_string()
     }
 
     /// `link token create`: before start-up, so start-up timing does not include it.
@@ -686,7 +701,12 @@ impl<'a> Run<'a> {
             "--monitor-interval",
             &interval,
         ]);
-        let stderr = self.root.as_ref().expect("root").home().join("link-up.stderr");
+        let stderr = self
+            .root
+            .as_ref()
+            .expect("root")
+            .home()
+            .join("link-up.stderr");
         let file = std::fs::File::create(&stderr)
             .map_err(|e| format!("cannot create {}: {e}", stderr.display()))?;
         // Its own process group: a terminal's Ctrl-C reaches the runner, which stops it in order.
@@ -723,7 +743,10 @@ impl<'a> Run<'a> {
         let mut open = true;
         loop {
             if let Some(sig) = interrupt::interrupted() {
-                return Err(format!("interrupted by {} during start-up", interrupt::name(sig)));
+                return Err(format!(
+                    "interrupted by {} during start-up",
+                    interrupt::name(sig)
+                ));
             }
             let host = self.host.as_mut().expect("host");
             if let Some(status) = host.process.try_wait().map_err(|e| e.to_string())? {
@@ -764,7 +787,11 @@ impl<'a> Run<'a> {
                 files.sort();
                 for f in files {
                     if let Some(t) = tail(&f, 3) {
-                        let name = f.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                        let name = f
+                            .file_name()
+                            .unwrap_or_default()
+                            .to_string_lossy()
+                            .into_owned();
                         parts.push(format!("{name}: {t}"));
                     }
                 }
@@ -794,7 +821,12 @@ impl<'a> Run<'a> {
         self.judge("startup", result)
     }
 
-    fn judge_startup(&mut self, status: &Value, socket: &Path, took: Duration) -> Result<String, String> {
+    fn judge_startup(
+        &mut self,
+        status: &Value,
+        socket: &Path,
+        took: Duration,
+    ) -> Result<String, String> {
         let expected = match self.config.profile {
             Profile::Mini => programs::MINI,
             Profile::Link => programs::LINK,
@@ -824,8 +856,12 @@ impl<'a> Run<'a> {
                 missing.join(", ")
             ));
         }
-        if status["mode"] != self.config.mode.as_str() || status["profile"] != self.config.profile.as_str() {
-            return Err(format!("host.status reports another profile or mode: {status}"));
+        if status["mode"] != self.config.mode.as_str()
+            || status["profile"] != self.config.profile.as_str()
+        {
+            return Err(format!(
+                "host.status reports another profile or mode: {status}"
+            ));
         }
         if !socket.exists() {
             return Err(format!("ready socket {} does not exist", socket.display()));
@@ -856,7 +892,9 @@ impl<'a> Run<'a> {
         self.agents.push(id.clone());
         let reply = reply?;
         let result = if reply.reply.trim().is_empty() {
-            Err(format!("agent {id}'s first turn came back with an empty reply"))
+            Err(format!(
+                "agent {id}'s first turn came back with an empty reply"
+            ))
         } else {
             Ok(format!(
                 "agent {id} created and answered its first turn in {}: {:?}",
@@ -922,8 +960,12 @@ impl<'a> Run<'a> {
     /// Each agent keeps its conversation and (full Link) its files.
     async fn isolation(&self, a: &str, b: &str) -> Result<String, String> {
         let mut evidence = Vec::new();
-        let view_a = self.guarded("GET agent alpha", 30, self.conn().agent(a)).await?;
-        let view_b = self.guarded("GET agent beta", 30, self.conn().agent(b)).await?;
+        let view_a = self
+            .guarded("GET agent alpha", 30, self.conn().agent(a))
+            .await?;
+        let view_b = self
+            .guarded("GET agent beta", 30, self.conn().agent(b))
+            .await?;
         let texts = |v: &crate::client::AgentView| -> Vec<String> {
             v.conversation.iter().map(|e| e.text()).collect()
         };
@@ -931,11 +973,16 @@ impl<'a> Run<'a> {
         if ta.iter().any(|t| t.contains("hello from beta")) {
             return Err(format!("agent {a}'s conversation holds beta's message"));
         }
-        if tb.iter().any(|t| t.contains("hello from the runtime runner") || t.contains("warm turn")) {
+        if tb
+            .iter()
+            .any(|t| t.contains("hello from the runtime runner") || t.contains("warm turn"))
+        {
             return Err(format!("agent {b}'s conversation holds alpha's messages"));
         }
         if !tb.iter().any(|t| t.contains("hello from beta")) {
-            return Err(format!("agent {b}'s conversation lacks its own message: {tb:?}"));
+            return Err(format!(
+                "agent {b}'s conversation lacks its own message: {tb:?}"
+            ));
         }
         evidence.push(format!(
             "conversations separate ({} and {} entries)",
@@ -988,18 +1035,25 @@ impl<'a> Run<'a> {
         let cross = self.turn(b, "read alpha-only.txt").await?;
         let call = tool_call(&cross, "file")?;
         if call.ok || call.output_text().contains("alpha-secret") {
-            return Err(format!("agent {b} read agent {a}'s file: {}", call.output_text()));
+            return Err(format!(
+                "agent {b} read agent {a}'s file: {}",
+                call.output_text()
+            ));
         }
         let file = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
         if file(&wa, "alpha-only.txt").as_deref() != Some("alpha-secret")
             || file(&wb, "beta-only.txt").as_deref() != Some("beta-secret")
         {
-            return Err("a file written through the file tool is not in its agent's workspace".into());
+            return Err(
+                "a file written through the file tool is not in its agent's workspace".into(),
+            );
         }
         if file(&wb, "alpha-only.txt").is_some() || file(&wa, "beta-only.txt").is_some() {
             return Err("a file written by one agent appeared in the other's workspace".into());
         }
-        let mut detail = "each agent's file tool writes only its own workspace; beta cannot read alpha's file".to_owned();
+        let mut detail =
+            "each agent's file tool writes only its own workspace; beta cannot read alpha's file"
+                .to_owned();
         if self.config.concurrent_agents {
             let run = self.turn(b, "run: cat alpha-only.txt").await?;
             let call = tool_call(&run, "run")?;
@@ -1009,9 +1063,13 @@ impl<'a> Run<'a> {
             let ls = self.turn(a, "run: ls").await?;
             let listing = tool_call(&ls, "run")?.output_text();
             if !listing.contains("alpha-only.txt") || listing.contains("beta-only.txt") {
-                return Err(format!("agent {a}'s run tool sees the wrong workspace: {listing}"));
+                return Err(format!(
+                    "agent {a}'s run tool sees the wrong workspace: {listing}"
+                ));
             }
-            detail.push_str("; concurrent turns kept apart, and the run tool sees only its own workspace");
+            detail.push_str(
+                "; concurrent turns kept apart, and the run tool sees only its own workspace",
+            );
         }
         Ok(detail)
     }
@@ -1020,7 +1078,8 @@ impl<'a> Run<'a> {
         let a = self.agents[0].clone();
         let layout = self.layout();
         let conversation = layout.agent_conversation(&a);
-        let confined_link = self.config.profile == Profile::Link && self.config.mode == Mode::Confined;
+        let confined_link =
+            self.config.profile == Profile::Link && self.config.mode == Mode::Confined;
         let before = std::fs::read(&conversation).unwrap_or_default();
         let t = Timer::start();
         let unauth = self.unauthenticated(&a).await;
@@ -1036,7 +1095,8 @@ impl<'a> Run<'a> {
         };
         let first = self.judge("unauthenticated_refused", unauth);
         if let Some(write) = write {
-            let result = write.and_then(|reply| judge_conversation_write(&reply, &conversation, &before));
+            let result =
+                write.and_then(|reply| judge_conversation_write(&reply, &conversation, &before));
             self.judge("conversation_write_refused", result)?;
         }
         first
@@ -1058,8 +1118,14 @@ impl<'a> Run<'a> {
         let mut out = Vec::new();
         for (method, path, token, body) in requests {
             let what = format!("{method} {path} without a valid token");
-            let resp = self.guarded(&what, 30, conn.raw(method, path, token, body)).await?;
-            out.push((what, resp.status, String::from_utf8_lossy(&resp.body).into_owned()));
+            let resp = self
+                .guarded(&what, 30, conn.raw(method, path, token, body))
+                .await?;
+            out.push((
+                what,
+                resp.status,
+                String::from_utf8_lossy(&resp.body).into_owned(),
+            ));
         }
         Ok(out)
     }
@@ -1071,14 +1137,26 @@ impl<'a> Run<'a> {
     ) -> Result<String, String> {
         for (what, status, body) in &statuses {
             if *status != 401 {
-                return Err(format!("{what} answered {status}, not 401: {}", short(body)));
+                return Err(format!(
+                    "{what} answered {status}, not 401: {}",
+                    short(body)
+                ));
             }
             if body.contains("hello from") {
-                return Err(format!("{what} leaked conversation content: {}", short(body)));
+                return Err(format!(
+                    "{what} leaked conversation content: {}",
+                    short(body)
+                ));
             }
         }
-        let view = self.guarded("GET agent alpha", 30, self.conn().agent(a)).await?;
-        if view.conversation.iter().any(|e| e.text().contains("unauthenticated turn")) {
+        let view = self
+            .guarded("GET agent alpha", 30, self.conn().agent(a))
+            .await?;
+        if view
+            .conversation
+            .iter()
+            .any(|e| e.text().contains("unauthenticated turn"))
+        {
             return Err("the unauthenticated turn reached the conversation".into());
         }
         Ok(format!(
@@ -1097,7 +1175,10 @@ impl<'a> Run<'a> {
         let messages = [
             "run: echo hi > ran.txt; cat ran.txt".to_owned(),
             format!("run: cat {}", tokens.display()),
-            format!("run: echo escaped > {}", root.join("escape-run.txt").display()),
+            format!(
+                "run: echo escaped > {}",
+                root.join("escape-run.txt").display()
+            ),
             "write tool-file.txt: hello-file".to_owned(),
             "read tool-file.txt".to_owned(),
             "read ../../../../../auth/tokens".to_owned(),
@@ -1131,7 +1212,12 @@ impl<'a> Run<'a> {
         let t = Timer::start();
         let result = self.schedule_and_wait(&a).await;
         let took = self.end_phase("scheduler", 0, t);
-        let result = result.map(|d| format!("{d}; fired and appeared in the conversation after {}", ms(took)));
+        let result = result.map(|d| {
+            format!(
+                "{d}; fired and appeared in the conversation after {}",
+                ms(took)
+            )
+        });
         self.judge("scheduler_fired", result)
     }
 
@@ -1144,16 +1230,24 @@ impl<'a> Run<'a> {
         let limit = Duration::from_secs(30 * self.scale as u64);
         let deadline = Instant::now() + limit;
         loop {
-            let view = self.guarded("GET agent alpha", 30, self.conn().agent(a)).await?;
+            let view = self
+                .guarded("GET agent alpha", 30, self.conn().agent(a))
+                .await?;
             let fired = view.conversation.iter().any(|e| {
                 let text = e.text();
                 e.role == "user" && text.trim_end().ends_with("ping") && !text.contains("schedule")
             });
             if fired {
-                return Ok(format!("`schedule 1s: ping` accepted ({})", short(&call.output_text())));
+                return Ok(format!(
+                    "`schedule 1s: ping` accepted ({})",
+                    short(&call.output_text())
+                ));
             }
             if Instant::now() >= deadline {
-                return Err(format!("the scheduled turn did not appear within {}", ms(limit)));
+                return Err(format!(
+                    "the scheduled turn did not appear within {}",
+                    ms(limit)
+                ));
             }
             self.guarded("waiting for the scheduled turn", 5, async {
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1176,7 +1270,11 @@ impl<'a> Run<'a> {
         let (first, last) = waited?;
         let layout = self.layout();
         let samples = self
-            .guarded(routes::MONITOR_SAMPLES, 30, host_call(&layout, routes::MONITOR_SAMPLES))
+            .guarded(
+                routes::MONITOR_SAMPLES,
+                30,
+                host_call(&layout, routes::MONITOR_SAMPLES),
+            )
             .await?;
         let rounds: Vec<SampleRound> = serde_json::from_value(samples["rounds"].clone())
             .map_err(|e| format!("monitor.samples answered an unexpected shape: {e}"))?;
@@ -1234,7 +1332,10 @@ impl<'a> Run<'a> {
         for index in 0..self.config.status_points {
             let start = unix_ns();
             let at = Instant::now();
-            match self.guarded("GET /v1/status", 30, self.conn().status()).await {
+            match self
+                .guarded("GET /v1/status", 30, self.conn().status())
+                .await
+            {
                 Ok(resp) => points.push(StatusPoint {
                     index,
                     start_unix_ns: start,
@@ -1278,7 +1379,10 @@ impl<'a> Run<'a> {
         let host = self.host.as_mut().expect("host");
         let mut status = host.process.wait_timeout(limit).ok().flatten();
         if status.is_none() {
-            problems.push(format!("link up still running {} after link down; sent SIGTERM", ms(limit)));
+            problems.push(format!(
+                "link up still running {} after link down; sent SIGTERM",
+                ms(limit)
+            ));
             let _ = host.process.signal(rustix::process::Signal::TERM);
             status = host.process.wait_timeout(limit).ok().flatten();
         }
@@ -1302,10 +1406,18 @@ impl<'a> Run<'a> {
             .processes
             .iter()
             .filter(|p| !p.role.starts_with("helper") && p.role != "cli")
-            .map(|p| (p.pid, p.start_time_ticks, format!("{} (pid {})", p.role, p.pid)))
+            .map(|p| {
+                (
+                    p.pid,
+                    p.start_time_ticks,
+                    format!("{} (pid {})", p.role, p.pid),
+                )
+            })
             .collect();
         reaper::wait_until(Duration::from_secs(10), || {
-            runtime.iter().all(|(pid, start, _)| !reaper::is_alive(*pid, *start))
+            runtime
+                .iter()
+                .all(|(pid, start, _)| !reaper::is_alive(*pid, *start))
         });
         let alive: Vec<&str> = runtime
             .iter()
@@ -1352,7 +1464,11 @@ impl<'a> Run<'a> {
         let adopted = if reaped.is_empty() {
             "no orphan needed adopting".to_owned()
         } else {
-            format!("adopted and reaped {} orphans: {}", reaped.len(), reaped.join(", "))
+            format!(
+                "adopted and reaped {} orphans: {}",
+                reaped.len(),
+                reaped.join(", ")
+            )
         };
         if left.is_empty() {
             self.pass(
@@ -1370,11 +1486,15 @@ impl<'a> Run<'a> {
         }
         reaper::wait_until(Duration::from_secs(10), || {
             reaper::global().reap_orphans();
-            left.iter().all(|p| !reaper::is_alive(p.pid, p.start_time_ticks))
+            left.iter()
+                .all(|p| !reaper::is_alive(p.pid, p.start_time_ticks))
         });
         self.fail(
             "no_orphans",
-            format!("still running after shutdown (now killed): {}; {adopted}", names.join("; ")),
+            format!(
+                "still running after shutdown (now killed): {}; {adopted}",
+                names.join("; ")
+            ),
         );
     }
 
@@ -1383,7 +1503,10 @@ impl<'a> Run<'a> {
         if let Some(root) = self.root.take() {
             let path = root.path().to_path_buf();
             if let Err(e) = root.remove() {
-                self.fail("no_orphans", format!("cannot remove state root {}: {e}", path.display()));
+                self.fail(
+                    "no_orphans",
+                    format!("cannot remove state root {}: {e}", path.display()),
+                );
             }
         }
         let skipped_run = self.report.outcome.status == Status::Skipped;
@@ -1406,7 +1529,12 @@ impl<'a> Run<'a> {
     }
 
     fn outcome(&self) -> Outcome {
-        if let Some(c) = self.report.checks.iter().find(|c| c.outcome == CheckOutcome::Failed) {
+        if let Some(c) = self
+            .report
+            .checks
+            .iter()
+            .find(|c| c.outcome == CheckOutcome::Failed)
+        {
             let reason = self
                 .first_failure
                 .clone()
@@ -1487,13 +1615,18 @@ fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
         "startup" => format!("start-up of the {profile} profile until `ready`"),
         "cold_turn" => "a first agent created and its cold first turn".into(),
         "warm_turn" => format!("{} timed warm turns", config.rounds),
-        "second_agent" if config.concurrent_agents => "a second agent, turns of both agents at once".into(),
+        "second_agent" if config.concurrent_agents => {
+            "a second agent, turns of both agents at once".into()
+        }
         "second_agent" => "a second agent and its first turn".into(),
         "refusals" if config.profile == Profile::Link && config.mode == Mode::Confined => {
-            "unauthenticated requests refused; a conversation write through the file tool refused".into()
+            "unauthenticated requests refused; a conversation write through the file tool refused"
+                .into()
         }
         "refusals" => "unauthenticated requests refused".into(),
-        "protected_tools" => "the run and file tools through their protected routes, confined".into(),
+        "protected_tools" => {
+            "the run and file tools through their protected routes, confined".into()
+        }
         "scheduler" => "a scheduled turn fired by the scheduler".into(),
         "idle" => "idle with the monitor sampling at a 1 s interval".into(),
         "status_series" => "an isolated series of GET /v1/status after the monitor stopped".into(),
@@ -1503,13 +1636,21 @@ fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
 }
 
 fn tool_call<'r>(reply: &'r TurnReply, tool: &str) -> Result<&'r ToolCall, String> {
-    reply.tool_calls.iter().find(|c| c.tool == tool).ok_or_else(|| {
-        format!(
-            "the turn made no {tool} tool call (reply {:?}, calls {:?})",
-            short(&reply.reply),
-            reply.tool_calls.iter().map(|c| c.tool.as_str()).collect::<Vec<_>>()
-        )
-    })
+    reply
+        .tool_calls
+        .iter()
+        .find(|c| c.tool == tool)
+        .ok_or_else(|| {
+            format!(
+                "the turn made no {tool} tool call (reply {:?}, calls {:?})",
+                short(&reply.reply),
+                reply
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.tool.as_str())
+                    .collect::<Vec<_>>()
+            )
+        })
 }
 
 fn tool_ok(reply: &TurnReply, tool: &str) -> Result<(), String> {
@@ -1517,18 +1658,31 @@ fn tool_ok(reply: &TurnReply, tool: &str) -> Result<(), String> {
     if call.ok {
         Ok(())
     } else {
-        Err(format!("the {tool} tool failed: {}", short(&call.output_text())))
+        Err(format!(
+            "the {tool} tool failed: {}",
+            short(&call.output_text())
+        ))
     }
 }
 
-fn judge_conversation_write(reply: &TurnReply, log: &Path, before: &[u8]) -> Result<String, String> {
+fn judge_conversation_write(
+    reply: &TurnReply,
+    log: &Path,
+    before: &[u8],
+) -> Result<String, String> {
     let call = tool_call(reply, "file")?;
     let output = call.output_text();
     if call.ok {
-        return Err(format!("the file tool accepted a write to the conversation: {}", short(&output)));
+        return Err(format!(
+            "the file tool accepted a write to the conversation: {}",
+            short(&output)
+        ));
     }
     if !output.to_lowercase().contains("protected") {
-        return Err(format!("the write was refused, but not as protected: {}", short(&output)));
+        return Err(format!(
+            "the write was refused, but not as protected: {}",
+            short(&output)
+        ));
     }
     let after = std::fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
     if !after.starts_with(before) {
@@ -1537,7 +1691,10 @@ fn judge_conversation_write(reply: &TurnReply, log: &Path, before: &[u8]) -> Res
     let text = String::from_utf8_lossy(&after);
     for (i, line) in text.lines().enumerate() {
         if line.trim() == "x" || serde_json::from_str::<Value>(line).is_err() {
-            return Err(format!("conversation log line {} is not a logged entry: {line:?}", i + 1));
+            return Err(format!(
+                "conversation log line {} is not a logged entry: {line:?}",
+                i + 1
+            ));
         }
     }
     Ok(format!(
@@ -1556,27 +1713,43 @@ fn token_hash(tokens: &Path) -> String {
         .unwrap_or_else(|| text.lines().next().unwrap_or("").trim().to_owned())
 }
 
-fn judge_run_tool(replies: &[TurnReply], ws: &Path, root: &Path, secret: &str) -> Result<String, String> {
+fn judge_run_tool(
+    replies: &[TurnReply],
+    ws: &Path,
+    root: &Path,
+    secret: &str,
+) -> Result<String, String> {
     let echo = tool_call(&replies[0], "run")?;
     let failed = |c: &ToolCall| !c.ok || c.exit_code().is_some_and(|x| x != 0);
     if failed(echo) || !echo.output_text().contains("hi") {
-        return Err(format!("`run: echo hi > ran.txt; cat ran.txt` failed: {}", short(&echo.summary())));
+        return Err(format!(
+            "`run: echo hi > ran.txt; cat ran.txt` failed: {}",
+            short(&echo.summary())
+        ));
     }
     let on_disk = std::fs::read_to_string(ws.join("ran.txt")).unwrap_or_default();
     if on_disk.trim() != "hi" {
-        return Err(format!("ran.txt in the workspace holds {on_disk:?}, not \"hi\""));
+        return Err(format!(
+            "ran.txt in the workspace holds {on_disk:?}, not \"hi\""
+        ));
     }
     let tokens = tool_call(&replies[1], "run")?;
     if !secret.is_empty() && tokens.output_text().contains(secret) {
         return Err("the run tool read the state root's token hashes".into());
     }
     if !failed(tokens) {
-        return Err(format!("the run tool could read the state root's tokens file: {}", short(&tokens.summary())));
+        return Err(format!(
+            "the run tool could read the state root's tokens file: {}",
+            short(&tokens.summary())
+        ));
     }
     let escape = root.join("escape-run.txt");
     if escape.exists() {
         let _ = std::fs::remove_file(&escape);
-        return Err(format!("the run tool wrote {} outside its workspace", escape.display()));
+        return Err(format!(
+            "the run tool wrote {} outside its workspace",
+            escape.display()
+        ));
     }
     Ok(format!(
         "`run: echo hi > ran.txt; cat ran.txt` answered {:?} and ran.txt is in the workspace; the state root is hidden (reading the tokens file failed: {}) and a write outside the workspace did not land",
@@ -1585,28 +1758,47 @@ fn judge_run_tool(replies: &[TurnReply], ws: &Path, root: &Path, secret: &str) -
     ))
 }
 
-fn judge_file_tool(replies: &[TurnReply], ws: &Path, root: &Path, secret: &str) -> Result<String, String> {
+fn judge_file_tool(
+    replies: &[TurnReply],
+    ws: &Path,
+    root: &Path,
+    secret: &str,
+) -> Result<String, String> {
     let write = tool_call(&replies[0], "file")?;
     if !write.ok {
-        return Err(format!("`write tool-file.txt` failed: {}", short(&write.output_text())));
+        return Err(format!(
+            "`write tool-file.txt` failed: {}",
+            short(&write.output_text())
+        ));
     }
     let on_disk = std::fs::read_to_string(ws.join("tool-file.txt")).unwrap_or_default();
     if on_disk != "hello-file" {
-        return Err(format!("tool-file.txt in the workspace holds {on_disk:?}, not \"hello-file\""));
+        return Err(format!(
+            "tool-file.txt in the workspace holds {on_disk:?}, not \"hello-file\""
+        ));
     }
     let read = tool_call(&replies[1], "file")?;
     if !read.ok || !read.output_text().contains("hello-file") {
-        return Err(format!("`read tool-file.txt` failed: {}", short(&read.output_text())));
+        return Err(format!(
+            "`read tool-file.txt` failed: {}",
+            short(&read.output_text())
+        ));
     }
     let traverse = tool_call(&replies[2], "file")?;
     if traverse.ok || (!secret.is_empty() && traverse.output_text().contains(secret)) {
-        return Err(format!("the file tool read outside the workspace: {}", short(&traverse.output_text())));
+        return Err(format!(
+            "the file tool read outside the workspace: {}",
+            short(&traverse.output_text())
+        ));
     }
     let outside = tool_call(&replies[3], "file")?;
     let escape = root.join("escape-file.txt");
     if outside.ok || escape.exists() {
         let _ = std::fs::remove_file(&escape);
-        return Err(format!("the file tool wrote {} outside the workspace", escape.display()));
+        return Err(format!(
+            "the file tool wrote {} outside the workspace",
+            escape.display()
+        ));
     }
     Ok(format!(
         "write and read inside the workspace worked (tool-file.txt on disk); `../` traversal refused ({}); an absolute path outside refused ({})",
@@ -1615,12 +1807,19 @@ fn judge_file_tool(replies: &[TurnReply], ws: &Path, root: &Path, secret: &str) 
     ))
 }
 
-fn judge_status_series(points: &[StatusPoint], stopped: &MonitorStatus, after: &MonitorStatus) -> Result<String, String> {
+fn judge_status_series(
+    points: &[StatusPoint],
+    stopped: &MonitorStatus,
+    after: &MonitorStatus,
+) -> Result<String, String> {
     if points.is_empty() {
         return Err("no status requests were made".into());
     }
     if let Some(p) = points.iter().find(|p| p.http_status != 200) {
-        return Err(format!("GET /v1/status #{} answered {}", p.index, p.http_status));
+        return Err(format!(
+            "GET /v1/status #{} answered {}",
+            p.index, p.http_status
+        ));
     }
     if !stopped.stopped || !after.stopped {
         return Err("the monitor did not report itself stopped before the series".into());

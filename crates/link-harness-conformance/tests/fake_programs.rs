@@ -51,11 +51,22 @@ fn fake_programs(sandbox_exit: i32) -> PathBuf {
 }
 
 fn outcome(report: &Report, name: &str) -> CheckOutcome {
-    report.checks.iter().find(|c| c.name == name).unwrap().outcome
+    report
+        .checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap()
+        .outcome
 }
 
 fn detail(report: &Report, name: &str) -> String {
-    report.checks.iter().find(|c| c.name == name).unwrap().detail.clone()
+    report
+        .checks
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap()
+        .detail
+        .clone()
 }
 
 #[test]
@@ -71,11 +82,19 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     let mut config = ScenarioConfig::new(&dir, Profile::Mini, Mode::Confined, "test");
     config.output = Some(out.clone());
     let report = run_scenario(&config);
-    assert_eq!(report.outcome.status, Status::Skipped, "{:?}", report.outcome);
+    assert_eq!(
+        report.outcome.status,
+        Status::Skipped,
+        "{:?}",
+        report.outcome
+    );
     let reason = report.outcome.reason.clone().unwrap();
     assert!(reason.contains("user namespaces are blocked"), "{reason}");
     assert_eq!(report.checks.len(), CHECKS.len());
-    assert!(report.checks.iter().all(|c| c.outcome == CheckOutcome::Skipped));
+    assert!(report
+        .checks
+        .iter()
+        .all(|c| c.outcome == CheckOutcome::Skipped));
     assert!(report.phases.is_empty() && report.processes.is_empty());
     assert!(!Path::new(&report.roots.state).exists());
     let written: Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
@@ -99,7 +118,11 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     let report = run_scenario(&config);
     assert_eq!(report.outcome.status, Status::Failed);
     assert_eq!(outcome(&report, "startup"), CheckOutcome::Failed);
-    assert!(detail(&report, "startup").contains("host.status"), "{}", detail(&report, "startup"));
+    assert!(
+        detail(&report, "startup").contains("host.status"),
+        "{}",
+        detail(&report, "startup")
+    );
     assert_eq!(outcome(&report, "cold_turn"), CheckOutcome::Skipped);
     assert!(detail(&report, "cold_turn").starts_with("not reached"));
     assert_eq!(outcome(&report, "no_orphans"), CheckOutcome::Failed);
@@ -107,8 +130,14 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     assert!(orphans.contains("sleep 300"), "{orphans}");
     assert!(report.phases.iter().any(|p| p.name == "shutdown"));
     assert!(!Path::new(&report.roots.state).exists());
-    let host = report.processes.iter().find(|p| p.role == "host").expect("host recorded");
+    let host = report
+        .processes
+        .iter()
+        .find(|p| p.role == "host")
+        .expect("host recorded");
     assert!(!reaper::is_alive(host.pid, host.start_time_ticks));
-    assert!(reaper::snapshot().iter().all(|p| !p.argv.join(" ").contains("sleep 300")));
+    assert!(reaper::snapshot()
+        .iter()
+        .all(|p| !p.argv.join(" ").contains("sleep 300")));
     std::fs::remove_dir_all(&dir).unwrap();
 }

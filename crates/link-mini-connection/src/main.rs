@@ -79,11 +79,11 @@ async fn main() -> anyhow::Result<()> {
     });
     let socket = layout.connection_socket();
     let listener = link_protocol::plugin::bind(&socket)?;
-    link_protocol::plugin::announce_ready(&[])?;
-    tokio::select! {
-        r = link_connection_api::serve(listener, backend) => r?,
-        _ = link_protocol::plugin::shutdown_signal() => {}
-    }
-    let _ = std::fs::remove_file(&socket);
+    link_protocol::plugin::run_until_stopped(
+        &socket,
+        &[],
+        link_connection_api::serve(listener, backend),
+    )
+    .await?;
     Ok(())
 }

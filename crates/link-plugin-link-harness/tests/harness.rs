@@ -20,7 +20,9 @@ mod runtime {
     fn programs() -> PathBuf {
         let exe = std::env::current_exe().expect("test executable path");
         let deps = exe.parent().expect("deps directory");
-        deps.parent().expect("target profile directory").to_path_buf()
+        deps.parent()
+            .expect("target profile directory")
+            .to_path_buf()
     }
 
     fn source() -> String {
@@ -43,13 +45,21 @@ mod runtime {
             Status::Skipped => {
                 println!(
                     "SKIPPED runtime::{case}: {}",
-                    report.outcome.reason.as_deref().unwrap_or("no reason given")
+                    report
+                        .outcome
+                        .reason
+                        .as_deref()
+                        .unwrap_or("no reason given")
                 );
                 return None;
             }
             Status::Failed => panic!(
                 "runtime::{case} failed: {}",
-                report.outcome.reason.as_deref().unwrap_or("see the checks above")
+                report
+                    .outcome
+                    .reason
+                    .as_deref()
+                    .unwrap_or("see the checks above")
             ),
             Status::Passed => {}
         }
@@ -58,7 +68,10 @@ mod runtime {
     }
 
     fn print_summary(case: &str, report: &Report) {
-        println!("\n=== runtime::{case} ({} {}) ===", report.profile, report.mode);
+        println!(
+            "\n=== runtime::{case} ({} {}) ===",
+            report.profile, report.mode
+        );
         println!("state root {}", report.roots.state);
         for p in &report.phases {
             let round = if p.round > 0 {
@@ -67,13 +80,15 @@ mod runtime {
                 String::new()
             };
             let name = format!("{}{round}", p.name);
-            println!(
-                "  phase {name:<18} {:>10.1} ms",
-                p.duration_ns as f64 / 1e6
-            );
+            println!("  phase {name:<18} {:>10.1} ms", p.duration_ns as f64 / 1e6);
         }
         for c in &report.checks {
-            println!("  check {:<27} {:<8} {}", c.name, format!("{:?}", c.outcome), c.detail);
+            println!(
+                "  check {:<27} {:<8} {}",
+                c.name,
+                format!("{:?}", c.outcome),
+                c.detail
+            );
         }
         println!(
             "  processes seen: {}; monitor samples: {}; status points: {}",

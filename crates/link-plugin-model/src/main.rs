@@ -21,6 +21,7 @@ use link_protocol::plugin::PluginEnv;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -168,11 +169,11 @@ async fn main() -> anyhow::Result<()> {
         served: AtomicU64::new(0),
     });
     let listener = link_protocol::plugin::bind(&env.socket)?;
-    link_protocol::plugin::announce_ready(&[])?;
-    tokio::select! {
-        r = axum::serve(listener, router(service)) => r?,
-        _ = link_protocol::plugin::shutdown_signal() => {}
-    }
-    let _ = std::fs::remove_file(&env.socket);
+    link_protocol::plugin::run_until_stopped(
+        &env.socket,
+        &[],
+        axum::serve(listener, router(service)).into_future(),
+    )
+    .await?;
     Ok(())
 }

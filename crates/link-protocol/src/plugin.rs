@@ -154,15 +154,37 @@ pub fn bind(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener>
     tokio::net::UnixListener::bind(path)
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, caught from the moment this is made: a signal that arrives before
+/// anyone awaits [`recv`](Self::recv) is kept, not acted on by the default handler.
+pub struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Installs the handlers; needs a running tokio runtime.
+    pub fn new() -> std::io::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
     }
+
+    /// Resolves on the next SIGTERM or SIGINT.
+    pub async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT; the handlers are installed when this is called, not when
+/// it is first awaited.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    let mut signals = ShutdownSignals::new().expect("installing SIGTERM and SIGINT handlers");
+    async move { signals.recv().await }
 }
 
 /// Logs to stderr (the host sends it to `<state>/log/<plugin>.log`); `RUST_LOG` filters.
@@ -194,13 +216,29 @@ pub async fn serve_plugin(
     } else {
         handler
     };
+    let serve = async move {
+        crate::server::serve(listener, peers, handler).await;
+        Ok(())
+    };
+    run_until_stopped(&env.socket, routes, serve).await
+}
+
+/// Announces readiness with `routes`, runs `serve` until it ends or SIGTERM/SIGINT arrives,
+/// then removes `socket`. For plugins that serve something other than routes (HTTP).
+pub async fn run_until_stopped(
+    socket: &std::path::Path,
+    routes: &[&str],
+    serve: impl std::future::Future<Output = std::io::Result<()>>,
+) -> std::io::Result<()> {
+    // Caught before the ready line, so a stop that follows it at once still cleans up.
+    let stop = shutdown_signal();
     announce_ready(routes)?;
-    tokio::select! {
-        _ = crate::server::serve(listener, peers, handler) => {}
-        _ = shutdown_signal() => {}
-    }
-    let _ = std::fs::remove_file(&env.socket);
-    Ok(())
+    let result = tokio::select! {
+        r = serve => r,
+        _ = stop => Ok(()),
+    };
+    let _ = std::fs::remove_file(socket);
+    result
 }
 
 fn with_debug_call(router: PathBuf, inner: crate::server::Handler) -> crate::server::Handler {
