@@ -677,7 +677,7 @@ impl<'a> Run<'a> {
             return Err(format!(
                 "link token create failed ({}): {}",
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                one_line(&String::from_utf8_lossy(&out.stderr))
             ));
         }
         Ok(token)
@@ -1371,7 +1371,7 @@ impl<'a> Run<'a> {
             Ok(out) => problems.push(format!(
                 "link down failed ({}): {}",
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                one_line(&String::from_utf8_lossy(&out.stderr))
             )),
             Err(e) => problems.push(format!("link down: {e}")),
         }
@@ -1462,7 +1462,7 @@ impl<'a> Run<'a> {
             .map(|r| format!("{} ({}, {})", r.pid, r.comm, r.status))
             .collect();
         let adopted = if reaped.is_empty() {
-            "no orphan needed adopting".to_owned()
+            "no adopted orphan needed reaping".to_owned()
         } else {
             format!(
                 "adopted and reaped {} orphans: {}",
@@ -1850,8 +1850,18 @@ fn tail(path: &Path, lines: usize) -> Option<String> {
     Some(all[all.len().saturating_sub(lines)..].join(" / "))
 }
 
+/// Lines joined with " / ", so a check detail stays on one line.
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 fn short(s: &str) -> String {
-    let s = s.trim();
+    let s = one_line(s);
+    let s = s.as_str();
     if s.chars().count() <= 160 {
         s.to_owned()
     } else {

@@ -20,7 +20,7 @@ const FAKE_LINK: &str = r#"
 case "$1" in
   token) echo fake-token ;;
   up)
-    state=$4
+    state=$5
     echo $$ > "$state/up.pid"
     (sleep 300 >/dev/null 2>&1 &)
     echo "ready $state/run/connection.sock"
