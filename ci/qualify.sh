@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export LNK_TEST_STATE_DIR="${LNK_TEST_STATE_DIR:-$HOME/lnk-tests}"
-cargo xtask runtime --trace
+cargo xtask runtime --build --trace

@@ -15,13 +15,13 @@
 //! | `auth.issue` / `auth.verify` / `auth.revoke` | auth | `{}` → `{token}` / `{token}` → `{valid}` / `{token}` → `{revoked}` |
 //! | `secret.get` / `put` / `delete` | secret | `{name}` → `{value}` / `{name, value}` → `{}` / `{name}` → `{deleted}` |
 //! | `store.agent.create` / `delete` (agent) | file-store | `{}` → `{workspace}` / `{}` → `{}` |
-//! | `store.conversation.append` (agent) | file-store | `{entries: [{role, content, ..}]}` → `{count}` |
+//! | `store.conversation.append` (agent) | file-store | `{entries: [{role, content, ..}]}` → `{count, repaired}` (a torn tail is cut and recorded first) |
 //! | `store.conversation.read` (agent) | file-store | `{}` → `{entries: [..], torn: null or reason}` |
-//! | `store.file.read` / `write` / `list` (agent) | file-store | `{path}` → `{content}` / `{path, content}` → `{bytes}` / `{path?}` → `{entries: [{name, kind, bytes}]}` |
-//! | `tool.run` (agent) | link-run | `{command, timeout_secs?}` → `{exit_code, signal, stdout, stderr, truncated, duration_ms, missing_command}` |
+//! | `store.file.read` / `write` / `list` (agent) | file-store | `{path}` → `{content}` / `{path, content}` → `{bytes}` / `{path?}` → `{entries: [{name, kind, bytes}], truncated}` |
+//! | `tool.run` (agent) | link-run | `{command, timeout_secs?}` → `{exit_code, signal, stdout, stderr, truncated, duration_ms, missing_command, timed_out}` |
 //! | `tool.file` (agent) | file-tool | `{op: read/write/list, path, content?}` → as `store.file.*` |
 //! | `tool.code` (agent) | link-code | `{op: search, pattern}` → `{matches: [{path, line, text}], truncated}`; `{op: patch, path, old, new}` → `{bytes}` |
-//! | `sandbox.exec` | sandbox | `{argv, workspace, home, timeout_ms, output_cap, env: {k: v}}` → `{exit_code, signal, stdout, stderr, stdout_truncated, stderr_truncated, duration_ms, missing_command, timed_out}` |
+//! | `sandbox.exec` | sandbox | `{argv, workspace, home (null: an empty tmpfs), timeout_ms, output_cap, env: {k: v}}` → `{exit_code, signal, stdout, stderr, stdout_truncated, stderr_truncated, duration_ms, missing_command, timed_out}` |
 //! | `schedule.create` (agent) | link-scheduler | `{message, at_unix_ms? or delay_ms?, every_ms?}` → `{id}` |
 //! | `schedule.list` / `cancel` / `delete_agent` | link-scheduler | `{}` → `{schedules: [{id, agent, message, next_unix_ms, every_ms, fired}]}` / `{id}` → `{}` / (agent) `{}` → `{}` |
 //! | `monitor.status` / `stop` / `samples` | measure | `{}` → `MonitorStatus` / `MonitorStatus` / `{rounds: [SampleRound]}` |
