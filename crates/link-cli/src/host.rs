@@ -260,7 +260,13 @@ fn reap_strays() {
     let me = std::process::id() as i32;
     for pid in link_plugin_measure::sample::descendants(me) {
         if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-            eprintln!("link: killing leftover process {}", pid.as_raw_nonzero());
+            let name = link_plugin_measure::sample::sample_process(pid.as_raw_nonzero().get())
+                .map(|s| s.name)
+                .unwrap_or_default();
+            eprintln!(
+                "link: killing leftover process {} ({name})",
+                pid.as_raw_nonzero()
+            );
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         }

@@ -1,10 +1,11 @@
-//! Benchmarks Mini on this machine: time to `ready`, warm-turn latency over the socket, and
-//! RSS per plugin, each as a median of repeated runs, beside the time to spawn as many
-//! `/bin/true` processes as Mini starts. Figures, not assertions.
+//! Benchmarks a profile on this machine: time to `ready`, warm-turn latency over the socket
+//! (full Link also with one confined `run: true`), and RSS per process, each as a median of
+//! repeated runs, beside the time to spawn as many `/bin/true` processes as the profile
+//! starts. Figures, not assertions.
 //!
 //! ```text
 //! cargo build --release --workspace
-//! cargo run --release -p link-cli --example mini-bench -- [RUNS] [TURNS]
+//! cargo run --release -p link-cli --example bench -- mini|link [RUNS] [TURNS]
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -14,6 +15,11 @@ use std::time::{Duration, Instant};
 
 fn main() {
     let mut args = std::env::args().skip(1);
+    let profile = args.next().unwrap_or_else(|| "mini".into());
+    assert!(
+        profile == "mini" || profile == "link",
+        "PROFILE is mini or link"
+    );
     let runs: usize = args
         .next()
         .map_or(15, |a| a.parse().expect("RUNS is a number"));
@@ -37,13 +43,14 @@ fn main() {
 
     let mut ready = Vec::new();
     let mut turn = Vec::new();
+    let mut run_turn = Vec::new();
     let mut rss: Vec<(String, u64)> = Vec::new();
     for run in 0..runs {
         let _ = std::fs::remove_dir_all(&state);
         std::fs::create_dir_all(&state).unwrap();
         let start = Instant::now();
         let mut host = Command::new(&link)
-            .args(["up", "--profile", "mini", "--state"])
+            .args(["up", "--profile", &profile, "--state"])
             .arg(&state)
             .stdout(Stdio::piped())
             .spawn()
@@ -55,7 +62,10 @@ fn main() {
         assert!(line.starts_with("ready "), "{line}");
         ready.push(start.elapsed());
         if run == 0 {
-            turn = warm_turns(&link, &state, turns);
+            turn = warm_turns(&link, &state, turns, "hello");
+            if profile == "link" {
+                run_turn = warm_turns(&link, &state, turns / 4, "run: true");
+            }
             rss = plugin_rss(&link, &state);
         }
         let down = Command::new(&link)
@@ -67,26 +77,29 @@ fn main() {
         host.wait().unwrap();
     }
     let _ = std::fs::remove_dir_all(&state);
-    let spawn = (0..runs).map(|_| spawn_true(5)).collect::<Vec<_>>();
+    let processes = rss.len();
+    let spawn = (0..runs).map(|_| spawn_true(processes)).collect::<Vec<_>>();
 
-    println!("runs: {runs}, warm turns: {turns}");
+    let (ready, spawn) = (median(&mut ready), median(&mut spawn.clone()));
+    println!("profile {profile}: runs: {runs}, warm turns: {turns}");
+    println!("ready ({processes} processes):          median {ready:?}");
+    println!("spawn+wait {processes} x /bin/true:       median {spawn:?}");
     println!(
-        "ready (mini, 4 plugins + host):   median {:?}",
-        median(&mut ready)
+        "ratio ready / spawn:             {:.1}x",
+        ready.as_secs_f64() / spawn.as_secs_f64()
     );
     println!(
-        "spawn+wait 5 x /bin/true:         median {:?}",
-        median(&mut spawn.clone())
-    );
-    println!(
-        "ratio ready / spawn:              {:.1}x",
-        median(&mut ready).as_secs_f64() / median(&mut spawn.clone()).as_secs_f64()
-    );
-    println!(
-        "warm turn over the socket:        median {:?}, p90 {:?}",
+        "warm turn over the socket:       median {:?}, p90 {:?}",
         median(&mut turn),
         percentile(&mut turn, 0.9)
     );
+    if !run_turn.is_empty() {
+        println!(
+            "warm turn with `run: true`:      median {:?}, p90 {:?}",
+            median(&mut run_turn),
+            percentile(&mut run_turn, 0.9)
+        );
+    }
     let total: u64 = rss.iter().map(|(_, b)| b).sum();
     for (name, bytes) in &rss {
         println!("rss {name:<24} {:.2} MiB", *bytes as f64 / 1048576.0);
@@ -97,7 +110,7 @@ fn main() {
     );
 }
 
-fn warm_turns(link: &Path, state: &Path, turns: usize) -> Vec<Duration> {
+fn warm_turns(link: &Path, state: &Path, turns: usize, message: &str) -> Vec<Duration> {
     let out = Command::new(link)
         .args(["token", "create", "--state"])
         .arg(state)
@@ -114,7 +127,7 @@ fn warm_turns(link: &Path, state: &Path, turns: usize) -> Vec<Duration> {
         link_protocol::http::json(&socket, "POST", "/v1/agents", Some(&token), Some(&create))
             .await
             .unwrap();
-        let body = serde_json::json!({"message": "hello"});
+        let body = serde_json::json!({"message": message});
         let mut times = Vec::new();
         for i in 0..turns + 5 {
             let t = Instant::now();
@@ -127,7 +140,7 @@ fn warm_turns(link: &Path, state: &Path, turns: usize) -> Vec<Duration> {
             )
             .await
             .unwrap();
-            assert_eq!(r.status, 200);
+            assert_eq!(r.status, 200, "{:?}", r.json());
             if i >= 5 {
                 times.push(t.elapsed());
             }
