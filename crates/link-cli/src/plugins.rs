@@ -15,28 +15,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Start order; the host stops them in reverse.
 pub fn start_order(profile: Profile) -> &'static [&'static str] {
-    match profile {
-        Profile::Mini => &[
-            "link-plugin-measure",
-            "link-plugin-model",
-            "link-mini-harness",
-            "link-mini-connection",
-        ],
-        Profile::Link => &[
-            "link-plugin-measure",
-            "link-plugin-model",
-            "link-plugin-secret",
-            "link-plugin-auth",
-            "link-plugin-file-store",
-            "link-plugin-agent",
-            "link-plugin-sandbox",
-            "link-plugin-link-run",
-            "link-plugin-file-tool",
-            "link-plugin-link-code",
-            "link-plugin-link-harness",
-            "link-plugin-link-scheduler",
-        ],
-    }
+    profile.plugins()
 }
 
 /// Directories a confined plugin may write besides its data area, home and the run dir.

@@ -5,7 +5,7 @@ mod support;
 
 use link_protocol::routes as r;
 use serde_json::json;
-use support::{Runtime, StateRoot};
+use support::state_root;
 
 /// Every route of full Link, with a body that is harmless for an agent that does not exist.
 const ROUTES: &[&str] = &[
@@ -83,8 +83,8 @@ fn granted(caller: &str, route: &str) -> bool {
 
 #[test]
 fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
-    let root = StateRoot::new("link-grants");
-    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
     // The model serves HTTP, not routes, so it has no debug hook to call through; its one
     // grant (secret.get) is in the host's table and checked by the router like every other.
     let plugins: Vec<String> = rt
@@ -144,10 +144,10 @@ fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
 
 #[test]
 fn unauthenticated_wrong_and_revoked_tokens_get_401() {
-    let root = StateRoot::new("link-tokens");
-    let rt = Runtime::up_in(&root, "link", "diagnostic");
-    let token = rt.token();
-    let revoked = rt.token();
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
+    let token = rt.create_token();
+    let revoked = rt.create_token();
     assert_eq!(
         rt.post("/v1/agents", &token, json!({ "name": "a" })).status,
         201
@@ -189,9 +189,9 @@ fn unauthenticated_wrong_and_revoked_tokens_get_401() {
 
 #[test]
 fn agents_files_conversations_and_schedules_survive_down_and_up() {
-    let root = StateRoot::new("link-restart");
-    let rt = Runtime::up_in(&root, "link", "diagnostic");
-    let token = rt.token();
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
+    let token = rt.create_token();
     assert_eq!(
         rt.post("/v1/agents", &token, json!({ "name": "keeper" }))
             .status,
@@ -212,7 +212,7 @@ fn agents_files_conversations_and_schedules_survive_down_and_up() {
     assert_eq!(before["schedules"].as_array().unwrap().len(), 1, "{before}");
     rt.down();
 
-    let rt = Runtime::up_in(&root, "link", "diagnostic");
+    let mut rt = support::up_in(&root, "link", "diagnostic");
     let after = rt.get("/v1/agents/keeper", Some(&token)).json();
     assert_eq!(after["conversation"], before["conversation"]);
     assert_eq!(after["schedules"], before["schedules"]);
@@ -257,9 +257,9 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
         "link-plugin-link-harness",
         "link-plugin-file-store",
     ] {
-        let root = StateRoot::new("link-kill");
-        let mut rt = Runtime::up_in(&root, "link", "confined");
-        let token = rt.token();
+        let root = state_root();
+        let mut rt = support::up_in(&root, "link", "confined");
+        let token = rt.create_token();
         assert_eq!(
             rt.post("/v1/agents", &token, json!({ "name": "k" })).status,
             201
@@ -305,7 +305,7 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
         assert!(!status.success(), "{victim}: host exited {status:?}");
         support::assert_gone(&started);
         drop(rt);
-        let rt = Runtime::up_in(&root, "link", "diagnostic");
+        let mut rt = support::up_in(&root, "link", "diagnostic");
         let log = rt.get("/v1/agents/k", Some(&token)).json();
         assert!(
             log["conversation"].to_string().contains("run: sleep 30"),
@@ -319,17 +319,32 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
 /// explicit alternative, and leaves no socket behind.
 #[test]
 fn confined_link_refuses_to_start_without_bubblewrap() {
-    let root = StateRoot::new("link-nobwrap");
-    let programs = std::path::Path::new(env!("CARGO_BIN_EXE_link")).parent().unwrap();
-    let out = support::link(&["up", "--profile", "link", "--mode", "confined", "--programs"], programs)
-        .arg("--state")
-        .arg(root.path())
-        .env("PATH", "/nonexistent")
-        .output()
+    let root = state_root();
+    let programs = std::path::Path::new(env!("CARGO_BIN_EXE_link"))
+        .parent()
         .unwrap();
+    let out = support::link(
+        &[
+            "up",
+            "--profile",
+            "link",
+            "--mode",
+            "confined",
+            "--programs",
+        ],
+        programs,
+    )
+    .arg("--state")
+    .arg(root.path())
+    .env("PATH", "/nonexistent")
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("confined mode is unavailable") && stderr.contains("bwrap"), "{stderr}");
+    assert!(
+        stderr.contains("confined mode is unavailable") && stderr.contains("bwrap"),
+        "{stderr}"
+    );
     assert!(stderr.contains("--mode diagnostic"), "{stderr}");
     let left: Vec<_> = std::fs::read_dir(root.path().join("run"))
         .unwrap()

@@ -3,14 +3,15 @@
 
 mod support;
 
+use link_harness_conformance::runtime_process::RuntimeProcess;
 use serde_json::json;
-use support::{Runtime, StateRoot};
+use support::state_root;
 
 #[test]
 fn two_agents_keep_their_own_conversations_across_restart() {
-    let root = StateRoot::new("mini-conv");
-    let rt = Runtime::up(&root, "mini");
-    let token = rt.token();
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let token = rt.create_token();
     for agent in ["alpha", "beta"] {
         let created = rt.post("/v1/agents", &token, json!({ "name": agent }));
         assert_eq!(created.status, 201, "{:?}", created.json());
@@ -43,7 +44,7 @@ fn two_agents_keep_their_own_conversations_across_restart() {
         );
     }
     rt.down();
-    let rt = Runtime::up(&root, "mini");
+    let mut rt = support::up(&root, "mini");
     assert_eq!(
         conversations(&rt, &token),
         before,
@@ -62,7 +63,7 @@ fn two_agents_keep_their_own_conversations_across_restart() {
     rt.down();
 }
 
-fn conversations(rt: &Runtime, token: &str) -> Vec<(String, Vec<serde_json::Value>)> {
+fn conversations(rt: &RuntimeProcess, token: &str) -> Vec<(String, Vec<serde_json::Value>)> {
     ["alpha", "beta"]
         .iter()
         .map(|a| {
@@ -78,9 +79,9 @@ fn conversations(rt: &Runtime, token: &str) -> Vec<(String, Vec<serde_json::Valu
 
 #[test]
 fn refusals_are_typed_and_change_nothing() {
-    let root = StateRoot::new("mini-refuse");
-    let rt = Runtime::up(&root, "mini");
-    let token = rt.token();
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let token = rt.create_token();
     assert_eq!(
         rt.post("/v1/agents", &token, json!({ "name": "a" })).status,
         201
@@ -212,8 +213,8 @@ fn oversized() -> Vec<u8> {
 
 #[test]
 fn a_killed_plugin_stops_the_runtime_and_nothing_remains() {
-    let root = StateRoot::new("mini-kill");
-    let mut rt = Runtime::up(&root, "mini");
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
     let pids = rt.plugin_pids();
     assert_eq!(pids.len(), 4, "{pids:?}");
     let started = rt.started_processes();
@@ -244,8 +245,8 @@ const SIGKILL: i32 = 9;
 
 #[test]
 fn down_leaves_no_process_and_a_second_up_is_refused() {
-    let root = StateRoot::new("mini-down");
-    let rt = Runtime::up(&root, "mini");
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
     let second = support::link(
         &[
             "up",
@@ -270,19 +271,19 @@ fn down_leaves_no_process_and_a_second_up_is_refused() {
 
 #[test]
 fn stale_sockets_from_a_crash_are_cleaned() {
-    let root = StateRoot::new("mini-stale");
+    let root = state_root();
     let run = root.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let stale = run.join("connection.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
     assert!(stale.exists());
-    let rt = Runtime::up(&root, "mini");
+    let mut rt = support::up(&root, "mini");
     assert!(
         rt.stderr().contains("removing stale socket"),
         "{}",
         rt.stderr()
     );
-    let token = rt.token();
+    let token = rt.create_token();
     assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
     rt.down();
 }
@@ -304,15 +305,15 @@ fn proc_status(pid: i32, key: &str) -> String {
 #[test]
 fn a_confined_plugin_cannot_write_outside_its_state_area() {
     for mode in ["diagnostic", "confined"] {
-        let root = StateRoot::new(&format!("mini-escape-{mode}"));
+        let root = state_root();
         let outside = root.path().join("outside");
         std::fs::create_dir_all(&outside).unwrap();
         let data = root.path().join("data/mini-harness");
         std::fs::create_dir_all(&data).unwrap();
         std::os::unix::fs::symlink(&outside, data.join("agents")).unwrap();
         if mode == "diagnostic" {
-            let rt = Runtime::up_in(&root, "mini", mode);
-            let token = rt.token();
+            let mut rt = support::up_in(&root, "mini", mode);
+            let token = rt.create_token();
             assert_eq!(
                 rt.post("/v1/agents", &token, json!({ "name": "escape" }))
                     .status,
@@ -348,8 +349,8 @@ fn a_confined_plugin_cannot_write_outside_its_state_area() {
 #[test]
 fn confined_plugins_have_no_new_privs_and_diagnostic_ones_say_so() {
     for (mode, flag) in [("confined", "1"), ("diagnostic", "0")] {
-        let root = StateRoot::new(&format!("mini-nnp-{mode}"));
-        let rt = Runtime::up_in(&root, "mini", mode);
+        let root = state_root();
+        let mut rt = support::up_in(&root, "mini", mode);
         let status = rt.status();
         assert_eq!(status["mode"], mode);
         for (name, pid) in rt.plugin_pids() {

@@ -9,6 +9,8 @@
 //!   and identifies processes by pid and start time;
 //! - [`programs`]: the built programs a profile needs, their sizes and hashes;
 //! - [`client`]: the HTTP connection service and the host's control socket;
+//! - [`plugin_process`]: one plugin binary started as the host would, the test its parent;
+//! - [`runtime_process`]: a started `link up` for integration tests, and its clients;
 //! - [`scenario`]: [`run_scenario`], one whole run producing the shared
 //!   [`Report`](link_plugin_measure::Report);
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
@@ -20,9 +22,11 @@
 pub mod client;
 pub mod fixture;
 pub mod interrupt;
+pub mod plugin_process;
 pub mod probe;
 pub mod programs;
 pub mod reaper;
+pub mod runtime_process;
 pub mod scenario;
 pub mod trace;
 

@@ -7,30 +7,6 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// Mini's plugins, in the host's start order.
-pub const MINI: &[&str] = &[
-    "link-plugin-measure",
-    "link-plugin-model",
-    "link-mini-harness",
-    "link-mini-connection",
-];
-
-/// Full Link's plugins, in the host's start order.
-pub const LINK: &[&str] = &[
-    "link-plugin-measure",
-    "link-plugin-model",
-    "link-plugin-secret",
-    "link-plugin-auth",
-    "link-plugin-file-store",
-    "link-plugin-agent",
-    "link-plugin-sandbox",
-    "link-plugin-link-run",
-    "link-plugin-file-tool",
-    "link-plugin-link-code",
-    "link-plugin-link-harness",
-    "link-plugin-link-scheduler",
-];
-
 /// The host program.
 pub const HOST: &str = "link";
 
@@ -45,11 +21,7 @@ pub const BUILD_COMMAND: &str = "cargo build --locked --release -p link-cli -p l
 /// probe the runner runs in both profiles).
 pub fn required(profile: Profile) -> Vec<&'static str> {
     let mut names = vec![HOST];
-    let plugins = match profile {
-        Profile::Mini => MINI,
-        Profile::Link => LINK,
-    };
-    names.extend(plugins);
+    names.extend(profile.plugins());
     if !names.contains(&"link-plugin-sandbox") {
         names.push("link-plugin-sandbox");
     }

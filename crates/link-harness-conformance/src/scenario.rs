@@ -827,10 +827,7 @@ impl<'a> Run<'a> {
         socket: &Path,
         took: Duration,
     ) -> Result<String, String> {
-        let expected = match self.config.profile {
-            Profile::Mini => programs::MINI,
-            Profile::Link => programs::LINK,
-        };
+        let expected = self.config.profile.plugins();
         let plugins = status["plugins"].as_array().cloned().unwrap_or_default();
         let mut ready = Vec::new();
         for p in &plugins {

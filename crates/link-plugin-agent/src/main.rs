@@ -138,7 +138,7 @@ impl Agents {
         let rec = Record {
             id: name.to_owned(),
             name: name.to_owned(),
-            created_unix_ms: unix_ms(),
+            created_unix_ms: link_protocol::clock::unix_ms(),
         };
         st.registry.agents.insert(rec.id.clone(), rec.clone());
         if let Err(e) = st.registry.save() {
@@ -219,13 +219,6 @@ impl Agents {
 
 fn unknown(id: &str) -> RemoteError {
     RemoteError::not_found(format!("no agent {id:?}; create it with agent.create"))
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -3,7 +3,6 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// One registered agent. The id is its name (names are unique and path-safe).
@@ -54,18 +53,11 @@ impl Registry {
         let file = File {
             agents: self.agents.values().cloned().collect(),
         };
+        let mut bytes = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
+        bytes.push(b'\n');
         let tmp = dir.join(format!(".agents.json.{}.tmp", std::process::id()));
-        let mut f = std::fs::File::create(&tmp)?;
-        let written = serde_json::to_writer_pretty(&mut f, &file)
-            .map_err(std::io::Error::other)
-            .and_then(|()| f.write_all(b"\n"))
-            .and_then(|()| f.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &self.path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written?;
-        std::fs::File::open(dir)?.sync_all()
+        // 0o666 before the umask, as `File::create` makes it.
+        link_protocol::files::write_atomic(&self.path, &tmp, &bytes, 0o666)
     }
 }
 

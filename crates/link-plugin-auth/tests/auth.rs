@@ -1,26 +1,24 @@
 //! The auth plugin as the host runs it: the real binary, real frames over its socket.
 
-mod support;
-
-use link_protocol::{routes, tokens, Client, ErrorCode};
+use link_harness_conformance::plugin_process::PluginProcess;
+use link_protocol::plugin::{Mode, Profile};
+use link_protocol::{routes, tokens, ErrorCode};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
-use support::{command, start, Root};
 
 const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-auth");
 const NAME: &str = "link-plugin-auth";
 
 #[tokio::test]
 async fn issues_verifies_and_revokes_hashed_tokens() {
-    let root = Root::new("auth");
-    let mut plugin = start(command(EXE, NAME, &root), NAME, &root);
+    let mut plugin = PluginProcess::start(EXE, NAME, Profile::Link, Mode::Diagnostic, &[]);
     let mut want = vec![routes::AUTH_ISSUE, routes::AUTH_REVOKE, routes::AUTH_VERIFY];
     want.sort();
-    let mut got = plugin.ready.routes.clone();
+    let mut got = plugin.ready().routes.clone();
     got.sort();
     assert_eq!(got, want);
 
-    let mut c = Client::connect(&plugin.socket).await.unwrap();
+    let mut c = plugin.client().await;
     let issued = c.call(routes::AUTH_ISSUE, None, json!({})).await.unwrap();
     let token = issued["token"].as_str().unwrap().to_owned();
     assert!(token.starts_with("lnk_"), "{token}");
@@ -31,7 +29,7 @@ async fn issues_verifies_and_revokes_hashed_tokens() {
     assert_ne!(token, other);
 
     // Only the hash is on disk, readable by the owner alone.
-    let file = root.layout().tokens_file();
+    let file = plugin.layout().tokens_file();
     let stored = std::fs::read_to_string(&file).unwrap();
     assert!(!stored.contains(&token));
     assert!(stored.contains(&tokens::hash(&token)));
@@ -95,8 +93,8 @@ async fn issues_verifies_and_revokes_hashed_tokens() {
     drop(c);
     let status = plugin.terminate();
     assert!(status.success(), "exit {status:?}");
-    assert!(!plugin.socket.exists(), "socket left behind");
-    let log = plugin.stderr_text();
+    assert!(!plugin.socket().exists(), "socket left behind");
+    let log = plugin.log_text();
     assert!(
         !log.contains(&token) && !log.contains(&other),
         "a token reached the log"

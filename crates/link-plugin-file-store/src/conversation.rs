@@ -157,7 +157,7 @@ impl Log {
         let bytes = std::fs::read(&self.path).map_err(|e| self.io_error(e))?;
         let tail = &bytes[intact_len as usize..];
         let record = json!({
-            "unix_ms": unix_ms(),
+            "unix_ms": link_protocol::clock::unix_ms(),
             "file": self.path.display().to_string(),
             "truncated_at": intact_len,
             "removed_bytes": tail.len(),
@@ -219,13 +219,6 @@ pub fn create_empty(path: &Path) -> std::io::Result<()> {
         .mode(0o600)
         .open(path)?;
     f.sync_all()
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

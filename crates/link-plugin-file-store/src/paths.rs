@@ -1,31 +1,22 @@
-//! Lexical rules for paths an agent names inside its workspace.
-//!
-//! A path is relative to the workspace. It is split on `/`, `.` and empty parts are dropped,
-//! and `..` pops a part. A path that leaves the workspace at any point is refused: as
-//! `protected` when it lands on the agent's own directory or the conversation log's files in
-//! it (the log, its repair record, temporary files named after it), as `forbidden` otherwise.
+//! Paths an agent names inside its workspace: the shared lexical rules of
+//! [`link_protocol::paths`], the store's wording of a refusal, and the store's own names.
 //! Symlinks are dealt with by the walker in `workspace.rs`, which feeds their targets back
-//! through [`normalize`].
+//! through [`normalize`] and [`classify_absolute`].
 
 use link_protocol::{ErrorCode, RemoteError};
+
+pub use link_protocol::paths::{classify_absolute, normalize, refuse_absolute, Refusal};
 
 /// The largest file the store reads or writes.
 pub const MAX_FILE: usize = 1024 * 1024;
 
-/// Why a path was refused, before any file is touched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// Names the agent directory itself or something in it outside the workspace.
-    Protected,
-    /// Leaves the workspace (absolute, or `..` past its root).
-    Escapes,
-    /// Not a usable path at all (NUL byte, too long).
-    Invalid(&'static str),
+/// The store's wire error for a refused path.
+pub trait RefusalError {
+    fn error(&self, path: &str) -> RemoteError;
 }
 
-impl Refusal {
-    /// The wire error for `path`.
-    pub fn error(&self, path: &str) -> RemoteError {
+impl RefusalError for Refusal {
+    fn error(&self, path: &str) -> RemoteError {
         match self {
             Refusal::Protected => RemoteError::new(
                 ErrorCode::Protected,
@@ -41,99 +32,6 @@ impl Refusal {
             Refusal::Invalid(why) => RemoteError::bad_request(format!("path {path:?}: {why}")),
         }
     }
-}
-
-/// Splits a workspace-relative path into its parts, with `.` and `..` resolved lexically.
-/// An empty result is the workspace itself.
-pub fn normalize(path: &str) -> Result<Vec<String>, Refusal> {
-    if path.contains('\0') {
-        return Err(Refusal::Invalid("contains a NUL byte"));
-    }
-    if path.len() > 4096 {
-        return Err(Refusal::Invalid("longer than 4096 bytes"));
-    }
-    if path.starts_with('/') {
-        return Err(Refusal::Escapes);
-    }
-    let parts: Vec<&str> = path.split('/').collect();
-    let mut out: Vec<String> = Vec::new();
-    for (i, part) in parts.iter().enumerate() {
-        match *part {
-            "" | "." => {}
-            ".." if out.is_empty() => return Err(outside(&parts[i + 1..])),
-            ".." => {
-                out.pop();
-            }
-            name => out.push(name.to_owned()),
-        }
-    }
-    Ok(out)
-}
-
-/// Classifies the rest of a path once it has stepped from the workspace up into the agent
-/// directory: the agent directory itself and the conversation log's files in it (the log,
-/// its repair record, any temporary file named after it) are protected; anything else —
-/// further up, a sibling, or back down into the workspace — is an escape.
-fn outside(rest: &[&str]) -> Refusal {
-    let mut in_agent_dir: Vec<&str> = Vec::new();
-    for part in rest {
-        match *part {
-            "" | "." => {}
-            ".." if in_agent_dir.is_empty() => return Refusal::Escapes,
-            ".." => {
-                in_agent_dir.pop();
-            }
-            name => in_agent_dir.push(name),
-        }
-    }
-    match in_agent_dir.first() {
-        None => Refusal::Protected,
-        Some(name) if is_conversation_name(name) => Refusal::Protected,
-        Some(_) => Refusal::Escapes,
-    }
-}
-
-/// Classifies an absolute path (a symlink target, or a caller's absolute path) against the
-/// agent's directory: `Ok(parts)` when it lies inside the workspace.
-pub fn classify_absolute(
-    target: &std::path::Path,
-    agent_dir: &std::path::Path,
-    workspace: &std::path::Path,
-) -> Result<Vec<String>, Refusal> {
-    let lexical = lexical_absolute(target);
-    if let Ok(rest) = lexical.strip_prefix(workspace) {
-        return normalize(&rest.to_string_lossy());
-    }
-    match lexical.strip_prefix(agent_dir) {
-        Ok(rest) => match rest.components().next() {
-            None => Err(Refusal::Protected),
-            Some(first) if is_conversation_name(&first.as_os_str().to_string_lossy()) => {
-                Err(Refusal::Protected)
-            }
-            Some(_) => Err(Refusal::Escapes),
-        },
-        Err(_) => Err(Refusal::Escapes),
-    }
-}
-
-fn lexical_absolute(path: &std::path::Path) -> std::path::PathBuf {
-    use std::path::Component;
-    let mut out = std::path::PathBuf::from("/");
-    for c in path.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            Component::ParentDir => {
-                out.pop();
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
-/// The conversation log, its repair record and temporary files named after it.
-fn is_conversation_name(name: &str) -> bool {
-    name.starts_with("conversation") || name.starts_with(".conversation")
 }
 
 /// True for the names the store gives its own temporary files; lists hide them.

@@ -8,7 +8,7 @@
 //! path, while links that stay inside work. Writes are atomic: a temporary file in the same
 //! directory, fsync, rename over the target, fsync of the directory.
 
-use crate::paths::{self, Refusal, MAX_FILE};
+use crate::paths::{self, RefusalError, MAX_FILE};
 use link_protocol::{ErrorCode, RemoteError};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -179,10 +179,7 @@ impl Workspace {
     /// the agent directory.
     fn parts(&self, path: &str) -> Result<Vec<String>, RemoteError> {
         if path.starts_with('/') {
-            let why = match paths::classify_absolute(path.as_ref(), &self.agent_dir, &self.root) {
-                Err(Refusal::Protected) => Refusal::Protected,
-                _ => Refusal::Escapes,
-            };
+            let why = paths::refuse_absolute(path.as_ref(), &self.agent_dir, &self.root);
             return Err(why.error(path));
         }
         paths::normalize(path).map_err(|r| r.error(path))

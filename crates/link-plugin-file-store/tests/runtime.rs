@@ -1,11 +1,10 @@
 //! The file store inside a real full Link runtime (diagnostic mode is enough: no protected
-//! tool is needed). Skipped, loudly, while the runtime cannot start; see `support/runtime.rs`.
+//! tool is needed). Skipped, loudly, while the runtime cannot start; see the kit's
+//! `runtime_process::up_or_skip`.
 
-#[path = "support/runtime.rs"]
-mod support;
-
+use link_harness_conformance::runtime_process;
+use link_protocol::plugin::Mode;
 use serde_json::{json, Value};
-use support::Runtime;
 
 fn entries(agent: &Value) -> Vec<Value> {
     agent["conversation"]
@@ -14,17 +13,17 @@ fn entries(agent: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-#[tokio::test]
-async fn conversations_through_turns_and_a_torn_tail() {
-    let Some(rt) = Runtime::up("store-rt", "diagnostic").await else {
+#[test]
+fn conversations_through_turns_and_a_torn_tail() {
+    let Some(rt) = runtime_process::up_or_skip(Mode::Diagnostic) else {
         return;
     };
-    rt.create_agent("a").await;
-    let log = rt.layout.agent_conversation("a");
+    rt.create_agent("a");
+    let log = rt.layout().agent_conversation("a");
     assert_eq!(std::fs::read(&log).unwrap(), b"");
 
-    rt.turn("a", "hello").await;
-    let (status, agent) = rt.http("GET", "/v1/agents/a", None).await;
+    rt.turn("a", "hello");
+    let (status, agent) = rt.http("GET", "/v1/agents/a", None);
     assert_eq!(status, 200, "{agent}");
     let before = entries(&agent);
     assert!(before.len() >= 2, "{agent}");
@@ -40,7 +39,7 @@ async fn conversations_through_turns_and_a_torn_tail() {
     let mut torn = intact.clone();
     torn.extend_from_slice(br#"{"role":"assistant","content":"cut sh"#);
     std::fs::write(&log, &torn).unwrap();
-    let (_, agent) = rt.http("GET", "/v1/agents/a", None).await;
+    let (_, agent) = rt.http("GET", "/v1/agents/a", None);
     assert_eq!(entries(&agent), before, "intact entries are all there");
     if agent.get("conversation_torn").is_some() {
         assert!(
@@ -52,13 +51,11 @@ async fn conversations_through_turns_and_a_torn_tail() {
         );
     }
     // The harness has the store repair the log (an empty append) and asks for a resend.
-    let (status, body) = rt
-        .http(
-            "POST",
-            "/v1/agents/a/turns",
-            Some(json!({"message": "lost"})),
-        )
-        .await;
+    let (status, body) = rt.http(
+        "POST",
+        "/v1/agents/a/turns",
+        Some(json!({"message": "lost"})),
+    );
     assert_eq!(status, 409, "{body}");
     assert!(body.to_string().contains("torn"), "{body}");
     assert_eq!(
@@ -66,11 +63,11 @@ async fn conversations_through_turns_and_a_torn_tail() {
         intact,
         "exactly the torn tail was cut"
     );
-    rt.turn("a", "again").await;
+    rt.turn("a", "again");
     let after = std::fs::read(&log).unwrap();
     assert!(after.starts_with(&intact));
     assert!(!String::from_utf8_lossy(&after).contains("cut sh"));
-    let (_, agent) = rt.http("GET", "/v1/agents/a", None).await;
+    let (_, agent) = rt.http("GET", "/v1/agents/a", None);
     assert!(
         entries(&agent).iter().any(|e| e["content"] == "again"),
         "{agent}"
@@ -85,14 +82,12 @@ async fn conversations_through_turns_and_a_torn_tail() {
         "link-plugin-link-code",
         "link-plugin-agent",
     ] {
-        let got = rt
-            .call_as(
-                plugin,
-                "store.conversation.append",
-                "a",
-                json!({"entries": [{"role": "user", "content": "forged"}]}),
-            )
-            .await;
+        let got = rt.call_as(
+            plugin,
+            "store.conversation.append",
+            "a",
+            json!({"entries": [{"role": "user", "content": "forged"}]}),
+        );
         assert_eq!(got["ok"], false, "{plugin}: {got}");
         assert_eq!(got["code"], "forbidden", "{plugin}: {got}");
     }

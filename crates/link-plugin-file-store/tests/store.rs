@@ -1,63 +1,30 @@
 //! The file store as a real process: this test is its parent, so it calls it directly, and
 //! checks every effect on disk.
 
+use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::layout::StateLayout;
-use link_protocol::{Client, ErrorCode, Request};
+use link_protocol::ErrorCode;
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 const NAME: &str = "link-plugin-file-store";
 const HARNESS: &str = "link-plugin-link-harness";
 
-struct Store {
-    child: tokio::process::Child,
-    layout: StateLayout,
-}
+struct Store(PluginProcess);
 
 impl Store {
-    async fn start() -> Store {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let home = std::env::var("HOME").expect("HOME");
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root = PathBuf::from(home)
-            .join(".cache/lnk-t")
-            .join(format!("fs-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let layout = StateLayout::new(&root);
-        layout.check().expect("usable state root");
-        for dir in [layout.run_dir(), layout.data(NAME), layout.home(NAME)] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_link-plugin-file-store"))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("LNK_PLUGIN", NAME)
-            .env("LNK_STATE", &root)
-            .env("LNK_SOCKET", layout.plugin_socket(NAME))
-            .env("LNK_DATA", layout.data(NAME))
-            .env("LNK_MODE", "diagnostic")
-            .env("LNK_PROFILE", "link")
+    fn start() -> Store {
+        // Warnings only: the log file is inside the root that some tests snapshot.
+        let p = PluginSpec::new(env!("CARGO_BIN_EXE_link-plugin-file-store"), NAME)
             .env("RUST_LOG", "warn")
-            .env("HOME", layout.home(NAME))
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn the file store");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        tokio::time::timeout(
-            Duration::from_secs(60),
-            tokio::io::BufReader::new(stdout).read_line(&mut line),
-        )
-        .await
-        .expect("ready line in time")
-        .unwrap();
-        let ready = link_protocol::plugin::parse_ready(&line).expect("a ready line");
-        assert!(ready.routes.contains(&"store.file.write".to_owned()));
-        Store { child, layout }
+            .start();
+        assert!(p.ready().routes.contains(&"store.file.write".to_owned()));
+        Store(p)
+    }
+
+    fn layout(&self) -> &StateLayout {
+        self.0.layout()
     }
 
     async fn call(
@@ -76,16 +43,7 @@ impl Store {
         agent: &str,
         body: Value,
     ) -> Result<Value, link_protocol::Error> {
-        let mut client = Client::connect(&self.layout.plugin_socket(NAME)).await?;
-        client
-            .send(&Request {
-                id: 1,
-                route: route.into(),
-                agent: Some(agent.into()),
-                caller: caller.map(str::to_owned),
-                body,
-            })
-            .await
+        self.0.call_as(caller, route, Some(agent), body).await
     }
 
     async fn create(&self, agent: &str) {
@@ -95,23 +53,13 @@ impl Store {
     }
 
     async fn refused(&self, route: &str, agent: &str, body: Value) -> ErrorCode {
-        let err = self.call(route, agent, body.clone()).await.unwrap_err();
-        let code = err
-            .code()
-            .unwrap_or_else(|| panic!("{route} {body}: {err}"));
-        assert!(!err.to_string().is_empty());
+        let (code, message) = self.0.refusal(None, route, Some(agent), body).await;
+        assert!(!message.is_empty());
         code
     }
 
     fn conversation(&self, agent: &str) -> PathBuf {
-        self.layout.agent_conversation(agent)
-    }
-}
-
-impl Drop for Store {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-        let _ = std::fs::remove_dir_all(self.layout.root());
+        self.layout().agent_conversation(agent)
     }
 }
 
@@ -142,7 +90,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[tokio::test]
 async fn conversation_append_read_and_torn_tail() {
-    let s = Store::start().await;
+    let s = Store::start();
     s.create("a").await;
     let log = s.conversation("a");
     assert_eq!(std::fs::read(&log).unwrap(), b"");
@@ -273,7 +221,7 @@ async fn conversation_append_read_and_torn_tail() {
 
 #[tokio::test]
 async fn path_tricks_are_refused_and_change_nothing() {
-    let s = Store::start().await;
+    let s = Store::start();
     s.create("a").await;
     s.create("b").await;
     s.call_as(
@@ -284,13 +232,13 @@ async fn path_tricks_are_refused_and_change_nothing() {
     )
     .await
     .unwrap();
-    let ws = s.layout.agent_workspace("a");
+    let ws = s.layout().agent_workspace("a");
     std::os::unix::fs::symlink("/etc", ws.join("etc")).unwrap();
     std::os::unix::fs::symlink("../../b/workspace", ws.join("other")).unwrap();
     std::os::unix::fs::symlink("../conversation.jsonl", ws.join("conv")).unwrap();
     std::os::unix::fs::symlink("..", ws.join("up")).unwrap();
     std::os::unix::fs::symlink(s.conversation("a"), ws.join("conv-abs")).unwrap();
-    let root_before = snapshot(s.layout.root());
+    let root_before = snapshot(s.layout().root());
     let passwd = std::fs::read("/etc/passwd").unwrap();
 
     let cases: &[(&str, ErrorCode)] = &[
@@ -333,7 +281,7 @@ async fn path_tricks_are_refused_and_change_nothing() {
         assert_eq!(code, want, "list {path}");
     }
     assert_eq!(
-        snapshot(s.layout.root()),
+        snapshot(s.layout().root()),
         root_before,
         "nothing changed on disk"
     );
@@ -416,9 +364,9 @@ async fn path_tricks_are_refused_and_change_nothing() {
 
 #[tokio::test]
 async fn writes_are_atomic_and_lists_are_plain() {
-    let s = Store::start().await;
+    let s = Store::start();
     s.create("a").await;
-    let ws = s.layout.agent_workspace("a");
+    let ws = s.layout().agent_workspace("a");
     let done = s
         .call(
             "store.file.write",
@@ -490,7 +438,7 @@ async fn writes_are_atomic_and_lists_are_plain() {
 
 #[tokio::test]
 async fn agents_are_isolated_and_deleted() {
-    let s = Store::start().await;
+    let s = Store::start();
     s.create("a").await;
     s.create("b").await;
     for (agent, text) in [("a", "from a"), ("b", "from b")] {
@@ -508,14 +456,14 @@ async fn agents_are_isolated_and_deleted() {
             .await
             .unwrap();
         assert_eq!(got["content"], text);
-        let on_disk = s.layout.agent_workspace(agent).join("notes.txt");
+        let on_disk = s.layout().agent_workspace(agent).join("notes.txt");
         assert_eq!(std::fs::read_to_string(on_disk).unwrap(), text);
     }
 
     // Creating again keeps what is there (the agent plugin may retry).
     let again = s.call("store.agent.create", "a", json!({})).await.unwrap();
-    assert_eq!(again["workspace"], json!(s.layout.agent_workspace("a")));
-    assert!(s.layout.agent_workspace("a").join("notes.txt").exists());
+    assert_eq!(again["workspace"], json!(s.layout().agent_workspace("a")));
+    assert!(s.layout().agent_workspace("a").join("notes.txt").exists());
 
     // Only the agent plugin (through the router) or the host may create and delete.
     let err = s
@@ -528,7 +476,7 @@ async fn agents_are_isolated_and_deleted() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Forbidden));
-    assert!(s.layout.agent_dir("a").exists());
+    assert!(s.layout().agent_dir("a").exists());
     s.call_as(
         Some("link-plugin-agent"),
         "store.agent.delete",
@@ -537,13 +485,13 @@ async fn agents_are_isolated_and_deleted() {
     )
     .await
     .unwrap();
-    assert!(!s.layout.agent_dir("a").exists());
+    assert!(!s.layout().agent_dir("a").exists());
     assert_eq!(
         s.refused("store.file.read", "a", json!({"path": "notes.txt"}))
             .await,
         ErrorCode::NotFound
     );
-    assert!(s.layout.agent_workspace("b").join("notes.txt").exists());
+    assert!(s.layout().agent_workspace("b").join("notes.txt").exists());
     s.call("store.agent.delete", "a", json!({})).await.unwrap();
     assert_eq!(
         s.refused("store.agent.create", "Bad/Name", json!({})).await,

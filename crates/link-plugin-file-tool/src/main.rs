@@ -13,6 +13,7 @@ use link_protocol::plugin::Mode;
 use link_protocol::routes as r;
 use link_protocol::server::{self, Peers};
 use link_protocol::{client, layout::StateLayout, ErrorCode, RemoteError, Request};
+use paths::RefusalError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;

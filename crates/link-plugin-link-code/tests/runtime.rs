@@ -1,13 +1,12 @@
 //! The code tool inside a real full Link runtime, driven by turns of the `link-local` model
 //! (`search PAT`, `patch P: OLD => NEW`), in both modes (the code tool is offered in
 //! diagnostic mode too); the files are put into the workspace by hand. Skipped, loudly,
-//! while the runtime cannot start; see the file store's `tests/support/runtime.rs`.
+//! while the runtime cannot start; see the kit's
+//! `runtime_process::up_or_skip`.
 
-#[path = "../../link-plugin-file-store/tests/support/runtime.rs"]
-mod support;
-
+use link_harness_conformance::runtime_process;
+use link_protocol::plugin::Mode;
 use serde_json::Value;
-use support::Runtime;
 
 fn call(reply: &Value) -> &Value {
     let calls = reply["tool_calls"].as_array().expect("tool_calls");
@@ -15,23 +14,23 @@ fn call(reply: &Value) -> &Value {
     &calls[0]
 }
 
-#[tokio::test]
-async fn search_and_patch_through_turns_diagnostic() {
-    search_and_patch("diagnostic").await;
+#[test]
+fn search_and_patch_through_turns_diagnostic() {
+    search_and_patch(Mode::Diagnostic);
 }
 
-#[tokio::test]
-async fn search_and_patch_through_turns_confined() {
-    search_and_patch("confined").await;
+#[test]
+fn search_and_patch_through_turns_confined() {
+    search_and_patch(Mode::Confined);
 }
 
-async fn search_and_patch(mode: &str) {
-    let Some(mut rt) = Runtime::up(&format!("code-{mode}"), mode).await else {
+fn search_and_patch(mode: Mode) {
+    let Some(mut rt) = runtime_process::up_or_skip(mode) else {
         return;
     };
-    rt.create_agent("a").await;
-    rt.create_agent("b").await;
-    let ws = rt.layout.agent_workspace("a");
+    rt.create_agent("a");
+    rt.create_agent("b");
+    let ws = rt.layout().agent_workspace("a");
     std::fs::create_dir_all(ws.join("src/deep")).unwrap();
     std::fs::write(ws.join("src/main.rs"), "fn main() {\n    run();\n}\n").unwrap();
     std::fs::write(
@@ -40,12 +39,12 @@ async fn search_and_patch(mode: &str) {
     )
     .unwrap();
     std::fs::write(
-        rt.layout.agent_workspace("b").join("other.rs"),
+        rt.layout().agent_workspace("b").join("other.rs"),
         "fn secret() {}\n",
     )
     .unwrap();
 
-    let c = rt.turn("a", r"search fn \w+").await;
+    let c = rt.turn("a", r"search fn \w+");
     assert_eq!(call(&c)["tool"], "code");
     assert_eq!(call(&c)["ok"], true, "{c}");
     let out = &call(&c)["output"];
@@ -71,22 +70,20 @@ async fn search_and_patch(mode: &str) {
     );
     assert_eq!(out["truncated"], false);
 
-    let c = rt.turn("a", "patch src/main.rs: run() => start()").await;
+    let c = rt.turn("a", "patch src/main.rs: run() => start()");
     assert_eq!(call(&c)["ok"], true, "{c}");
     assert_eq!(
         std::fs::read_to_string(ws.join("src/main.rs")).unwrap(),
         "fn main() {\n    start();\n}\n"
     );
-    let c = rt.turn("a", "patch src/main.rs: missing => x").await;
+    let c = rt.turn("a", "patch src/main.rs: missing => x");
     assert_eq!(call(&c)["ok"], false, "{c}");
     assert!(
         call(&c)["output"].to_string().contains("found 0 times"),
         "{c}"
     );
-    let c = rt
-        .turn("a", "patch ../conversation.jsonl: user => admin")
-        .await;
+    let c = rt.turn("a", "patch ../conversation.jsonl: user => admin");
     assert_eq!(call(&c)["ok"], false, "{c}");
     assert!(call(&c)["output"].to_string().contains("protected"), "{c}");
-    rt.down().await;
+    rt.down();
 }

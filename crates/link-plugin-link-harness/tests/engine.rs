@@ -6,39 +6,20 @@
 //! Confined cases need bubblewrap and Landlock; where `link up` reports them unavailable the
 //! case is skipped loudly, or fails when `LNK_REQUIRE_SANDBOX=1`.
 
-use link_protocol::layout::StateLayout;
+use link_harness_conformance::programs;
+use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
+use link_protocol::plugin::{Mode, Profile};
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 const PATIENCE: Duration = Duration::from_secs(120);
 
-const PROGRAMS: &[&str] = &[
-    "link",
-    "link-plugin-measure",
-    "link-plugin-model",
-    "link-plugin-secret",
-    "link-plugin-auth",
-    "link-plugin-file-store",
-    "link-plugin-agent",
-    "link-plugin-sandbox",
-    "link-plugin-link-run",
-    "link-plugin-file-tool",
-    "link-plugin-link-code",
-    "link-plugin-link-harness",
-    "link-plugin-link-scheduler",
-];
-
 fn programs() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_link-plugin-link-harness"))
-        .parent()
-        .expect("target dir")
-        .to_owned();
-    let missing: Vec<&str> = PROGRAMS
-        .iter()
-        .copied()
+    let dir = runtime_process::test_programs();
+    let plugins = Profile::Link.plugins();
+    let missing: Vec<&str> = std::iter::once(programs::HOST)
+        .chain(plugins.iter().copied())
         .filter(|p| !dir.join(p).is_file())
         .collect();
     assert!(
@@ -46,7 +27,7 @@ fn programs() -> PathBuf {
         "missing programs in {}: {}; build them first with `cargo build -p link-cli{}`",
         dir.display(),
         missing.join(", "),
-        PROGRAMS[1..]
+        plugins
             .iter()
             .map(|p| format!(" -p {p}"))
             .collect::<String>()
@@ -54,170 +35,27 @@ fn programs() -> PathBuf {
     dir
 }
 
-/// A running `link up` on a fresh state root under `$HOME/.cache/lnk-t`.
-struct Runtime {
-    host: Child,
-    root: PathBuf,
-    programs: PathBuf,
-    token: String,
-}
-
-enum Started {
-    Up(Runtime),
-    /// Confinement is unavailable here; the reason `link up` gave.
-    Unconfinable(String),
-}
-
-fn fresh_root(tag: &str) -> PathBuf {
-    let home = std::env::var_os("HOME").expect("HOME is set");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let root = Path::new(&home)
-        .join(".cache/lnk-t")
-        .join(format!("{tag}{}-{nanos}", std::process::id()));
-    StateLayout::new(&root).check().expect("usable state root");
-    std::fs::create_dir_all(&root).unwrap();
-    root
-}
-
-fn start(mode: &str) -> Started {
-    let programs = programs();
-    let root = fresh_root(&mode[..1]);
-    let mut host = Command::new(programs.join("link"))
-        .args(["up", "--profile", "link", "--mode", mode, "--state"])
-        .arg(&root)
-        .arg("--programs")
-        .arg(&programs)
-        .env("LNK_KEYCHAIN", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("link up starts");
-    let stdout = host.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line);
-        }
-    });
-    let stderr = host.stderr.take().unwrap();
-    let (etx, erx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[link] {line}");
-            all.push_str(&line);
-            all.push('\n');
-        }
-        let _ = etx.send(all);
-    });
-    match rx.recv_timeout(PATIENCE) {
-        Ok(line) if line.starts_with("ready ") => {}
-        other => {
-            let _ = host.kill();
-            let _ = host.wait();
-            let stderr = erx
-                .recv_timeout(Duration::from_secs(10))
-                .unwrap_or_default();
-            let _ = std::fs::remove_dir_all(&root);
-            if mode == "confined" && stderr.contains("--mode diagnostic") {
-                return Started::Unconfinable(stderr);
-            }
-            panic!("link up did not report ready ({other:?}); its stderr:\n{stderr}");
-        }
+/// A running `link up` on a fresh state root, or `Err` with the reason `link up` gave when
+/// confinement is unavailable here.
+fn start(mode: Mode) -> Result<RuntimeProcess, String> {
+    let spec = RuntimeSpec::new(programs(), Profile::Link, mode)
+        .ready_within(PATIENCE)
+        .exit_within(PATIENCE);
+    match spec.up() {
+        Ok(link) => Ok(link),
+        Err(failure) if mode == Mode::Confined && failure.unconfinable() => Err(failure.stderr),
+        Err(failure) => panic!("{failure}"),
     }
-    let out = Command::new(programs.join("link"))
-        .args(["token", "create", "--state"])
-        .arg(&root)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    Started::Up(Runtime {
-        host,
-        root,
-        programs,
-        token,
-    })
 }
 
 fn require_sandbox() -> bool {
     std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1")
 }
 
-impl Runtime {
-    fn layout(&self) -> StateLayout {
-        StateLayout::new(&self.root)
-    }
-
-    fn http(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let socket = self.layout().connection_socket();
-        // One small runtime per call: calls come from several threads at once.
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let resp = rt
-            .block_on(link_protocol::http::json(
-                &socket,
-                method,
-                path,
-                Some(&self.token),
-                body.as_ref(),
-            ))
-            .expect("connection service answers");
-        (resp.status, resp.json())
-    }
-
-    fn create_agent(&self, name: &str) -> String {
-        let (status, v) = self.http("POST", "/v1/agents", Some(json!({"name": name})));
-        assert_eq!(status, 201, "{v}");
-        v["id"].as_str().unwrap().to_owned()
-    }
-
-    fn turn(&self, agent: &str, message: &str) -> Value {
-        let (status, v) = self.http(
-            "POST",
-            &format!("/v1/agents/{agent}/turns"),
-            Some(json!({"message": message})),
-        );
-        assert_eq!(status, 200, "turn {message:?} of {agent}: {v}");
-        v
-    }
-
-    fn conversation(&self, agent: &str) -> Vec<Value> {
-        let (status, v) = self.http("GET", &format!("/v1/agents/{agent}"), None);
-        assert_eq!(status, 200, "{v}");
-        v["conversation"].as_array().unwrap().clone()
-    }
-
-    fn stop(mut self) {
-        let status = Command::new(self.programs.join("link"))
-            .args(["down", "--state"])
-            .arg(&self.root)
-            .status()
-            .unwrap();
-        assert!(status.success(), "link down: {status}");
-        let deadline = Instant::now() + PATIENCE;
-        while self.host.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "link up did not exit after down");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        if self.host.try_wait().ok().flatten().is_none() {
-            let _ = self.host.kill();
-            let _ = self.host.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
+/// Creates an agent; its id.
+fn create_agent(link: &RuntimeProcess, name: &str) -> String {
+    let made = link.create_agent(name);
+    made["id"].as_str().unwrap().to_owned()
 }
 
 fn roles(entries: &[Value]) -> Vec<&str> {
@@ -241,10 +79,10 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 #[test]
 fn diagnostic_turns_code_tool_and_scheduler() {
-    let Started::Up(link) = start("diagnostic") else {
+    let Ok(mut link) = start(Mode::Diagnostic) else {
         unreachable!("diagnostic mode needs no confinement")
     };
-    let a = link.create_agent("a");
+    let a = create_agent(&link, "a");
 
     // Two plain turns: the second sees the first in the history.
     let first = link.turn(&a, "hello");
@@ -338,7 +176,7 @@ fn diagnostic_turns_code_tool_and_scheduler() {
 
     // Turns of one agent are serialised, of different agents concurrent: every user
     // message is directly followed by its own reply.
-    let b = link.create_agent("b");
+    let b = create_agent(&link, "b");
     std::thread::scope(|s| {
         for (agent, n) in [(&a, 0), (&a, 1), (&a, 2), (&b, 0), (&b, 1)] {
             let link = &link;
@@ -362,20 +200,20 @@ fn diagnostic_turns_code_tool_and_scheduler() {
             }
         }
     }
-    link.stop();
+    link.down();
 }
 
 #[test]
 fn confined_file_and_run_tools() {
-    let link = match start("confined") {
-        Started::Up(link) => link,
-        Started::Unconfinable(reason) if !require_sandbox() => {
+    let mut link = match start(Mode::Confined) {
+        Ok(link) => link,
+        Err(reason) if !require_sandbox() => {
             eprintln!("SKIPPED confined_file_and_run_tools: {reason}");
             return;
         }
-        Started::Unconfinable(reason) => panic!("LNK_REQUIRE_SANDBOX=1 but: {reason}"),
+        Err(reason) => panic!("LNK_REQUIRE_SANDBOX=1 but: {reason}"),
     };
-    let a = link.create_agent("a");
+    let a = create_agent(&link, "a");
     let wrote = link.turn(&a, "write a.txt: hi");
     let call = &wrote["tool_calls"][0];
     assert_eq!(call["tool"], "file", "{wrote}");
@@ -404,5 +242,5 @@ fn confined_file_and_run_tools() {
     let log = link.conversation(&a);
     let last_tool = log.iter().rev().find(|e| e["role"] == "tool").unwrap();
     assert_eq!(last_tool["ok"], false, "{last_tool}");
-    link.stop();
+    link.down();
 }

@@ -11,19 +11,12 @@
 //! under `LNK_TEST_STATE_DIR` (else `~/.cache/lnk`) and are removed after each case.
 
 mod runtime {
-    use link_harness_conformance::{interrupt, reaper, run_scenario, ScenarioConfig};
+    use link_harness_conformance::{
+        interrupt, reaper, run_scenario, runtime_process, ScenarioConfig,
+    };
     use link_plugin_measure::{CheckOutcome, Report, Status};
     use link_protocol::plugin::{Mode, Profile};
     use std::path::PathBuf;
-
-    /// `target/release/deps/harness-…` → `target/release`.
-    fn programs() -> PathBuf {
-        let exe = std::env::current_exe().expect("test executable path");
-        let deps = exe.parent().expect("deps directory");
-        deps.parent()
-            .expect("target profile directory")
-            .to_path_buf()
-    }
 
     fn source() -> String {
         std::env::var("LNK_RUNTIME_SOURCE")
@@ -33,7 +26,7 @@ mod runtime {
     /// Runs one confined case; `None` when it was skipped for a missing capability.
     fn run(case: &str, profile: Profile, concurrent_agents: bool) -> Option<Report> {
         interrupt::install_handler();
-        let programs = programs();
+        let programs = runtime_process::test_programs();
         let mut config = ScenarioConfig::new(&programs, profile, Mode::Confined, &source());
         config.concurrent_agents = concurrent_agents;
         config.output = programs

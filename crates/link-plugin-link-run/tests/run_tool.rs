@@ -2,61 +2,27 @@
 //! sandbox plugin) as their parent and serves the router socket itself, forwarding
 //! `sandbox.exec` to the sandbox. The real router (in link-cli) replaces this in end-to-end tests.
 
+use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::layout::StateLayout;
+use link_protocol::plugin::Mode;
 use link_protocol::{Client, ErrorCode, RemoteError};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 const BIN: &str = env!("CARGO_BIN_EXE_link-plugin-link-run");
 
-struct Root(StateLayout);
-
-impl Root {
-    fn new(tag: &str) -> Root {
-        let root = Path::new(&std::env::var("HOME").unwrap())
-            .join(".cache/lnk-t")
-            .join(format!("run-{tag}-{}", std::process::id()));
-        let layout = StateLayout::new(root);
-        layout.check().unwrap();
-        std::fs::create_dir_all(layout.run_dir()).unwrap();
-        Root(layout)
-    }
+fn fresh_root() -> Arc<StateRoot> {
+    Arc::new(StateRoot::create().expect("a state root"))
 }
 
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.0.root());
-    }
-}
-
-async fn start(bin: &Path, name: &str, layout: &StateLayout, mode: &str) -> tokio::process::Child {
-    let mut child = tokio::process::Command::new(bin)
-        .env("LNK_PLUGIN", name)
-        .env("LNK_STATE", layout.root())
-        .env("LNK_SOCKET", layout.plugin_socket(name))
-        .env("LNK_DATA", layout.data(name))
-        .env("LNK_MODE", mode)
-        .env("LNK_PROFILE", "link")
-        .env("HOME", layout.home(name))
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert!(
-        link_protocol::plugin::parse_ready(&line).is_some(),
-        "{line}"
-    );
-    child
+fn start(bin: &Path, name: &str, root: &Arc<StateRoot>, mode: Mode) -> PluginProcess {
+    PluginSpec::new(bin, name)
+        .mode(mode)
+        .ready_within(Duration::from_secs(30))
+        .start_in(root)
 }
 
 async fn tool_run(
@@ -77,10 +43,15 @@ async fn tool_run(
 
 #[tokio::test(flavor = "current_thread")]
 async fn refusals_without_a_sandbox() {
-    let root = Root::new("refuse");
-    let layout = &root.0;
+    let root = fresh_root();
+    let layout = root.layout();
     std::fs::create_dir_all(layout.agent_workspace("a1")).unwrap();
-    let _run = start(Path::new(BIN), "link-plugin-link-run", layout, "confined").await;
+    let _run = start(
+        Path::new(BIN),
+        "link-plugin-link-run",
+        &root,
+        Mode::Confined,
+    );
     let e = tool_run(layout, "nobody", json!({"command": "true"}))
         .await
         .unwrap_err();
@@ -92,16 +63,15 @@ async fn refusals_without_a_sandbox() {
     assert_eq!(e.code(), Some(ErrorCode::Unavailable), "{e}");
     assert!(!layout.agent_workspace("a1").join("ran").exists());
 
-    let diag = Root::new("diag");
-    std::fs::create_dir_all(diag.0.agent_workspace("a1")).unwrap();
+    let diag = fresh_root();
+    std::fs::create_dir_all(diag.layout().agent_workspace("a1")).unwrap();
     let _d = start(
         Path::new(BIN),
         "link-plugin-link-run",
-        &diag.0,
-        "diagnostic",
-    )
-    .await;
-    let e = tool_run(&diag.0, "a1", json!({"command": "true"}))
+        &diag,
+        Mode::Diagnostic,
+    );
+    let e = tool_run(diag.layout(), "a1", json!({"command": "true"}))
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::Unavailable), "{e}");
@@ -132,12 +102,12 @@ async fn runs_through_the_router_and_the_real_sandbox() {
         println!("SKIPPED: {reason}");
         return;
     }
-    let root = Root::new("e2e");
-    let layout = root.0.clone();
+    let root = fresh_root();
+    let layout = root.layout().clone();
     let ws = layout.agent_workspace("a1");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(layout.agent_home("a1")).unwrap();
-    let _sb = start(&sandbox, "link-plugin-sandbox", &layout, "confined").await;
+    let _sb = start(&sandbox, "link-plugin-sandbox", &root, Mode::Confined);
 
     // The test plays the router: forward sandbox.exec to the sandbox, refuse anything else.
     let sandbox_sock = layout.plugin_socket("link-plugin-sandbox");
@@ -157,7 +127,12 @@ async fn runs_through_the_router_and_the_real_sandbox() {
         link_protocol::server::Peers::SameUser,
         Arc::clone(&handler),
     ));
-    let _run = start(Path::new(BIN), "link-plugin-link-run", &layout, "confined").await;
+    let _run = start(
+        Path::new(BIN),
+        "link-plugin-link-run",
+        &root,
+        Mode::Confined,
+    );
 
     let r = tool_run(
         &layout,

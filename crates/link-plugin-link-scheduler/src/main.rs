@@ -9,6 +9,7 @@
 
 mod store;
 
+use link_protocol::clock::unix_ms;
 use link_protocol::plugin::PluginEnv;
 use link_protocol::server::{self, Peers};
 use link_protocol::{client, routes, ErrorCode, RemoteError, Request};
@@ -18,7 +19,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use store::{now_ms, Book, BookFile, Create, LastResult, Schedule};
+use store::{Book, BookFile, Create, LastResult, Schedule};
 use tokio::sync::Notify;
 
 /// The timer wakes at least this often, so a changed wall clock is noticed.
@@ -75,7 +76,7 @@ impl Scheduler {
         let create: Create = server::body(req)?;
         let mut book = self.book.lock().expect("book");
         let id = book
-            .add(agent, &create, now_ms())
+            .add(agent, &create, unix_ms())
             .map_err(|e| RemoteError::bad_request(format!("schedule.create: {e}")))?
             .id
             .clone();
@@ -153,11 +154,11 @@ impl Scheduler {
     /// Sleeps until the next due schedule or a change, and fires what is due.
     async fn run_timer(self: Arc<Self>) {
         loop {
-            for schedule in self.take_due(now_ms()) {
+            for schedule in self.take_due(unix_ms()) {
                 tokio::spawn(self.clone().fire(schedule));
             }
             let nap = match self.next_due() {
-                Some(t) => Duration::from_millis(t.saturating_sub(now_ms())).min(MAX_NAP),
+                Some(t) => Duration::from_millis(t.saturating_sub(unix_ms())).min(MAX_NAP),
                 None => MAX_NAP,
             };
             tokio::select! {
@@ -207,7 +208,7 @@ impl Scheduler {
         let result = self.run_turn(&schedule.agent, &schedule.message).await;
         let last = match &result {
             Ok(v) => LastResult {
-                at_unix_ms: now_ms(),
+                at_unix_ms: unix_ms(),
                 ok: true,
                 reply: Some(v["reply"].as_str().unwrap_or_default().to_owned()),
                 error: None,
@@ -215,7 +216,7 @@ impl Scheduler {
             Err(e) => {
                 tracing::warn!("schedule {} turn failed: {e}", schedule.id);
                 LastResult {
-                    at_unix_ms: now_ms(),
+                    at_unix_ms: unix_ms(),
                     ok: false,
                     reply: None,
                     error: Some(e.to_string()),

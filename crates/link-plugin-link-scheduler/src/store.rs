@@ -6,7 +6,6 @@
 //! one-shot is not run twice, and a recurring schedule resumes at its next interval.
 
 use serde::{Deserialize, Serialize};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The shortest interval of a recurring schedule: a guard against flooding an agent.
@@ -220,21 +219,10 @@ impl BookFile {
     pub fn save(&self, book: &Book) -> std::io::Result<()> {
         let dir = self.path.parent().unwrap_or(Path::new("."));
         let tmp = dir.join("schedules.json.tmp");
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(&serde_json::to_vec_pretty(book)?)?;
-        file.sync_all()?;
-        drop(file);
-        std::fs::rename(&tmp, &self.path)?;
-        std::fs::File::open(dir)?.sync_all()
+        let bytes = serde_json::to_vec_pretty(book)?;
+        // 0o666 before the umask, as `File::create` makes it.
+        link_protocol::files::write_atomic(&self.path, &tmp, &bytes, 0o666)
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -3,96 +3,30 @@
 //! is no router here, so due schedules fire and record `unavailable` as their last result;
 //! turns that really run are covered by the link harness's engine tests.
 
+use link_harness_conformance::plugin_process::PluginProcess;
 use link_protocol::layout::StateLayout;
-use link_protocol::{routes, Client, ErrorCode};
+use link_protocol::plugin::{Mode, Profile};
+use link_protocol::{routes, ErrorCode};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 
 const PLUGIN: &str = "link-plugin-link-scheduler";
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// A fresh state root under `$HOME/.cache/lnk-t`, removed when dropped.
-struct Root(PathBuf);
+const ROUTES: [&str; 4] = [
+    routes::SCHEDULE_CREATE,
+    routes::SCHEDULE_LIST,
+    routes::SCHEDULE_CANCEL,
+    routes::SCHEDULE_DELETE_AGENT,
+];
 
-impl Root {
-    fn new() -> Root {
-        let home = std::env::var_os("HOME").expect("HOME is set");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let root = Path::new(&home)
-            .join(".cache/lnk-t")
-            .join(format!("sc{}-{nanos}", std::process::id()));
-        let layout = StateLayout::new(&root);
-        layout.check().expect("usable state root");
-        std::fs::create_dir_all(layout.run_dir()).unwrap();
-        Root(root)
-    }
-    fn layout(&self) -> StateLayout {
-        StateLayout::new(&self.0)
-    }
-}
+struct Running(PluginProcess);
 
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Running {
-    child: Child,
-    socket: PathBuf,
-}
-
-async fn start(root: &Root) -> Running {
-    let layout = root.layout();
-    let home = layout.home(PLUGIN);
-    std::fs::create_dir_all(&home).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_link-plugin-link-scheduler"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("LNK_PLUGIN", PLUGIN)
-        .env("LNK_STATE", layout.root())
-        .env("LNK_SOCKET", layout.plugin_socket(PLUGIN))
-        .env("LNK_DATA", layout.data(PLUGIN))
-        .env("LNK_MODE", "diagnostic")
-        .env("LNK_PROFILE", "link")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("scheduler starts");
-    let mut line = String::new();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    tokio::time::timeout(PATIENCE, stdout.read_line(&mut line))
-        .await
-        .expect("ready in time")
-        .unwrap();
-    let ready = link_protocol::plugin::parse_ready(&line).expect("a ready line");
-    assert_eq!(
-        ready.routes,
-        [
-            routes::SCHEDULE_CREATE,
-            routes::SCHEDULE_LIST,
-            routes::SCHEDULE_CANCEL,
-            routes::SCHEDULE_DELETE_AGENT
-        ]
-    );
-    // Kept alive by the task: the plugin must not get EPIPE.
-    tokio::spawn(async move {
-        let mut rest = String::new();
-        while stdout.read_line(&mut rest).await.is_ok_and(|n| n > 0) {}
-    });
-    Running {
-        child,
-        socket: layout.plugin_socket(PLUGIN),
-    }
+fn start() -> Running {
+    let exe = env!("CARGO_BIN_EXE_link-plugin-link-scheduler");
+    let p = PluginProcess::start(exe, PLUGIN, Profile::Link, Mode::Diagnostic, &[]);
+    assert_eq!(p.ready().routes, ROUTES);
+    Running(p)
 }
 
 impl Running {
@@ -102,10 +36,7 @@ impl Running {
         agent: Option<&str>,
         body: Value,
     ) -> Result<Value, link_protocol::Error> {
-        Client::connect(&self.socket)
-            .await?
-            .call(route, agent, body)
-            .await
+        self.0.call(route, agent, body).await
     }
 
     async fn list(&self, agent: Option<&str>) -> Vec<Value> {
@@ -136,15 +67,21 @@ impl Running {
         }
     }
 
-    async fn stop(mut self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let status = tokio::time::timeout(PATIENCE, self.child.wait())
-            .await
-            .expect("stops on SIGTERM")
-            .unwrap();
+    /// SIGTERM: a clean exit that removes the socket.
+    fn stop(&mut self) {
+        let status = self.0.terminate_within(PATIENCE);
         assert!(status.success(), "{status}");
-        assert!(!self.socket.exists(), "socket removed on exit");
+        assert!(!self.0.socket().exists(), "socket removed on exit");
+    }
+
+    /// Starts the scheduler again on the same state root.
+    fn restart(&mut self) {
+        self.0.restart();
+        assert_eq!(self.0.ready().routes, ROUTES);
+    }
+
+    fn layout(&self) -> &StateLayout {
+        self.0.layout()
     }
 }
 
@@ -155,13 +92,13 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn on_disk(root: &Root) -> Value {
-    let path = root.layout().data(PLUGIN).join("schedules.json");
+fn on_disk(layout: &StateLayout) -> Value {
+    let path = layout.data(PLUGIN).join("schedules.json");
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-fn disk_schedule(root: &Root, id: &str) -> Value {
-    on_disk(root)["schedules"]
+fn disk_schedule(layout: &StateLayout, id: &str) -> Value {
+    on_disk(layout)["schedules"]
         .as_array()
         .unwrap()
         .iter()
@@ -172,8 +109,8 @@ fn disk_schedule(root: &Root, id: &str) -> Value {
 
 #[tokio::test(flavor = "current_thread")]
 async fn schedules_persist_fire_and_survive_a_restart() {
-    let root = Root::new();
-    let sched = start(&root).await;
+    let mut sched = start();
+    let root = sched.layout().clone();
 
     // Create: later, due now, recurring; bad bodies are refused with what to fix.
     let later = sched
@@ -254,11 +191,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
     assert!(next > now_ms() + 3_500_000, "{s}");
     assert_eq!(a[1]["every_ms"], 3_600_000);
     assert_eq!(on_disk(&root)["schedules"].as_array().unwrap().len(), 3);
-    assert!(!root
-        .layout()
-        .data(PLUGIN)
-        .join("schedules.json.tmp")
-        .exists());
+    assert!(!root.data(PLUGIN).join("schedules.json.tmp").exists());
 
     // Cancel: only for its own agent; then gone, in memory and on disk.
     let err = sched
@@ -289,7 +222,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .as_str()
         .unwrap()
         .to_owned();
-    sched.stop().await;
+    sched.stop();
     let stopped = disk_schedule(&root, &down);
     assert!(
         stopped["fired"] == 0 || !stopped["last_result"].is_null(),
@@ -300,7 +233,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let sched = start(&root).await;
+    sched.restart();
     let fired = sched.wait_result(&down).await;
     assert_eq!(fired["fired"], 1, "{fired}");
     assert_eq!(fired["done"], true);
@@ -330,5 +263,5 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .await
         .unwrap();
     assert_eq!(fresh["id"], "s5");
-    sched.stop().await;
+    sched.stop();
 }

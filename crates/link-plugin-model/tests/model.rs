@@ -1,10 +1,10 @@
 //! The model service as the host runs it: the real binary, real HTTP over its Unix socket.
 
-mod support;
-
+use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::http;
+use link_protocol::plugin::{Mode, Profile};
 use serde_json::{json, Value};
-use support::{command, start, Root};
 
 const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-model");
 const NAME: &str = "link-plugin-model";
@@ -28,10 +28,12 @@ async fn chat(socket: &std::path::Path, body: &Value) -> (u16, Value) {
 
 #[tokio::test]
 async fn serves_openai_shapes_over_its_socket() {
-    let root = Root::new("model");
-    let mut plugin = start(command(EXE, NAME, &root), NAME, &root);
-    assert!(plugin.ready.routes.is_empty(), "HTTP plugin owns no routes");
-    let socket = plugin.socket.clone();
+    let mut plugin = PluginProcess::start(EXE, NAME, Profile::Link, Mode::Diagnostic, &[]);
+    assert!(
+        plugin.ready().routes.is_empty(),
+        "HTTP plugin owns no routes"
+    );
+    let socket = plugin.socket();
 
     // Plain replies: the number grows with the user messages sent.
     let first = json!({"model": "link-local", "messages": [{"role": "user", "content": "hello"}]});
@@ -125,18 +127,14 @@ async fn serves_openai_shapes_over_its_socket() {
 
     // SIGTERM: a clean exit that removes the socket.
     let status = plugin.terminate();
-    assert!(
-        status.success(),
-        "exit {status:?}: {}",
-        plugin.stderr_text()
-    );
+    assert!(status.success(), "exit {status:?}: {}", plugin.log_text());
     assert!(!socket.exists(), "socket left behind");
 }
 
 #[tokio::test]
 async fn refuses_https_forwarding_at_start() {
-    let root = Root::new("model-tls");
-    let mut cmd = command(EXE, NAME, &root);
+    let root = StateRoot::create().unwrap();
+    let mut cmd = PluginSpec::new(EXE, NAME).command(root.layout());
     cmd.env("LNK_MODEL_REMOTE_URL", "https://api.example.com")
         .stderr(std::process::Stdio::piped());
     let out = cmd.output().unwrap();
@@ -170,13 +168,12 @@ async fn forwards_other_models_with_the_key() {
         s.write_all(reply).await.unwrap();
         String::from_utf8(seen).unwrap()
     });
-    let root = Root::new("model-fwd");
-    let mut cmd = command(EXE, NAME, &root);
-    cmd.env("LNK_MODEL_REMOTE_URL", format!("http://127.0.0.1:{port}"))
-        .env("LNK_MODEL_REMOTE_KEY", "sk-distinctive-4711");
-    let mut plugin = start(cmd, NAME, &root);
+    let mut plugin = PluginSpec::new(EXE, NAME)
+        .env("LNK_MODEL_REMOTE_URL", format!("http://127.0.0.1:{port}"))
+        .env("LNK_MODEL_REMOTE_KEY", "sk-distinctive-4711")
+        .start();
     let body = json!({"model": "remote-x", "messages": [{"role": "user", "content": "hi"}]});
-    let (status, answer) = chat(&plugin.socket, &body).await;
+    let (status, answer) = chat(&plugin.socket(), &body).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["choices"][0]["message"]["content"], "remote");
     let seen = remote.await.unwrap();
@@ -190,9 +187,9 @@ async fn forwards_other_models_with_the_key() {
     );
     // link-local is still answered locally.
     let local = json!({"model": "link-local", "messages": [{"role": "user", "content": "hi"}]});
-    assert_eq!(chat(&plugin.socket, &local).await.0, 200);
+    assert_eq!(chat(&plugin.socket(), &local).await.0, 200);
     assert!(plugin.terminate().success());
-    assert!(!plugin.stderr_text().contains("sk-distinctive-4711"));
+    assert!(!plugin.log_text().contains("sk-distinctive-4711"));
 }
 
 /// True once the head and `content-length` bytes of body have arrived.

@@ -3,44 +3,25 @@
 
 mod common;
 use common::*;
+use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
+use link_protocol::plugin::Mode;
 use link_protocol::{Client, ErrorCode};
 use serde_json::{json, Value};
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::AsyncBufReadExt;
 
 struct Plugin {
-    child: tokio::process::Child,
+    process: PluginProcess,
     client: Client,
 }
 
-async fn start(root: &Root, mode: &str) -> Plugin {
-    let name = "link-plugin-sandbox";
-    let layout = &root.layout;
-    let home = layout.home(name);
-    std::fs::create_dir_all(&home).unwrap();
-    let mut child = tokio::process::Command::new(BIN)
-        .env("LNK_PLUGIN", name)
-        .env("LNK_STATE", layout.root())
-        .env("LNK_SOCKET", layout.plugin_socket(name))
-        .env("LNK_DATA", layout.data(name))
-        .env("LNK_MODE", mode)
-        .env("LNK_PROFILE", "link")
-        .env("HOME", &home)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let line = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
-        .await
-        .expect("ready line in time")
-        .unwrap()
-        .expect("a ready line");
-    let ready = link_protocol::plugin::parse_ready(&line).expect("ready line");
-    assert_eq!(ready.routes, ["sandbox.exec"]);
-    let client = Client::connect(&layout.plugin_socket(name)).await.unwrap();
-    Plugin { child, client }
+async fn start(root: &Root, mode: Mode) -> Plugin {
+    let process = PluginSpec::new(BIN, "link-plugin-sandbox")
+        .mode(mode)
+        .ready_within(Duration::from_secs(30))
+        .start_in(root.state());
+    assert_eq!(process.ready().routes, ["sandbox.exec"]);
+    let client = process.client().await;
+    Plugin { process, client }
 }
 
 impl Plugin {
@@ -52,11 +33,9 @@ impl Plugin {
         .await
         .expect("answer in time")
     }
-    async fn stop(mut self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id().unwrap() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-        let status = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-        assert!(status.unwrap().unwrap().success());
+    fn stop(mut self) {
+        let status = self.process.terminate_within(Duration::from_secs(10));
+        assert!(status.success());
     }
 }
 
@@ -73,7 +52,7 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     let ws = root.workspace("a1");
     let home = root.home("a1");
     let other_ws = root.workspace("a2");
-    let mut p = start(&root, "confined").await;
+    let mut p = start(&root, Mode::Confined).await;
 
     // Allowed: runs in the workspace, output and files come back.
     let r = p
@@ -131,7 +110,7 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     assert!(r["duration_ms"].as_u64().unwrap() >= 1500);
     let left = processes_with(&marker);
     assert!(left.is_empty(), "processes left after the kill: {left:?}");
-    let plugin_pid = p.child.id().unwrap();
+    let plugin_pid = p.process.pid();
     assert!(
         wait_for(10, || children_of(plugin_pid).is_empty()),
         "unreaped children of the plugin: {:?}",
@@ -212,14 +191,14 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
             "unexpected variable {name} inside: {r}"
         );
     }
-    p.stop().await;
+    p.stop();
 }
 
 #[tokio::test(flavor = "current_thread")]
 async fn diagnostic_mode_refuses_sandbox_exec() {
     let root = Root::new();
     let ws = root.workspace("a1");
-    let mut p = start(&root, "diagnostic").await;
+    let mut p = start(&root, Mode::Diagnostic).await;
     let e = p
         .exec("a1", json!({"argv": ["true"], "workspace": ws}))
         .await
@@ -230,5 +209,5 @@ async fn diagnostic_mode_refuses_sandbox_exec() {
             .contains("run tool disabled in diagnostic mode"),
         "{e}"
     );
-    p.stop().await;
+    p.stop();
 }

@@ -1,9 +1,10 @@
 //! The `file` backend: one file per secret under `<data>/secrets/`, mode 0600, in a 0700
 //! directory, each write atomic (temporary file, fsync, rename, fsync of the directory).
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use link_protocol::files::write_atomic;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,13 +54,8 @@ impl FileStore {
         let temp = self
             .dir
             .join(format!("{TEMP_PREFIX}{name}.{}.{n}", std::process::id()));
-        let written = write_new(&temp, value.as_bytes())
-            .and_then(|()| fs::rename(&temp, self.dir.join(name)))
-            .and_then(|()| sync_dir(&self.dir));
-        if written.is_err() {
-            let _ = fs::remove_file(&temp);
-        }
-        written
+        // 0600 from the start, never wider.
+        write_atomic(&self.dir.join(name), &temp, value.as_bytes(), 0o600)
     }
 
     /// True when the secret existed.
@@ -70,17 +66,6 @@ impl FileStore {
             Err(e) => Err(e),
         }
     }
-}
-
-/// Creates `path` (0600 from the start, never wider) and writes and syncs `bytes`.
-fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 /// Makes a rename or removal durable.

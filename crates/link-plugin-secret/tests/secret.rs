@@ -1,11 +1,10 @@
 //! The secret plugin as the host runs it: the real binary, real frames, real files.
 
-mod support;
-
-use link_protocol::{routes, Client, ErrorCode};
+use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
+use link_protocol::plugin::{Mode, Profile};
+use link_protocol::{routes, ErrorCode};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
-use support::{command, start, Root};
 
 const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-secret");
 const NAME: &str = "link-plugin-secret";
@@ -14,9 +13,9 @@ const VALUE: &str = "s3cr3t-Zq81-distinctive-value";
 
 #[tokio::test]
 async fn file_backend_put_get_delete() {
-    let root = Root::new("secret");
-    let mut plugin = start(command(EXE, NAME, &root), NAME, &root);
-    let mut got = plugin.ready.routes.clone();
+    let mut plugin = PluginProcess::start(EXE, NAME, Profile::Link, Mode::Diagnostic, &[]);
+    let layout = plugin.layout().clone();
+    let mut got = plugin.ready().routes.clone();
     got.sort();
     assert_eq!(
         got,
@@ -27,7 +26,7 @@ async fn file_backend_put_get_delete() {
         ]
     );
 
-    let mut c = Client::connect(&plugin.socket).await.unwrap();
+    let mut c = plugin.client().await;
     let put = json!({"name": "model.remote_key", "value": VALUE});
     assert_eq!(
         c.call(routes::SECRET_PUT, None, put).await.unwrap(),
@@ -40,7 +39,7 @@ async fn file_backend_put_get_delete() {
     );
 
     // On disk: one 0600 file in a 0700 directory, no temporary files.
-    let dir = root.layout().data(NAME).join("secrets");
+    let dir = layout.data(NAME).join("secrets");
     let file = dir.join("model.remote_key");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), VALUE);
     assert_eq!(mode(&file), 0o600);
@@ -90,13 +89,13 @@ async fn file_backend_put_get_delete() {
     assert_eq!(err.code(), Some(ErrorCode::BadRequest));
     assert!(!err.to_string().contains('5'), "{err}");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-    assert!(!root.layout().data(NAME).join("x").exists());
+    assert!(!layout.data(NAME).join("x").exists());
 
     drop(c);
     let status = plugin.terminate();
     assert!(status.success(), "exit {status:?}");
-    assert!(!plugin.socket.exists(), "socket left behind");
-    let log = plugin.stderr_text();
+    assert!(!plugin.socket().exists(), "socket left behind");
+    let log = plugin.log_text();
     assert!(
         log.contains("backend=\"file\"") || log.contains("backend=file"),
         "{log}"
@@ -117,18 +116,18 @@ const VALUE_AS_NAME: &str = "s3cr3t Zq81 as name";
 
 #[tokio::test]
 async fn falls_back_to_files_without_a_session_bus() {
-    let root = Root::new("secret-nobus");
-    let mut cmd = command(EXE, NAME, &root);
-    cmd.env_remove("LNK_KEYCHAIN")
-        .env_remove("DBUS_SESSION_BUS_ADDRESS");
-    let mut plugin = start(cmd, NAME, &root);
-    let mut c = Client::connect(&plugin.socket).await.unwrap();
+    let mut plugin = PluginSpec::new(EXE, NAME)
+        .env_remove("LNK_KEYCHAIN")
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .start();
+    let layout = plugin.layout().clone();
+    let mut c = plugin.client().await;
     let put = json!({"name": "k", "value": VALUE});
     c.call(routes::SECRET_PUT, None, put).await.unwrap();
-    assert!(root.layout().data(NAME).join("secrets/k").exists());
+    assert!(layout.data(NAME).join("secrets/k").exists());
     drop(c);
     assert!(plugin.terminate().success());
-    let log = plugin.stderr_text();
+    let log = plugin.log_text();
     assert!(log.contains("no keychain"), "{log}");
     assert!(!log.contains(VALUE), "{log}");
 }
@@ -144,12 +143,12 @@ fn mode(path: &std::path::Path) -> u32 {
 #[ignore = "needs a Secret Service (secret-tool and an unlocked keyring on the session bus)"]
 async fn keychain_backend_where_one_answers() {
     let bus = std::env::var("DBUS_SESSION_BUS_ADDRESS").expect("a session bus");
-    let root = Root::new("secret-kc");
-    let mut cmd = command(EXE, NAME, &root);
-    cmd.env_remove("LNK_KEYCHAIN")
-        .env("DBUS_SESSION_BUS_ADDRESS", bus);
-    let mut plugin = start(cmd, NAME, &root);
-    let mut c = Client::connect(&plugin.socket).await.unwrap();
+    let mut plugin = PluginSpec::new(EXE, NAME)
+        .env_remove("LNK_KEYCHAIN")
+        .env("DBUS_SESSION_BUS_ADDRESS", bus)
+        .start();
+    let layout = plugin.layout().clone();
+    let mut c = plugin.client().await;
     let name = json!({"name": "kc-test"});
     let put = json!({"name": "kc-test", "value": VALUE});
     c.call(routes::SECRET_PUT, None, put).await.unwrap();
@@ -159,7 +158,7 @@ async fn keychain_backend_where_one_answers() {
         .unwrap();
     assert_eq!(got, json!({"value": VALUE}));
     assert!(
-        !root.layout().data(NAME).join("secrets").exists(),
+        !layout.data(NAME).join("secrets").exists(),
         "no files with a keychain"
     );
     let deleted = c
@@ -171,7 +170,7 @@ async fn keychain_backend_where_one_answers() {
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
     drop(c);
     assert!(plugin.terminate().success());
-    let log = plugin.stderr_text();
+    let log = plugin.log_text();
     assert!(log.contains("keychain"), "{log}");
     assert!(!log.contains(VALUE), "{log}");
 }

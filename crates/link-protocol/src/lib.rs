@@ -5,18 +5,24 @@
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
+//! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
 //! - [`plugin`]: the contract between the host and a plugin (environment, readiness);
 //! - [`server`] and [`client`]: serving and calling routes over the frames;
-//! - [`http`]: a small HTTP/1.1 client over a Unix socket.
+//! - [`http`]: a small HTTP/1.1 client over a Unix socket;
+//! - [`files`]: replacing a file atomically (temp file, fsync, rename, fsync of the directory);
+//! - [`clock`]: milliseconds since the Unix epoch.
 //!
 //! It never spawns processes and never decides policy: the host owns the grant table.
 
 pub mod client;
+pub mod clock;
+pub mod files;
 pub mod frame;
 pub mod http;
 pub mod layout;
 pub mod message;
+pub mod paths;
 pub mod plugin;
 pub mod routes;
 pub mod server;

@@ -68,6 +68,32 @@ impl Profile {
             Profile::Link => "link",
         }
     }
+
+    /// The plugins this profile runs, in the host's start order (it stops them in reverse).
+    pub const fn plugins(self) -> &'static [&'static str] {
+        match self {
+            Profile::Mini => &[
+                "link-plugin-measure",
+                "link-plugin-model",
+                "link-mini-harness",
+                "link-mini-connection",
+            ],
+            Profile::Link => &[
+                "link-plugin-measure",
+                "link-plugin-model",
+                "link-plugin-secret",
+                "link-plugin-auth",
+                "link-plugin-file-store",
+                "link-plugin-agent",
+                "link-plugin-sandbox",
+                "link-plugin-link-run",
+                "link-plugin-file-tool",
+                "link-plugin-link-code",
+                "link-plugin-link-harness",
+                "link-plugin-link-scheduler",
+            ],
+        }
+    }
 }
 
 impl std::str::FromStr for Profile {

@@ -1,10 +1,11 @@
 //! The bearer-token store shared by both connection services and the auth plugin.
 //!
 //! Only the sha256 of a token is written, one per line: `<hex> active|revoked`. Writes
-//! replace the file atomically (temp file, fsync, rename); comparisons are constant-time.
+//! replace the file atomically ([`crate::files::write_atomic`]); comparisons are
+//! constant-time.
 
 use sha2::{Digest, Sha256};
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 use subtle::ConstantTimeEq;
 
@@ -79,21 +80,11 @@ fn read_lines(file: &Path) -> io::Result<Vec<String>> {
 }
 
 fn write_atomic(file: &Path, lines: &[String]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
     let dir = file.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    for line in lines {
-        writeln!(f, "{line}")?;
-    }
-    f.sync_all()?;
-    std::fs::rename(&tmp, file)
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    crate::files::write_atomic(file, &tmp, text.as_bytes(), 0o600)
 }
 
 #[cfg(test)]

@@ -1,11 +1,12 @@
 //! Shared test support: a state root outside /tmp, the probe gate, and running the binary.
 #![allow(dead_code)]
 
+use link_harness_conformance::fixture::StateRoot;
 use link_protocol::layout::StateLayout;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_link-plugin-sandbox");
 pub const PYTHON: &str = "/usr/bin/python3";
@@ -54,22 +55,27 @@ pub fn sandbox_or_skip() -> bool {
     false
 }
 
-/// A state root under `$HOME/.cache/lnk-t/`, with agents' workspaces and homes; removed on drop.
+/// A fresh state root (the testing kit's), with agents' workspaces and homes; removed when
+/// the last holder of [`Root::state`] is dropped.
 pub struct Root {
     pub layout: StateLayout,
+    state: Arc<StateRoot>,
 }
 
 impl Root {
     pub fn new() -> Root {
-        let home = std::env::var("HOME").expect("HOME");
-        let root = Path::new(&home).join(".cache/lnk-t").join(unique("sb"));
-        let layout = StateLayout::new(&root);
-        layout.check().expect("usable state root");
-        std::fs::create_dir_all(layout.run_dir()).unwrap();
-        Root { layout }
+        let state = StateRoot::create().expect("a state root");
+        Root {
+            layout: state.layout().clone(),
+            state: Arc::new(state),
+        }
     }
     pub fn path(&self) -> &Path {
         self.layout.root()
+    }
+    /// The root itself, for plugins started in it.
+    pub fn state(&self) -> &Arc<StateRoot> {
+        &self.state
     }
     /// Creates and returns the agent's workspace.
     pub fn workspace(&self, agent: &str) -> PathBuf {
@@ -82,12 +88,6 @@ impl Root {
         let home = self.layout.agent_home(agent);
         std::fs::create_dir_all(&home).unwrap();
         home
-    }
-}
-
-impl Drop for Root {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.layout.root());
     }
 }
 
