@@ -5,14 +5,18 @@
 //! to the plugin it started (an unknown pid is refused), checks [`allowed`], and forwards the
 //! request to the owner with `caller` set to that plugin's name. The link harness may act only
 //! for an agent whose turn the router is currently forwarding to it (a lease).
+//!
+//! Connections to owners are kept open between calls (a few idle ones per owner socket):
+//! the owner checked at accept that the peer is its parent, the host, which a kept
+//! connection still is. Every call is still checked here before it is sent.
 
 use crate::host::Shared;
 use link_protocol::frame::{read_message, write_message};
 use link_protocol::message::{Outcome, Response};
-use link_protocol::{routes as r, Client, RemoteError, Request};
+use link_protocol::{routes as r, RemoteError, Request};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::net::UnixStream;
 
@@ -85,10 +89,14 @@ struct Table {
     leases: HashMap<String, usize>,
 }
 
+/// Idle connections kept per owner socket; more concurrent calls simply open more.
+const MAX_IDLE: usize = 8;
+
 /// Registered plugins, route owners and live leases.
 #[derive(Default)]
 pub struct Router {
     table: Mutex<Table>,
+    idle: Mutex<HashMap<PathBuf, Vec<UnixStream>>>,
 }
 
 impl Router {
@@ -124,9 +132,60 @@ impl Router {
         req.caller = Some(caller.to_owned());
         let lease =
             (req.route == r::TURN_RUN).then(|| self.lease(req.agent.clone().unwrap_or_default()));
-        let result = forward(&owner, &req).await;
+        let result = self.forward(&owner, &req).await;
         drop(lease);
         result
+    }
+
+    /// Sends `req` to its owner; a failure to reach it names the owner. The request is
+    /// sent once, never retried (it may have taken effect); a connection goes back to the
+    /// pool only after a complete answer, so a cancelled or failed call drops its own.
+    async fn forward(
+        &self,
+        (name, socket): &(&'static str, PathBuf),
+        req: &Request,
+    ) -> Result<Value, RemoteError> {
+        let unreachable = |e: link_protocol::Error| {
+            RemoteError::new(
+                link_protocol::ErrorCode::Unavailable,
+                format!("{name} (owner of {}) is unavailable: {e}", req.route),
+            )
+        };
+        let mut stream = match self.take(socket) {
+            Some(stream) => stream,
+            None => UnixStream::connect(socket)
+                .await
+                .map_err(|e| unreachable(e.into()))?,
+        };
+        let resp = exchange(&mut stream, req).await.map_err(unreachable)?;
+        self.put(socket, stream);
+        match resp.outcome {
+            Outcome::Ok(v) => Ok(v),
+            Outcome::Error(e) => Err(e),
+        }
+    }
+
+    /// An idle connection to `socket` that its owner has not closed, if there is one.
+    fn take(&self, socket: &Path) -> Option<UnixStream> {
+        let mut idle = self.idle.lock().expect("lock");
+        let kept = idle.get_mut(socket)?;
+        while let Some(stream) = kept.pop() {
+            if still_open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn put(&self, socket: &Path, stream: UnixStream) {
+        let mut idle = self.idle.lock().expect("lock");
+        match idle.get_mut(socket) {
+            Some(kept) if kept.len() >= MAX_IDLE => {}
+            Some(kept) => kept.push(stream),
+            None => {
+                idle.insert(socket.to_owned(), vec![stream]);
+            }
+        }
     }
 
     fn check(&self, caller: &str, req: &Request) -> Result<(), RemoteError> {
@@ -195,23 +254,33 @@ fn refuse(message: String) -> RemoteError {
     RemoteError::forbidden(message)
 }
 
-/// Sends `req` to its owner; a failure to reach it names the owner.
-async fn forward(
-    (name, socket): &(&'static str, PathBuf),
+/// One request and its response on `stream`.
+async fn exchange(
+    stream: &mut UnixStream,
     req: &Request,
-) -> Result<Value, RemoteError> {
-    let unreachable = |e: link_protocol::Error| {
-        RemoteError::new(
-            link_protocol::ErrorCode::Unavailable,
-            format!("{name} (owner of {}) is unavailable: {e}", req.route),
-        )
-    };
-    let mut client = Client::connect(socket).await.map_err(unreachable)?;
-    match client.send(req).await {
-        Err(link_protocol::Error::Remote(e)) => Err(e),
-        Err(e) => Err(unreachable(e)),
-        Ok(v) => Ok(v),
+) -> Result<Response, link_protocol::Error> {
+    write_message(stream, req).await?;
+    let resp: Response = read_message(stream)
+        .await?
+        .ok_or(link_protocol::Error::Closed)?;
+    if resp.id != req.id {
+        return Err(link_protocol::Error::IdMismatch {
+            want: req.id,
+            got: resp.id,
+        });
     }
+    Ok(resp)
+}
+
+/// True when an idle connection has neither been closed by its owner nor received anything
+/// unasked (a peek that would block).
+fn still_open(stream: &UnixStream) -> bool {
+    use rustix::net::RecvFlags;
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(stream, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Err(rustix::io::Errno::AGAIN)
+    )
 }
 
 /// Accepts plugin connections on `run/router.sock`.

@@ -15,6 +15,12 @@
 //! `torn: "<reason>"` beside the intact entries, and repaired by the next append, which cuts
 //! only the torn bytes and records them in `conversation.repairs.jsonl` (an append of no
 //! entries repairs without adding anything). `store.file.list` also answers `truncated`.
+//!
+//! `store.conversation.append` also answers `total` (intact entries after the append) and
+//! takes an optional `expect_total`: then it appends only to an intact log of exactly that
+//! many entries and otherwise refuses with `conflict`, writing nothing. That lets the
+//! harness keep a conversation in memory between turns and still notice, before a turn
+//! starts, any change it did not make (a torn tail, a re-created agent).
 
 mod conversation;
 mod paths;
@@ -25,6 +31,7 @@ use link_protocol::server::{self, Peers};
 use link_protocol::{layout::StateLayout, RemoteError, Request};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -57,8 +64,9 @@ async fn main() -> anyhow::Result<()> {
 
 struct Store {
     layout: StateLayout,
-    /// Serializes changes so a repair and an append, or a create and a delete, never mix.
-    lock: Mutex<()>,
+    /// Serializes changes so a repair and an append, or a create and a delete, never mix;
+    /// it guards what the store knows of each agent's log (see [`conversation::Known`]).
+    known: Mutex<HashMap<String, conversation::Known>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -76,25 +84,34 @@ struct WriteBody {
 #[derive(Deserialize)]
 struct AppendBody {
     entries: Vec<Value>,
+    #[serde(default)]
+    expect_total: Option<usize>,
 }
 
 impl Store {
     fn new(layout: StateLayout) -> Self {
         Store {
             layout,
-            lock: Mutex::new(()),
+            known: Mutex::new(HashMap::new()),
         }
     }
 
     fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
         let agent = self.agent_id(req)?;
-        let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         match req.route.as_str() {
-            r::STORE_AGENT_CREATE => self.create(req, agent),
-            r::STORE_AGENT_DELETE => self.delete(req, agent),
-            r::STORE_CONVERSATION_APPEND => self.append(req, agent),
+            r::STORE_AGENT_CREATE => {
+                known.remove(agent);
+                self.create(req, agent)
+            }
+            r::STORE_AGENT_DELETE => {
+                known.remove(agent);
+                self.delete(req, agent)
+            }
+            r::STORE_CONVERSATION_APPEND => self.append(req, agent, &mut known),
             r::STORE_CONVERSATION_READ => {
-                let scan = self.log(agent)?.read()?;
+                let (scan, now) = self.log(agent)?.read()?;
+                remember(&mut known, agent, now);
                 Ok(json!({"entries": scan.entries, "torn": scan.torn}))
             }
             r::STORE_FILE_READ => {
@@ -159,7 +176,12 @@ impl Store {
         Ok(json!({}))
     }
 
-    fn append(&self, req: &Request, agent: &str) -> Result<Value, RemoteError> {
+    fn append(
+        &self,
+        req: &Request,
+        agent: &str,
+        known: &mut HashMap<String, conversation::Known>,
+    ) -> Result<Value, RemoteError> {
         if req.caller.as_deref() != Some(HARNESS) {
             return Err(RemoteError::forbidden(format!(
                 "only {HARNESS} may append to a conversation, not {}",
@@ -167,8 +189,13 @@ impl Store {
             )));
         }
         let body: AppendBody = server::body(req)?;
-        let done = self.log(agent)?.append(&body.entries)?;
-        Ok(json!({"count": done.count, "repaired": done.repaired}))
+        // Forgotten first: after a failed append only a full scan may be trusted.
+        let before = known.remove(agent);
+        let done = self
+            .log(agent)?
+            .append(&body.entries, body.expect_total, before)?;
+        remember(known, agent, done.known);
+        Ok(json!({"count": done.count, "total": done.total, "repaired": done.repaired}))
     }
 
     fn log(&self, agent: &str) -> Result<conversation::Log, RemoteError> {
@@ -188,6 +215,21 @@ impl Store {
             agent_dir: self.layout.agent_dir(agent),
             root,
         })
+    }
+}
+
+fn remember(
+    known: &mut HashMap<String, conversation::Known>,
+    agent: &str,
+    now: Option<conversation::Known>,
+) {
+    match now {
+        Some(k) => {
+            known.insert(agent.to_owned(), k);
+        }
+        None => {
+            known.remove(agent);
+        }
     }
 }
 

@@ -16,6 +16,48 @@ pub const WINDOW: usize = 200;
 /// What a tool message says when its call never got an answer.
 const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call finished\"}";
 
+/// An agent's conversation as the harness holds it between turns: how many entries the log
+/// has, and the last ones, enough to build the same model messages as the whole log would.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversation {
+    /// Entries in the log.
+    pub total: usize,
+    /// The log's last entries: all of them while there are at most [`WINDOW`], else more
+    /// than [`WINDOW`] (so [`window`] picks the same start as on the whole log).
+    tail: Vec<Value>,
+}
+
+impl Conversation {
+    /// The conversation whose log holds exactly `entries`.
+    pub fn new(entries: Vec<Value>) -> Conversation {
+        let mut c = Conversation {
+            total: entries.len(),
+            tail: entries,
+        };
+        c.trim();
+        c
+    }
+
+    /// Records an entry the log now ends with.
+    pub fn push(&mut self, entry: Value) {
+        self.total += 1;
+        self.tail.push(entry);
+        self.trim();
+    }
+
+    /// The model messages for this conversation.
+    pub fn messages(&self) -> Vec<Value> {
+        messages(&self.tail)
+    }
+
+    /// Keeps memory bounded: drops old entries in batches, keeping `WINDOW + 1`.
+    fn trim(&mut self) {
+        if self.tail.len() > 2 * WINDOW {
+            self.tail.drain(..self.tail.len() - (WINDOW + 1));
+        }
+    }
+}
+
 /// The `{role: user}` entry of a turn's message.
 pub fn user_entry(message: &str) -> Value {
     json!({"role": "user", "content": message})
@@ -173,6 +215,35 @@ mod tests {
         // A log ending right after the calls also gets answers.
         let m = messages(&entries[..2]);
         assert_eq!(m.len(), 4);
+    }
+
+    #[test]
+    fn a_kept_conversation_gives_the_messages_of_the_whole_log() {
+        let mut all = Vec::new();
+        let mut kept = Conversation::new(Vec::new());
+        for i in 0..3 * WINDOW {
+            let entry = match i % 7 {
+                0 | 4 => user_entry(&format!("u{i}")),
+                1 => {
+                    json!({"role": "assistant", "content": "", "tool_calls": [call(&format!("c{i}"))]})
+                }
+                2 => tool_entry(&format!("c{}", i - 1), "file", true, &json!({})),
+                _ => json!({"role": "assistant", "content": format!("a{i}")}),
+            };
+            all.push(entry.clone());
+            kept.push(entry);
+            assert_eq!(kept.total, all.len());
+            assert!(kept.tail.len() <= 2 * WINDOW);
+            assert_eq!(
+                kept.messages(),
+                messages(&all),
+                "after {} entries",
+                all.len()
+            );
+        }
+        let loaded = Conversation::new(all.clone());
+        assert_eq!(loaded.messages(), messages(&all));
+        assert_eq!(loaded.total, all.len());
     }
 
     #[test]

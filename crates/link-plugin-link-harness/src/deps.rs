@@ -3,7 +3,8 @@
 //! Every failure to reach a dependency becomes an `unavailable` error naming the plugin, so
 //! a turn that ends because something died says what died.
 
-use link_protocol::{client, routes, ErrorCode, RemoteError};
+use crate::pool::Pool;
+use link_protocol::{routes, ErrorCode, RemoteError};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,7 +17,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the harness's calls go.
 pub struct Deps {
-    pub router: PathBuf,
+    pub router: Pool,
     pub model: PathBuf,
 }
 
@@ -43,7 +44,7 @@ impl Deps {
     /// Calls `route` for `agent` through the router.
     pub async fn call(&self, route: &str, agent: &str, body: Value) -> Result<Value, RemoteError> {
         let owner = owner(route);
-        let call = client::call_once(&self.router, route, Some(agent), body);
+        let call = self.router.call(route, Some(agent), body);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(link_protocol::Error::Remote(e))) if e.code == ErrorCode::Unavailable => {
@@ -55,7 +56,7 @@ impl Deps {
             Ok(Err(link_protocol::Error::Remote(e))) => Err(e),
             Ok(Err(e)) => Err(unavailable(format!(
                 "the router ({}) did not carry {route} to {owner}: {e}; is `link up` still running?",
-                self.router.display()
+                self.router.socket().display()
             ))),
             Err(_) => Err(RemoteError::new(
                 ErrorCode::Timeout,
@@ -64,12 +65,27 @@ impl Deps {
         }
     }
 
-    /// Appends entries to the agent's conversation; durable once this returns.
-    pub async fn append(&self, agent: &str, entries: &[Value]) -> Result<(), RemoteError> {
-        let body = json!({ "entries": entries });
-        self.call(routes::STORE_CONVERSATION_APPEND, agent, body)
-            .await
-            .map(drop)
+    /// Appends entries to the agent's conversation, durable once this returns; → the
+    /// number of entries the log holds now. With `expect`, only to an intact log of exactly
+    /// that many entries (else `conflict`, and nothing is written).
+    pub async fn append(
+        &self,
+        agent: &str,
+        entries: &[Value],
+        expect: Option<usize>,
+    ) -> Result<usize, RemoteError> {
+        let mut body = json!({ "entries": entries });
+        if let Some(n) = expect {
+            body["expect_total"] = json!(n);
+        }
+        let done = self
+            .call(routes::STORE_CONVERSATION_APPEND, agent, body)
+            .await?;
+        done["total"].as_u64().map(|n| n as usize).ok_or_else(|| {
+            RemoteError::internal(format!(
+                "link-plugin-file-store answered an append without its total: {done}"
+            ))
+        })
     }
 
     /// One chat completion; returns the whole completion object.
@@ -144,7 +160,7 @@ mod tests {
     async fn dead_dependencies_are_named() {
         let dir = std::env::temp_dir().join(format!("lnk-harness-deps-{}", std::process::id()));
         let deps = Deps {
-            router: dir.join("router.sock"),
+            router: Pool::new(dir.join("router.sock")),
             model: dir.join("model.sock"),
         };
         let e = deps

@@ -7,9 +7,15 @@
 //! the agent plugin. Every outgoing call goes through the host's router, which lets this
 //! harness act only for the agent whose turn it is running. Turns of different agents run
 //! concurrently; turns of one agent are serialised.
+//!
+//! Between turns it keeps each agent's conversation in memory (it is the only appender:
+//! the grant table and the store both say so) and trusts it only when the store accepts the
+//! next user entry as the one right after it; otherwise it loads the log again. So a warm
+//! turn costs two appends through the router, not a read of the whole growing log.
 
 mod conversation;
 mod deps;
+mod pool;
 mod tools;
 mod turn;
 
@@ -21,11 +27,17 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-/// The harness: where its calls go, the mode, and one lock per agent with a turn in flight.
+/// Conversations kept between turns, at most this many agents' (any one is dropped to make
+/// room: it is simply loaded again on its next turn).
+const KEPT: usize = 64;
+
+/// The harness: where its calls go, the mode, one lock per agent with a turn in flight, and
+/// the conversations kept between turns.
 struct Harness {
     deps: deps::Deps,
     mode: Mode,
     turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    kept: Mutex<HashMap<String, conversation::Conversation>>,
 }
 
 impl Harness {
@@ -33,11 +45,12 @@ impl Harness {
         let layout = env.layout();
         Harness {
             deps: deps::Deps {
-                router: layout.router_socket(),
+                router: pool::Pool::new(layout.router_socket()),
                 model: layout.plugin_socket(deps::MODEL_PLUGIN),
             },
             mode: env.mode,
             turns: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
         }
     }
 
@@ -60,7 +73,13 @@ impl Harness {
         let lock = self.lock_for(agent);
         let result = {
             let _turn = lock.lock().await;
-            turn::run(&self.deps, self.mode, agent, &message).await
+            // Taken and put back under the agent's turn lock, so no other turn sees it.
+            let mut kept = self.kept().remove(agent);
+            let result = turn::run(&self.deps, self.mode, agent, &message, &mut kept).await;
+            if let Some(conversation) = kept {
+                self.keep(agent, conversation);
+            }
+            result
         };
         drop(lock);
         self.forget_idle(agent);
@@ -68,6 +87,20 @@ impl Harness {
             tracing::warn!("turn of {agent} failed: {e}");
         }
         result
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, conversation::Conversation>> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn keep(&self, agent: &str, conversation: conversation::Conversation) {
+        let mut kept = self.kept();
+        if kept.len() >= KEPT {
+            if let Some(other) = kept.keys().next().cloned() {
+                kept.remove(&other);
+            }
+        }
+        kept.insert(agent.to_owned(), conversation);
     }
 
     fn lock_for(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {

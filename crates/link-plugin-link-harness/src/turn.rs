@@ -4,7 +4,7 @@
 //! and every assistant and tool entry is appended as soon as it exists, so whatever a client
 //! was told happened is in the log even if the turn dies next.
 
-use crate::conversation;
+use crate::conversation::{self, Conversation};
 use crate::deps::{owner, Deps};
 use crate::tools::{self, ToolCall};
 use link_protocol::plugin::Mode;
@@ -21,46 +21,107 @@ struct Outcome {
 }
 
 /// Runs one turn of `agent` for `message`; → `{reply, tool_calls}`.
+///
+/// `kept` is the conversation as the harness's last turn of this agent left it. It is used
+/// only once the store has accepted this turn's user entry as the entry right after it
+/// (`expect_total`); any other state of the log means a full load, as for a first turn.
+/// After the turn it holds the conversation again, or nothing when this turn cannot vouch
+/// for it (an error, or a log that grew by other than this turn's entries).
 pub async fn run(
     deps: &Deps,
     mode: Mode,
     agent: &str,
     message: &str,
+    kept: &mut Option<Conversation>,
 ) -> Result<Value, RemoteError> {
+    let mut turn = begin(deps, agent, message, kept.take()).await?;
+    let result = steps(deps, mode, agent, &mut turn).await;
+    if result.is_ok() && turn.in_sync {
+        *kept = Some(turn.conversation);
+    }
+    result
+}
+
+/// A turn in progress: its conversation, and whether that is still exactly the log.
+struct Turn {
+    conversation: Conversation,
+    in_sync: bool,
+}
+
+/// Appends the user entry, durable before the model is called, to the conversation: the
+/// kept one when the log is still as it was left, else the log as loaded now.
+async fn begin(
+    deps: &Deps,
+    agent: &str,
+    message: &str,
+    kept: Option<Conversation>,
+) -> Result<Turn, RemoteError> {
+    let user = conversation::user_entry(message);
+    if let Some(mut conversation) = kept {
+        let expect = Some(conversation.total);
+        match deps
+            .append(agent, std::slice::from_ref(&user), expect)
+            .await
+        {
+            Ok(_) => {
+                conversation.push(user);
+                return Ok(Turn {
+                    conversation,
+                    in_sync: true,
+                });
+            }
+            // A torn tail, a re-created agent: the log is not what this harness left.
+            Err(e) if e.code == ErrorCode::Conflict => {
+                tracing::info!("loading the conversation of {agent} again: {e}");
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut turn = Turn {
+        conversation: load(deps, agent).await?,
+        in_sync: true,
+    };
+    record(deps, agent, &mut turn, user).await?;
+    Ok(turn)
+}
+
+/// The agent's conversation from the file store, after checking the agent exists.
+async fn load(deps: &Deps, agent: &str) -> Result<Conversation, RemoteError> {
     deps.call(routes::AGENT_GET, agent, json!({})).await?;
-    let log = deps
+    let mut log = deps
         .call(routes::STORE_CONVERSATION_READ, agent, json!({}))
         .await?;
     if let Some(reason) = torn(&log) {
         return Err(repair_torn(deps, agent, &reason).await);
     }
-    let mut entries: Vec<Value> = match log["entries"].as_array() {
-        Some(e) => e.clone(),
-        None => {
-            return Err(RemoteError::internal(
-                "the file store's log has no entries list",
-            ))
-        }
-    };
-    let user = conversation::user_entry(message);
-    deps.append(agent, std::slice::from_ref(&user)).await?;
-    entries.push(user);
+    match log["entries"].take() {
+        Value::Array(entries) => Ok(Conversation::new(entries)),
+        _ => Err(RemoteError::internal(
+            "the file store's log has no entries list",
+        )),
+    }
+}
 
+/// The model ↔ tools loop, after the user entry.
+async fn steps(
+    deps: &Deps,
+    mode: Mode,
+    agent: &str,
+    turn: &mut Turn,
+) -> Result<Value, RemoteError> {
     let specs = tools::specs(mode);
     let mut report = Vec::new();
     for step in 1..=MAX_STEPS {
-        let completion = deps
-            .complete(&conversation::messages(&entries), &specs)
-            .await?;
+        let completion = deps.complete(&turn.conversation.messages(), &specs).await?;
         let reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
-        record(deps, agent, &mut entries, reply.entry()).await?;
+        record(deps, agent, turn, reply.entry()).await?;
         if reply.calls.is_empty() {
             return Ok(json!({"reply": reply.content, "tool_calls": report}));
         }
         for call in &reply.calls {
             let outcome = call_tool(deps, mode, agent, call).await?;
             let entry = conversation::tool_entry(&call.id, &call.name, outcome.ok, &outcome.output);
-            record(deps, agent, &mut entries, entry).await?;
+            record(deps, agent, turn, entry).await?;
             report.push(json!({
                 "tool": call.name,
                 "input": call.input_value(),
@@ -85,8 +146,8 @@ pub fn step_bound(agent: &str) -> RemoteError {
 /// not run, and its error says what was cut and to send the message again.
 async fn repair_torn(deps: &Deps, agent: &str, reason: &str) -> RemoteError {
     tracing::warn!("the conversation log of {agent} is torn: {reason}");
-    match deps.append(agent, &[]).await {
-        Ok(()) => RemoteError::new(
+    match deps.append(agent, &[], None).await {
+        Ok(_) => RemoteError::new(
             ErrorCode::Conflict,
             format!(
                 "the conversation log of agent {agent} had a torn tail ({reason}), left by an \
@@ -114,14 +175,27 @@ fn torn(log: &Value) -> Option<String> {
     }
 }
 
+/// Appends an entry as it happens. The turn goes on even if the log holds other entries
+/// than the turn knows of (nothing of what the model was shown is lost), but the harness
+/// then does not keep this conversation for the next turn.
 async fn record(
     deps: &Deps,
     agent: &str,
-    entries: &mut Vec<Value>,
+    turn: &mut Turn,
     entry: Value,
 ) -> Result<(), RemoteError> {
-    deps.append(agent, std::slice::from_ref(&entry)).await?;
-    entries.push(entry);
+    let total = deps
+        .append(agent, std::slice::from_ref(&entry), None)
+        .await?;
+    turn.conversation.push(entry);
+    if total != turn.conversation.total {
+        tracing::info!(
+            "the conversation log of {agent} holds {total} entries, not the {} this turn \
+             knows of; it will be loaded again",
+            turn.conversation.total
+        );
+        turn.in_sync = false;
+    }
     Ok(())
 }
 

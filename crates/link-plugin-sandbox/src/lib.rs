@@ -8,7 +8,9 @@
 //!   the Landlock rules applied inside the namespace before the command is executed;
 //! - [`rules`]: Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully enforced;
 //! - [`host`]: the ruleset the host applies to the plugins it starts (in `pre_exec`);
-//! - [`run`]: running one confined command with a time limit that kills its whole tree;
+//! - [`run`]: running one confined command with a time limit that kills its whole tree, and
+//!   never returning while a process it started (bwrap, or the namespace's init bwrap leaves
+//!   behind) is alive;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
 //! - [`service`]: the `sandbox.exec` route of the plugin.
 //!

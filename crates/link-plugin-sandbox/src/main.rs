@@ -44,22 +44,28 @@ enum Cmd {
 }
 
 fn main() -> anyhow::Result<()> {
-    // The helper runs before every confined command: parsed by hand, without clap, to start fast.
-    let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref()
-        == Some(std::ffi::OsStr::new(
-            link_plugin_sandbox::policy::LANDLOCK_EXEC,
-        ))
-    {
-        match helper::parse_args(args) {
-            Ok(a) => helper::landlock_exec(a.status_fd, a.rw, a.command),
-            Err(e) => {
-                eprintln!("link-plugin-sandbox landlock-exec: {e}");
-                std::process::exit(helper::EXIT_SETUP);
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // The helper runs before every confined command and `exec` is what people time: both are
+    // parsed by hand, without clap, and run without an async runtime, to start fast.
+    match args.get(1).and_then(|a| a.to_str()) {
+        Some(link_plugin_sandbox::policy::LANDLOCK_EXEC) => {
+            match helper::parse_args(args.into_iter().skip(2)) {
+                Ok(a) => helper::landlock_exec(a.status_fd, a.rw, a.command),
+                Err(e) => {
+                    eprintln!("link-plugin-sandbox landlock-exec: {e}");
+                    std::process::exit(helper::EXIT_SETUP);
+                }
             }
         }
+        Some("exec") => {
+            // Anything unusual (`--help`, a mistake) goes to clap below for its messages.
+            if let Some(a) = ExecArgs::parse(&args[2..]) {
+                exec(a)
+            }
+        }
+        _ => {}
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args);
     match cli.cmd {
         Some(Cmd::ProbeInside { port, name }) => helper::probe_inside(port, &name),
         Some(Cmd::Probe) => probe(),
@@ -68,7 +74,12 @@ fn main() -> anyhow::Result<()> {
             home,
             timeout,
             command,
-        }) => exec(workspace, home, timeout, command),
+        }) => exec(ExecArgs {
+            workspace,
+            home,
+            timeout,
+            command,
+        }),
         None if std::env::var_os(link_protocol::plugin::ENV_PLUGIN).is_some() => plugin(),
         None => anyhow::bail!(
             "no subcommand: use `probe` or `exec`; the plugin mode is started by `link up`"
@@ -76,76 +87,131 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-fn self_exe() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("cannot locate this program (needed inside the sandbox)")
-}
-
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?)
-}
-
-fn probe() -> anyhow::Result<()> {
-    let report = link_plugin_sandbox::probe_blocking(&self_exe()?);
-    println!("{}", serde_json::to_string_pretty(&report)?);
-    std::process::exit(report.status.exit_code());
-}
-
-fn exec(
+/// The arguments of `exec`.
+struct ExecArgs {
     workspace: PathBuf,
     home: Option<PathBuf>,
     timeout: u64,
     command: Vec<OsString>,
-) -> anyhow::Result<()> {
-    let bwrap = which::which("bwrap").map_err(|_| {
-        anyhow::anyhow!(
+}
+
+impl ExecArgs {
+    /// `[--workspace W] [--home H] [--timeout S] [--] COMMAND...`, the options in any order
+    /// before the command; `None` for anything else (clap then explains).
+    fn parse(args: &[OsString]) -> Option<ExecArgs> {
+        let (mut workspace, mut home, mut timeout) = (None, None, 60);
+        let mut i = 0;
+        while let Some(arg) = args.get(i) {
+            let value = args.get(i + 1);
+            match arg.to_str() {
+                Some("--") => {
+                    i += 1;
+                    break;
+                }
+                Some("--workspace") => workspace = Some(PathBuf::from(value?)),
+                Some("--home") => home = Some(PathBuf::from(value?)),
+                Some("--timeout") => timeout = value?.to_str()?.parse().ok()?,
+                Some(s) if s.starts_with('-') => return None,
+                _ => break,
+            }
+            i += 2;
+        }
+        let command = args[i..].to_vec();
+        if command.is_empty() {
+            return None;
+        }
+        Some(ExecArgs {
+            workspace: workspace?,
+            home,
+            timeout,
+            command,
+        })
+    }
+}
+
+fn self_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("cannot locate this program (needed inside the sandbox)")
+}
+
+fn probe() -> anyhow::Result<()> {
+    // The namespace's init outlives bwrap: as a subreaper, the probe reaps it itself.
+    run::set_single_threaded();
+    let _ = run::become_subreaper();
+    let report = link_plugin_sandbox::probe_blocking(&self_exe()?);
+    run::reap_orphans();
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    std::process::exit(report.status.exit_code());
+}
+
+/// Runs one command confined and exits with its status (125 when nothing ran, 124 on the
+/// time limit), after every process it started is gone.
+fn exec(a: ExecArgs) -> ! {
+    run::set_single_threaded();
+    let _ = run::become_subreaper();
+    let code = exec_status(a);
+    run::reap_orphans();
+    std::process::exit(code);
+}
+
+fn exec_status(a: ExecArgs) -> i32 {
+    let Ok(bwrap) = which::which("bwrap") else {
+        return fail(anyhow::anyhow!(
             "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap); \
              nothing runs unconfined"
-        )
-    });
-    let bwrap = match bwrap {
-        Ok(b) => b,
-        Err(e) => fail(e),
+        ));
     };
-    let canonical = |p: PathBuf, what: &str| {
+    let canonical = |p: &PathBuf, what: &str| {
         p.canonicalize()
             .with_context(|| format!("{what} {} must be an existing directory", p.display()))
     };
-    let workspace = canonical(workspace, "--workspace").unwrap_or_else(|e| fail(e));
-    let home = home.map(|h| canonical(h, "--home").unwrap_or_else(|e| fail(e)));
+    let workspace = match canonical(&a.workspace, "--workspace") {
+        Ok(w) => w,
+        Err(e) => return fail(e),
+    };
+    let home = match a.home.as_ref().map(|h| canonical(h, "--home")).transpose() {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    let helper = match self_exe() {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    let env = match Policy::env(|k| std::env::var_os(k), &[]) {
+        Ok(env) => env,
+        Err(e) => return fail(anyhow::anyhow!(e)),
+    };
     let spec = run::Spec {
         bwrap,
-        policy: Policy::new(workspace, home, self_exe()?),
-        argv: command,
-        env: Policy::env(|k| std::env::var_os(k), &[]).map_err(anyhow::Error::msg)?,
-        timeout: Duration::from_secs(timeout),
+        policy: Policy::new(workspace, home, helper),
+        argv: a.command,
+        env,
+        timeout: Duration::from_secs(a.timeout),
         output: run::Output::Inherit,
     };
-    let _ = run::become_subreaper();
-    let outcome = match runtime()?.block_on(run::run(&spec)) {
+    let outcome = match run::run_blocking(&spec) {
         Ok(o) => o,
-        Err(run::RunError::Bwrap { stderr, code }) => fail(anyhow::anyhow!(
-            "{}",
-            link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1
-        )),
-        Err(e) => fail(e.into()),
+        Err(run::RunError::Bwrap { stderr, code }) => {
+            let reason = link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1;
+            return fail(anyhow::anyhow!("{reason}"));
+        }
+        Err(e) => return fail(e.into()),
     };
     if outcome.timed_out {
-        eprintln!("link-plugin-sandbox: killed after the {timeout}s time limit");
-        std::process::exit(124);
+        eprintln!(
+            "link-plugin-sandbox: killed after the {}s time limit",
+            a.timeout
+        );
+        return 124;
     }
-    std::process::exit(
-        outcome
-            .exit_code
-            .unwrap_or(128 + outcome.signal.unwrap_or(9)),
-    );
+    outcome
+        .exit_code
+        .unwrap_or(128 + outcome.signal.unwrap_or(9))
 }
 
-/// The sandbox could not run the command: say why and exit 125 (nothing ran).
-fn fail(e: anyhow::Error) -> ! {
+/// The sandbox could not run the command: say why; exit 125 (nothing ran).
+fn fail(e: anyhow::Error) -> i32 {
     eprintln!("link-plugin-sandbox: {e:#}");
-    std::process::exit(helper::EXIT_SETUP);
+    helper::EXIT_SETUP
 }
 
 fn plugin() -> anyhow::Result<()> {
@@ -166,11 +232,53 @@ fn plugin() -> anyhow::Result<()> {
         let service = service.clone();
         async move { service.handle(req).await }
     });
-    runtime()?.block_on(link_protocol::plugin::serve_plugin(
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(link_protocol::plugin::serve_plugin(
         &env,
         &[link_protocol::routes::SANDBOX_EXEC],
         link_protocol::server::Peers::Parent,
         handler,
-    ))?;
+    ));
+    // Stopping: kill the sandboxes still running; dropping the runtime waits for their
+    // (blocking) runs, which reap them; then nothing may be left.
+    run::stop_all();
+    drop(runtime);
+    run::reap_orphans();
+    served?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Option<ExecArgs> {
+        let args: Vec<OsString> = s.split(' ').map(OsString::from).collect();
+        ExecArgs::parse(&args)
+    }
+
+    #[test]
+    fn exec_arguments_by_hand_or_left_to_clap() {
+        let a = parse("--timeout 5 --workspace /w -- sh -c --home").unwrap();
+        assert_eq!((a.workspace, a.home, a.timeout), ("/w".into(), None, 5));
+        assert_eq!(a.command, ["sh", "-c", "--home"]);
+        let a = parse("--workspace /w --home /h true -x").unwrap();
+        assert_eq!(a.home, Some("/h".into()));
+        assert_eq!(
+            (a.timeout, a.command),
+            (60, vec!["true".into(), "-x".into()])
+        );
+        for clap_explains in [
+            "--help",
+            "--workspace=/w true",
+            "--workspace /w",
+            "--workspace /w --",
+            "--timeout x --workspace /w true",
+            "--home /h true",
+        ] {
+            assert!(parse(clap_explains).is_none(), "{clap_explains}");
+        }
+    }
 }

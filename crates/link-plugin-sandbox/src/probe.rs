@@ -12,6 +12,7 @@ use crate::helper::Status;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
 use serde::{Deserialize, Serialize};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -90,10 +91,20 @@ impl ProbeReport {
     }
 }
 
-/// Runs the probe with `helper` (the path of the `link-plugin-sandbox` binary).
+/// Runs [`probe_blocking`] on tokio's blocking pool.
 pub async fn probe(helper: &Path) -> ProbeReport {
+    let helper = helper.to_path_buf();
+    tokio::task::spawn_blocking(move || probe_blocking(&helper))
+        .await
+        .unwrap_or_else(|e| ProbeReport::new().fail(ProbeStatus::Broken, e.to_string()))
+}
+
+/// Runs the probe with `helper` (the path of the `link-plugin-sandbox` binary). Every process
+/// it starts is waited for; the namespace's init is reaped here when the calling process is a
+/// child subreaper ([`crate::run::become_subreaper`]), as the binary's `probe` command is.
+pub fn probe_blocking(helper: &Path) -> ProbeReport {
     let report = ProbeReport::new();
-    let report = match landlock_in_child(helper).await {
+    let report = match landlock_in_child(helper) {
         Ok(abi) => ProbeReport {
             landlock_abi: Some(abi),
             ..report
@@ -108,7 +119,7 @@ pub async fn probe(helper: &Path) -> ProbeReport {
         );
     };
     let report = ProbeReport {
-        bwrap_version: bwrap_version(&bwrap).await,
+        bwrap_version: bwrap_version(&bwrap),
         bwrap: Some(bwrap.clone()),
         ..report
     };
@@ -121,26 +132,15 @@ pub async fn probe(helper: &Path) -> ProbeReport {
             )
         }
     };
-    production_run(report, &bwrap, helper, &dir).await
-}
-
-/// Runs [`probe`] on a private current-thread runtime; do not call from inside a runtime.
-pub fn probe_blocking(helper: &Path) -> ProbeReport {
-    match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt.block_on(probe(helper)),
-        Err(e) => ProbeReport::new().fail(ProbeStatus::Broken, format!("tokio runtime: {e}")),
-    }
+    production_run(report, &bwrap, helper, &dir)
 }
 
 /// Step 1: the helper applies the inside ruleset in a child, outside any namespace.
-async fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
+fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| (ProbeStatus::Broken, format!("pipe: {e}")))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
-    let mut cmd = tokio::process::Command::new(helper);
+    let mut cmd = std::process::Command::new(helper);
     cmd.args([crate::policy::LANDLOCK_EXEC, "--status-fd", &fd.to_string()])
         .args(["--", "/bin/true"])
         .stdin(std::process::Stdio::null())
@@ -154,21 +154,18 @@ async fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> 
             Ok(())
         })
     };
-    let status = tokio::time::timeout(STEP_TIMEOUT, async {
-        let mut child = cmd.spawn()?;
-        drop(w);
-        child.wait().await
-    })
-    .await;
-    match status {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return Err((
-                ProbeStatus::Broken,
-                format!("cannot run the helper {}: {e}", helper.display()),
-            ))
-        }
-        Err(_) => return Err((ProbeStatus::Broken, "the Landlock check hung".into())),
+    let cannot_run = |e: std::io::Error| {
+        (
+            ProbeStatus::Broken,
+            format!("cannot run the helper {}: {e}", helper.display()),
+        )
+    };
+    let mut child = cmd.spawn().map_err(cannot_run)?;
+    drop(w);
+    match crate::run::wait_timeout(&mut child, STEP_TIMEOUT) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err((ProbeStatus::Broken, "the Landlock check hung".into())),
+        Err(e) => return Err(cannot_run(e)),
     }
     let text = {
         use std::io::Read;
@@ -186,14 +183,19 @@ async fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> 
     }
 }
 
-async fn bwrap_version(bwrap: &Path) -> Option<String> {
-    let out = tokio::process::Command::new(bwrap)
+fn bwrap_version(bwrap: &Path) -> Option<String> {
+    let mut child = std::process::Command::new(bwrap)
         .arg("--version")
-        .output()
-        .await
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
         .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    Some(text.trim().trim_start_matches("bubblewrap ").to_owned())
+    // One short line: it fits the pipe, so bwrap never blocks writing it.
+    crate::run::wait_timeout(&mut child, STEP_TIMEOUT).ok()??;
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
+    Some(out.trim().trim_start_matches("bubblewrap ").to_owned())
 }
 
 /// The probe's own scratch directory, removed on drop.
@@ -224,7 +226,7 @@ impl Drop for ProbeDir {
 }
 
 /// Step 3: the production arguments on a real command, and its effects on the host.
-async fn production_run(
+fn production_run(
     mut report: ProbeReport,
     bwrap: &Path,
     helper: &Path,
@@ -251,7 +253,7 @@ async fn production_run(
         timeout: STEP_TIMEOUT,
         output: Output::Capture { cap: 64 * 1024 },
     };
-    let outcome = match crate::run::run(&spec).await {
+    let outcome = match crate::run::run_blocking(&spec) {
         Ok(o) => o,
         Err(RunError::Bwrap { stderr, code }) => {
             let (status, reason) = diagnose_bwrap(&stderr, code);

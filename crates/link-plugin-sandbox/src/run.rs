@@ -1,22 +1,38 @@
 //! Running one confined command: spawn bwrap with the policy's arguments, enforce the time
-//! limit on the whole process tree, cap the output, and read the helper's status.
+//! limit on the whole process tree, cap the output, read the helper's status, and reap every
+//! process started on the way.
 //!
-//! On timeout the namespace's init (its pid comes from bwrap's `--info-fd`) is killed through
-//! a pidfd: the kernel then kills every process of the PID namespace, and the pidfd becomes
-//! readable only once they are all gone, so nothing outlives [`run`]. bwrap itself is killed
-//! too; the init it leaves behind is reaped here when this process is a child subreaper
-//! ([`become_subreaper`]), otherwise by whoever adopts it.
+//! bwrap with `--unshare-pid` runs two processes: bwrap itself, and the namespace's init
+//! (its child, also `bwrap`, whose pid comes from `--info-fd`). bwrap exits as soon as the
+//! init reports the command's status, *without waiting for the init*; the init is then
+//! orphaned, killed by its `--die-with-parent` death signal, and reparented to the nearest
+//! child subreaper. So [`run_blocking`] never returns while either is alive: it watches both
+//! through pidfds, kills both on the time limit or [`stop_all`] (killing the init takes every
+//! process of the namespace with it), and reaps the init when it was reparented to this
+//! process, which it is when the process is a child subreaper ([`become_subreaper`]; every
+//! mode of the binary is one). [`reap_orphans`] is the last line: binaries call it before
+//! exiting.
+//!
+//! The loop is synchronous (poll(2) on pipes and pidfds) so the `exec` command needs no async
+//! runtime; the plugin runs it on tokio's blocking pool ([`run`]).
 
 use crate::helper::Status;
 use crate::policy::Policy;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
 use std::ffi::OsString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncRead, AsyncReadExt};
 
-/// How long to wait for the tree to disappear and the pipes to close after a kill.
+/// How long to wait, after a kill or after the processes are gone, before saying so in the log
+/// (processes) or giving up on a pipe (output still open without a writer we know of).
 const GRACE: Duration = Duration::from_secs(10);
 
 /// What to do with the command's output.
@@ -69,115 +85,391 @@ pub enum RunError {
     Landlock(String),
     #[error("cannot start bubblewrap {0}: {1}")]
     Spawn(PathBuf, std::io::Error),
+    /// [`stop_all`] was called: the process is shutting down and starts nothing more.
+    #[error("the sandbox is shutting down")]
+    Stopped,
     #[error("i/o error running the sandbox: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Runs `spec` to completion or its time limit.
+/// Runs `spec` on tokio's blocking pool (see [`run_blocking`]).
 pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
+    let spec = spec.clone();
+    tokio::task::spawn_blocking(move || run_blocking(&spec))
+        .await
+        .map_err(|e| RunError::Io(std::io::Error::other(e)))?
+}
+
+/// Runs `spec` to completion or its time limit; returns once bwrap and the namespace's init
+/// are gone (and reaped, when they were ours to reap).
+pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
+    let stop = &stop_pipe()?.0;
+    if STOPPED.load(Ordering::SeqCst) {
+        return Err(RunError::Stopped);
+    }
     let (info_r, info_w) = cloexec_pipe()?;
     let (status_r, status_w) = cloexec_pipe()?;
     let (iw, sw) = (info_w.as_raw_fd(), status_w.as_raw_fd());
-    let mut cmd = tokio::process::Command::new(&spec.bwrap);
+    let mut cmd = std::process::Command::new(&spec.bwrap);
     cmd.args(spec.policy.bwrap_args(Some(iw), Some(sw), &spec.argv))
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let (capture, cap) = match spec.output {
-        Output::Capture { cap } => (true, cap),
-        Output::Inherit => (false, 0),
+        // bwrap's own errors must stay readable for the diagnosis, whatever the mode.
+        .stderr(Stdio::piped());
+    let cap = match spec.output {
+        Output::Capture { cap } => {
+            cmd.stdout(Stdio::piped());
+            Some(cap)
+        }
+        Output::Inherit => None,
     };
-    if capture {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    if SINGLE_THREADED.load(Ordering::Relaxed) {
+        // No other thread can spawn meanwhile: the two write ends may be inheritable for the
+        // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.
+        inherit(iw)?;
+        inherit(sw)?;
     } else {
-        // bwrap's own errors must still be readable for the diagnosis.
-        cmd.stderr(Stdio::piped());
+        // SAFETY: only fcntl on two descriptors we own; no allocation between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                inherit(iw)?;
+                inherit(sw)
+            })
+        };
     }
-    // SAFETY: only fcntl on two descriptors we own; no allocation between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            inherit(iw)?;
-            inherit(sw)
-        })
-    };
     let started = Instant::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
     drop((info_w, status_w));
-
-    let stdout = child
-        .stdout
-        .take()
-        .map(|s| tokio::spawn(read_capped(s, cap)));
-    let stderr_pipe = child.stderr.take();
-    let stderr = if capture {
-        stderr_pipe.map(|s| tokio::spawn(read_capped(s, cap)))
-    } else {
-        stderr_pipe.map(|s| tokio::spawn(tee_stderr(s)))
-    };
-    let status_text = tokio::spawn(read_all(status_r));
-    let deadline = tokio::time::Instant::from_std(started + spec.timeout);
-
-    let init = tokio::time::timeout_at(deadline, read_all(info_r))
-        .await
-        .ok()
-        .and_then(|text| init_pidfd(&text));
-    let waited = tokio::time::timeout_at(deadline, child.wait()).await;
-    let (exit, timed_out) = match waited {
-        Ok(status) => (Some(status?), false),
-        Err(_) => {
-            kill_tree(&mut child, init.as_ref()).await;
-            (None, true)
+    let pidfd = match pidfd_of(child.id() as i32) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // Without a pidfd nothing can be watched: end it here rather than lose it.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(RunError::Io(e.into()));
         }
     };
-    if let Some(pidfd) = &init {
-        wait_gone(pidfd).await;
+    // A time limit past any real one (the CLI takes any number of seconds) must not overflow.
+    let deadline = started
+        .checked_add(spec.timeout)
+        .unwrap_or(started + Duration::from_secs(100 * 365 * 24 * 3600));
+    let mut watch = Watch {
+        stop,
+        deadline,
+        stop_seen: false,
+        bwrap: Some(pidfd),
+        exit: None,
+        info: Reader::new(Some(info_r), 64 * 1024, false),
+        init: None,
+        init_known: false,
+        init_gone: false,
+        status: Reader::new(Some(status_r), 64 * 1024, false),
+        stdout: Reader::new(
+            child.stdout.take().map(OwnedFd::from),
+            cap.unwrap_or(0),
+            false,
+        ),
+        stderr: Reader::new(
+            child.stderr.take().map(OwnedFd::from),
+            cap.unwrap_or(64 * 1024),
+            cap.is_none(),
+        ),
+        killed: None,
+        stopped: false,
+        quiet_since: None,
+    };
+    if let Err(e) = watch.run(&mut child) {
+        watch.abandon(&mut child);
+        return Err(e);
     }
     let duration = started.elapsed();
+    outcome(watch, duration)
+}
 
-    let (stdout, stdout_truncated) = join_capped(stdout).await;
-    let (stderr, stderr_truncated) = join_capped(stderr).await;
-    let status_text = tokio::time::timeout(GRACE, status_text)
-        .await
-        .ok()
-        .and_then(|r| r.ok())
-        .unwrap_or_default();
+/// Turns what was watched into the outcome or the reason nothing ran confined.
+fn outcome(w: Watch, duration: Duration) -> Result<Outcome, RunError> {
+    let status_text = String::from_utf8_lossy(&w.status.kept).into_owned();
     let (landlock_abi, status) = Status::parse(&status_text);
-
-    let code = exit.and_then(|s| s.code());
+    let code = w.exit.and_then(|s| s.code());
+    let killed = w.killed.is_some();
     match status {
         Some(Status::Refused(reason)) => return Err(RunError::Landlock(reason)),
-        None if !timed_out => {
+        None if w.stopped => return Err(RunError::Stopped),
+        None if !killed => {
             return Err(RunError::Bwrap {
                 code,
-                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                stderr: String::from_utf8_lossy(&w.stderr.kept).into_owned(),
             })
         }
         _ => {}
     }
-    let signal = if timed_out {
+    let signal = if killed {
         Some(9)
     } else {
-        use std::os::unix::process::ExitStatusExt;
-        exit.and_then(|s| s.signal()).or_else(|| {
+        w.exit.and_then(|s| s.signal()).or_else(|| {
             code.filter(|c| (129..=128 + 64).contains(c))
                 .map(|c| c - 128)
         })
     };
     Ok(Outcome {
-        exit_code: code,
+        exit_code: if killed { None } else { code },
         signal,
-        stdout,
-        stderr,
-        stdout_truncated,
-        stderr_truncated,
+        stdout: w.stdout.kept,
+        stderr: w.stderr.kept,
+        stdout_truncated: w.stdout.truncated,
+        stderr_truncated: w.stderr.truncated,
         duration,
-        timed_out,
-        missing_command: code == Some(crate::helper::EXIT_MISSING),
+        timed_out: killed && !w.stopped,
+        missing_command: !killed && code == Some(crate::helper::EXIT_MISSING),
         landlock_abi,
     })
+}
+
+/// One pipe read to its end, keeping up to `cap` bytes (and copying to our stderr if `tee`).
+struct Reader {
+    fd: Option<OwnedFd>,
+    kept: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+    tee: bool,
+}
+
+impl Reader {
+    fn new(fd: Option<OwnedFd>, cap: usize, tee: bool) -> Reader {
+        Reader {
+            fd,
+            kept: Vec::new(),
+            cap,
+            truncated: false,
+            tee,
+        }
+    }
+
+    /// Reads what is there; drops the descriptor at end of file (or on error).
+    fn read_once(&mut self) {
+        let Some(fd) = &self.fd else { return };
+        let mut buf = [0u8; 16 * 1024];
+        let n = match rustix::io::read(fd, &mut buf) {
+            Ok(0) => {
+                self.fd = None;
+                return;
+            }
+            Ok(n) => n,
+            Err(Errno::INTR) | Err(Errno::AGAIN) => return,
+            Err(_) => {
+                self.fd = None;
+                return;
+            }
+        };
+        if self.tee {
+            let _ = std::io::stderr().write_all(&buf[..n]);
+        }
+        let room = self.cap.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&buf[..n.min(room)]);
+        // A tee keeps a bounded copy for the diagnosis only: never report it truncated.
+        self.truncated |= n > room && !self.tee;
+    }
+}
+
+/// The state of one run: the processes to see gone and the pipes to see closed.
+struct Watch {
+    stop: &'static OwnedFd,
+    stop_seen: bool,
+    deadline: Instant,
+    /// bwrap's pidfd until it is reaped, then its status.
+    bwrap: Option<OwnedFd>,
+    exit: Option<ExitStatus>,
+    info: Reader,
+    /// A pidfd on the namespace's init, once the info pipe closed (`None` after that when
+    /// bwrap failed before creating it, or it was already gone).
+    init: Option<OwnedFd>,
+    init_known: bool,
+    init_gone: bool,
+    status: Reader,
+    stdout: Reader,
+    stderr: Reader,
+    /// When the tree was last sent SIGKILL (time limit or stop).
+    killed: Option<Instant>,
+    stopped: bool,
+    /// When both processes were found gone (the pipes get [`GRACE`] from then).
+    quiet_since: Option<Instant>,
+}
+
+impl Watch {
+    fn run(&mut self, child: &mut std::process::Child) -> Result<(), RunError> {
+        loop {
+            self.learn_init();
+            let gone = self.bwrap.is_none() && self.init_known && self.init_gone;
+            if gone {
+                let since = *self.quiet_since.get_or_insert_with(Instant::now);
+                if !self.pipes_open() || since.elapsed() >= GRACE {
+                    break;
+                }
+            }
+            let now = Instant::now();
+            if self.should_kill(now) {
+                self.kill();
+            }
+            let timeout = self.poll_timeout(now);
+            let ready = self.poll_once(timeout)?;
+            if let Some(fd) = &self.bwrap {
+                if ready.contains(&fd.as_raw_fd()) {
+                    self.exit = Some(child.wait()?);
+                    self.bwrap = None;
+                }
+            }
+        }
+        self.reap_init();
+        Ok(())
+    }
+
+    fn pipes_open(&self) -> bool {
+        [&self.info, &self.status, &self.stdout, &self.stderr]
+            .iter()
+            .any(|r| r.fd.is_some())
+    }
+
+    /// Once the info pipe closed: a pidfd on the init, if bwrap got as far as creating it.
+    fn learn_init(&mut self) {
+        if self.init_known || self.info.fd.is_some() {
+            return;
+        }
+        self.init_known = true;
+        self.init = init_pid(&self.info.kept).and_then(|pid| pidfd_of(pid).ok());
+        self.init_gone = self.init.is_none();
+        if let (Some(fd), Some(_)) = (&self.init, self.killed) {
+            let _ = rustix::process::pidfd_send_signal(fd, Signal::KILL);
+        }
+    }
+
+    fn should_kill(&mut self, now: Instant) -> bool {
+        if let Some(at) = self.killed {
+            // Still here long after SIGKILL: say so, and send it again.
+            if at.elapsed() >= GRACE && !(self.bwrap.is_none() && self.init_gone) {
+                tracing::warn!("sandbox processes outlive SIGKILL");
+                return true;
+            }
+            return false;
+        }
+        if self.stop_seen {
+            self.stopped = true;
+            return true;
+        }
+        if now < self.deadline {
+            return false;
+        }
+        // bwrap writes the init's pid right after creating it: wait for it (a little) so the
+        // kill reaches the init, whose pid nobody could learn once bwrap is dead.
+        self.init_known || now >= self.deadline + GRACE
+    }
+
+    /// Kills the init (which takes every process of the namespace with it), then bwrap.
+    fn kill(&mut self) {
+        if let (Some(fd), false) = (&self.init, self.init_gone) {
+            let _ = rustix::process::pidfd_send_signal(fd, Signal::KILL);
+        }
+        if let Some(fd) = &self.bwrap {
+            let _ = rustix::process::pidfd_send_signal(fd, Signal::KILL);
+        }
+        self.killed = Some(Instant::now());
+    }
+
+    fn poll_timeout(&self, now: Instant) -> Duration {
+        if let Some(since) = self.quiet_since {
+            return GRACE.saturating_sub(since.elapsed());
+        }
+        match self.killed {
+            None if now < self.deadline => self.deadline - now,
+            // Past the deadline, waiting for the init's pid: look again shortly.
+            None => Duration::from_millis(10),
+            Some(_) => GRACE,
+        }
+    }
+
+    /// One poll(2) over everything still open; reads the pipes that are ready and notes the
+    /// processes that are gone. Returns the ready descriptors.
+    fn poll_once(&mut self, timeout: Duration) -> Result<Vec<RawFd>, RunError> {
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(8);
+        for r in [&self.info, &self.status, &self.stdout, &self.stderr] {
+            if let Some(fd) = &r.fd {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+            }
+        }
+        if let Some(fd) = &self.bwrap {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
+        // A pidfd stays readable once its process is gone: only until then.
+        if let (Some(fd), false) = (&self.init, self.init_gone) {
+            fds.push(PollFd::new(fd, PollFlags::IN));
+        }
+        if self.killed.is_none() {
+            fds.push(PollFd::new(self.stop, PollFlags::IN));
+        }
+        let ts = Timespec::try_from(timeout).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(Errno::INTR) => {}
+            Err(e) => return Err(RunError::Io(e.into())),
+        }
+        let ready: Vec<RawFd> = fds
+            .iter()
+            .filter(|p| !p.revents().is_empty())
+            .map(|p| p.as_fd().as_raw_fd())
+            .collect();
+        drop(fds);
+        let is_ready = |fd: &Option<OwnedFd>| {
+            fd.as_ref()
+                .is_some_and(|fd| ready.contains(&fd.as_raw_fd()))
+        };
+        for r in [
+            &mut self.info,
+            &mut self.status,
+            &mut self.stdout,
+            &mut self.stderr,
+        ] {
+            if is_ready(&r.fd) {
+                r.read_once();
+            }
+        }
+        self.init_gone |= is_ready(&self.init);
+        self.stop_seen |= ready.contains(&self.stop.as_raw_fd());
+        Ok(ready)
+    }
+
+    /// After an error of the loop itself: kill both processes and wait for them, blocking.
+    fn abandon(&mut self, child: &mut std::process::Child) {
+        self.kill();
+        let _ = child.wait();
+        if let (Some(fd), false) = (&self.init, self.init_gone) {
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let _ = rustix::event::poll(&mut fds, None);
+        }
+        self.reap_init();
+    }
+
+    /// Reaps the init if it was reparented to us; ECHILD (not ours) is fine. Called once bwrap
+    /// is reaped, so whoever the init's parent was going to be, it is now.
+    fn reap_init(&mut self) {
+        if let Some(fd) = &self.init {
+            let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
+        }
+    }
+}
+
+/// The `child-pid` of bwrap's info JSON.
+fn init_pid(info: &[u8]) -> Option<i32> {
+    let v: serde_json::Value = serde_json::from_slice(info).ok()?;
+    i32::try_from(v["child-pid"].as_i64()?).ok()
+}
+
+fn pidfd_of(pid: i32) -> rustix::io::Result<OwnedFd> {
+    let pid = Pid::from_raw(pid).ok_or(Errno::SRCH)?;
+    rustix::process::pidfd_open(pid, PidfdFlags::empty())
 }
 
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -186,115 +478,128 @@ fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 
 /// Clears close-on-exec in the child so bwrap inherits the descriptor.
 fn inherit(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: the descriptor is open in the child (inherited from the parent's copy).
+    // SAFETY: the caller owns the descriptor and keeps it open across this call.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
     Ok(())
 }
 
-/// Opens a pidfd on the namespace's init from bwrap's info JSON.
-fn init_pidfd(info: &str) -> Option<OwnedFd> {
-    let v: serde_json::Value = serde_json::from_str(info).ok()?;
-    let pid = i32::try_from(v["child-pid"].as_i64()?).ok()?;
-    let pid = rustix::process::Pid::from_raw(pid)?;
-    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+static SINGLE_THREADED: AtomicBool = AtomicBool::new(false);
+
+/// Declares that this process has one thread (the `exec` and `probe` commands): bwrap is
+/// then started without a fork. Never call it where another thread may start processes,
+/// which could then inherit a sandbox's pipes.
+pub fn set_single_threaded() {
+    SINGLE_THREADED.store(true, Ordering::Relaxed);
 }
 
-/// Kills the namespace's init (which takes every process of the namespace with it), then
-/// bwrap, and reaps bwrap.
-async fn kill_tree(child: &mut tokio::process::Child, init: Option<&OwnedFd>) {
-    if let Some(pidfd) = init {
-        let _ = rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL);
+static STOPPED: AtomicBool = AtomicBool::new(false);
+static STOP: OnceLock<(OwnedFd, OwnedFd)> = OnceLock::new();
+
+/// The stop pipe: its read end turns readable (and is never read) once [`stop_all`] was
+/// called, which wakes every running [`run_blocking`].
+fn stop_pipe() -> std::io::Result<&'static (OwnedFd, OwnedFd)> {
+    if let Some(pipe) = STOP.get() {
+        return Ok(pipe);
     }
-    let _ = child.start_kill();
-    let _ = tokio::time::timeout(GRACE, child.wait()).await;
+    let pipe = cloexec_pipe()?;
+    Ok(STOP.get_or_init(|| pipe))
 }
 
-/// Waits until the process behind `pidfd` has exited: for a namespace's init, that is after
-/// every other process of the namespace is gone.
-async fn wait_gone(pidfd: &OwnedFd) {
-    wait_readable(pidfd).await;
-    // Reap it if it was reparented to us (we are a subreaper and bwrap died first); ECHILD
-    // otherwise, which is fine.
-    let _ = rustix::process::waitid(
-        rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(pidfd)),
-        rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
-    );
+/// Kills every sandbox of this process and makes later runs fail with [`RunError::Stopped`].
+/// Each running [`run_blocking`] still reaps its processes before it returns.
+pub fn stop_all() {
+    STOPPED.store(true, Ordering::SeqCst);
+    if let Ok((_, w)) = stop_pipe() {
+        let _ = rustix::io::write(w, b"x");
+    }
 }
 
-/// Makes this process the reaper of orphans below it, so a namespace init orphaned by a
-/// time-limit kill is reaped by [`run`] rather than left to PID 1. Process-wide: binaries call
-/// it once at start; a library caller decides for itself.
+/// Makes this process the reaper of orphans below it, so a namespace init orphaned by bwrap
+/// is reaped by [`run_blocking`] rather than by whoever started us. Process-wide: binaries
+/// call it once at start; a library caller decides for itself.
 pub fn become_subreaper() -> std::io::Result<()> {
     let me = rustix::process::getpid();
     rustix::process::set_child_subreaper(Some(me))?;
     Ok(())
 }
 
-async fn wait_readable(pidfd: &OwnedFd) {
-    // SAFETY: the pidfd outlives this registration, which ends when `fd` drops below.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(
-            pidfd.as_raw_fd(),
-            tokio::io::Interest::READABLE,
-        )
-    };
-    let Ok(fd) = registered else {
-        return;
-    };
-    let _ = tokio::time::timeout(GRACE, fd.readable()).await;
-}
-
-async fn read_all(fd: OwnedFd) -> String {
-    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return String::new();
-    };
-    let mut buf = Vec::new();
-    let _ = pipe.read_to_end(&mut buf).await;
-    String::from_utf8_lossy(&buf).into_owned()
-}
-
-/// Keeps up to `cap` bytes and drains the rest, so the writer never blocks on a full pipe.
-async fn read_capped(mut r: impl AsyncRead + Unpin, cap: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
-    let mut truncated = false;
-    let mut buf = vec![0u8; 16 * 1024];
+/// Kills and reaps any child this process still has: a last check before exiting, when every
+/// child we started has already been waited for. Costs one system call when there is none.
+pub fn reap_orphans() {
+    let any = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
     loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let room = cap.saturating_sub(kept.len());
-        kept.extend_from_slice(&buf[..n.min(room)]);
-        truncated |= n > room;
-    }
-    (kept, truncated)
-}
-
-/// Copies bwrap's stderr to ours while keeping a bounded copy for the diagnosis.
-async fn tee_stderr(mut r: impl AsyncRead + Unpin) -> (Vec<u8>, bool) {
-    use std::io::Write;
-    let mut kept = Vec::new();
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let _ = std::io::stderr().write_all(&buf[..n]);
-        if kept.len() < 64 * 1024 {
-            kept.extend_from_slice(&buf[..n]);
+        match rustix::process::waitid(WaitId::All, any) {
+            Err(_) => return,
+            Ok(Some(_)) => {
+                let _ = rustix::process::wait(rustix::process::WaitOptions::empty());
+            }
+            Ok(None) => {
+                let left = children();
+                tracing::warn!(?left, "killing processes left behind");
+                for pid in left {
+                    if let Ok(fd) = pidfd_of(pid as i32) {
+                        let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+                    }
+                }
+                let _ = rustix::process::wait(rustix::process::WaitOptions::empty());
+            }
         }
     }
-    (kept, false)
 }
 
-async fn join_capped(task: Option<tokio::task::JoinHandle<(Vec<u8>, bool)>>) -> (Vec<u8>, bool) {
-    let Some(task) = task else {
-        return (Vec::new(), false);
+/// This process's children, from `/proc/<pid>/stat` (the kernel may lack `task/*/children`).
+fn children() -> Vec<u32> {
+    let me = std::process::id().to_string();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
     };
-    match tokio::time::timeout(GRACE, task).await {
-        Ok(Ok(v)) => v,
-        _ => (Vec::new(), true),
+    let mut found = Vec::new();
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mut stat = String::new();
+        let ok = std::fs::File::open(entry.path().join("stat"))
+            .and_then(|mut f| f.read_to_string(&mut stat))
+            .is_ok();
+        // Fields after the command name (which may hold spaces): state, ppid, ...
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1));
+        if ok && ppid == Some(me.as_str()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits for `child` up to `timeout`; past it, kills and reaps it and returns `None`.
+pub fn wait_timeout(
+    child: &mut std::process::Child,
+    timeout: Duration,
+) -> std::io::Result<Option<ExitStatus>> {
+    let Ok(fd) = pidfd_of(child.id() as i32) else {
+        // Nothing to poll: wait without a limit rather than leave it behind.
+        return child.wait().map(Some);
+    };
+    let end = Instant::now() + timeout;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let ts = Timespec::try_from(left).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, Some(&ts)) {
+            Ok(n) if n > 0 => return child.wait().map(Some),
+            Err(Errno::INTR) => continue,
+            // Past the limit (or unable to wait for it): kill it and reap it.
+            _ => {
+                let _ = child.kill();
+                child.wait()?;
+                return Ok(None);
+            }
+        }
     }
 }

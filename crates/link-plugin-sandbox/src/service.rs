@@ -153,6 +153,7 @@ fn run_error(e: RunError) -> RemoteError {
         RunError::Landlock(reason) => unavailable(format!(
             "Landlock not enforced inside the sandbox, nothing ran: {reason}"
         )),
+        RunError::Stopped => unavailable("the sandbox plugin is stopping; nothing ran"),
         other => RemoteError::internal(other.to_string()),
     }
 }

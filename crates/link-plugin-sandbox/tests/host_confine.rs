@@ -21,6 +21,7 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
     let sockets = root.layout.run_dir();
     let outside = root.path().join("data/other");
     std::fs::create_dir_all(&rw).unwrap();
+    std::fs::create_dir_all(&sockets).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("existing"), "keep").unwrap();
     let mut ruleset = match host::prepare_plugin_ruleset(

@@ -15,7 +15,7 @@
 //! | `auth.issue` / `auth.verify` / `auth.revoke` | auth | `{}` → `{token}` / `{token}` → `{valid}` / `{token}` → `{revoked}` |
 //! | `secret.get` / `put` / `delete` | secret | `{name}` → `{value}` / `{name, value}` → `{}` / `{name}` → `{deleted}` |
 //! | `store.agent.create` / `delete` (agent) | file-store | `{}` → `{workspace}` / `{}` → `{}` |
-//! | `store.conversation.append` (agent) | file-store | `{entries: [{role, content, ..}]}` → `{count, repaired}` (a torn tail is cut and recorded first) |
+//! | `store.conversation.append` (agent) | file-store | `{entries: [{role, content, ..}], expect_total?}` → `{count, total, repaired}` (a torn tail is cut and recorded first; `conflict` when `expect_total` does not match) |
 //! | `store.conversation.read` (agent) | file-store | `{}` → `{entries: [..], torn: null or reason}` |
 //! | `store.file.read` / `write` / `list` (agent) | file-store | `{path}` → `{content}` / `{path, content}` → `{bytes}` / `{path?}` → `{entries: [{name, kind, bytes}], truncated}` |
 //! | `tool.run` (agent) | link-run | `{command, timeout_secs?}` → `{exit_code, signal, stdout, stderr, truncated, duration_ms, missing_command, timed_out}` |

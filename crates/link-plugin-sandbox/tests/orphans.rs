@@ -1,0 +1,115 @@
+//! Nothing the sandbox starts outlives it. This test process makes itself a child subreaper,
+//! as the runtime runner and the host are: a process that the probe, `exec` or the plugin
+//! left behind would be reparented to it, alive or as a zombie to reap. Being a subreaper is
+//! process-wide, hence this one test in its own binary.
+
+mod common;
+use common::*;
+use link_harness_conformance::plugin_process::PluginSpec;
+use link_protocol::plugin::Mode;
+use rustix::process::{WaitId, WaitIdOptions};
+use serde_json::json;
+use std::process::Command;
+use std::time::Duration;
+
+/// Fails when this process has any child at all: running, or a zombie waiting to be reaped.
+fn assert_nothing_adopted(after: &str) {
+    let me = std::process::id();
+    let left: Vec<String> = children_of(me)
+        .into_iter()
+        .map(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", comm.trim())
+        })
+        .collect();
+    // ECHILD: no child, alive or exited; anything else means one was adopted.
+    let any = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+    let waited = rustix::process::waitid(WaitId::All, any);
+    assert!(
+        left.is_empty() && waited.is_err(),
+        "after {after}, this subreaper adopted {left:?} (waitid: {waited:?})"
+    );
+}
+
+fn exec_status(ws: &std::path::Path, extra: &[&str], argv: &[&str]) -> Option<i32> {
+    let out = exec(ws, None, extra, argv);
+    out.status.code()
+}
+
+#[test]
+fn no_process_outlives_the_probe_exec_or_the_plugin() {
+    let me = rustix::process::getpid();
+    rustix::process::set_child_subreaper(Some(me)).expect("PR_SET_CHILD_SUBREAPER");
+
+    // The probe runs bwrap on a real command: its namespace init must not be left to us.
+    let probe = Command::new(BIN)
+        .arg("probe")
+        .output()
+        .expect("run the probe");
+    assert_nothing_adopted("the probe");
+    if !sandbox_or_skip() {
+        return;
+    }
+    assert_eq!(probe.status.code(), Some(0));
+
+    // `exec`: a plain command, one leaving a background process, one past its time limit.
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    assert_eq!(exec_status(&ws, &[], &["/bin/true"]), Some(0));
+    assert_nothing_adopted("exec /bin/true");
+    let marker = format!("5000.{}", std::process::id() as u64 * 1000 + 3);
+    let background = format!("sleep {marker} & exit 3");
+    assert_eq!(
+        exec_status(&ws, &[], &["/bin/sh", "-c", &background]),
+        Some(3)
+    );
+    assert_nothing_adopted("exec with a background process");
+    let both = format!("sleep {marker} & sleep {marker}");
+    let timed = ["--timeout", "1"];
+    assert_eq!(
+        exec_status(&ws, &timed, &["/bin/sh", "-c", &both]),
+        Some(124)
+    );
+    assert_nothing_adopted("exec past its time limit");
+    assert!(processes_with(&marker).is_empty());
+
+    // The plugin: a finished run, then a run still going when the plugin is stopped.
+    let mut plugin = PluginSpec::new(BIN, "link-plugin-sandbox")
+        .mode(Mode::Confined)
+        .ready_within(Duration::from_secs(30))
+        .start_in(root.state());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = plugin.client().await;
+        let body = json!({"argv": ["/bin/sh", "-c", background], "workspace": ws});
+        let r = client.call("sandbox.exec", Some("a1"), body).await.unwrap();
+        assert_eq!(r["exit_code"], 3, "{r}");
+        let pid = plugin.pid();
+        assert!(
+            wait_for(10, || children_of(pid).is_empty()),
+            "unreaped children of the plugin: {:?}",
+            children_of(pid)
+        );
+
+        let body = json!({"argv": ["/bin/sh", "-c", both], "workspace": ws,
+                          "timeout_ms": 120_000});
+        let stop = async {
+            let end = tokio::time::Instant::now() + Duration::from_secs(30);
+            while processes_with(&marker).len() < 4 {
+                assert!(tokio::time::Instant::now() < end, "the run never started");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            plugin.terminate_within(Duration::from_secs(30))
+        };
+        let (_, status) = tokio::join!(client.call("sandbox.exec", Some("a1"), body), stop);
+        assert!(status.success(), "the plugin's exit: {status:?}");
+    });
+    assert!(
+        processes_with(&marker).is_empty(),
+        "the run outlived the plugin"
+    );
+    assert_nothing_adopted("the plugin, stopped during a run");
+}
