@@ -24,7 +24,7 @@ impl Link {
         let req = Request {
             id: 0,
             route: route.into(),
-            agent: agent.map(str::to_owned),
+            agent: agent.map(link_protocol::AgentId::parse).transpose()?,
             caller: None,
             body,
         };

@@ -131,7 +131,7 @@ impl Router {
         })?;
         req.caller = Some(caller.to_owned());
         let lease =
-            (req.route == r::TURN_RUN).then(|| self.lease(req.agent.clone().unwrap_or_default()));
+            (req.route == r::TURN_RUN).then(|| self.lease(req.agent.as_deref().unwrap_or_default().to_owned()));
         let result = self.forward(&owner, &req).await;
         drop(lease);
         result

@@ -275,7 +275,7 @@ impl PluginProcess {
             .send(&Request {
                 id: 1,
                 route: route.to_owned(),
-                agent: agent.map(str::to_owned),
+                agent: agent.map(link_protocol::AgentId::parse).transpose()?,
                 caller: caller.map(str::to_owned),
                 body,
             })

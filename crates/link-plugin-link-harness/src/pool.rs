@@ -49,7 +49,7 @@ impl Pool {
         let req = Request {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             route: route.to_owned(),
-            agent: agent.map(str::to_owned),
+            agent: agent.map(link_protocol::AgentId::parse).transpose()?,
             caller: None,
             body,
         };

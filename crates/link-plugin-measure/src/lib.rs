@@ -1,12 +1,12 @@
 //! The shared records of the runtime report, and process sampling from `/proc`.
 //!
-//! [`records`] is the one definition of the report JSON: the runtime runner writes it, the
+//! [`records`] (from `link-report`) is the one definition of the report JSON: the runtime runner writes it, the
 //! monitor plugin fills its samples, `runtime report` adds its trace section and the xtask
 //! reads it back. [`sample`] reads a process tree through `procfs`. The monitor plugin
 //! binary (`link-plugin-measure`) serves [`routes::MONITOR_STATUS`](link_protocol::routes)
 //! and friends.
 
-pub mod records;
 pub mod sample;
 
-pub use records::*;
+pub use link_report::records;
+pub use link_report::records::*;

@@ -33,7 +33,7 @@ impl Client {
         let req = Request {
             id,
             route: route.to_owned(),
-            agent: agent.map(str::to_owned),
+            agent: agent.map(crate::AgentId::parse).transpose()?,
             caller: None,
             body,
         };

@@ -1,6 +1,7 @@
 //! The wire protocol and the shared vocabulary of every Link process.
 //!
 //! This crate owns, in one place each:
+//! - [`agent`]: the agent id rule, checked once where an id enters;
 //! - [`frame`]: length-prefixed JSON frames over Unix stream sockets, with a size limit;
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
@@ -15,6 +16,7 @@
 //!
 //! It never spawns processes and never decides policy: the host owns the grant table.
 
+pub mod agent;
 pub mod client;
 pub mod clock;
 pub mod files;
@@ -28,6 +30,7 @@ pub mod routes;
 pub mod server;
 pub mod tokens;
 
+pub use agent::AgentId;
 pub use client::Client;
 pub use message::{ErrorCode, RemoteError, Request, Response};
 
@@ -46,6 +49,9 @@ pub enum Error {
     Remote(#[from] RemoteError),
     #[error("response id {got} does not match request id {want}")]
     IdMismatch { want: u64, got: u64 },
+    /// Refused before sending: the id breaks the rule every owner would refuse it by.
+    #[error(transparent)]
+    InvalidAgent(#[from] agent::InvalidAgentId),
 }
 
 impl Error {
@@ -53,6 +59,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Remote(e) => Some(e.code),
+            Error::InvalidAgent(_) => Some(ErrorCode::BadRequest),
             _ => None,
         }
     }

@@ -3,15 +3,18 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::agent::AgentId;
+
 /// One call of a route. `caller` is written by the host's router only; a value sent by a
 /// plugin is overwritten with the identity the router confirmed from the socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
     pub id: u64,
     pub route: String,
-    /// The agent this call acts for, if any; owners re-check it.
+    /// The agent this call acts for, if any: a valid id by construction, since a request
+    /// whose `agent` breaks the rule does not parse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub agent: Option<AgentId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
     #[serde(default)]
