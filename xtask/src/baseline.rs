@@ -2,6 +2,7 @@
 
 use crate::compare::{ms, Comparison, Side, SCHEMA_VERSION};
 use anyhow::{bail, Context, Result};
+use link_report::Profile;
 use std::path::Path;
 
 /// Changes smaller than this never fail: timer and scheduler noise on short phases.
@@ -10,7 +11,7 @@ pub const NOISE_FLOOR_NS: u128 = 5_000_000;
 /// One phase of one side, then and now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
-    pub side: String,
+    pub side: Profile,
     pub phase: String,
     pub round: u32,
     pub old_ns: u128,
@@ -104,16 +105,16 @@ pub fn compare(old: &Comparison, new: &Comparison, max_regression: f64) -> Resul
         changes: Vec::new(),
         unmatched: Vec::new(),
     };
-    for (name, o, n) in [
-        ("mini", &old.mini, &new.mini),
-        ("link", &old.link, &new.link),
+    for (side, o, n) in [
+        (Profile::Mini, &old.mini, &new.mini),
+        (Profile::Link, &old.link, &new.link),
     ] {
-        compare_side(name, o, n, &mut verdict);
+        compare_side(side, o, n, &mut verdict);
     }
     Ok(verdict)
 }
 
-fn compare_side(name: &str, old: &Side, new: &Side, v: &mut Verdict) {
+fn compare_side(name: Profile, old: &Side, new: &Side, v: &mut Verdict) {
     for p in &new.phases {
         let Some(before) = old
             .phases
@@ -137,7 +138,7 @@ fn compare_side(name: &str, old: &Side, new: &Side, v: &mut Verdict) {
         let regressed =
             percent > v.max_regression && new_ns.saturating_sub(old_ns) >= NOISE_FLOOR_NS;
         v.changes.push(Change {
-            side: name.into(),
+            side: name,
             phase: p.name.clone(),
             round: p.round,
             old_ns,
@@ -213,7 +214,7 @@ mod tests {
         let old = sample();
         let mut new = sample();
         new.link.phases.retain(|p| p.name != "protected_tools");
-        new.mini.phases.push(link_plugin_measure::Phase {
+        new.mini.phases.push(link_report::Phase {
             name: "extra".into(),
             ..Default::default()
         });
@@ -223,7 +224,7 @@ mod tests {
             v.unmatched,
             vec!["mini extra/0 (new)", "link protected_tools/0 (gone)"]
         );
-        new.mode = "diagnostic".into();
+        new.mode = link_report::Mode::Diagnostic;
         let err = compare(&old, &new, 25.0).unwrap_err().to_string();
         assert!(err.contains("like with like"), "{err}");
     }

@@ -2,7 +2,7 @@
 //! as `runtime-comparison.json` and `.md`.
 
 use anyhow::{Context, Result};
-use link_plugin_measure::{Phase, Report, Status, TracePhase};
+use link_report::{Mode, Phase, Profile, Report, Status, TracePhase};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -15,7 +15,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 pub struct Comparison {
     pub schema_version: u32,
     /// `confined` or `diagnostic`, as requested.
-    pub mode: String,
+    pub mode: Mode,
     pub mini: Side,
     pub link: Side,
     /// One row per (phase, round) of either side, in run order.
@@ -29,8 +29,8 @@ pub struct Comparison {
 /// What one side's report says, reduced to what is compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Side {
-    pub profile: String,
-    pub mode: String,
+    pub profile: Profile,
+    pub mode: Mode,
     pub source: String,
     /// The report file and its sha256, so the numbers can be traced back.
     pub report: String,
@@ -110,7 +110,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The two timed reports and, when a trace pass ran, the traced ones.
 pub struct Inputs<'a> {
-    pub mode: &'a str,
+    pub mode: Mode,
     pub mini: &'a Loaded,
     pub link: &'a Loaded,
     pub mini_traced: Option<&'a Loaded>,
@@ -126,7 +126,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let caveats = caveats(input, &mini, &link);
     Comparison {
         schema_version: SCHEMA_VERSION,
-        mode: input.mode.to_string(),
+        mode: input.mode,
         mini,
         link,
         phases,
@@ -138,8 +138,8 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
 fn side(loaded: &Loaded, traced: Option<&Loaded>) -> Side {
     let r = &loaded.report;
     Side {
-        profile: r.profile.clone(),
-        mode: r.mode.clone(),
+        profile: r.profile,
+        mode: r.mode,
         source: r.source.clone(),
         report: loaded.path.clone(),
         report_sha256: loaded.sha256.clone(),
@@ -148,8 +148,8 @@ fn side(loaded: &Loaded, traced: Option<&Loaded>) -> Side {
         checks_not_passed: r
             .checks
             .iter()
-            .filter(|c| c.outcome != link_plugin_measure::CheckOutcome::Passed)
-            .map(|c| format!("{}: {:?}", c.name, c.outcome).to_lowercase())
+            .filter(|c| c.outcome != Status::Passed)
+            .map(|c| format!("{}: {}", c.name, c.outcome))
             .collect(),
         processes: r.processes.len() as u64,
         peak_sampled_processes: r
@@ -306,7 +306,7 @@ fn caveats(input: &Inputs<'_>, mini: &Side, link: &Side) -> Vec<String> {
             mini.source, link.source
         ));
     }
-    if input.mode == "diagnostic" || mini.mode == "diagnostic" || link.mode == "diagnostic" {
+    if [input.mode, mini.mode, link.mode].contains(&Mode::Diagnostic) {
         add(
             "diagnostic mode: protected run and file tools are disabled; this is not confined \
              qualification and its process counts are not a secure deployment's"
@@ -334,11 +334,7 @@ fn caveats(input: &Inputs<'_>, mini: &Side, link: &Side) -> Vec<String> {
 }
 
 pub fn status_word(s: Status) -> &'static str {
-    match s {
-        Status::Passed => "passed",
-        Status::Failed => "failed",
-        Status::Skipped => "skipped",
-    }
+    s.as_str()
 }
 
 /// Milliseconds with one decimal.
@@ -376,8 +372,8 @@ pub fn markdown(c: &Comparison) -> String {
     row(
         &mut md,
         "mode",
-        c.mini.mode.clone(),
-        c.link.mode.clone(),
+        c.mini.mode.to_string(),
+        c.link.mode.to_string(),
         None,
     );
     let n = |m: u64, l: u64| (m > 0).then(|| l as f64 / m as f64);
@@ -537,7 +533,7 @@ pub(crate) mod tests {
             fixture("runtime-link-traced.json"),
         );
         build(&Inputs {
-            mode: "confined",
+            mode: Mode::Confined,
             mini: &mini,
             link: &link,
             mini_traced: Some(&mt),
@@ -550,10 +546,7 @@ pub(crate) mod tests {
         let c = sample();
         assert_eq!(c.mini.outcome, Status::Passed);
         assert_eq!(c.link.outcome, Status::Passed);
-        assert_eq!(
-            (c.mini.mode.as_str(), c.link.mode.as_str()),
-            ("confined", "confined")
-        );
+        assert_eq!((c.mini.mode, c.link.mode), (Mode::Confined, Mode::Confined));
         assert_eq!((c.mini.processes, c.link.processes), (5, 13));
         // Host 8 + model 8 + connection 4 + harness 8 + measure 4 MiB, plus the host's 512 KiB.
         assert_eq!(c.mini.peak_rss_bytes, Some(32 * 1_048_576 + 524_288));
@@ -603,6 +596,19 @@ pub(crate) mod tests {
             .any(|cv| cv.contains("not evidence of: memory totals")));
         assert!(!c.caveats.iter().any(|cv| cv.starts_with("diagnostic")));
 
+        // The vocabulary is written as the same words as before it was typed.
+        let v = serde_json::to_value(&c).unwrap();
+        assert_eq!(v["mode"], "confined");
+        assert_eq!(
+            (&v["mini"]["profile"], &v["link"]["profile"]),
+            (&"mini".into(), &"link".into())
+        );
+        assert_eq!(
+            (&v["mini"]["mode"], &v["mini"]["outcome"]),
+            (&"confined".into(), &"passed".into())
+        );
+        assert_eq!(v["link"]["traced"]["outcome"], "passed");
+
         // The JSON round-trips.
         let json = serde_json::to_string_pretty(&c).unwrap();
         let back: Comparison = serde_json::from_str(&json).unwrap();
@@ -633,18 +639,18 @@ pub(crate) mod tests {
     fn skipped_side_and_missing_trace_are_caveats() {
         let mini = fixture("runtime-mini.json");
         let mut link = fixture("runtime-link.json");
-        link.report.outcome = link_plugin_measure::Outcome {
+        link.report.outcome = link_report::Outcome {
             status: Status::Skipped,
             reason: Some("bubblewrap cannot create a user namespace".into()),
         };
         let mut lt = fixture("runtime-link-traced.json");
-        lt.report.trace = Some(link_plugin_measure::TraceSection {
+        lt.report.trace = Some(link_report::TraceSection {
             available: false,
             reason: Some("trace is empty".into()),
             phases: vec![],
         });
         let c = build(&Inputs {
-            mode: "confined",
+            mode: Mode::Confined,
             mini: &mini,
             link: &link,
             mini_traced: None,

@@ -15,7 +15,9 @@ mod runtime;
 mod state;
 mod svg;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
+use link_report::Mode;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,8 +63,8 @@ struct RuntimeArgs {
     #[arg(long)]
     build: bool,
     /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
-    #[arg(long, value_enum, default_value_t = runtime::Mode::Confined)]
-    mode: runtime::Mode,
+    #[arg(long, default_value_t = Mode::Confined, value_parser = mode_parser())]
+    mode: Mode,
     /// ROUNDS for the runner: how often the timed turns repeat.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     rounds: Option<u32>,
@@ -84,6 +86,14 @@ struct BaselineArgs {
     /// With --baseline: fail when a phase is slower by more than this many percent.
     #[arg(long, value_name = "PCT", default_value_t = 25.0)]
     max_regression: f64,
+}
+
+/// `--mode`: one of [`Mode::NAMES`], listed in `--help` and in the refusal of any other word.
+fn mode_parser() -> impl TypedValueParser<Value = Mode> {
+    PossibleValuesParser::new(Mode::NAMES).map(|word| {
+        word.parse::<Mode>()
+            .expect("clap admits only the listed modes")
+    })
 }
 
 fn main() -> ExitCode {

@@ -2,9 +2,10 @@
 //! checklist of each item's result.
 
 use crate::outputs::{self, Workspace};
-use crate::runtime::{self, Mode, Options};
+use crate::runtime::{self, Options};
 use crate::state;
 use anyhow::{Context, Result};
+use link_report::Mode;
 use std::path::PathBuf;
 use xshell::{cmd, Shell};
 

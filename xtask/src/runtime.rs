@@ -6,38 +6,20 @@ use crate::compare::{self, status_word, Comparison, Inputs, Loaded};
 use crate::outputs::{self, Workspace};
 use crate::{state, svg};
 use anyhow::{anyhow, bail, Context, Result};
-use link_plugin_measure::{Outcome as RunOutcome, Report, Status};
+use link_report::{Mode, Outcome as RunOutcome, Profile, Report, Status};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 use xshell::{cmd, Shell};
 
-/// The two profiles, in the order they run.
-pub const PROFILES: [&str; 2] = ["mini", "link"];
-
 /// How often a long run reports that it is still going.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
-    Confined,
-    Diagnostic,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Confined => "confined",
-            Mode::Diagnostic => "diagnostic",
-        }
-    }
-
-    /// Diagnostic outputs carry `-diagnostic` so they never overwrite confined ones.
-    fn tag(self) -> &'static str {
-        match self {
-            Mode::Confined => "",
-            Mode::Diagnostic => "-diagnostic",
-        }
+/// Diagnostic outputs carry `-diagnostic` so they never overwrite confined ones.
+fn tag(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Confined => "",
+        Mode::Diagnostic => "-diagnostic",
     }
 }
 
@@ -61,8 +43,8 @@ pub struct Files {
     pub trace: PathBuf,
 }
 
-pub fn files(target: &Path, profile: &str, mode: Mode) -> Files {
-    let stem = format!("runtime-{profile}{}", mode.tag());
+pub fn files(target: &Path, profile: Profile, mode: Mode) -> Files {
+    let stem = format!("runtime-{profile}{}", tag(mode));
     Files {
         report: target.join(format!("{stem}.json")),
         traced: target.join(format!("{stem}-traced.json")),
@@ -72,7 +54,7 @@ pub fn files(target: &Path, profile: &str, mode: Mode) -> Files {
 
 /// `runtime-comparison[-diagnostic].{json,md,svg}`.
 pub fn comparison_files(target: &Path, mode: Mode) -> [PathBuf; 3] {
-    let stem = format!("runtime-comparison{}", mode.tag());
+    let stem = format!("runtime-comparison{}", tag(mode));
     ["json", "md", "svg"].map(|ext| target.join(format!("{stem}.{ext}")))
 }
 
@@ -113,11 +95,11 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         Some(path) => Some(baseline::load(path)?),
         None => None,
     };
-    if let Some(old) = earlier.as_ref().filter(|o| o.mode != opts.mode.as_str()) {
+    if let Some(old) = earlier.as_ref().filter(|o| o.mode != opts.mode) {
         bail!(
             "baseline ran in {} mode but this run is {}; compare like with like",
             old.mode,
-            opts.mode.as_str()
+            opts.mode
         );
     }
     if opts.build {
@@ -125,20 +107,20 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     }
     require_outputs(ws)?;
     let source = source(&ws.root)?;
-    let mode = opts.mode.as_str();
+    let mode = opts.mode;
     eprintln!(
         "xtask: runtime comparison, {mode}, source {source}, state under {}",
         state.display()
     );
 
     let mut timed = Vec::new();
-    for (i, profile) in PROFILES.iter().enumerate() {
+    for (i, profile) in Profile::ALL.into_iter().enumerate() {
         let step = format!("[{}/2] {profile} {mode}", i + 1);
         timed.push(timed_run(ws, opts, profile, &source, &state, &step)?);
     }
     let mut traced = Vec::new();
     if let Some(strace) = &strace {
-        for (i, profile) in PROFILES.iter().enumerate() {
+        for (i, profile) in Profile::ALL.into_iter().enumerate() {
             let step = format!("[trace {}/2] {profile} {mode}", i + 1);
             traced.push(traced_run(
                 ws, opts, profile, &source, &state, strace, &step,
@@ -222,7 +204,7 @@ fn rounds_arg(rounds: Option<u32>) -> Vec<String> {
 fn timed_run(
     ws: &Workspace,
     opts: &Options,
-    profile: &str,
+    profile: Profile,
     source: &str,
     state: &Path,
     step: &str,
@@ -231,21 +213,21 @@ fn timed_run(
     remove_stale(&out)?;
     let sh = runner_shell(ws, state)?;
     let (runner, programs, output) = (ws.show(&ws.runner()), ws.show(&ws.release()), ws.show(&out));
-    let mode = opts.mode.as_str();
+    let (side, mode) = (profile.as_str(), opts.mode.as_str());
     let rounds = rounds_arg(opts.rounds);
     let c = cmd!(
         sh,
-        "{runner} {programs} {output} {profile} {mode} {source} {rounds...}"
+        "{runner} {programs} {output} {side} {mode} {source} {rounds...}"
     );
     let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
-    Ok(read_side(&out, profile, mode, source, status))
+    Ok(read_side(&out, profile, opts.mode, source, status))
 }
 
 /// The strace pass of one profile, then `runtime report` on it.
 fn traced_run(
     ws: &Workspace,
     opts: &Options,
-    profile: &str,
+    profile: Profile,
     source: &str,
     state: &Path,
     strace: &Path,
@@ -257,10 +239,10 @@ fn traced_run(
     let sh = runner_shell(ws, state)?;
     let (runner, programs) = (ws.show(&ws.runner()), ws.show(&ws.release()));
     let (traced, trace) = (ws.show(&f.traced), ws.show(&f.trace));
-    let mode = opts.mode.as_str();
+    let (side, mode) = (profile.as_str(), opts.mode.as_str());
     let c = cmd!(
         sh,
-        "{strace} -f -ttt -e trace=process -o {trace} {runner} {programs} {traced} {profile} {mode} {source} 1 traced"
+        "{strace} -f -ttt -e trace=process -o {trace} {runner} {programs} {traced} {side} {mode} {source} 1 traced"
     );
     let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
     if f.traced.exists() {
@@ -268,7 +250,7 @@ fn traced_run(
         let label = format!("{step} report");
         run_with_progress(&label, &c.to_string(), Command::from(c))?;
     }
-    Ok(read_side(&f.traced, profile, mode, source, status))
+    Ok(read_side(&f.traced, profile, opts.mode, source, status))
 }
 
 fn runner_shell(ws: &Workspace, state: &Path) -> Result<Shell> {
@@ -314,7 +296,13 @@ fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<Ex
 }
 
 /// The report a run wrote; without one, a failed stand-in that says why.
-fn read_side(path: &Path, profile: &str, mode: &str, source: &str, status: ExitStatus) -> Loaded {
+fn read_side(
+    path: &Path,
+    profile: Profile,
+    mode: Mode,
+    source: &str,
+    status: ExitStatus,
+) -> Loaded {
     let stand_in = |reason: String| Loaded {
         path: "(none)".into(),
         sha256: String::new(),
@@ -329,16 +317,14 @@ fn read_side(path: &Path, profile: &str, mode: &str, source: &str, status: ExitS
     compare::load(path).unwrap_or_else(|e| stand_in(format!("{e:#}")))
 }
 
-fn failed_report(profile: &str, mode: &str, source: &str, reason: String) -> Report {
+fn failed_report(profile: Profile, mode: Mode, source: &str, reason: String) -> Report {
     Report {
-        profile: profile.into(),
-        mode: mode.into(),
         source: source.into(),
         outcome: RunOutcome {
             status: Status::Failed,
             reason: Some(reason),
         },
-        ..Report::default()
+        ..Report::new(profile, mode)
     }
 }
 
@@ -450,10 +436,9 @@ fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
             c.execs
                 .iter()
                 .filter_map(|r| {
-                    if side.profile == "mini" {
-                        &r.mini
-                    } else {
-                        &r.link
+                    match side.profile {
+                        Profile::Mini => &r.mini,
+                        Profile::Link => &r.link,
                     }
                     .as_ref()
                 })
@@ -504,11 +489,11 @@ mod tests {
     #[test]
     fn diagnostic_outputs_never_share_confined_names() {
         let t = Path::new("/w/target");
-        let confined = files(t, "mini", Mode::Confined);
+        let confined = files(t, Profile::Mini, Mode::Confined);
         assert_eq!(confined.report, t.join("runtime-mini.json"));
         assert_eq!(confined.traced, t.join("runtime-mini-traced.json"));
         assert_eq!(confined.trace, t.join("runtime-mini.trace"));
-        let diag = files(t, "mini", Mode::Diagnostic);
+        let diag = files(t, Profile::Mini, Mode::Diagnostic);
         assert_eq!(diag.report, t.join("runtime-mini-diagnostic.json"));
         assert_eq!(diag.traced, t.join("runtime-mini-diagnostic-traced.json"));
         assert_eq!(diag.trace, t.join("runtime-mini-diagnostic.trace"));

@@ -5,7 +5,7 @@
 //! class="phase">`, labelled, with its exact duration in a `<title>` tooltip.
 
 use crate::compare::{ms, status_word, Comparison, Side};
-use link_plugin_measure::Phase;
+use link_report::{Phase, Profile};
 
 const WIDTH: f64 = 1000.0;
 const LEFT: f64 = 170.0;
@@ -48,14 +48,14 @@ pub fn render(c: &Comparison) -> String {
 fn lane_svg(side: &Side, top: f64, scale: f64) -> String {
     let label = format!(
         "{} ({}, {})",
-        title_case(&side.profile),
+        title_case(side.profile),
         side.mode,
         status_word(side.outcome)
     );
     let mut out = format!(
         "<g class=\"lane\" data-side=\"{}\">\n<text x=\"10\" y=\"{:.1}\" font-weight=\"bold\">{}</text>\n\
          <text x=\"10\" y=\"{:.1}\" fill=\"#555\">{} ms in phases</text>\n",
-        esc(&side.profile),
+        esc(side.profile.as_str()),
         top + BAR / 2.0,
         esc(&label),
         top + BAR / 2.0 + 14.0,
@@ -76,7 +76,7 @@ fn lane_svg(side: &Side, top: f64, scale: f64) -> String {
             "<rect class=\"phase\" data-side=\"{side}\" data-phase=\"{name}\" data-round=\"{round}\" \
              x=\"{x:.2}\" y=\"{top:.1}\" width=\"{w:.2}\" height=\"{BAR}\" fill=\"{fill}\" \
              stroke=\"#fff\" stroke-width=\"0.5\"><title>{tip}</title></rect>\n",
-            side = esc(&side.profile),
+            side = esc(side.profile.as_str()),
             name = esc(&p.name),
             round = p.round,
             fill = colour(&p.name),
@@ -184,11 +184,10 @@ fn colour(name: &str) -> &'static str {
     OTHERS[h as usize % OTHERS.len()]
 }
 
-fn title_case(s: &str) -> String {
-    match s {
-        "mini" => "Mini".into(),
-        "link" => "Link".into(),
-        other => other.to_string(),
+fn title_case(profile: Profile) -> &'static str {
+    match profile {
+        Profile::Mini => "Mini",
+        Profile::Link => "Link",
     }
 }
 

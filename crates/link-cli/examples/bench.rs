@@ -1,16 +1,19 @@
 //! Benchmarks a profile on this machine: time to `ready`, warm-turn latency over the socket
 //! (full Link also with one confined `run: true`), and RSS per process, each as a median of
 //! repeated runs, beside the time to spawn as many `/bin/true` processes as the profile
-//! starts. Figures, not assertions.
+//! starts. Figures, not assertions. The runtime is started the kit's one way
+//! (`link_harness_conformance::runtime_process::RuntimeSpec`): a fresh state root per run,
+//! HOME isolated inside it, `LNK_KEYCHAIN=off`.
 //!
 //! ```text
 //! cargo build --release --workspace
 //! cargo run --release -p link-cli --example bench -- mini|link [RUNS] [TURNS]
 //! ```
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::runtime_process::{RuntimeProcess, RuntimeSpec};
+use link_protocol::plugin::{Mode, Profile};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn main() {
@@ -33,50 +36,37 @@ fn main() {
         .parent()
         .unwrap()
         .to_owned();
-    let link = programs.join("link");
     assert!(
-        link.is_file(),
+        programs.join("link").is_file(),
         "build first: cargo build --release --workspace"
     );
-    let state = PathBuf::from(std::env::var("HOME").unwrap())
-        .join(format!(".cache/lnk-bench-{}", std::process::id()));
+    let spec = RuntimeSpec::new(
+        programs,
+        profile.parse::<Profile>().unwrap(),
+        Mode::Confined,
+    );
 
     let mut ready = Vec::new();
     let mut turn = Vec::new();
     let mut run_turn = Vec::new();
     let mut rss: Vec<(String, u64)> = Vec::new();
     for run in 0..runs {
-        let _ = std::fs::remove_dir_all(&state);
-        std::fs::create_dir_all(&state).unwrap();
+        let root = StateRoot::create().unwrap_or_else(|e| panic!("{e}"));
         let start = Instant::now();
-        let mut host = Command::new(&link)
-            .args(["up", "--profile", &profile, "--state"])
-            .arg(&state)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(host.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("ready "), "{line}");
+        let mut rt = spec
+            .clone()
+            .up_in(root.path())
+            .unwrap_or_else(|f| panic!("{f}"));
         ready.push(start.elapsed());
         if run == 0 {
-            turn = warm_turns(&link, &state, turns, "hello");
+            turn = warm_turns(&rt, turns, "hello");
             if profile == "link" {
-                run_turn = warm_turns(&link, &state, turns / 4, "run: true");
+                run_turn = warm_turns(&rt, turns / 4, "run: true");
             }
-            rss = plugin_rss(&link, &state);
+            rss = plugin_rss(&rt);
         }
-        let down = Command::new(&link)
-            .args(["down", "--state"])
-            .arg(&state)
-            .status()
-            .unwrap();
-        assert!(down.success());
-        host.wait().unwrap();
+        rt.down();
     }
-    let _ = std::fs::remove_dir_all(&state);
     let processes = rss.len();
     let spawn = (0..runs).map(|_| spawn_true(processes)).collect::<Vec<_>>();
 
@@ -110,14 +100,9 @@ fn main() {
     );
 }
 
-fn warm_turns(link: &Path, state: &Path, turns: usize, message: &str) -> Vec<Duration> {
-    let out = Command::new(link)
-        .args(["token", "create", "--state"])
-        .arg(state)
-        .output()
-        .unwrap();
-    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let socket = state.join("run/connection.sock");
+fn warm_turns(rt: &RuntimeProcess, turns: usize, message: &str) -> Vec<Duration> {
+    let token = rt.create_token();
+    let socket = rt.layout().connection_socket();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -149,23 +134,9 @@ fn warm_turns(link: &Path, state: &Path, turns: usize, message: &str) -> Vec<Dur
     })
 }
 
-fn plugin_rss(link: &Path, state: &Path) -> Vec<(String, u64)> {
-    let out = Command::new(link)
-        .args(["status", "--state"])
-        .arg(state)
-        .output()
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut all = vec![(
-        "link (host)".to_owned(),
-        status["pid"].as_i64().unwrap() as i32,
-    )];
-    for p in status["plugins"].as_array().unwrap() {
-        all.push((
-            p["name"].as_str().unwrap().to_owned(),
-            p["pid"].as_i64().unwrap() as i32,
-        ));
-    }
+fn plugin_rss(rt: &RuntimeProcess) -> Vec<(String, u64)> {
+    let mut all = vec![("link (host)".to_owned(), rt.host_pid())];
+    all.extend(rt.plugin_pids());
     all.into_iter()
         .map(|(name, pid)| {
             let s = link_plugin_measure::sample::sample_process(pid).unwrap();

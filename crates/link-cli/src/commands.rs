@@ -2,7 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
-use link_protocol::{client, routes, tokens};
+use link_protocol::routes::{host, Empty, Route};
+use link_protocol::{client, tokens};
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -23,9 +24,9 @@ pub fn absolute(p: &Path) -> Result<std::path::PathBuf> {
     })
 }
 
-async fn host_call(layout: &StateLayout, route: &str) -> Result<serde_json::Value> {
+async fn host_call<R: Route<Body = Empty>>(layout: &StateLayout) -> Result<R::Reply> {
     let socket = layout.host_socket();
-    client::call_once(&socket, route, None, json!({}))
+    client::request_once::<R>(&socket, None, &Empty {})
         .await
         .with_context(|| {
             format!(
@@ -38,16 +39,15 @@ async fn host_call(layout: &StateLayout, route: &str) -> Result<serde_json::Valu
 
 pub fn status(state: &Path) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
-    let status = rt.block_on(host_call(&layout, routes::HOST_STATUS))?;
+    let status = rt.block_on(host_call::<host::Status>(&layout))?;
     println!("{}", serde_json::to_string_pretty(&status)?);
     Ok(0)
 }
 
 pub fn down(state: &Path) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
-    let status = rt.block_on(host_call(&layout, routes::HOST_STATUS))?;
-    let host_pid = status["pid"].as_i64().context("host status has no pid")? as i32;
-    rt.block_on(host_call(&layout, routes::HOST_DOWN))?;
+    let host_pid = rt.block_on(host_call::<host::Status>(&layout))?.pid as i32;
+    rt.block_on(host_call::<host::Down>(&layout))?;
     // The host answers before it stops; wait for the process itself, not its word.
     let deadline = Instant::now() + Duration::from_secs(30);
     while link_plugin_measure::sample::is_alive(host_pid) {

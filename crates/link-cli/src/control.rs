@@ -1,36 +1,35 @@
 //! The host's control socket (`run/host.sock`): status, down, the monitor, test hooks.
 
 use crate::host::Shared;
-use link_protocol::server::{self, Peers};
-use link_protocol::{client, routes, RemoteError, Request};
-use serde_json::{json, Value};
+use link_protocol::routes::host::{
+    self, DebugCallBody, DebugCallReply, PluginDebugBody, PLUGIN_DEBUG_CALL,
+};
+use link_protocol::routes::{programs, Empty, Route};
+use link_protocol::server::{self, Call, Peers, Service};
+use link_protocol::{client, RemoteError};
 use std::sync::Arc;
 
 /// Serves same-uid callers (`link status`, `link down`, the runtime runner).
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
-    let handler = server::handler(move |req| {
-        let shared = shared.clone();
-        async move { handle(&shared, req).await }
-    });
-    server::serve(listener, Peers::SameUser, handler).await;
+    let mut service = Service::new(shared)
+        .on::<host::Status, _, _>(|shared, _, _| async move { Ok(shared.status()) })
+        .on::<host::Down, _, _>(|shared, _, _| async move {
+            shared.stop.notify_one();
+            Ok(Empty {})
+        })
+        .on::<host::MonitorStatus, _, _>(|shared, _, _| forward::<host::MonitorStatus>(shared))
+        .on::<host::MonitorStop, _, _>(|shared, _, _| forward::<host::MonitorStop>(shared))
+        .on::<host::MonitorSamples, _, _>(|shared, _, _| forward::<host::MonitorSamples>(shared));
+    if test_hooks() {
+        service = service.on::<host::DebugCall, _, _>(debug_call);
+    }
+    server::serve(listener, Peers::SameUser, service.handler("the host")).await;
 }
 
-async fn handle(shared: &Shared, req: Request) -> Result<Value, RemoteError> {
-    match req.route.as_str() {
-        routes::HOST_STATUS => Ok(shared.status_json()),
-        routes::HOST_DOWN => {
-            shared.stop.notify_one();
-            Ok(json!({}))
-        }
-        routes::MONITOR_STATUS | routes::MONITOR_STOP | routes::MONITOR_SAMPLES => {
-            let socket = shared.layout.plugin_socket("link-plugin-measure");
-            Ok(client::call_once(&socket, &req.route, None, req.body).await?)
-        }
-        routes::HOST_DEBUG_CALL if test_hooks() => debug_call(shared, req).await,
-        other => Err(RemoteError::not_found(format!(
-            "the host does not serve {other}"
-        ))),
-    }
+/// `monitor.*` on the host socket go to the measure plugin, which owns them.
+async fn forward<R: Route<Body = Empty>>(shared: Arc<Shared>) -> Result<R::Reply, RemoteError> {
+    let socket = shared.layout.plugin_socket(programs::MEASURE);
+    Ok(client::request_once::<R>(&socket, None, &Empty {}).await?)
 }
 
 /// Plugins that serve HTTP on their socket instead of link-protocol routes.
@@ -42,8 +41,12 @@ fn test_hooks() -> bool {
 
 /// Makes a plugin call a route through the router as itself, so tests can check grants
 /// with real callers.
-async fn debug_call(shared: &Shared, req: Request) -> Result<Value, RemoteError> {
-    let plugin = req.body["plugin"].as_str().unwrap_or_default();
+async fn debug_call(
+    shared: Arc<Shared>,
+    _: Call,
+    req: DebugCallBody,
+) -> Result<DebugCallReply, RemoteError> {
+    let plugin = req.plugin.as_str();
     if !shared
         .plugins
         .lock()
@@ -60,8 +63,13 @@ async fn debug_call(shared: &Shared, req: Request) -> Result<Value, RemoteError>
             "{plugin} serves HTTP, not routes; it has no debug hook"
         )));
     }
-    let agent = req.body["agent"].as_str();
-    let body = json!({ "route": req.body["route"], "body": req.body.get("body").cloned().unwrap_or(json!({})) });
+    let body = PluginDebugBody {
+        route: req.route,
+        body: req.body,
+    };
+    let body = serde_json::to_value(body).map_err(|e| RemoteError::internal(e.to_string()))?;
     let socket = shared.layout.plugin_socket(plugin);
-    Ok(client::call_once(&socket, link_protocol::plugin::DEBUG_CALL, agent, body).await?)
+    let reply = client::call_once(&socket, PLUGIN_DEBUG_CALL, req.agent.as_deref(), body).await?;
+    serde_json::from_value(reply)
+        .map_err(|e| RemoteError::internal(format!("{plugin}'s debug.call answer: {e}")))
 }

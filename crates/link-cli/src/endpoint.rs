@@ -4,7 +4,8 @@
 use crate::host::Shared;
 use crate::router::HOST;
 use link_connection_api::{Backend, BackendFuture};
-use link_protocol::{routes, ErrorCode, RemoteError, Request};
+use link_protocol::routes::{agent, auth, schedule, store, Empty, Route};
+use link_protocol::{ErrorCode, RemoteError, Request};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -39,44 +40,78 @@ impl Link {
     }
 }
 
+impl Link {
+    /// Calls route `R` through the router as the host.
+    async fn request<R: Route>(
+        &self,
+        agent: Option<&str>,
+        body: &R::Body,
+    ) -> Result<R::Reply, RemoteError> {
+        let body = serde_json::to_value(body).map_err(|e| RemoteError::internal(e.to_string()))?;
+        let reply = self.call(R::NAME, agent, body).await?;
+        serde_json::from_value(reply).map_err(|e| {
+            RemoteError::internal(format!(
+                "{} answered {} unexpectedly: {e}",
+                R::OWNER,
+                R::NAME
+            ))
+        })
+    }
+
+    /// As [`request`](Self::request), the reply as the HTTP contract's JSON.
+    async fn json<R: Route>(
+        &self,
+        agent: Option<&str>,
+        body: &R::Body,
+    ) -> Result<Value, RemoteError> {
+        let reply = self.request::<R>(agent, body).await?;
+        serde_json::to_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
+    }
+}
+
 impl Backend for Link {
     fn verify<'a>(
         &'a self,
         token: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<bool, RemoteError>> + Send + 'a>> {
         Box::pin(async move {
-            let v = self
-                .call(routes::AUTH_VERIFY, None, json!({ "token": token }))
-                .await?;
-            Ok(v["valid"].as_bool().unwrap_or(false))
+            let body = auth::TokenBody {
+                token: token.to_owned(),
+            };
+            Ok(self.request::<auth::Verify>(None, &body).await?.valid)
         })
     }
     fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a> {
-        Box::pin(self.call(routes::AGENT_CREATE, None, json!({ "name": name })))
+        let body = agent::CreateBody {
+            name: name.to_owned(),
+        };
+        Box::pin(async move { self.json::<agent::Create>(None, &body).await })
     }
     fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a> {
-        Box::pin(self.call(routes::TURN_RUN, Some(agent), json!({ "message": message })))
+        let body = agent::TurnBody {
+            message: message.to_owned(),
+        };
+        Box::pin(async move { self.json::<agent::Turn>(Some(agent), &body).await })
     }
-    fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
+    fn get_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
         Box::pin(async move {
-            let mut info = self.call(routes::AGENT_GET, Some(agent), json!({})).await?;
+            let info = self.json::<agent::Get>(Some(id), &Empty {}).await?;
             let log = self
-                .call(routes::STORE_CONVERSATION_READ, Some(agent), json!({}))
+                .request::<store::ConversationRead>(Some(id), &Empty {})
                 .await?;
-            info["conversation"] = log["entries"].clone();
-            info["conversation_torn"] = log["torn"].clone();
-            let schedules = self
-                .call(routes::SCHEDULE_LIST, Some(agent), json!({}))
-                .await?;
-            info["schedules"] = schedules["schedules"].clone();
+            let schedules = self.request::<schedule::List>(Some(id), &Empty {}).await?;
+            let mut info = info;
+            info["conversation"] = json!(log.entries);
+            info["conversation_torn"] = json!(log.torn);
+            info["schedules"] = json!(schedules.schedules);
             Ok(info)
         })
     }
     fn list_agents(&self) -> BackendFuture<'_> {
-        Box::pin(self.call(routes::AGENT_LIST, None, json!({})))
+        Box::pin(self.json::<agent::List>(None, &Empty {}))
     }
-    fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
-        Box::pin(self.call(routes::AGENT_DELETE, Some(agent), json!({})))
+    fn delete_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
+        Box::pin(self.json::<agent::Delete>(Some(id), &Empty {}))
     }
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move { Ok(self.0.status_json()) })

@@ -5,7 +5,6 @@ use crate::UpArgs;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
-use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
@@ -15,13 +14,7 @@ use tokio::sync::{mpsc, Notify};
 /// Grace between SIGTERM and SIGKILL when stopping a plugin.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// What `link status` prints about one plugin.
-#[derive(Debug, Clone, Serialize)]
-pub struct PluginStatus {
-    pub name: String,
-    pub pid: i32,
-    pub state: String,
-}
+pub use link_protocol::routes::host::{HostStatus, PluginStatus};
 
 /// State shared by the control socket, the router and the supervisor.
 pub struct Shared {
@@ -37,15 +30,19 @@ pub struct Shared {
 }
 
 impl Shared {
+    pub fn status(&self) -> HostStatus {
+        HostStatus {
+            profile: self.profile,
+            mode: self.mode,
+            pid: std::process::id(),
+            state: (*self.phase.lock().expect("lock")).to_owned(),
+            confinement: confinement_summary(self.mode).to_owned(),
+            plugins: self.plugins.lock().expect("lock").clone(),
+        }
+    }
+
     pub fn status_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "profile": self.profile.as_str(),
-            "mode": self.mode.as_str(),
-            "pid": std::process::id(),
-            "state": *self.phase.lock().expect("lock"),
-            "confinement": confinement_summary(self.mode),
-            "plugins": *self.plugins.lock().expect("lock"),
-        })
+        serde_json::to_value(self.status()).expect("a status serializes")
     }
 
     fn set_plugin_state(&self, name: &str, state: &str) {

@@ -131,48 +131,25 @@ impl Launch<'_> {
 
     fn command(&self, name: &str) -> Result<Command> {
         let layout = self.layout;
-        let home = layout.home(name);
-        let data = layout.data(name);
-        for dir in [
-            &home,
-            &home.join(".config"),
-            &home.join(".cache"),
-            &home.join(".local/share"),
-            &home.join(".local/state"),
-            &data,
-        ] {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
+        let contract = plugin::Contract {
+            name,
+            layout,
+            programs: self.programs,
+            profile: self.profile,
+            mode: self.mode,
+            monitor_interval: self.monitor_interval,
+        };
+        contract.create_dirs()?;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(layout.log_file(name))
             .with_context(|| format!("opening {}", layout.log_file(name).display()))?;
-        let mut cmd = Command::new(self.programs.join(name));
-        cmd.env_clear()
-            .envs(passthrough_env())
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_CACHE_HOME", home.join(".cache"))
-            .env("XDG_DATA_HOME", home.join(".local/share"))
-            .env("XDG_STATE_HOME", home.join(".local/state"))
-            .env(plugin::ENV_PLUGIN, name)
-            .env(plugin::ENV_STATE, layout.root())
-            .env(plugin::ENV_SOCKET, layout.plugin_socket(name))
-            .env(plugin::ENV_DATA, &data)
-            .env(plugin::ENV_MODE, self.mode.as_str())
-            .env(plugin::ENV_PROFILE, self.profile.as_str())
-            .env(plugin::ENV_PROGRAMS, self.programs)
-            .env(
-                plugin::ENV_MONITOR_INTERVAL,
-                self.monitor_interval.to_string(),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            // Own process group: a terminal's Ctrl-C reaches the host, which stops plugins in order.
-            .process_group(0)
-            .kill_on_drop(true);
+        let mut cmd = std::process::Command::new(self.programs.join(name));
+        contract.apply(&mut cmd);
+        cmd.stderr(Stdio::from(log));
+        let mut cmd = Command::from(cmd);
+        cmd.kill_on_drop(true);
         if self.mode == Mode::Confined {
             self.confine(&mut cmd, name)?;
         }
@@ -195,23 +172,6 @@ impl Launch<'_> {
         crate::host::confine_command(cmd, allow, landlock)
             .with_context(|| format!("confining {name}"))
     }
-}
-
-/// Variables that pass from the user's environment to plugins; everything else is dropped.
-fn passthrough_env() -> Vec<(String, String)> {
-    const PASS: &[&str] = &[
-        "PATH",
-        "LANG",
-        "LC_ALL",
-        "RUST_LOG",
-        "LNK_KEYCHAIN",
-        "LNK_TEST_HOOKS",
-        "LNK_MODEL_REMOTE_URL",
-        "LNK_MODEL_REMOTE_KEY",
-    ];
-    PASS.iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
-        .collect()
 }
 
 /// "exit status 3", "killed by signal 9", or "still running".

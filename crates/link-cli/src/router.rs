@@ -11,68 +11,108 @@
 //! connection still is. Every call is still checked here before it is sent.
 
 use crate::host::Shared;
-use link_protocol::frame::{read_message, write_message};
-use link_protocol::message::{Outcome, Response};
-use link_protocol::{routes as r, RemoteError, Request};
+use link_protocol::client::Pool;
+use link_protocol::message::Outcome;
+use link_protocol::routes::programs::{self, HARNESS};
+use link_protocol::routes::{self as r, Route};
+use link_protocol::{RemoteError, Request};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio::net::UnixStream;
 
 /// The host itself, as a caller (its HTTP endpoint).
 pub const HOST: &str = "host";
-const HARNESS: &str = "link-plugin-link-harness";
 
 /// Caller → the routes it may call. Everything not listed is refused.
 pub const GRANTS: &[(&str, &[&str])] = &[
     (
         HOST,
         &[
-            r::AUTH_VERIFY,
-            r::AGENT_CREATE,
-            r::AGENT_GET,
-            r::AGENT_LIST,
-            r::AGENT_DELETE,
-            r::TURN_RUN,
-            r::STORE_CONVERSATION_READ,
-            r::SCHEDULE_LIST,
-            r::MONITOR_STATUS,
-            r::MONITOR_STOP,
-            r::MONITOR_SAMPLES,
+            r::auth::Verify::NAME,
+            r::agent::Create::NAME,
+            r::agent::Get::NAME,
+            r::agent::List::NAME,
+            r::agent::Delete::NAME,
+            r::agent::Turn::NAME,
+            r::store::ConversationRead::NAME,
+            r::schedule::List::NAME,
+            r::host::MonitorStatus::NAME,
+            r::host::MonitorStop::NAME,
+            r::host::MonitorSamples::NAME,
         ],
     ),
     (
         HARNESS,
         &[
-            r::STORE_CONVERSATION_APPEND,
-            r::STORE_CONVERSATION_READ,
-            r::AGENT_GET,
-            r::TOOL_RUN,
-            r::TOOL_FILE,
-            r::TOOL_CODE,
-            r::SCHEDULE_CREATE,
+            r::store::ConversationAppend::NAME,
+            r::store::ConversationRead::NAME,
+            r::agent::Get::NAME,
+            r::tool::Run::NAME,
+            r::tool::File::NAME,
+            r::tool::Code::NAME,
+            r::schedule::Create::NAME,
         ],
     ),
-    ("link-plugin-link-scheduler", &[r::TURN_RUN, r::AGENT_GET]),
     (
-        "link-plugin-agent",
+        programs::SCHEDULER,
+        &[r::agent::Turn::NAME, r::agent::Get::NAME],
+    ),
+    (
+        programs::AGENT,
         &[
-            r::STORE_AGENT_CREATE,
-            r::STORE_AGENT_DELETE,
-            r::SCHEDULE_DELETE_AGENT,
+            r::store::AgentCreate::NAME,
+            r::store::AgentDelete::NAME,
+            r::schedule::DeleteAgent::NAME,
         ],
     ),
-    ("link-plugin-link-run", &[r::SANDBOX_EXEC]),
+    (programs::RUN, &[r::sandbox::Exec::NAME]),
     (
-        "link-plugin-file-tool",
-        &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+        programs::FILE_TOOL,
+        &[
+            r::store::FileRead::NAME,
+            r::store::FileWrite::NAME,
+            r::store::FileList::NAME,
+        ],
     ),
     (
-        "link-plugin-link-code",
-        &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+        programs::CODE,
+        &[
+            r::store::FileRead::NAME,
+            r::store::FileWrite::NAME,
+            r::store::FileList::NAME,
+        ],
     ),
-    ("link-plugin-model", &[r::SECRET_GET]),
+];
+
+/// Routes an owner serves that no caller may reach through the router, and why. Only the
+/// owner's parent (the host, or a test standing in for it) can call them directly.
+pub const UNROUTED: &[(&str, &str)] = &[
+    (
+        r::auth::Issue::NAME,
+        "`link token create` writes the token store itself",
+    ),
+    (
+        r::auth::Revoke::NAME,
+        "`link token revoke` writes the token store itself",
+    ),
+    (
+        r::secret::Get::NAME,
+        "no plugin reads secrets yet: the remote model key still comes from the environment",
+    ),
+    (
+        r::secret::Put::NAME,
+        "secrets are provisioned by the operator",
+    ),
+    (
+        r::secret::Delete::NAME,
+        "secrets are provisioned by the operator",
+    ),
+    (
+        r::schedule::Cancel::NAME,
+        "not on the HTTP contract yet; schedules end by deleting their agent",
+    ),
 ];
 
 /// True when `caller` holds the grant for `route`.
@@ -89,14 +129,11 @@ struct Table {
     leases: HashMap<String, usize>,
 }
 
-/// Idle connections kept per owner socket; more concurrent calls simply open more.
-const MAX_IDLE: usize = 8;
-
 /// Registered plugins, route owners and live leases.
 #[derive(Default)]
 pub struct Router {
     table: Mutex<Table>,
-    idle: Mutex<HashMap<PathBuf, Vec<UnixStream>>>,
+    pool: Pool,
 }
 
 impl Router {
@@ -130,8 +167,8 @@ impl Router {
             )
         })?;
         req.caller = Some(caller.to_owned());
-        let lease =
-            (req.route == r::TURN_RUN).then(|| self.lease(req.agent.as_deref().unwrap_or_default().to_owned()));
+        let lease = (req.route == r::agent::Turn::NAME)
+            .then(|| self.lease(req.agent.as_deref().unwrap_or_default().to_owned()));
         let result = self.forward(&owner, &req).await;
         drop(lease);
         result
@@ -151,47 +188,22 @@ impl Router {
                 format!("{name} (owner of {}) is unavailable: {e}", req.route),
             )
         };
-        let mut stream = match self.take(socket) {
-            Some(stream) => stream,
-            None => UnixStream::connect(socket)
-                .await
-                .map_err(|e| unreachable(e.into()))?,
-        };
-        let resp = exchange(&mut stream, req).await.map_err(unreachable)?;
-        self.put(socket, stream);
+        let resp = self.pool.exchange(socket, req).await.map_err(unreachable)?;
         match resp.outcome {
             Outcome::Ok(v) => Ok(v),
             Outcome::Error(e) => Err(e),
         }
     }
 
-    /// An idle connection to `socket` that its owner has not closed, if there is one.
-    fn take(&self, socket: &Path) -> Option<UnixStream> {
-        let mut idle = self.idle.lock().expect("lock");
-        let kept = idle.get_mut(socket)?;
-        while let Some(stream) = kept.pop() {
-            if still_open(&stream) {
-                return Some(stream);
-            }
-        }
-        None
-    }
-
-    fn put(&self, socket: &Path, stream: UnixStream) {
-        let mut idle = self.idle.lock().expect("lock");
-        match idle.get_mut(socket) {
-            Some(kept) if kept.len() >= MAX_IDLE => {}
-            Some(kept) => kept.push(stream),
-            None => {
-                idle.insert(socket.to_owned(), vec![stream]);
-            }
-        }
-    }
-
     fn check(&self, caller: &str, req: &Request) -> Result<(), RemoteError> {
         if !allowed(caller, &req.route) {
+            let why = UNROUTED
+                .iter()
+                .find(|(route, _)| *route == req.route)
+                .map(|(_, why)| format!(" (no plugin may route it: {why})"))
+                .unwrap_or_default();
             return Err(refuse(format!(
-                "{caller} has no grant for route {}",
+                "{caller} has no grant for route {}{why}",
                 req.route
             )));
         }
@@ -254,35 +266,6 @@ fn refuse(message: String) -> RemoteError {
     RemoteError::forbidden(message)
 }
 
-/// One request and its response on `stream`.
-async fn exchange(
-    stream: &mut UnixStream,
-    req: &Request,
-) -> Result<Response, link_protocol::Error> {
-    write_message(stream, req).await?;
-    let resp: Response = read_message(stream)
-        .await?
-        .ok_or(link_protocol::Error::Closed)?;
-    if resp.id != req.id {
-        return Err(link_protocol::Error::IdMismatch {
-            want: req.id,
-            got: resp.id,
-        });
-    }
-    Ok(resp)
-}
-
-/// True when an idle connection has neither been closed by its owner nor received anything
-/// unasked (a peek that would block).
-fn still_open(stream: &UnixStream) -> bool {
-    use rustix::net::RecvFlags;
-    let mut byte = [0u8; 1];
-    matches!(
-        rustix::net::recv(stream, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
-        Err(rustix::io::Errno::AGAIN)
-    )
-}
-
 /// Accepts plugin connections on `run/router.sock`.
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
     loop {
@@ -305,18 +288,10 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
 
 async fn serve_caller(
     shared: &Shared,
-    caller: &str,
-    mut stream: UnixStream,
+    caller: &'static str,
+    stream: UnixStream,
 ) -> Result<(), link_protocol::Error> {
-    while let Some(req) = read_message::<Request, _>(&mut stream).await? {
-        let id = req.id;
-        let outcome = match shared.router.call(caller, req).await {
-            Ok(v) => Outcome::Ok(v),
-            Err(e) => Outcome::Error(e),
-        };
-        write_message(&mut stream, &Response { id, outcome }).await?;
-    }
-    Ok(())
+    link_protocol::server::serve_connection(stream, |req| shared.router.call(caller, req)).await
 }
 
 #[cfg(test)]
@@ -325,12 +300,50 @@ mod tests {
 
     #[test]
     fn grants_are_exact() {
-        assert!(allowed(HARNESS, r::TOOL_RUN));
+        assert!(allowed(HARNESS, r::tool::Run::NAME));
         assert!(!allowed(
-            "link-plugin-file-tool",
-            r::STORE_CONVERSATION_APPEND
+            programs::FILE_TOOL,
+            r::store::ConversationAppend::NAME
         ));
-        assert!(!allowed("link-plugin-link-run", r::TOOL_RUN));
-        assert!(!allowed("unknown", r::AGENT_GET));
+        assert!(!allowed(programs::RUN, r::tool::Run::NAME));
+        assert!(!allowed("unknown", r::agent::Get::NAME));
+    }
+
+    /// Every grant names a route that exists and that its owner is not the caller of; every
+    /// routed route has a caller holding its grant, or is listed in UNROUTED with a reason;
+    /// host-socket routes are never routed.
+    #[test]
+    fn grants_match_the_route_table() {
+        for (caller, routes) in GRANTS {
+            assert!(
+                *caller == HOST || programs::PLUGINS.contains(caller),
+                "grant for unknown caller {caller}"
+            );
+            for route in *routes {
+                let info =
+                    r::find(route).unwrap_or_else(|| panic!("{caller} granted unknown {route}"));
+                assert_ne!(
+                    info.owner, *caller,
+                    "{caller} granted its own route {route}"
+                );
+                assert_ne!(info.owner, programs::HOST, "host route {route} granted");
+                assert!(
+                    !UNROUTED.iter().any(|(u, _)| u == route),
+                    "{route} both granted and unrouted"
+                );
+            }
+        }
+        for info in r::ALL {
+            let granted = GRANTS.iter().any(|(_, routes)| routes.contains(&info.name));
+            let unrouted = UNROUTED.iter().any(|(u, _)| *u == info.name);
+            let host_socket =
+                info.owner == programs::HOST || (info.owner == programs::MEASURE && granted);
+            assert!(
+                granted || unrouted || host_socket,
+                "{} is served by {} but no caller holds its grant: grant it or list it in UNROUTED",
+                info.name,
+                info.owner
+            );
+        }
     }
 }

@@ -1,11 +1,11 @@
 //! Full Link through the real host: the grant table with real callers, tokens, a plugin
 //! killed mid-turn, and what survives `down` + `up`.
 
-mod support;
+use crate::support;
 
+use crate::support::state_root;
 use link_protocol::routes as r;
 use serde_json::json;
-use support::state_root;
 
 /// Every route of full Link, with a body that is harmless for an agent that does not exist.
 const ROUTES: &[&str] = &[
@@ -74,7 +74,6 @@ fn granted(caller: &str, route: &str) -> bool {
             "link-plugin-link-code",
             &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
         ),
-        ("link-plugin-model", &[r::SECRET_GET]),
     ];
     grants
         .iter()
@@ -85,8 +84,8 @@ fn granted(caller: &str, route: &str) -> bool {
 fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
     let root = state_root();
     let mut rt = support::up_in(&root, "link", "diagnostic");
-    // The model serves HTTP, not routes, so it has no debug hook to call through; its one
-    // grant (secret.get) is in the host's table and checked by the router like every other.
+    // The model serves HTTP, not routes, so it has no debug hook to call through; it holds
+    // no grant.
     let plugins: Vec<String> = rt
         .plugin_pids()
         .into_iter()

@@ -1,11 +1,11 @@
 //! Mini end to end: the real `link` host and plugins, real sockets, effects checked on disk
 //! and in `/proc`.
 
-mod support;
+use crate::support;
 
+use crate::support::state_root;
 use link_harness_conformance::runtime_process::RuntimeProcess;
 use serde_json::json;
-use support::state_root;
 
 #[test]
 fn two_agents_keep_their_own_conversations_across_restart() {

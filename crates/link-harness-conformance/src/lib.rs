@@ -10,11 +10,13 @@
 //! - [`programs`]: the built programs a profile needs, their sizes and hashes;
 //! - [`client`]: the HTTP connection service and the host's control socket;
 //! - [`plugin_process`]: one plugin binary started as the host would, the test its parent;
-//! - [`runtime_process`]: a started `link up` for integration tests, and its clients;
+//! - [`runtime_process`]: the one way to start `link up` (integration tests, the scenario,
+//!   the `link-cli` bench), with HOME isolated inside the state root, and its clients;
 //! - [`scenario`]: [`run_scenario`], one whole run producing the shared
-//!   [`Report`](link_plugin_measure::Report);
+//!   [`Report`](link_plugin_measure::Report), one module per phase;
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
-//! - [`trace`]: per-phase exec counts from an strace file (`runtime report`).
+//! - [`trace`]: per-phase exec counts from an strace file (`runtime report`): parse, track,
+//!   count.
 //!
 //! The example `runtime` is the standalone runner; the `runtime::` tests of
 //! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
@@ -33,20 +35,3 @@ pub mod trace;
 pub use scenario::{
     preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig,
 };
-
-/// Every check a report carries, in order (DESIGN §7).
-pub const CHECKS: [&str; 13] = [
-    "startup",
-    "cold_turn",
-    "warm_turn",
-    "agent_files_isolated",
-    "unauthenticated_refused",
-    "conversation_write_refused",
-    "run_tool_confined",
-    "file_tool_confined",
-    "scheduler_fired",
-    "idle_samples_completed",
-    "status_series",
-    "processes_stopped",
-    "no_orphans",
-];

@@ -1,9 +1,8 @@
 //! One plugin binary started the way the host starts it, with the test as its parent (so a
 //! full Link plugin's `Peers::Parent` check lets the test call it directly).
 //!
-//! The plugin gets a cleared environment with `PATH`, the `LNK_*` variables,
-//! `LNK_KEYCHAIN=off`, `RUST_LOG=debug`, and `HOME`/`XDG_*` inside its own home under a fresh
-//! [`StateRoot`]; stdout is piped for the ready line (and drained after it, so a late write
+//! The plugin gets the host's contract ([`plugin::Contract::apply`], the one definition of
+//! it) plus `LNK_KEYCHAIN=off` and `RUST_LOG=debug`, on a fresh [`StateRoot`]; stdout is piped for the ready line (and drained after it, so a late write
 //! never meets EPIPE), stderr goes to the plugin's log file. It is killed and reaped on drop;
 //! the state root goes when the last plugin started in it is dropped.
 
@@ -14,7 +13,7 @@ use link_protocol::{Client, ErrorCode, Request};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -78,40 +77,21 @@ impl PluginSpec {
     /// The command the host would run for this plugin on `layout`, environment included,
     /// stdout piped; makes the directories the host makes. For runs that expect no ready line.
     pub fn command(&self, layout: &StateLayout) -> Command {
-        let name = self.name.as_str();
-        let home = layout.home(name);
-        let data = layout.data(name);
-        let xdg = [
-            ("XDG_CONFIG_HOME", home.join(".config")),
-            ("XDG_CACHE_HOME", home.join(".cache")),
-            ("XDG_DATA_HOME", home.join(".local/share")),
-            ("XDG_STATE_HOME", home.join(".local/state")),
-        ];
-        let dirs = [
-            home.clone(),
-            data.clone(),
-            layout.run_dir(),
-            layout.log_dir(),
-        ];
-        for dir in dirs.iter().chain(xdg.iter().map(|(_, d)| d)) {
-            std::fs::create_dir_all(dir)
-                .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        }
+        let programs = self.exe.parent().unwrap_or(Path::new("/"));
+        let contract = plugin::Contract {
+            name: &self.name,
+            layout,
+            programs,
+            profile: self.profile,
+            mode: self.mode,
+            monitor_interval: 1.0,
+        };
+        contract
+            .create_dirs()
+            .unwrap_or_else(|e| panic!("cannot prepare {}: {e}", self.name));
         let mut cmd = Command::new(&self.exe);
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env(plugin::ENV_PLUGIN, name)
-            .env(plugin::ENV_STATE, layout.root())
-            .env(plugin::ENV_SOCKET, layout.plugin_socket(name))
-            .env(plugin::ENV_DATA, &data)
-            .env(plugin::ENV_MODE, self.mode.as_str())
-            .env(plugin::ENV_PROFILE, self.profile.as_str())
-            .env("LNK_KEYCHAIN", "off")
-            .env("RUST_LOG", "debug")
-            .env("HOME", &home)
-            .envs(xdg)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+        contract.apply(&mut cmd);
+        cmd.env("LNK_KEYCHAIN", "off").env("RUST_LOG", "debug");
         for (key, value) in &self.env {
             match value {
                 Some(v) => cmd.env(key, v),

@@ -3,8 +3,8 @@
 //! that leaves an orphan behind fails `no_orphans`, naming it, while the state root and every
 //! process are still cleaned up.
 
-use link_harness_conformance::{programs, reaper, run_scenario, ScenarioConfig, CHECKS};
-use link_plugin_measure::{CheckOutcome, Report, Status};
+use link_harness_conformance::{programs, reaper, run_scenario, ScenarioConfig};
+use link_plugin_measure::{CheckName, Report, Status};
 use link_protocol::plugin::{Mode, Profile};
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,7 @@ fn fake_programs(sandbox_exit: i32) -> PathBuf {
     dir
 }
 
-fn outcome(report: &Report, name: &str) -> CheckOutcome {
+fn outcome(report: &Report, name: CheckName) -> Status {
     report
         .checks
         .iter()
@@ -59,7 +59,7 @@ fn outcome(report: &Report, name: &str) -> CheckOutcome {
         .outcome
 }
 
-fn detail(report: &Report, name: &str) -> String {
+fn detail(report: &Report, name: CheckName) -> String {
     report
         .checks
         .iter()
@@ -90,11 +90,8 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     );
     let reason = report.outcome.reason.clone().unwrap();
     assert!(reason.contains("user namespaces are blocked"), "{reason}");
-    assert_eq!(report.checks.len(), CHECKS.len());
-    assert!(report
-        .checks
-        .iter()
-        .all(|c| c.outcome == CheckOutcome::Skipped));
+    assert_eq!(report.checks.len(), CheckName::ALL.len());
+    assert!(report.checks.iter().all(|c| c.outcome == Status::Skipped));
     assert!(report.phases.is_empty() && report.processes.is_empty());
     assert!(!Path::new(&report.roots.state).exists());
     let written: Report = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
@@ -107,7 +104,7 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     let report = run_scenario(&config);
     std::env::remove_var("LNK_REQUIRE_SANDBOX");
     assert_eq!(report.outcome.status, Status::Failed);
-    assert!(detail(&report, "startup").contains("LNK_REQUIRE_SANDBOX=1"));
+    assert!(detail(&report, CheckName::Startup).contains("LNK_REQUIRE_SANDBOX=1"));
     assert!(report.phases.is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 
@@ -117,16 +114,16 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     let config = ScenarioConfig::new(&dir, Profile::Mini, Mode::Confined, "test");
     let report = run_scenario(&config);
     assert_eq!(report.outcome.status, Status::Failed);
-    assert_eq!(outcome(&report, "startup"), CheckOutcome::Failed);
+    assert_eq!(outcome(&report, CheckName::Startup), Status::Failed);
     assert!(
-        detail(&report, "startup").contains("host.status"),
+        detail(&report, CheckName::Startup).contains("host.status"),
         "{}",
-        detail(&report, "startup")
+        detail(&report, CheckName::Startup)
     );
-    assert_eq!(outcome(&report, "cold_turn"), CheckOutcome::Skipped);
-    assert!(detail(&report, "cold_turn").starts_with("not reached"));
-    assert_eq!(outcome(&report, "no_orphans"), CheckOutcome::Failed);
-    let orphans = detail(&report, "no_orphans");
+    assert_eq!(outcome(&report, CheckName::ColdTurn), Status::Skipped);
+    assert!(detail(&report, CheckName::ColdTurn).starts_with("not reached"));
+    assert_eq!(outcome(&report, CheckName::NoOrphans), Status::Failed);
+    let orphans = detail(&report, CheckName::NoOrphans);
     assert!(orphans.contains("sleep 300"), "{orphans}");
     assert!(report.phases.iter().any(|p| p.name == "shutdown"));
     assert!(!Path::new(&report.roots.state).exists());

@@ -6,8 +6,8 @@
 
 use link_connection_api::{Backend, BackendFuture};
 use link_protocol::plugin::PluginEnv;
-use link_protocol::{client, routes, tokens, RemoteError};
-use serde_json::json;
+use link_protocol::routes::{agent, host, programs, Empty, Route};
+use link_protocol::{client, tokens, AgentId, RemoteError};
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,16 +19,12 @@ struct Mini {
 }
 
 impl Mini {
-    fn call<'a>(
-        &'a self,
-        route: &'a str,
-        agent: Option<&'a str>,
-        body: serde_json::Value,
-    ) -> BackendFuture<'a> {
+    /// Calls route `R` of the Mini harness; the reply as the HTTP contract's JSON.
+    fn call<'a, R: Route>(&'a self, agent: Option<&'a str>, body: R::Body) -> BackendFuture<'a> {
         Box::pin(async move {
-            client::call_once(&self.harness, route, agent, body)
-                .await
-                .map_err(RemoteError::from)
+            let agent = agent.map(AgentId::parse).transpose()?;
+            let reply = client::request_once::<R>(&self.harness, agent.as_ref(), &body).await?;
+            serde_json::to_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
         })
     }
 }
@@ -44,25 +40,26 @@ impl Backend for Mini {
         })
     }
     fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a> {
-        self.call(routes::AGENT_CREATE, None, json!({ "name": name }))
+        let name = name.to_owned();
+        self.call::<agent::Create>(None, agent::CreateBody { name })
     }
-    fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a> {
-        self.call(routes::TURN_RUN, Some(agent), json!({ "message": message }))
+    fn turn<'a>(&'a self, id: &'a str, message: &'a str) -> BackendFuture<'a> {
+        let message = message.to_owned();
+        self.call::<agent::Turn>(Some(id), agent::TurnBody { message })
     }
-    fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
-        self.call(routes::AGENT_GET, Some(agent), json!({}))
+    fn get_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
+        self.call::<agent::Get>(Some(id), Empty {})
     }
     fn list_agents(&self) -> BackendFuture<'_> {
-        self.call(routes::AGENT_LIST, None, json!({}))
+        self.call::<agent::List>(None, Empty {})
     }
-    fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a> {
-        self.call(routes::AGENT_DELETE, Some(agent), json!({}))
+    fn delete_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
+        self.call::<agent::Delete>(Some(id), Empty {})
     }
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move {
-            client::call_once(&self.host, routes::HOST_STATUS, None, json!({}))
-                .await
-                .map_err(RemoteError::from)
+            let status = client::request_once::<host::Status>(&self.host, None, &Empty {}).await?;
+            serde_json::to_value(status).map_err(|e| RemoteError::internal(e.to_string()))
         })
     }
 }
@@ -74,7 +71,7 @@ async fn main() -> anyhow::Result<()> {
     let layout = env.layout();
     let backend = Arc::new(Mini {
         tokens: layout.tokens_file(),
-        harness: layout.plugin_socket("link-mini-harness"),
+        harness: layout.plugin_socket(programs::MINI_HARNESS),
         host: layout.host_socket(),
     });
     let socket = layout.connection_socket();

@@ -1,33 +1,28 @@
 //! link-mini-harness: Mini's turn engine — agents, their conversations, and model calls, in
 //! one process with no router and no tools.
 //!
-//! Agents live under its data area, `agents/<id>/conversation.jsonl` (JSON lines, fsync'd
-//! after each turn) and `agents/<id>/agent.json`; they are loaded at start, so conversations
-//! survive a restart of the runtime. A turn sends the whole conversation to the local model
-//! service and appends the user message and the reply together.
+//! Agents live under its data area, `agents/<id>/conversation.jsonl` and
+//! `agents/<id>/agent.json` (see [`store`]: the same conversation log and durability as full
+//! Link's file store, one `fdatasync` per turn); they are loaded at start, so conversations
+//! survive a restart of the runtime, and a damaged agent never stops the others from loading.
+//! A turn sends the whole conversation to the local model service and appends the user
+//! message and the reply together.
+
+mod store;
 
 use link_protocol::plugin::PluginEnv;
-use link_protocol::server::{self, Peers};
-use link_protocol::{routes, ErrorCode, RemoteError, Request};
-use serde::{Deserialize, Serialize};
+use link_protocol::routes::agent::{
+    AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, Turn, TurnBody, TurnReply,
+};
+use link_protocol::routes::{programs, Empty};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
+use store::Stored as Agent;
 use tokio::sync::Mutex;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    role: String,
-    content: String,
-}
-
-struct Agent {
-    name: String,
-    dir: PathBuf,
-    conversation: Vec<Entry>,
-}
 
 struct Harness {
     agents_dir: PathBuf,
@@ -39,60 +34,39 @@ impl Harness {
     fn open(env: &PluginEnv) -> anyhow::Result<Harness> {
         let agents_dir = env.data.join("agents");
         std::fs::create_dir_all(&agents_dir)?;
-        let mut agents = HashMap::new();
-        for entry in std::fs::read_dir(&agents_dir)? {
-            let dir = entry?.path();
-            let id = dir
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            agents.insert(id, Arc::new(Mutex::new(load_agent(&dir)?)));
-        }
+        let agents = store::load(&agents_dir)?
+            .into_iter()
+            .map(|agent| (agent.id.clone(), Arc::new(Mutex::new(agent))))
+            .collect();
         Ok(Harness {
             agents_dir,
-            model: env.layout().plugin_socket("link-plugin-model"),
+            model: env.layout().plugin_socket(programs::MODEL),
             agents: std::sync::Mutex::new(agents),
         })
     }
 
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        match req.route.as_str() {
-            routes::AGENT_CREATE => self.create(&req),
-            routes::AGENT_GET => self.get(server::agent(&req)?).await,
-            routes::AGENT_LIST => Ok(json!({ "agents": self.ids() })),
-            routes::AGENT_DELETE => self.delete(server::agent(&req)?).await,
-            routes::TURN_RUN => self.turn(&req).await,
-            other => Err(RemoteError::not_found(format!(
-                "route {other} is not served here"
-            ))),
-        }
-    }
-
-    fn create(&self, req: &Request) -> Result<Value, RemoteError> {
-        #[derive(Deserialize)]
-        struct Create {
-            name: String,
-        }
-        let Create { name } = server::body(req)?;
-        validate_name(&name)?;
+    fn create(&self, name: &str) -> Result<AgentInfo, RemoteError> {
+        // The name is the id.
+        let id = AgentId::parse(name)?;
         let mut agents = self.agents.lock().expect("agents lock");
-        if agents.contains_key(&name) {
+        if agents.contains_key(name) {
             return Err(RemoteError::new(
                 ErrorCode::Conflict,
                 format!("agent {name} already exists"),
             ));
         }
-        let dir = self.agents_dir.join(&name);
-        create_agent_dir(&dir, &name)
-            .map_err(|e| RemoteError::internal(format!("creating agent {name}: {e}")))?;
-        let agent = Agent {
-            name: name.clone(),
-            dir,
-            conversation: Vec::new(),
-        };
-        agents.insert(name.clone(), Arc::new(Mutex::new(agent)));
-        Ok(json!({ "id": name, "name": name }))
+        let agent = store::create(&self.agents_dir, name)?;
+        agents.insert(name.to_owned(), Arc::new(Mutex::new(agent)));
+        Ok(info(id, name.to_owned()))
+    }
+
+    fn list(&self) -> Result<AgentList, RemoteError> {
+        let agents = self
+            .ids()
+            .into_iter()
+            .map(|id| Ok(info(AgentId::parse(id.clone())?, id)))
+            .collect::<Result<_, RemoteError>>()?;
+        Ok(AgentList { agents })
     }
 
     fn ids(&self) -> Vec<String> {
@@ -116,49 +90,48 @@ impl Harness {
             .ok_or_else(|| RemoteError::not_found(format!("no agent {id}")))
     }
 
-    async fn get(&self, id: &str) -> Result<Value, RemoteError> {
+    async fn get(&self, id: &AgentId) -> Result<AgentInfo, RemoteError> {
         let agent = self.agent(id)?;
         let agent = agent.lock().await;
-        Ok(json!({ "id": id, "name": agent.name, "conversation": agent.conversation }))
+        let (conversation, torn) = agent.conversation()?;
+        Ok(AgentInfo {
+            conversation: Some(conversation.to_vec()),
+            conversation_torn: torn.map(|t| t.to_string()),
+            ..info(id.clone(), agent.name.clone())
+        })
     }
 
-    async fn delete(&self, id: &str) -> Result<Value, RemoteError> {
+    async fn delete(&self, id: &AgentId) -> Result<Empty, RemoteError> {
         let agent = self.agent(id)?;
         // Waits for a running turn of this agent to finish before its files go.
         let agent = agent.lock().await;
         std::fs::remove_dir_all(&agent.dir)
             .map_err(|e| RemoteError::internal(format!("removing agent {id}: {e}")))?;
-        self.agents.lock().expect("agents lock").remove(id);
-        Ok(json!({}))
+        self.agents.lock().expect("agents lock").remove(id.as_str());
+        Ok(Empty {})
     }
 
-    async fn turn(&self, req: &Request) -> Result<Value, RemoteError> {
-        #[derive(Deserialize)]
-        struct Turn {
-            message: String,
-        }
-        let Turn { message } = server::body(req)?;
-        let agent = self.agent(server::agent(req)?)?;
+    async fn turn(&self, id: &AgentId, message: String) -> Result<TurnReply, RemoteError> {
+        let agent = self.agent(id)?;
         // Turns of one agent are serialised; different agents run concurrently.
         let mut agent = agent.lock().await;
-        let user = Entry {
-            role: "user".into(),
-            content: message,
-        };
-        let mut messages = agent.conversation.clone();
+        let (conversation, torn) = agent.conversation()?;
+        if torn.is_some() {
+            return Err(agent.repair_torn());
+        }
+        let user = json!({ "role": "user", "content": message });
+        let mut messages = conversation.to_vec();
         messages.push(user.clone());
         let reply = self.complete(&messages).await?;
-        let assistant = Entry {
-            role: "assistant".into(),
-            content: reply.clone(),
-        };
-        append(&agent.dir, &[&user, &assistant])
-            .map_err(|e| RemoteError::internal(format!("saving the conversation: {e}")))?;
-        agent.conversation.extend([user, assistant]);
-        Ok(json!({ "reply": reply, "tool_calls": [] }))
+        let assistant = json!({ "role": "assistant", "content": reply });
+        agent.append(vec![user, assistant])?;
+        Ok(TurnReply {
+            reply,
+            tool_calls: Vec::new(),
+        })
     }
 
-    async fn complete(&self, messages: &[Entry]) -> Result<String, RemoteError> {
+    async fn complete(&self, messages: &[Value]) -> Result<String, RemoteError> {
         let body = json!({ "model": "link-local", "messages": messages });
         let resp = link_protocol::http::json(
             &self.model,
@@ -186,62 +159,15 @@ impl Harness {
     }
 }
 
-fn validate_name(name: &str) -> Result<(), RemoteError> {
-    let ok = !name.is_empty()
-        && name.len() <= 32
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && name.as_bytes()[0].is_ascii_alphanumeric();
-    if ok {
-        Ok(())
-    } else {
-        Err(RemoteError::bad_request(format!(
-            "invalid agent name {name:?}: use 1-32 of a-z, 0-9, '-' and '_', starting with a letter or digit"
-        )))
+fn info(id: AgentId, name: String) -> AgentInfo {
+    AgentInfo {
+        id,
+        name,
+        workspace: None,
+        home: None,
+        conversation: None,
+        conversation_torn: None,
     }
-}
-
-fn create_agent_dir(dir: &Path, name: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("agent.json"), json!({ "name": name }).to_string())?;
-    std::fs::File::create(dir.join("conversation.jsonl"))?.sync_all()
-}
-
-fn load_agent(dir: &Path) -> anyhow::Result<Agent> {
-    let meta: Value = serde_json::from_slice(&std::fs::read(dir.join("agent.json"))?)?;
-    let text = std::fs::read_to_string(dir.join("conversation.jsonl"))?;
-    let conversation = text
-        .lines()
-        .enumerate()
-        .map(|(n, line)| {
-            serde_json::from_str(line).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: line {} is damaged ({e}); move the file aside to start afresh",
-                    dir.display(),
-                    n + 1
-                )
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    Ok(Agent {
-        name: meta["name"].as_str().unwrap_or_default().to_owned(),
-        dir: dir.to_owned(),
-        conversation,
-    })
-}
-
-fn append(dir: &Path, entries: &[&Entry]) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    for e in entries {
-        serde_json::to_writer(&mut buf, e)?;
-        buf.push(b'\n');
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(dir.join("conversation.jsonl"))?;
-    f.write_all(&buf)?;
-    f.sync_data()
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -249,17 +175,14 @@ async fn main() -> anyhow::Result<()> {
     link_protocol::plugin::init_logging();
     let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
     let harness = Arc::new(Harness::open(&env)?);
-    let handler = server::handler(move |req| {
-        let harness = harness.clone();
-        async move { harness.handle(req).await }
-    });
-    let routes = [
-        routes::AGENT_DELETE,
-        routes::AGENT_CREATE,
-        routes::AGENT_GET,
-        routes::AGENT_LIST,
-        routes::TURN_RUN,
-    ];
-    link_protocol::plugin::serve_plugin(&env, &routes, Peers::SameUser, handler).await?;
+    let service = Service::new(harness)
+        .on::<Delete, _, _>(|h, call: Call, _| async move { h.delete(call.agent()?).await })
+        .on::<Create, _, _>(|h, _, body: CreateBody| async move { h.create(&body.name) })
+        .on::<Get, _, _>(|h, call: Call, _| async move { h.get(call.agent()?).await })
+        .on::<List, _, _>(|h, _, _| async move { h.list() })
+        .on::<Turn, _, _>(|h, call: Call, body: TurnBody| async move {
+            h.turn(call.agent()?, body.message).await
+        });
+    link_protocol::plugin::serve_service(&env, Peers::SameUser, service).await?;
     Ok(())
 }

@@ -10,21 +10,13 @@
 
 mod registry;
 
-use link_protocol::routes as r;
-use link_protocol::server::{self, Peers};
-use link_protocol::{client, layout::StateLayout, ErrorCode, RemoteError, Request};
+use link_protocol::routes::agent::{AgentInfo, AgentList, Create, CreateBody, Delete, Get, List};
+use link_protocol::routes::{schedule, store, Empty, Route};
+use link_protocol::server::{Peers, Service};
+use link_protocol::{client, layout::StateLayout, AgentId, ErrorCode, RemoteError};
 use registry::{Record, Registry};
-use serde::Deserialize;
-use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-
-const ROUTES: &[&str] = &[
-    r::AGENT_CREATE,
-    r::AGENT_GET,
-    r::AGENT_LIST,
-    r::AGENT_DELETE,
-];
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -39,30 +31,13 @@ async fn main() -> anyhow::Result<()> {
             creating: BTreeSet::new(),
         }),
     });
-    let handler = server::handler(move |req| {
-        let agents = agents.clone();
-        async move { agents.handle(req).await }
-    });
-    link_protocol::plugin::serve_plugin(&env, ROUTES, Peers::Parent, handler).await?;
+    let service = Service::new(agents)
+        .on::<Create, _, _>(|a, _, body: CreateBody| async move { a.create(&body.name).await })
+        .on::<Get, _, _>(|a, call, _| async move { a.get(call.agent()?) })
+        .on::<List, _, _>(|a, _, _| async move { Ok(a.list()) })
+        .on::<Delete, _, _>(|a, call, _| async move { a.delete(call.agent()?).await });
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
-}
-
-/// Checks an agent name: `[a-z0-9][a-z0-9_-]{0,31}`.
-pub fn check_name(name: &str) -> Result<(), RemoteError> {
-    let b = name.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 32
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-');
-    if ok {
-        Ok(())
-    } else {
-        Err(RemoteError::bad_request(format!(
-            "invalid agent name {name:?}: use 1 to 32 characters from a-z, 0-9, `_` and `-`, \
-             starting with a letter or digit"
-        )))
-    }
 }
 
 struct Agents {
@@ -78,32 +53,16 @@ struct State {
     creating: BTreeSet<String>,
 }
 
-#[derive(Deserialize)]
-struct CreateBody {
-    name: String,
-}
-
 impl Agents {
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        match req.route.as_str() {
-            r::AGENT_CREATE => {
-                let body: CreateBody = server::body(&req)?;
-                self.create(&body.name).await
-            }
-            r::AGENT_GET => {
-                let id = server::agent(&req)?;
-                let rec = self.state().registry.agents.get(id).cloned();
-                Ok(self.describe(&rec.ok_or_else(|| unknown(id))?))
-            }
-            r::AGENT_LIST => {
-                let all: Vec<Record> = self.state().registry.agents.values().cloned().collect();
-                let agents: Vec<Value> = all.iter().map(|a| self.describe(a)).collect();
-                Ok(json!({ "agents": agents }))
-            }
-            r::AGENT_DELETE => self.delete(server::agent(&req)?).await,
-            other => Err(RemoteError::not_found(format!(
-                "link-plugin-agent does not serve route {other}"
-            ))),
+    fn get(&self, id: &AgentId) -> Result<AgentInfo, RemoteError> {
+        let rec = self.state().registry.agents.get(id).cloned();
+        Ok(self.describe(&rec.ok_or_else(|| unknown(id))?))
+    }
+
+    fn list(&self) -> AgentList {
+        let all: Vec<Record> = self.state().registry.agents.values().cloned().collect();
+        AgentList {
+            agents: all.iter().map(|a| self.describe(a)).collect(),
         }
     }
 
@@ -111,17 +70,20 @@ impl Agents {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn describe(&self, rec: &Record) -> Value {
-        json!({
-            "id": rec.id,
-            "name": rec.name,
-            "workspace": self.layout.agent_workspace(&rec.id),
-            "home": self.layout.agent_home(&rec.id),
-        })
+    fn describe(&self, rec: &Record) -> AgentInfo {
+        AgentInfo {
+            id: rec.id.clone(),
+            name: rec.name.clone(),
+            workspace: Some(self.layout.agent_workspace(&rec.id)),
+            home: Some(self.layout.agent_home(&rec.id)),
+            conversation: None,
+            conversation_torn: None,
+        }
     }
 
-    async fn create(&self, name: &str) -> Result<Value, RemoteError> {
-        check_name(name)?;
+    async fn create(&self, name: &str) -> Result<AgentInfo, RemoteError> {
+        // The name is the id.
+        let id = AgentId::parse(name)?;
         {
             let mut st = self.state();
             if st.registry.agents.contains_key(name) || !st.creating.insert(name.to_owned()) {
@@ -131,12 +93,12 @@ impl Agents {
                 ));
             }
         }
-        let made = self.make_files(name).await;
+        let made = self.make_files(&id).await;
         let mut st = self.state();
         st.creating.remove(name);
         made?;
         let rec = Record {
-            id: name.to_owned(),
+            id: id.clone(),
             name: name.to_owned(),
             created_unix_ms: link_protocol::clock::unix_ms(),
         };
@@ -152,8 +114,8 @@ impl Agents {
     }
 
     /// The workspace and conversation (by the file store), then the home.
-    async fn make_files(&self, id: &str) -> Result<(), RemoteError> {
-        self.call(r::STORE_AGENT_CREATE, id).await?;
+    async fn make_files(&self, id: &AgentId) -> Result<(), RemoteError> {
+        self.call::<store::AgentCreate>(id).await?;
         let home = self.layout.agent_home(id);
         let made = [".config", ".cache", ".local/share"]
             .iter()
@@ -168,12 +130,12 @@ impl Agents {
         Ok(())
     }
 
-    async fn delete(&self, id: &str) -> Result<Value, RemoteError> {
+    async fn delete(&self, id: &AgentId) -> Result<Empty, RemoteError> {
         if !self.state().registry.agents.contains_key(id) {
             return Err(unknown(id));
         }
-        self.call(r::STORE_AGENT_DELETE, id).await?;
-        match self.call(r::SCHEDULE_DELETE_AGENT, id).await {
+        self.call::<store::AgentDelete>(id).await?;
+        match self.call::<schedule::DeleteAgent>(id).await {
             Ok(_) => {}
             // No scheduler running (or nothing scheduled): there is nothing to cancel.
             Err(e) if matches!(e.code, ErrorCode::Unavailable | ErrorCode::NotFound) => {
@@ -195,23 +157,23 @@ impl Agents {
         let mut st = self.state();
         if let Some(rec) = st.registry.agents.remove(id) {
             if let Err(e) = st.registry.save() {
-                st.registry.agents.insert(id.to_owned(), rec);
+                st.registry.agents.insert(id.clone(), rec);
                 return Err(RemoteError::internal(format!(
                     "cannot save the agent registry: {e}"
                 )));
             }
         }
         tracing::info!("deleted agent {id}");
-        Ok(json!({}))
+        Ok(Empty {})
     }
 
     /// Calls another plugin through the host's router, acting for `agent`.
-    async fn call(&self, route: &str, agent: &str) -> Result<Value, RemoteError> {
-        client::call_once(&self.layout.router_socket(), route, Some(agent), json!({}))
+    async fn call<R: Route<Body = Empty>>(&self, agent: &AgentId) -> Result<R::Reply, RemoteError> {
+        client::request_once::<R>(&self.layout.router_socket(), Some(agent), &Empty {})
             .await
             .map_err(|e| {
                 let mut e = RemoteError::from(e);
-                e.message = format!("{route} for agent {agent}: {}", e.message);
+                e.message = format!("{} for agent {agent}: {}", R::NAME, e.message);
                 e
             })
     }
@@ -219,31 +181,4 @@ impl Agents {
 
 fn unknown(id: &str) -> RemoteError {
     RemoteError::not_found(format!("no agent {id:?}; create it with agent.create"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::check_name;
-
-    #[test]
-    fn names() {
-        for ok in ["a", "0", "agent-1", "a_b", &"z".repeat(32)] {
-            assert!(check_name(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            "-a",
-            "_a",
-            "A",
-            "a b",
-            "a.b",
-            "../x",
-            "a/b",
-            &"z".repeat(33),
-            "é",
-        ] {
-            let err = check_name(bad).unwrap_err();
-            assert_eq!(err.code, link_protocol::ErrorCode::BadRequest, "{bad}");
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! The persisted list of agents: `agents.json` in the plugin's data area, replaced
 //! atomically (temp file, fsync, rename, fsync of the directory) on every change.
 
+use link_protocol::AgentId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// One registered agent. The id is its name (names are unique and path-safe).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
-    pub id: String,
+    pub id: AgentId,
     pub name: String,
     pub created_unix_ms: u64,
 }
@@ -22,7 +23,7 @@ struct File {
 #[derive(Debug)]
 pub struct Registry {
     path: PathBuf,
-    pub agents: BTreeMap<String, Record>,
+    pub agents: BTreeMap<AgentId, Record>,
 }
 
 impl Registry {
@@ -74,11 +75,11 @@ mod tests {
         let mut reg = Registry::load(&dir).unwrap();
         assert!(reg.agents.is_empty());
         let rec = Record {
-            id: "a".into(),
+            id: "a".parse().unwrap(),
             name: "a".into(),
             created_unix_ms: 7,
         };
-        reg.agents.insert("a".into(), rec.clone());
+        reg.agents.insert("a".parse().unwrap(), rec.clone());
         reg.save().unwrap();
         let again = Registry::load(&dir).unwrap();
         assert_eq!(again.agents.get("a"), Some(&rec));

@@ -7,11 +7,12 @@
 //! router) may connect.
 
 use link_protocol::plugin::PluginEnv;
-use link_protocol::server::Peers;
-use link_protocol::{routes, tokens, RemoteError, Request};
-use serde_json::{json, Value};
+use link_protocol::routes::auth::{Issue, Revoke, Revoked, TokenBody, Valid, Verify};
+use link_protocol::routes::{Empty, Route};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{tokens, RemoteError};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Tokens are `lnk_` + 64 hex digits; anything much longer is not one of ours.
 const MAX_TOKEN: usize = 256;
@@ -23,29 +24,26 @@ struct Auth {
 }
 
 impl Auth {
-    fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
+    async fn issue(self: Arc<Self>, _: Call, _: Empty) -> Result<TokenBody, RemoteError> {
         let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        match req.route.as_str() {
-            routes::AUTH_ISSUE => {
-                let token = tokens::create(&self.file).map_err(|e| self.store_error(e))?;
-                tracing::info!("issued a token");
-                Ok(json!({ "token": token }))
-            }
-            routes::AUTH_VERIFY => {
-                let valid =
-                    tokens::verify(&self.file, token(req)?).map_err(|e| self.store_error(e))?;
-                Ok(json!({ "valid": valid }))
-            }
-            routes::AUTH_REVOKE => {
-                let revoked =
-                    tokens::revoke(&self.file, token(req)?).map_err(|e| self.store_error(e))?;
-                tracing::info!(revoked, "revoke requested");
-                Ok(json!({ "revoked": revoked }))
-            }
-            other => Err(RemoteError::not_found(format!(
-                "route {other} is not served by link-plugin-auth"
-            ))),
-        }
+        let token = tokens::create(&self.file).map_err(|e| self.store_error(e))?;
+        tracing::info!("issued a token");
+        Ok(TokenBody { token })
+    }
+
+    async fn verify(self: Arc<Self>, _: Call, body: TokenBody) -> Result<Valid, RemoteError> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let token = checked::<Verify>(&body)?;
+        let valid = tokens::verify(&self.file, token).map_err(|e| self.store_error(e))?;
+        Ok(Valid { valid })
+    }
+
+    async fn revoke(self: Arc<Self>, _: Call, body: TokenBody) -> Result<Revoked, RemoteError> {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let token = checked::<Revoke>(&body)?;
+        let revoked = tokens::revoke(&self.file, token).map_err(|e| self.store_error(e))?;
+        tracing::info!(revoked, "revoke requested");
+        Ok(Revoked { revoked })
     }
 
     fn store_error(&self, e: std::io::Error) -> RemoteError {
@@ -54,15 +52,13 @@ impl Auth {
     }
 }
 
-/// The `token` field; errors never repeat the value.
-fn token(req: &Request) -> Result<&str, RemoteError> {
-    let token = req.body["token"].as_str().ok_or_else(|| {
-        RemoteError::bad_request(format!("{} needs `token` (a string)", req.route))
-    })?;
+/// The token of a body, checked for length; errors never repeat the value.
+fn checked<R: Route>(body: &TokenBody) -> Result<&str, RemoteError> {
+    let token = body.token.as_str();
     if token.is_empty() || token.len() > MAX_TOKEN {
         return Err(RemoteError::bad_request(format!(
             "{}: `token` must be 1 to {MAX_TOKEN} bytes",
-            req.route
+            R::NAME
         )));
     }
     Ok(token)
@@ -72,16 +68,15 @@ fn token(req: &Request) -> Result<&str, RemoteError> {
 async fn main() -> anyhow::Result<()> {
     link_protocol::plugin::init_logging();
     let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
-    let auth = std::sync::Arc::new(Auth {
+    let auth = Arc::new(Auth {
         file: env.layout().tokens_file(),
         lock: Mutex::new(()),
     });
     tracing::info!("token store at {}", auth.file.display());
-    let handler = link_protocol::server::handler(move |req| {
-        let auth = auth.clone();
-        async move { auth.handle(&req) }
-    });
-    let routes = [routes::AUTH_ISSUE, routes::AUTH_VERIFY, routes::AUTH_REVOKE];
-    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    let service = Service::new(auth)
+        .on::<Issue, _, _>(Auth::issue)
+        .on::<Verify, _, _>(Auth::verify)
+        .on::<Revoke, _, _>(Auth::revoke);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

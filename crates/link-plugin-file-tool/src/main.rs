@@ -10,15 +10,13 @@
 mod paths;
 
 use link_protocol::plugin::Mode;
-use link_protocol::routes as r;
-use link_protocol::server::{self, Peers};
-use link_protocol::{client, layout::StateLayout, ErrorCode, RemoteError, Request};
+use link_protocol::routes::store::{FileList, FileRead, FileWrite, PathBody, WriteBody};
+use link_protocol::routes::tool::{File, FileBody, FileReply};
+use link_protocol::routes::{programs, Route};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{client, layout::StateLayout, AgentId, ErrorCode, RemoteError};
 use paths::RefusalError;
-use serde::Deserialize;
-use serde_json::{json, Value};
 use std::sync::Arc;
-
-const HARNESS: &str = "link-plugin-link-harness";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
@@ -28,11 +26,8 @@ async fn main() -> anyhow::Result<()> {
         layout: env.layout(),
         mode: env.mode,
     });
-    let handler = server::handler(move |req| {
-        let tool = tool.clone();
-        async move { tool.handle(req).await }
-    });
-    link_protocol::plugin::serve_plugin(&env, &[r::TOOL_FILE], Peers::Parent, handler).await?;
+    let service = Service::new(tool).on::<File, _, _>(FileTool::file);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }
 
@@ -41,102 +36,94 @@ struct FileTool {
     mode: Mode,
 }
 
-#[derive(Deserialize)]
-struct FileBody {
-    op: String,
-    #[serde(default)]
-    path: Option<String>,
-    #[serde(default)]
-    content: Option<String>,
-}
-
-/// A checked request: which store route to call with which body.
-fn plan(body: FileBody) -> Result<(&'static str, Value), RemoteError> {
-    let path = body.path.unwrap_or_default();
-    match body.op.as_str() {
-        "read" | "write" if path.is_empty() => Err(RemoteError::bad_request(format!(
-            "file {}: `path` names the file to {}",
-            body.op, body.op
-        ))),
-        "read" => Ok((r::STORE_FILE_READ, json!({ "path": path }))),
-        "write" => {
-            let content = body.content.ok_or_else(|| {
-                RemoteError::bad_request("file write needs `content`, the text to write")
-            })?;
-            Ok((
-                r::STORE_FILE_WRITE,
-                json!({"path": path, "content": content}),
-            ))
-        }
-        "list" => Ok((r::STORE_FILE_LIST, json!({ "path": path }))),
-        other => Err(RemoteError::bad_request(format!(
-            "unknown file op {other:?}: use read, write or list"
-        ))),
+/// The path an operation names; reads and writes need a file, a list may name the workspace.
+fn path_of(body: &FileBody) -> Result<&str, RemoteError> {
+    let (op, path) = match body {
+        FileBody::Read { path } => ("read", path),
+        FileBody::Write { path, .. } => ("write", path),
+        FileBody::List { path } => return Ok(path),
+    };
+    if path.is_empty() {
+        return Err(RemoteError::bad_request(format!(
+            "file {op}: `path` names the file to {op}"
+        )));
     }
+    Ok(path)
 }
 
 impl FileTool {
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        if req.route != r::TOOL_FILE {
-            return Err(RemoteError::not_found(format!(
-                "link-plugin-file-tool does not serve route {}",
-                req.route
-            )));
-        }
+    async fn file(self: Arc<Self>, call: Call, body: FileBody) -> Result<FileReply, RemoteError> {
         if self.mode == Mode::Diagnostic {
             return Err(RemoteError::new(
                 ErrorCode::Unavailable,
                 "file tool disabled in diagnostic mode",
             ));
         }
-        if let Some(caller) = req.caller.as_deref().filter(|c| *c != HARNESS) {
+        if let Some(caller) = call.caller.as_deref().filter(|c| *c != programs::HARNESS) {
             return Err(RemoteError::forbidden(format!(
-                "{caller} may not call {}; only {HARNESS}",
-                req.route
+                "{caller} may not call {}; only {}",
+                File::NAME,
+                programs::HARNESS
             )));
         }
-        let agent = server::agent(&req)?;
-        let body: FileBody = server::body(&req)?;
-        let path = body.path.clone().unwrap_or_default();
-        paths::check(&path, &self.layout.agent_dir(agent)).map_err(|why| {
-            tracing::warn!(
-                "refused file {} {path:?} for agent {agent}: {why:?}",
-                body.op
-            );
-            why.error(&path)
+        let agent = call.agent()?;
+        let path = path_of(&body)?;
+        paths::check(path, &self.layout.agent_dir(agent)).map_err(|why| {
+            tracing::warn!("refused file {body:?} for agent {agent}: {why:?}");
+            why.error(path)
         })?;
-        let (route, store_body) = plan(body)?;
-        client::call_once(&self.layout.router_socket(), route, Some(agent), store_body)
-            .await
-            .map_err(RemoteError::from)
+        self.forward(agent, body).await.map_err(RemoteError::from)
+    }
+
+    /// The store route the operation maps to, for the same agent.
+    async fn forward(
+        &self,
+        agent: &AgentId,
+        body: FileBody,
+    ) -> Result<FileReply, link_protocol::Error> {
+        let router = self.layout.router_socket();
+        let agent = Some(agent);
+        Ok(match body {
+            FileBody::Read { path } => FileReply::Content(
+                client::request_once::<FileRead>(&router, agent, &PathBody { path }).await?,
+            ),
+            FileBody::Write { path, content } => FileReply::Written(
+                client::request_once::<FileWrite>(&router, agent, &WriteBody { path, content })
+                    .await?,
+            ),
+            FileBody::List { path } => FileReply::Listing(
+                client::request_once::<FileList>(&router, agent, &PathBody { path }).await?,
+            ),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn body(v: Value) -> FileBody {
-        serde_json::from_value(v).unwrap()
+    fn body(v: serde_json::Value) -> Result<FileBody, serde_json::Error> {
+        serde_json::from_value(v)
     }
 
     #[test]
-    fn plans() {
-        let (route, b) = plan(body(json!({"op": "read", "path": "a"}))).unwrap();
-        assert_eq!((route, b), (r::STORE_FILE_READ, json!({"path": "a"})));
-        let (route, b) = plan(body(json!({"op": "write", "path": "a", "content": "x"}))).unwrap();
+    fn bodies_and_paths() {
+        let read = body(json!({"op": "read", "path": "a"})).unwrap();
+        assert_eq!(path_of(&read).unwrap(), "a");
+        let list = body(json!({"op": "list"})).unwrap();
+        assert_eq!(path_of(&list).unwrap(), "");
+        let read_nothing = body(json!({"op": "read", "path": ""})).unwrap();
         assert_eq!(
-            (route, b),
-            (r::STORE_FILE_WRITE, json!({"path": "a", "content": "x"}))
+            path_of(&read_nothing).unwrap_err().code,
+            ErrorCode::BadRequest
         );
-        let (route, b) = plan(body(json!({"op": "list"}))).unwrap();
-        assert_eq!((route, b), (r::STORE_FILE_LIST, json!({"path": ""})));
         for bad in [
             json!({"op": "write", "path": "a"}),
             json!({"op": "read"}),
             json!({"op": "delete", "path": "a"}),
         ] {
-            assert_eq!(plan(body(bad)).unwrap_err().code, ErrorCode::BadRequest);
+            assert!(body(bad).is_err());
         }
     }
 }

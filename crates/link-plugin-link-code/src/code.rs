@@ -1,7 +1,7 @@
 //! The pure parts of the code tool: matching lines under output bounds, and exact patches.
 
+pub use link_protocol::routes::tool::Match;
 use link_protocol::{ErrorCode, RemoteError};
-use serde::Serialize;
 
 /// At most this many matches are returned.
 pub const MAX_MATCHES: usize = 200;
@@ -9,14 +9,6 @@ pub const MAX_MATCHES: usize = 200;
 pub const MAX_OUTPUT: usize = 64 * 1024;
 /// A matching line longer than this is cut (at a character boundary).
 pub const MAX_LINE: usize = 512;
-
-/// One matching line (1-based).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Match {
-    pub path: String,
-    pub line: usize,
-    pub text: String,
-}
 
 /// Matches gathered so far, within the bounds.
 #[derive(Debug, Default)]

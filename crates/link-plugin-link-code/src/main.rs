@@ -11,15 +11,13 @@
 
 mod code;
 
-use link_protocol::routes as r;
-use link_protocol::server::{self, Peers};
-use link_protocol::{client, ErrorCode, RemoteError, Request};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use link_protocol::routes::store::{FileList, FileRead, FileWrite, ListEntry, PathBody, WriteBody};
+use link_protocol::routes::tool::{Code, CodeBody, CodeReply, Matches};
+use link_protocol::routes::{programs, Route};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{client, AgentId, ErrorCode, RemoteError};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-const HARNESS: &str = "link-plugin-link-harness";
 /// Bounds on the walk, so a huge workspace cannot make one search run forever.
 const MAX_FILES: usize = 5_000;
 const MAX_DIRS: usize = 2_000;
@@ -34,26 +32,9 @@ async fn main() -> anyhow::Result<()> {
     let tool = Arc::new(CodeTool {
         router: env.layout().router_socket(),
     });
-    let handler = server::handler(move |req| {
-        let tool = tool.clone();
-        async move { tool.handle(req).await }
-    });
-    link_protocol::plugin::serve_plugin(&env, &[r::TOOL_CODE], Peers::Parent, handler).await?;
+    let service = Service::new(tool).on::<Code, _, _>(CodeTool::code);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
-}
-
-/// What `tool.code` accepts.
-#[derive(Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
-enum CodeBody {
-    Search {
-        pattern: String,
-    },
-    Patch {
-        path: String,
-        old: String,
-        new: String,
-    },
 }
 
 struct CodeTool {
@@ -66,41 +47,28 @@ enum Item {
     File(String, u64),
 }
 
-#[derive(Deserialize)]
-struct Entry {
-    name: String,
-    kind: String,
-    #[serde(default)]
-    bytes: u64,
-}
-
 impl CodeTool {
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        if req.route != r::TOOL_CODE {
-            return Err(RemoteError::not_found(format!(
-                "link-plugin-link-code does not serve route {}",
-                req.route
-            )));
-        }
-        if let Some(caller) = req.caller.as_deref().filter(|c| *c != HARNESS) {
+    async fn code(self: Arc<Self>, call: Call, body: CodeBody) -> Result<CodeReply, RemoteError> {
+        if let Some(caller) = call.caller.as_deref().filter(|c| *c != programs::HARNESS) {
             return Err(RemoteError::forbidden(format!(
-                "{caller} may not call {}; only {HARNESS}",
-                req.route
+                "{caller} may not call {}; only {}",
+                Code::NAME,
+                programs::HARNESS
             )));
         }
-        let agent = server::agent(&req)?;
-        let body: CodeBody = serde_json::from_value(req.body.clone()).map_err(|e| {
-            RemoteError::bad_request(format!(
-                "tool.code: {e}; use {{op: search, pattern}} or {{op: patch, path, old, new}}"
-            ))
-        })?;
+        let agent = call.agent()?;
         match body {
-            CodeBody::Search { pattern } => self.search(agent, &pattern).await,
-            CodeBody::Patch { path, old, new } => self.patch(agent, &path, &old, &new).await,
+            CodeBody::Search { pattern } => {
+                self.search(agent, &pattern).await.map(CodeReply::Matches)
+            }
+            CodeBody::Patch { path, old, new } => self
+                .patch(agent, &path, &old, &new)
+                .await
+                .map(CodeReply::Written),
         }
     }
 
-    async fn search(&self, agent: &str, pattern: &str) -> Result<Value, RemoteError> {
+    async fn search(&self, agent: &AgentId, pattern: &str) -> Result<Matches, RemoteError> {
         let re = code::compile(pattern)?;
         let mut found = code::Found::default();
         // Set when the walk itself was cut short (too many files, dirs or bytes).
@@ -148,26 +116,29 @@ impl CodeTool {
             }
         }
         let truncated = found.truncated || walk_cut;
-        Ok(json!({"matches": found.matches, "truncated": truncated}))
+        Ok(Matches {
+            matches: found.matches,
+            truncated,
+        })
     }
 
     /// One directory's entries, and whether the store cut the listing short.
-    async fn list(&self, agent: &str, dir: &str) -> Result<(Vec<Entry>, bool), RemoteError> {
-        let listed = self
-            .call(r::STORE_FILE_LIST, agent, json!({ "path": dir }))
-            .await?;
-        let entries = serde_json::from_value(listed["entries"].clone())
-            .map_err(|e| RemoteError::internal(format!("store.file.list answer: {e}")))?;
-        Ok((entries, listed["truncated"].as_bool().unwrap_or(false)))
+    async fn list(
+        &self,
+        agent: &AgentId,
+        dir: &str,
+    ) -> Result<(Vec<ListEntry>, bool), RemoteError> {
+        let body = PathBody {
+            path: dir.to_owned(),
+        };
+        let listed = client::request_once::<FileList>(&self.router, Some(agent), &body).await?;
+        Ok((listed.entries, listed.truncated))
     }
 
     /// A file's text, or `None` when it cannot be searched (not UTF-8, gone meanwhile).
-    async fn read_text(&self, agent: &str, path: &str) -> Result<Option<String>, RemoteError> {
-        match self
-            .call(r::STORE_FILE_READ, agent, json!({ "path": path }))
-            .await
-        {
-            Ok(v) => Ok(v["content"].as_str().map(str::to_owned)),
+    async fn read_text(&self, agent: &AgentId, path: &str) -> Result<Option<String>, RemoteError> {
+        match self.read(agent, path).await {
+            Ok(content) => Ok(Some(content)),
             Err(e)
                 if matches!(
                     e.code,
@@ -181,32 +152,27 @@ impl CodeTool {
         }
     }
 
+    async fn read(&self, agent: &AgentId, path: &str) -> Result<String, RemoteError> {
+        let body = PathBody {
+            path: path.to_owned(),
+        };
+        let read = client::request_once::<FileRead>(&self.router, Some(agent), &body).await?;
+        Ok(read.content)
+    }
+
     async fn patch(
         &self,
-        agent: &str,
+        agent: &AgentId,
         path: &str,
         old: &str,
         new: &str,
-    ) -> Result<Value, RemoteError> {
-        let read = self
-            .call(r::STORE_FILE_READ, agent, json!({ "path": path }))
-            .await?;
-        let content = read["content"]
-            .as_str()
-            .ok_or_else(|| RemoteError::internal("store.file.read answered without content"))?;
-        let patched = code::apply_patch(path, content, old, new)?;
-        self.call(
-            r::STORE_FILE_WRITE,
-            agent,
-            json!({"path": path, "content": patched}),
-        )
-        .await
-    }
-
-    /// Calls the file store through the host's router, for `agent`.
-    async fn call(&self, route: &str, agent: &str, body: Value) -> Result<Value, RemoteError> {
-        client::call_once(&self.router, route, Some(agent), body)
-            .await
-            .map_err(RemoteError::from)
+    ) -> Result<link_protocol::routes::store::Written, RemoteError> {
+        let content = self.read(agent, path).await?;
+        let patched = code::apply_patch(path, &content, old, new)?;
+        let body = WriteBody {
+            path: path.to_owned(),
+            content: patched,
+        };
+        Ok(client::request_once::<FileWrite>(&self.router, Some(agent), &body).await?)
     }
 }

@@ -3,13 +3,15 @@
 //! Every failure to reach a dependency becomes an `unavailable` error naming the plugin, so
 //! a turn that ends because something died says what died.
 
-use crate::pool::Pool;
-use link_protocol::{routes, ErrorCode, RemoteError};
+use link_protocol::client::Pool;
+use link_protocol::routes::store::{AppendBody, ConversationAppend};
+use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
+use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub const MODEL_PLUGIN: &str = "link-plugin-model";
+pub const MODEL_PLUGIN: &str = programs::MODEL;
 
 /// How long one call may take before the turn gives up on it. Generous: the run tool has
 /// its own, shorter timeout, and a remote model may be slow.
@@ -17,23 +19,9 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the harness's calls go.
 pub struct Deps {
-    pub router: Pool,
+    pub pool: Pool,
+    pub router: PathBuf,
     pub model: PathBuf,
-}
-
-/// The plugin that owns `route` (for error messages; the router decides where calls go).
-pub fn owner(route: &str) -> &'static str {
-    match route.split('.').next().unwrap_or_default() {
-        "agent" => "link-plugin-agent",
-        "store" => "link-plugin-file-store",
-        "schedule" => "link-plugin-link-scheduler",
-        _ => match route {
-            routes::TOOL_RUN => "link-plugin-link-run",
-            routes::TOOL_FILE => "link-plugin-file-tool",
-            routes::TOOL_CODE => "link-plugin-link-code",
-            _ => "the route's owner",
-        },
-    }
 }
 
 fn unavailable(message: String) -> RemoteError {
@@ -41,10 +29,22 @@ fn unavailable(message: String) -> RemoteError {
 }
 
 impl Deps {
-    /// Calls `route` for `agent` through the router.
-    pub async fn call(&self, route: &str, agent: &str, body: Value) -> Result<Value, RemoteError> {
-        let owner = owner(route);
-        let call = self.router.call(route, Some(agent), body);
+    pub fn new(router: PathBuf, model: PathBuf) -> Deps {
+        Deps {
+            pool: Pool::new(),
+            router,
+            model,
+        }
+    }
+
+    /// Calls route `R` for `agent` through the router.
+    pub async fn call<R: Route>(
+        &self,
+        agent: &AgentId,
+        body: &R::Body,
+    ) -> Result<R::Reply, RemoteError> {
+        let (route, owner) = (R::NAME, R::OWNER);
+        let call = self.pool.request::<R>(&self.router, Some(agent), body);
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(link_protocol::Error::Remote(e))) if e.code == ErrorCode::Unavailable => {
@@ -56,7 +56,7 @@ impl Deps {
             Ok(Err(link_protocol::Error::Remote(e))) => Err(e),
             Ok(Err(e)) => Err(unavailable(format!(
                 "the router ({}) did not carry {route} to {owner}: {e}; is `link up` still running?",
-                self.router.socket().display()
+                self.router.display()
             ))),
             Err(_) => Err(RemoteError::new(
                 ErrorCode::Timeout,
@@ -65,27 +65,47 @@ impl Deps {
         }
     }
 
+    /// Calls the tool route `route` with the model's `input`, parsed here into the route's
+    /// body; → its reply as the model reads it.
+    pub async fn tool(
+        &self,
+        route: &str,
+        agent: &AgentId,
+        input: Value,
+    ) -> Result<Value, RemoteError> {
+        match route {
+            tool::Run::NAME => self.tool_as::<tool::Run>(agent, input).await,
+            tool::File::NAME => self.tool_as::<tool::File>(agent, input).await,
+            tool::Code::NAME => self.tool_as::<tool::Code>(agent, input).await,
+            schedule::Create::NAME => self.tool_as::<schedule::Create>(agent, input).await,
+            other => Err(RemoteError::internal(format!(
+                "{other} (owned by {}) is not a tool route",
+                owner_of(other)
+            ))),
+        }
+    }
+
+    async fn tool_as<R: Route>(&self, agent: &AgentId, input: Value) -> Result<Value, RemoteError> {
+        let body: R::Body = serde_json::from_value(input)
+            .map_err(|e| RemoteError::bad_request(format!("{}: {e}", R::NAME)))?;
+        let reply = self.call::<R>(agent, &body).await?;
+        serde_json::to_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
+    }
+
     /// Appends entries to the agent's conversation, durable once this returns; → the
     /// number of entries the log holds now. With `expect`, only to an intact log of exactly
     /// that many entries (else `conflict`, and nothing is written).
     pub async fn append(
         &self,
-        agent: &str,
+        agent: &AgentId,
         entries: &[Value],
         expect: Option<usize>,
     ) -> Result<usize, RemoteError> {
-        let mut body = json!({ "entries": entries });
-        if let Some(n) = expect {
-            body["expect_total"] = json!(n);
-        }
-        let done = self
-            .call(routes::STORE_CONVERSATION_APPEND, agent, body)
-            .await?;
-        done["total"].as_u64().map(|n| n as usize).ok_or_else(|| {
-            RemoteError::internal(format!(
-                "link-plugin-file-store answered an append without its total: {done}"
-            ))
-        })
+        let body = AppendBody {
+            entries: entries.to_vec(),
+            expect_total: expect,
+        };
+        Ok(self.call::<ConversationAppend>(agent, &body).await?.total)
     }
 
     /// One chat completion; returns the whole completion object.
@@ -142,36 +162,30 @@ impl Deps {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn owners_follow_the_route_table() {
-        assert_eq!(owner(routes::AGENT_GET), "link-plugin-agent");
-        assert_eq!(
-            owner(routes::STORE_CONVERSATION_APPEND),
-            "link-plugin-file-store"
-        );
-        assert_eq!(owner(routes::TOOL_RUN), "link-plugin-link-run");
-        assert_eq!(owner(routes::TOOL_FILE), "link-plugin-file-tool");
-        assert_eq!(owner(routes::TOOL_CODE), "link-plugin-link-code");
-        assert_eq!(owner(routes::SCHEDULE_CREATE), "link-plugin-link-scheduler");
-    }
+    use link_protocol::routes::agent;
+    use link_protocol::routes::Empty;
 
     #[tokio::test]
     async fn dead_dependencies_are_named() {
         let dir = std::env::temp_dir().join(format!("lnk-harness-deps-{}", std::process::id()));
-        let deps = Deps {
-            router: Pool::new(dir.join("router.sock")),
-            model: dir.join("model.sock"),
-        };
-        let e = deps
-            .call(routes::AGENT_GET, "a", json!({}))
-            .await
-            .unwrap_err();
+        let deps = Deps::new(dir.join("router.sock"), dir.join("model.sock"));
+        let a = AgentId::parse("a").unwrap();
+        let e = deps.call::<agent::Get>(&a, &Empty {}).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(
             e.message.contains("link-plugin-agent") && e.message.contains("router"),
             "{e}"
         );
+        let e = deps
+            .tool(tool::Run::NAME, &a, json!({"command": "true"}))
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("link-plugin-link-run"), "{e}");
+        let e = deps
+            .tool(tool::Run::NAME, &a, json!({"cmd": 1}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
         let e = deps.complete(&[], &[]).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(e.message.contains(MODEL_PLUGIN), "{e}");

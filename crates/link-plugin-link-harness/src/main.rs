@@ -15,15 +15,13 @@
 
 mod conversation;
 mod deps;
-mod pool;
 mod tools;
 mod turn;
 
 use link_protocol::plugin::{Mode, PluginEnv};
-use link_protocol::server::{self, Peers};
-use link_protocol::{routes, RemoteError, Request};
-use serde::Deserialize;
-use serde_json::Value;
+use link_protocol::routes::agent::{Turn, TurnBody, TurnReply};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{AgentId, RemoteError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -36,40 +34,27 @@ const KEPT: usize = 64;
 struct Harness {
     deps: deps::Deps,
     mode: Mode,
-    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    kept: Mutex<HashMap<String, conversation::Conversation>>,
+    turns: Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
+    kept: Mutex<HashMap<AgentId, conversation::Conversation>>,
 }
 
 impl Harness {
     fn new(env: &PluginEnv) -> Harness {
         let layout = env.layout();
         Harness {
-            deps: deps::Deps {
-                router: pool::Pool::new(layout.router_socket()),
-                model: layout.plugin_socket(deps::MODEL_PLUGIN),
-            },
+            deps: deps::Deps::new(
+                layout.router_socket(),
+                layout.plugin_socket(deps::MODEL_PLUGIN),
+            ),
             mode: env.mode,
             turns: Mutex::new(HashMap::new()),
             kept: Mutex::new(HashMap::new()),
         }
     }
 
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        match req.route.as_str() {
-            routes::TURN_RUN => self.turn(&req).await,
-            other => Err(RemoteError::not_found(format!(
-                "route {other} is not served by link-plugin-link-harness"
-            ))),
-        }
-    }
-
-    async fn turn(&self, req: &Request) -> Result<Value, RemoteError> {
-        #[derive(Deserialize)]
-        struct Turn {
-            message: String,
-        }
-        let Turn { message } = server::body(req)?;
-        let agent = server::agent(req)?;
+    async fn turn(self: Arc<Self>, call: Call, body: TurnBody) -> Result<TurnReply, RemoteError> {
+        let agent = call.agent()?;
+        let message = body.message;
         let lock = self.lock_for(agent);
         let result = {
             let _turn = lock.lock().await;
@@ -89,27 +74,27 @@ impl Harness {
         result
     }
 
-    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, conversation::Conversation>> {
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<AgentId, conversation::Conversation>> {
         self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn keep(&self, agent: &str, conversation: conversation::Conversation) {
+    fn keep(&self, agent: &AgentId, conversation: conversation::Conversation) {
         let mut kept = self.kept();
         if kept.len() >= KEPT {
             if let Some(other) = kept.keys().next().cloned() {
                 kept.remove(&other);
             }
         }
-        kept.insert(agent.to_owned(), conversation);
+        kept.insert(agent.clone(), conversation);
     }
 
-    fn lock_for(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock_for(&self, agent: &AgentId) -> Arc<tokio::sync::Mutex<()>> {
         let mut turns = self.turns.lock().expect("turn locks");
-        turns.entry(agent.to_owned()).or_default().clone()
+        turns.entry(agent.clone()).or_default().clone()
     }
 
     /// Drops an agent's lock once no turn holds or waits for it, so the map stays small.
-    fn forget_idle(&self, agent: &str) {
+    fn forget_idle(&self, agent: &AgentId) {
         let mut turns = self.turns.lock().expect("turn locks");
         if turns.get(agent).is_some_and(|l| Arc::strong_count(l) == 1) {
             turns.remove(agent);
@@ -122,10 +107,7 @@ async fn main() -> anyhow::Result<()> {
     link_protocol::plugin::init_logging();
     let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
     let harness = Arc::new(Harness::new(&env));
-    let handler = server::handler(move |req| {
-        let harness = harness.clone();
-        async move { harness.handle(req).await }
-    });
-    link_protocol::plugin::serve_plugin(&env, &[routes::TURN_RUN], Peers::Parent, handler).await?;
+    let service = Service::new(harness).on::<Turn, _, _>(Harness::turn);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

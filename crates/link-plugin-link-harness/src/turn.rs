@@ -5,11 +5,13 @@
 //! was told happened is in the log even if the turn dies next.
 
 use crate::conversation::{self, Conversation};
-use crate::deps::{owner, Deps};
+use crate::deps::Deps;
 use crate::tools::{self, ToolCall};
 use link_protocol::plugin::Mode;
-use link_protocol::{routes, ErrorCode, RemoteError};
-use serde_json::{json, Value};
+use link_protocol::routes::agent::{self, ToolCallReport, TurnReply};
+use link_protocol::routes::{owner_of, store, Empty};
+use link_protocol::{AgentId, ErrorCode, RemoteError};
+use serde_json::Value;
 
 /// Model calls one turn may make; a model that keeps calling tools past it is stopped.
 pub const MAX_STEPS: usize = 8;
@@ -30,10 +32,10 @@ struct Outcome {
 pub async fn run(
     deps: &Deps,
     mode: Mode,
-    agent: &str,
+    agent: &AgentId,
     message: &str,
     kept: &mut Option<Conversation>,
-) -> Result<Value, RemoteError> {
+) -> Result<TurnReply, RemoteError> {
     let mut turn = begin(deps, agent, message, kept.take()).await?;
     let result = steps(deps, mode, agent, &mut turn).await;
     if result.is_ok() && turn.in_sync {
@@ -52,7 +54,7 @@ struct Turn {
 /// kept one when the log is still as it was left, else the log as loaded now.
 async fn begin(
     deps: &Deps,
-    agent: &str,
+    agent: &AgentId,
     message: &str,
     kept: Option<Conversation>,
 ) -> Result<Turn, RemoteError> {
@@ -86,29 +88,24 @@ async fn begin(
 }
 
 /// The agent's conversation from the file store, after checking the agent exists.
-async fn load(deps: &Deps, agent: &str) -> Result<Conversation, RemoteError> {
-    deps.call(routes::AGENT_GET, agent, json!({})).await?;
-    let mut log = deps
-        .call(routes::STORE_CONVERSATION_READ, agent, json!({}))
+async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError> {
+    deps.call::<agent::Get>(agent, &Empty {}).await?;
+    let log = deps
+        .call::<store::ConversationRead>(agent, &Empty {})
         .await?;
-    if let Some(reason) = torn(&log) {
+    if let Some(reason) = log.torn {
         return Err(repair_torn(deps, agent, &reason).await);
     }
-    match log["entries"].take() {
-        Value::Array(entries) => Ok(Conversation::new(entries)),
-        _ => Err(RemoteError::internal(
-            "the file store's log has no entries list",
-        )),
-    }
+    Ok(Conversation::new(log.entries))
 }
 
 /// The model ↔ tools loop, after the user entry.
 async fn steps(
     deps: &Deps,
     mode: Mode,
-    agent: &str,
+    agent: &AgentId,
     turn: &mut Turn,
-) -> Result<Value, RemoteError> {
+) -> Result<TurnReply, RemoteError> {
     let specs = tools::specs(mode);
     let mut report = Vec::new();
     for step in 1..=MAX_STEPS {
@@ -116,25 +113,28 @@ async fn steps(
         let reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
         record(deps, agent, turn, reply.entry()).await?;
         if reply.calls.is_empty() {
-            return Ok(json!({"reply": reply.content, "tool_calls": report}));
+            return Ok(TurnReply {
+                reply: reply.content,
+                tool_calls: report,
+            });
         }
         for call in &reply.calls {
             let outcome = call_tool(deps, mode, agent, call).await?;
             let entry = conversation::tool_entry(&call.id, &call.name, outcome.ok, &outcome.output);
             record(deps, agent, turn, entry).await?;
-            report.push(json!({
-                "tool": call.name,
-                "input": call.input_value(),
-                "ok": outcome.ok,
-                "output": outcome.output,
-            }));
+            report.push(ToolCallReport {
+                tool: call.name.clone(),
+                input: call.input_value(),
+                ok: outcome.ok,
+                output: outcome.output,
+            });
         }
     }
     Err(step_bound(agent))
 }
 
 /// The error of a turn whose model never gave a final reply.
-pub fn step_bound(agent: &str) -> RemoteError {
+pub fn step_bound(agent: &AgentId) -> RemoteError {
     RemoteError::internal(format!(
         "the turn of agent {agent} stopped after {MAX_STEPS} model steps (the bound is {MAX_STEPS}) \
          without a final reply; its tool calls so far are in the conversation"
@@ -144,7 +144,7 @@ pub fn step_bound(agent: &str) -> RemoteError {
 /// A torn tail is an append that never completed, so nobody was told it happened. The file
 /// store cuts it off on the next append; an empty append makes it do so now. The turn is
 /// not run, and its error says what was cut and to send the message again.
-async fn repair_torn(deps: &Deps, agent: &str, reason: &str) -> RemoteError {
+async fn repair_torn(deps: &Deps, agent: &AgentId, reason: &str) -> RemoteError {
     tracing::warn!("the conversation log of {agent} is torn: {reason}");
     match deps.append(agent, &[], None).await {
         Ok(_) => RemoteError::new(
@@ -166,21 +166,12 @@ async fn repair_torn(deps: &Deps, agent: &str, reason: &str) -> RemoteError {
     }
 }
 
-/// The reason a log is torn, from `store.conversation.read`'s `torn`.
-fn torn(log: &Value) -> Option<String> {
-    match &log["torn"] {
-        Value::Null | Value::Bool(false) => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
-
 /// Appends an entry as it happens. The turn goes on even if the log holds other entries
 /// than the turn knows of (nothing of what the model was shown is lost), but the harness
 /// then does not keep this conversation for the next turn.
 async fn record(
     deps: &Deps,
-    agent: &str,
+    agent: &AgentId,
     turn: &mut Turn,
     entry: Value,
 ) -> Result<(), RemoteError> {
@@ -204,7 +195,7 @@ async fn record(
 async fn call_tool(
     deps: &Deps,
     mode: Mode,
-    agent: &str,
+    agent: &AgentId,
     call: &ToolCall,
 ) -> Result<Outcome, RemoteError> {
     let route = match tools::route_for(&call.name, mode) {
@@ -215,10 +206,10 @@ async fn call_tool(
         Ok(input) => input.clone(),
         Err(why) => return Ok(refused(format!("bad_request: {} tool: {why}", call.name))),
     };
-    match deps.call(route, agent, input).await {
+    match deps.tool(route, agent, input).await {
         Ok(output) => Ok(Outcome { ok: true, output }),
         Err(e) if e.code == ErrorCode::Unavailable => {
-            tracing::warn!("{} died during a turn of {agent}: {e}", owner(route));
+            tracing::warn!("{} died during a turn of {agent}: {e}", owner_of(route));
             Err(e)
         }
         Err(e) => {
@@ -238,10 +229,11 @@ fn refused(message: String) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn the_step_bound_is_named() {
-        let e = step_bound("a1");
+        let e = step_bound(&"a1".parse().unwrap());
         assert_eq!(e.code, ErrorCode::Internal);
         assert!(e.message.contains("the bound is 8"), "{e}");
         assert!(e.message.contains("a1"));
@@ -249,10 +241,15 @@ mod tests {
 
     #[test]
     fn torn_logs_are_noticed() {
-        assert_eq!(torn(&json!({"entries": [], "torn": null})), None);
-        assert_eq!(torn(&json!({"entries": []})), None);
+        let torn = |v| {
+            serde_json::from_value::<store::Conversation>(v)
+                .unwrap()
+                .torn
+        };
+        assert_eq!(torn(json!({"entries": [], "torn": null})), None);
+        assert_eq!(torn(json!({"entries": []})), None);
         assert_eq!(
-            torn(&json!({"entries": [], "torn": "line 3 is cut short"})).as_deref(),
+            torn(json!({"entries": [], "torn": "line 3 is cut short"})).as_deref(),
             Some("line 3 is cut short")
         );
     }

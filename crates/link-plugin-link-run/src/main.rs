@@ -5,10 +5,10 @@
 
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, PluginEnv};
-use link_protocol::server::Peers;
-use link_protocol::{routes, ErrorCode, RemoteError, Request};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use link_protocol::routes::sandbox::{Exec, ExecBody};
+use link_protocol::routes::tool::{Run, RunBody, RunReply};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{client, ErrorCode, RemoteError};
 use std::sync::Arc;
 
 const DEFAULT_TIMEOUT_SECS: u64 = 60;
@@ -16,65 +16,20 @@ const MAX_TIMEOUT_SECS: u64 = 600;
 /// Per stream; what the model sees of a command's output.
 const OUTPUT_CAP: usize = 64 * 1024;
 
-/// The body of `tool.run`.
-#[derive(Debug, Deserialize)]
-struct RunRequest {
-    command: String,
-    #[serde(default)]
-    timeout_secs: Option<u64>,
-}
-
-/// The part of the `sandbox.exec` result this tool passes on.
-#[derive(Debug, Deserialize)]
-struct ExecResult {
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-    stdout_truncated: bool,
-    stderr_truncated: bool,
-    duration_ms: u64,
-    missing_command: bool,
-    #[serde(default)]
-    timed_out: bool,
-}
-
-/// The `tool.run` result (routes.rs), plus `timed_out` so a kill is not mistaken for a crash.
-#[derive(Debug, Serialize)]
-struct RunResult {
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    stdout: String,
-    stderr: String,
-    truncated: bool,
-    duration_ms: u64,
-    missing_command: bool,
-    timed_out: bool,
-}
-
 struct State {
     layout: StateLayout,
     mode: Mode,
 }
 
 impl State {
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        if req.route != routes::TOOL_RUN {
-            return Err(RemoteError::not_found(format!("no route {}", req.route)));
-        }
+    async fn run(self: Arc<Self>, call: Call, body: RunBody) -> Result<RunReply, RemoteError> {
         if self.mode == Mode::Diagnostic {
             return Err(RemoteError::new(
                 ErrorCode::Unavailable,
                 "run tool disabled in diagnostic mode",
             ));
         }
-        let agent = link_protocol::server::agent(&req)?;
-        if agent.is_empty() || agent.contains('/') || agent.starts_with('.') {
-            return Err(RemoteError::bad_request(format!(
-                "invalid agent id `{agent}`"
-            )));
-        }
-        let body: RunRequest = link_protocol::server::body(&req)?;
+        let agent = call.agent()?;
         let timeout = body.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS);
         if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
             return Err(RemoteError::bad_request(format!(
@@ -88,22 +43,18 @@ impl State {
             )));
         }
         let home = Some(self.layout.agent_home(agent)).filter(|h| h.is_dir());
-        let exec = json!({
-            "argv": ["/bin/sh", "-c", body.command],
-            "workspace": workspace,
-            "home": home,
-            "timeout_ms": timeout * 1000,
-            "output_cap": OUTPUT_CAP,
-            "env": {},
-        });
+        let exec = ExecBody {
+            argv: vec!["/bin/sh".into(), "-c".into(), body.command],
+            workspace,
+            home,
+            timeout_ms: Some(timeout * 1000),
+            output_cap: Some(OUTPUT_CAP),
+            env: Default::default(),
+        };
         let router = self.layout.router_socket();
-        let result =
-            link_protocol::client::call_once(&router, routes::SANDBOX_EXEC, Some(agent), exec)
-                .await?;
-        let r: ExecResult = serde_json::from_value(result)
-            .map_err(|e| RemoteError::internal(format!("unexpected sandbox.exec result: {e}")))?;
-        tracing::info!(agent, exit = ?r.exit_code, timed_out = r.timed_out, "tool.run");
-        let result = RunResult {
+        let r = client::request_once::<Exec>(&router, Some(agent), &exec).await?;
+        tracing::info!(agent = %agent, exit = ?r.exit_code, timed_out = r.timed_out, "tool.run");
+        Ok(RunReply {
             exit_code: r.exit_code,
             signal: r.signal,
             stdout: r.stdout,
@@ -112,8 +63,7 @@ impl State {
             duration_ms: r.duration_ms,
             missing_command: r.missing_command,
             timed_out: r.timed_out,
-        };
-        serde_json::to_value(result).map_err(|e| RemoteError::internal(e.to_string()))
+        })
     }
 }
 
@@ -125,10 +75,7 @@ async fn main() -> anyhow::Result<()> {
         layout: env.layout(),
         mode: env.mode,
     });
-    let handler = link_protocol::server::handler(move |req| {
-        let state = state.clone();
-        async move { state.handle(req).await }
-    });
-    link_protocol::plugin::serve_plugin(&env, &[routes::TOOL_RUN], Peers::Parent, handler).await?;
+    let service = Service::new(state).on::<Run, _, _>(State::run);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

@@ -11,15 +11,18 @@ mod store;
 
 use link_protocol::clock::unix_ms;
 use link_protocol::plugin::PluginEnv;
-use link_protocol::server::{self, Peers};
-use link_protocol::{client, routes, ErrorCode, RemoteError, Request};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use link_protocol::routes::agent::{Turn, TurnBody, TurnReply};
+use link_protocol::routes::schedule::{
+    Cancel, Create as CreateRoute, DeleteAgent, Id, List, Schedules,
+};
+use link_protocol::routes::Empty;
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{client, AgentId, ErrorCode, RemoteError};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use store::{Book, BookFile, Create, LastResult, Schedule};
+use store::{Book, BookFile, Create, Firing, LastResult, Schedule};
 use tokio::sync::Notify;
 
 /// The timer wakes at least this often, so a changed wall clock is noticed.
@@ -59,21 +62,7 @@ impl Scheduler {
         })
     }
 
-    async fn handle(&self, req: Request) -> Result<Value, RemoteError> {
-        match req.route.as_str() {
-            routes::SCHEDULE_CREATE => self.create(&req),
-            routes::SCHEDULE_LIST => Ok(self.list(req.agent.as_deref())),
-            routes::SCHEDULE_CANCEL => self.cancel(&req),
-            routes::SCHEDULE_DELETE_AGENT => self.delete_agent(server::agent(&req)?),
-            other => Err(RemoteError::not_found(format!(
-                "route {other} is not served by link-plugin-link-scheduler"
-            ))),
-        }
-    }
-
-    fn create(&self, req: &Request) -> Result<Value, RemoteError> {
-        let agent = server::agent(req)?;
-        let create: Create = server::body(req)?;
+    fn create(&self, agent: &AgentId, create: Create) -> Result<Id, RemoteError> {
         let mut book = self.book.lock().expect("book");
         let id = book
             .add(agent, &create, unix_ms())
@@ -87,30 +76,26 @@ impl Scheduler {
         drop(book);
         tracing::info!("schedule {id} created for {agent}");
         self.wake.notify_one();
-        Ok(json!({ "id": id }))
+        Ok(Id { id })
     }
 
-    fn list(&self, agent: Option<&str>) -> Value {
+    fn list(&self, agent: Option<&AgentId>) -> Schedules {
         let book = self.book.lock().expect("book");
-        let schedules: Vec<&Schedule> = book
+        let schedules = book
             .schedules
             .iter()
-            .filter(|s| agent.is_none_or(|a| s.agent == a))
+            .filter(|s| agent.is_none_or(|a| &s.agent == a))
+            .cloned()
             .collect();
-        json!({ "schedules": schedules })
+        Schedules { schedules }
     }
 
-    fn cancel(&self, req: &Request) -> Result<Value, RemoteError> {
-        #[derive(Deserialize)]
-        struct Cancel {
-            id: String,
-        }
-        let Cancel { id } = server::body(req)?;
+    fn cancel(&self, agent: Option<&AgentId>, Id { id }: Id) -> Result<Empty, RemoteError> {
         let mut book = self.book.lock().expect("book");
         let owner = book.get_mut(&id).map(|s| s.agent.clone());
-        match (owner, req.agent.as_deref()) {
+        match (owner, agent) {
             (None, _) => return Err(RemoteError::not_found(format!("no schedule {id}"))),
-            (Some(owner), Some(agent)) if owner != agent => {
+            (Some(owner), Some(agent)) if &owner != agent => {
                 return Err(RemoteError::forbidden(format!(
                     "schedule {id} belongs to another agent than {agent}"
                 )))
@@ -125,10 +110,10 @@ impl Scheduler {
         drop(book);
         tracing::info!("schedule {id} cancelled");
         self.wake.notify_one();
-        Ok(json!({}))
+        Ok(Empty {})
     }
 
-    fn delete_agent(&self, agent: &str) -> Result<Value, RemoteError> {
+    fn delete_agent(&self, agent: &AgentId) -> Result<Empty, RemoteError> {
         let mut book = self.book.lock().expect("book");
         let before = book.clone();
         let removed = book.remove_agent(agent);
@@ -141,7 +126,7 @@ impl Scheduler {
         }
         drop(book);
         self.wake.notify_one();
-        Ok(json!({}))
+        Ok(Empty {})
     }
 
     fn save_error(&self, e: std::io::Error) -> RemoteError {
@@ -210,7 +195,7 @@ impl Scheduler {
             Ok(v) => LastResult {
                 at_unix_ms: unix_ms(),
                 ok: true,
-                reply: Some(v["reply"].as_str().unwrap_or_default().to_owned()),
+                reply: Some(v.reply.clone()),
                 error: None,
             },
             Err(e) => {
@@ -242,15 +227,13 @@ impl Scheduler {
 
     /// Calls `turn.run` through the router, retrying only when the router could not be
     /// reached (then no turn ran).
-    async fn run_turn(&self, agent: &str, message: &str) -> Result<Value, RemoteError> {
+    async fn run_turn(&self, agent: &AgentId, message: &str) -> Result<TurnReply, RemoteError> {
         let mut waits = RETRY_WAITS_MS.iter();
+        let body = TurnBody {
+            message: message.to_owned(),
+        };
         loop {
-            let call = client::call_once(
-                &self.router,
-                routes::TURN_RUN,
-                Some(agent),
-                json!({ "message": message }),
-            );
+            let call = client::request_once::<Turn>(&self.router, Some(agent), &body);
             let err = match tokio::time::timeout(TURN_TIMEOUT, call).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(link_protocol::Error::Remote(e))) => return Err(e),
@@ -285,16 +268,13 @@ async fn main() -> anyhow::Result<()> {
     let scheduler = Arc::new(Scheduler::open(&env)?);
     // Runs once serving starts, after the ready line: due schedules fire then.
     tokio::spawn(scheduler.clone().run_timer());
-    let handler = server::handler(move |req| {
-        let scheduler = scheduler.clone();
-        async move { scheduler.handle(req).await }
-    });
-    let routes = [
-        routes::SCHEDULE_CREATE,
-        routes::SCHEDULE_LIST,
-        routes::SCHEDULE_CANCEL,
-        routes::SCHEDULE_DELETE_AGENT,
-    ];
-    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    let service = Service::new(scheduler)
+        .on::<CreateRoute, _, _>(|s, call: Call, body| async move { s.create(call.agent()?, body) })
+        .on::<List, _, _>(|s, call: Call, _| async move { Ok(s.list(call.agent.as_ref())) })
+        .on::<Cancel, _, _>(
+            |s, call: Call, body| async move { s.cancel(call.agent.as_ref(), body) },
+        )
+        .on::<DeleteAgent, _, _>(|s, call: Call, _| async move { s.delete_agent(call.agent()?) });
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! (fired count, next time, one-shots marked done) *before* its turn runs: after a crash a
 //! one-shot is not run twice, and a recurring schedule resumes at its next interval.
 
+use link_protocol::AgentId;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -17,44 +18,23 @@ pub const MAX_PER_AGENT: usize = 100;
 /// The longest message a schedule keeps.
 pub const MAX_MESSAGE: usize = 64 * 1024;
 
-/// One scheduled turn.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Schedule {
-    pub id: String,
-    pub agent: String,
-    pub message: String,
-    /// When it fires next; for a finished one-shot, when it fired.
-    pub next_unix_ms: u64,
-    pub every_ms: Option<u64>,
-    pub fired: u64,
-    /// A one-shot that has fired: it never fires again.
-    #[serde(default)]
-    pub done: bool,
-    pub created_unix_ms: u64,
-    #[serde(default)]
-    pub last_result: Option<LastResult>,
-}
+pub use link_protocol::routes::schedule::{CreateBody as Create, LastResult, Schedule};
 
-/// What the most recent firing's turn gave.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LastResult {
-    pub at_unix_ms: u64,
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl Schedule {
+/// Firing rules of a [`Schedule`].
+pub trait Firing {
     /// True when it should fire at `now`.
-    pub fn due(&self, now: u64) -> bool {
+    fn due(&self, now: u64) -> bool;
+    /// Records a firing at `now`: counts it, and either finishes a one-shot or moves a
+    /// recurring schedule to its first interval after `now` (missed intervals fire once).
+    fn mark_fired(&mut self, now: u64);
+}
+
+impl Firing for Schedule {
+    fn due(&self, now: u64) -> bool {
         !self.done && self.next_unix_ms <= now
     }
 
-    /// Records a firing at `now`: counts it, and either finishes a one-shot or moves a
-    /// recurring schedule to its first interval after `now` (missed intervals fire once).
-    pub fn mark_fired(&mut self, now: u64) {
+    fn mark_fired(&mut self, now: u64) {
         self.fired += 1;
         match self.every_ms {
             None => self.done = true,
@@ -69,18 +49,14 @@ impl Schedule {
     }
 }
 
-/// The body of `schedule.create`.
-#[derive(Debug, Clone, Default, Deserialize)]
-pub struct Create {
-    pub message: String,
-    pub at_unix_ms: Option<u64>,
-    pub delay_ms: Option<u64>,
-    pub every_ms: Option<u64>,
+/// When a [`Create`] first fires.
+pub trait FirstDue {
+    /// The first time it fires, given `now`; an error says what to fix.
+    fn first_due(&self, now: u64) -> Result<u64, String>;
 }
 
-impl Create {
-    /// The first time it fires, given `now`; an error says what to fix.
-    pub fn first_due(&self, now: u64) -> Result<u64, String> {
+impl FirstDue for Create {
+    fn first_due(&self, now: u64) -> Result<u64, String> {
         if self.message.trim().is_empty() {
             return Err("a schedule needs a non-empty message".into());
         }
@@ -130,12 +106,12 @@ pub struct Book {
 
 impl Book {
     /// Adds a schedule for `agent` and returns it.
-    pub fn add(&mut self, agent: &str, create: &Create, now: u64) -> Result<&Schedule, String> {
+    pub fn add(&mut self, agent: &AgentId, create: &Create, now: u64) -> Result<&Schedule, String> {
         let due = create.first_due(now)?;
         let held = self
             .schedules
             .iter()
-            .filter(|s| s.agent == agent && !s.done)
+            .filter(|s| &s.agent == agent && !s.done)
             .count();
         if held >= MAX_PER_AGENT {
             return Err(format!(
@@ -145,7 +121,7 @@ impl Book {
         self.next_id += 1;
         self.schedules.push(Schedule {
             id: format!("s{}", self.next_id),
-            agent: agent.to_owned(),
+            agent: agent.clone(),
             message: create.message.clone(),
             next_unix_ms: due,
             every_ms: create.every_ms,
@@ -170,7 +146,7 @@ impl Book {
     /// Removes all of an agent's schedules; returns how many.
     pub fn remove_agent(&mut self, agent: &str) -> usize {
         let before = self.schedules.len();
-        self.schedules.retain(|s| s.agent != agent);
+        self.schedules.retain(|s| s.agent.as_str() != agent);
         before - self.schedules.len()
     }
 
@@ -229,6 +205,10 @@ impl BookFile {
 mod tests {
     use super::*;
 
+    fn id(s: &str) -> AgentId {
+        s.parse().unwrap()
+    }
+
     fn create(message: &str) -> Create {
         Create {
             message: message.into(),
@@ -281,8 +261,8 @@ mod tests {
             every_ms: Some(1000),
             ..create("tick")
         };
-        let a = book.add("a", &one, 0).unwrap().id.clone();
-        let b = book.add("a", &every, 0).unwrap().id.clone();
+        let a = book.add(&id("a"), &one, 0).unwrap().id.clone();
+        let b = book.add(&id("a"), &every, 0).unwrap().id.clone();
         assert_eq!((a.as_str(), b.as_str()), ("s1", "s2"));
         assert_eq!(book.next_due(&|_| false), Some(100));
         assert_eq!(book.next_due(&|id| id == "s1" || id == "s2"), None);
@@ -309,17 +289,17 @@ mod tests {
             ..create("x")
         };
         for _ in 0..MAX_PER_AGENT {
-            book.add("a", &c, 0).unwrap();
+            book.add(&id("a"), &c, 0).unwrap();
         }
-        assert!(book.add("a", &c, 0).unwrap_err().contains("limit"));
-        book.add("b", &c, 0).unwrap();
+        assert!(book.add(&id("a"), &c, 0).unwrap_err().contains("limit"));
+        book.add(&id("b"), &c, 0).unwrap();
         assert!(book.remove("s1").is_some());
         assert!(book.remove("s1").is_none());
         assert_eq!(book.remove_agent("a"), MAX_PER_AGENT - 1);
         assert_eq!(book.schedules.len(), 1);
         // Ids are never reused, even after removals.
         assert_eq!(
-            book.add("a", &c, 0).unwrap().id,
+            book.add(&id("a"), &c, 0).unwrap().id,
             format!("s{}", MAX_PER_AGENT + 2)
         );
     }
@@ -335,7 +315,7 @@ mod tests {
         assert_eq!(file.load().unwrap(), Book::default());
         let mut book = Book::default();
         book.add(
-            "a",
+            &id("a"),
             &Create {
                 delay_ms: Some(5),
                 ..create("hi")

@@ -6,9 +6,8 @@
 use link_plugin_measure::sample::{descendants, sample_round};
 use link_plugin_measure::{MonitorStatus, SampleRound};
 use link_protocol::plugin::{PluginEnv, ENV_MONITOR_INTERVAL};
-use link_protocol::server::{self, Peers};
-use link_protocol::{routes, RemoteError, Request};
-use serde_json::{json, Value};
+use link_protocol::routes::host::{self, Samples};
+use link_protocol::server::{Peers, Service};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,17 +30,14 @@ impl Monitor {
         }
     }
 
-    fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
-        match req.route.as_str() {
-            routes::MONITOR_STATUS => Ok(json!(self.status())),
-            routes::MONITOR_STOP => {
-                self.stop.send_replace(true);
-                Ok(json!(self.status()))
-            }
-            routes::MONITOR_SAMPLES => Ok(json!({ "rounds": *self.rounds.lock().expect("lock") })),
-            other => Err(RemoteError::not_found(format!(
-                "route {other} is not served here"
-            ))),
+    fn stop(&self) -> MonitorStatus {
+        self.stop.send_replace(true);
+        self.status()
+    }
+
+    fn samples(&self) -> Samples {
+        Samples {
+            rounds: self.rounds.lock().expect("lock").clone(),
         }
     }
 
@@ -92,15 +88,10 @@ async fn main() -> anyhow::Result<()> {
     });
     let host = std::os::unix::process::parent_id() as i32;
     tokio::spawn(monitor.clone().run(host));
-    let handler = server::handler(move |req| {
-        let monitor = monitor.clone();
-        async move { monitor.handle(&req) }
-    });
-    let routes = [
-        routes::MONITOR_STATUS,
-        routes::MONITOR_STOP,
-        routes::MONITOR_SAMPLES,
-    ];
-    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    let service = Service::new(monitor)
+        .on::<host::MonitorStatus, _, _>(|m, _, _| async move { Ok(m.status()) })
+        .on::<host::MonitorStop, _, _>(|m, _, _| async move { Ok(m.stop()) })
+        .on::<host::MonitorSamples, _, _>(|m, _, _| async move { Ok(m.samples()) });
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

@@ -228,18 +228,15 @@ fn plugin() -> anyhow::Result<()> {
         helper: self_exe()?,
         bwrap,
     });
-    let handler = link_protocol::server::handler(move |req| {
-        let service = service.clone();
-        async move { service.handle(req).await }
-    });
+    let service = link_protocol::server::Service::new(service)
+        .on::<link_protocol::routes::sandbox::Exec, _, _>(Service::exec);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let served = runtime.block_on(link_protocol::plugin::serve_plugin(
+    let served = runtime.block_on(link_protocol::plugin::serve_service(
         &env,
-        &[link_protocol::routes::SANDBOX_EXEC],
         link_protocol::server::Peers::Parent,
-        handler,
+        service,
     ));
     // Stopping: kill the sandboxes still running; dropping the runtime waits for their
     // (blocking) runs, which reap them; then nothing may be left.

@@ -9,9 +9,9 @@ use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::Mode;
-use link_protocol::{ErrorCode, RemoteError, Request};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use link_protocol::routes::sandbox::{ExecBody, ExecReply};
+use link_protocol::server::Call;
+use link_protocol::{ErrorCode, RemoteError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -20,36 +20,6 @@ pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
 /// Per stream: two capped streams, JSON-escaped, must fit a 4 MiB frame.
 pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
-
-/// The body of `sandbox.exec`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecRequest {
-    pub argv: Vec<String>,
-    pub workspace: PathBuf,
-    #[serde(default)]
-    pub home: Option<PathBuf>,
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
-    #[serde(default)]
-    pub output_cap: Option<usize>,
-    /// Only names on [`crate::policy::ENV_ALLOWED`]; any other is a `bad_request`.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-}
-
-/// The result of `sandbox.exec`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ExecResult {
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub duration_ms: u64,
-    pub missing_command: bool,
-    pub timed_out: bool,
-}
 
 /// The plugin's state: where agents live, the mode, and the programs it runs.
 #[derive(Debug, Clone)]
@@ -63,21 +33,16 @@ pub struct Service {
 }
 
 impl Service {
-    pub async fn handle(&self, req: Request) -> Result<serde_json::Value, RemoteError> {
-        if req.route != link_protocol::routes::SANDBOX_EXEC {
-            return Err(RemoteError::not_found(format!("no route {}", req.route)));
-        }
-        let result = self.exec(&req).await?;
-        serde_json::to_value(result).map_err(|e| RemoteError::internal(e.to_string()))
-    }
-
-    async fn exec(&self, req: &Request) -> Result<ExecResult, RemoteError> {
+    /// Serves `sandbox.exec` for the agent the call acts for.
+    pub async fn exec(
+        self: std::sync::Arc<Self>,
+        call: Call,
+        body: ExecBody,
+    ) -> Result<ExecReply, RemoteError> {
         if self.mode == Mode::Diagnostic {
             return Err(unavailable("run tool disabled in diagnostic mode"));
         }
-        let agent = link_protocol::server::agent(req)?;
-        let body: ExecRequest = link_protocol::server::body(req)?;
-        check_agent_id(agent)?;
+        let agent = call.agent()?;
         if body.argv.is_empty() {
             return Err(RemoteError::bad_request("sandbox.exec: argv is empty"));
         }
@@ -121,13 +86,13 @@ impl Service {
         };
         let outcome = crate::run::run(&spec).await.map_err(run_error)?;
         tracing::info!(
-            agent,
+            agent = %agent,
             exit = ?outcome.exit_code,
             timed_out = outcome.timed_out,
             ms = outcome.duration.as_millis() as u64,
             "sandbox.exec"
         );
-        Ok(ExecResult {
+        Ok(ExecReply {
             exit_code: outcome.exit_code,
             signal: outcome.signal,
             stdout: String::from_utf8_lossy(&outcome.stdout).into_owned(),
@@ -155,23 +120,6 @@ fn run_error(e: RunError) -> RemoteError {
         )),
         RunError::Stopped => unavailable("the sandbox plugin is stopping; nothing ran"),
         other => RemoteError::internal(other.to_string()),
-    }
-}
-
-/// Agent ids become path components: refuse anything that could leave its directory.
-fn check_agent_id(agent: &str) -> Result<(), RemoteError> {
-    let ok = !agent.is_empty()
-        && agent != "."
-        && agent != ".."
-        && agent
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(RemoteError::bad_request(format!(
-            "invalid agent id `{agent}`"
-        )))
     }
 }
 

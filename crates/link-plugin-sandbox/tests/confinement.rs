@@ -1,8 +1,7 @@
 //! `link-plugin-sandbox exec`: every refusal is paired with an allowed action in the same
 //! run, and checked by its errno inside and its effect (or absence) on the host.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 

@@ -1,8 +1,7 @@
 //! The host's confinement of plugins: a ruleset prepared in the parent and applied in
 //! `pre_exec`. The child writes in its read-write directory and gets EACCES elsewhere.
 
-mod common;
-use common::*;
+use crate::common::*;
 use link_plugin_sandbox::{host, SandboxError};
 use std::os::unix::process::CommandExt;
 use std::process::Command;

@@ -1,8 +1,7 @@
 //! Plugin mode: the test starts the binary as a plugin (so it is the plugin's parent) and
 //! calls `sandbox.exec` over the plugin's socket.
 
-mod common;
-use common::*;
+use crate::common::*;
 use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::plugin::Mode;
 use link_protocol::{Client, ErrorCode};

@@ -16,9 +16,10 @@ mod keychain;
 use file::FileStore;
 use keychain::Keychain;
 use link_protocol::plugin::PluginEnv;
-use link_protocol::server::Peers;
-use link_protocol::{routes, ErrorCode, RemoteError, Request};
-use serde_json::{json, Value};
+use link_protocol::routes::secret::{Delete, Deleted, Get, Name, Put, PutBody, SecretValue};
+use link_protocol::routes::{Empty, Route};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{ErrorCode, RemoteError};
 use std::sync::Arc;
 
 /// Largest value accepted by the file backend.
@@ -45,37 +46,27 @@ impl Backend {
         }
     }
 
-    async fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
-        let known = [
-            routes::SECRET_GET,
-            routes::SECRET_PUT,
-            routes::SECRET_DELETE,
-        ];
-        if !known.contains(&req.route.as_str()) {
-            return Err(RemoteError::not_found(format!(
-                "route {} is not served by link-plugin-secret",
-                req.route
-            )));
+    async fn serve_get(self: Arc<Self>, _: Call, body: Name) -> Result<SecretValue, RemoteError> {
+        let name = name::<Get>(&body.name)?;
+        match self.get(name).await? {
+            Some(value) => Ok(SecretValue { value }),
+            None => Err(RemoteError::not_found(format!("no secret named `{name}`"))),
         }
-        let name = name(req)?;
-        match req.route.as_str() {
-            routes::SECRET_GET => match self.get(name).await? {
-                Some(value) => Ok(json!({ "value": value })),
-                None => Err(RemoteError::not_found(format!("no secret named `{name}`"))),
-            },
-            routes::SECRET_PUT => {
-                let value = value(req, self.max_value())?;
-                self.put(name, value).await?;
-                tracing::debug!("stored secret `{name}`");
-                Ok(json!({}))
-            }
-            routes::SECRET_DELETE => {
-                let deleted = self.delete(name).await?;
-                tracing::debug!(deleted, "deleted secret `{name}`");
-                Ok(json!({ "deleted": deleted }))
-            }
-            _ => unreachable!("routes are checked above"),
-        }
+    }
+
+    async fn serve_put(self: Arc<Self>, _: Call, body: PutBody) -> Result<Empty, RemoteError> {
+        let name = name::<Put>(&body.name)?;
+        let value = value(&body.value, self.max_value())?;
+        self.put(name, value).await?;
+        tracing::debug!("stored secret `{name}`");
+        Ok(Empty {})
+    }
+
+    async fn serve_delete(self: Arc<Self>, _: Call, body: Name) -> Result<Deleted, RemoteError> {
+        let name = name::<Delete>(&body.name)?;
+        let deleted = self.delete(name).await?;
+        tracing::debug!(deleted, "deleted secret `{name}`");
+        Ok(Deleted { deleted })
     }
 
     async fn get(&self, name: &str) -> Result<Option<String>, RemoteError> {
@@ -110,10 +101,7 @@ fn failed(what: &str, name: &str, why: impl std::fmt::Display) -> RemoteError {
 }
 
 /// The validated `name` field: `[A-Za-z0-9._-]{1,64}`, and not `.` or `..`.
-fn name(req: &Request) -> Result<&str, RemoteError> {
-    let name = req.body["name"].as_str().ok_or_else(|| {
-        RemoteError::bad_request(format!("{} needs `name` (a string)", req.route))
-    })?;
+fn name<R: Route>(name: &str) -> Result<&str, RemoteError> {
     let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
     let ok = (1..=MAX_NAME).contains(&name.len())
         && name.bytes().all(allowed)
@@ -126,16 +114,13 @@ fn name(req: &Request) -> Result<&str, RemoteError> {
         Err(RemoteError::bad_request(format!(
             "{}: invalid secret name; use 1-{MAX_NAME} of A-Z, a-z, 0-9, '.', '_', '-' \
              (not `.` or `..`)",
-            req.route
+            R::NAME
         )))
     }
 }
 
 /// The `value` field of `secret.put`; errors never repeat it.
-fn value(req: &Request, max: usize) -> Result<&str, RemoteError> {
-    let value = req.body["value"]
-        .as_str()
-        .ok_or_else(|| RemoteError::bad_request("secret.put needs `value` (a string)"))?;
+fn value(value: &str, max: usize) -> Result<&str, RemoteError> {
     if value.len() > max {
         return Err(RemoteError::new(
             ErrorCode::TooLarge,
@@ -175,15 +160,10 @@ async fn main() -> anyhow::Result<()> {
         Backend::Keychain(_) => tracing::info!(backend = backend.name(), "ready: {why}"),
     }
     let backend = Arc::new(backend);
-    let handler = link_protocol::server::handler(move |req| {
-        let backend = backend.clone();
-        async move { backend.handle(&req).await }
-    });
-    let routes = [
-        routes::SECRET_GET,
-        routes::SECRET_PUT,
-        routes::SECRET_DELETE,
-    ];
-    link_protocol::plugin::serve_plugin(&env, &routes, Peers::Parent, handler).await?;
+    let service = Service::new(backend)
+        .on::<Get, _, _>(Backend::serve_get)
+        .on::<Put, _, _>(Backend::serve_put)
+        .on::<Delete, _, _>(Backend::serve_delete);
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }

@@ -82,6 +82,13 @@ impl std::ops::Deref for AgentId {
     }
 }
 
+// Sound: the derived Eq, Ord and Hash are those of the inner string.
+impl std::borrow::Borrow<str> for AgentId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl AsRef<str> for AgentId {
     fn as_ref(&self) -> &str {
         &self.0

@@ -1,11 +1,55 @@
-//! Calling routes over one connection.
+//! Calling routes: one request/response [`exchange`], a single [`Client`] connection, and a
+//! [`Pool`] of kept connections (the router's and the harness's).
 
 use crate::frame::{read_message, write_message};
 use crate::message::{Outcome, Request, Response};
-use crate::Error;
+use crate::routes::Route;
+use crate::{AgentId, Error};
 use serde_json::Value;
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use tokio::net::UnixStream;
+
+/// Writes `req` and reads its response on `stream`; the ids must match.
+pub async fn exchange(stream: &mut UnixStream, req: &Request) -> Result<Response, Error> {
+    write_message(stream, req).await?;
+    let resp: Response = read_message(stream).await?.ok_or(Error::Closed)?;
+    if resp.id != req.id {
+        return Err(Error::IdMismatch {
+            want: req.id,
+            got: resp.id,
+        });
+    }
+    Ok(resp)
+}
+
+fn into_result(resp: Response) -> Result<Value, Error> {
+    match resp.outcome {
+        Outcome::Ok(v) => Ok(v),
+        Outcome::Error(e) => Err(Error::Remote(e)),
+    }
+}
+
+/// The typed reply of `R`, or a malformed-message error naming the route.
+fn typed_reply<R: Route>(v: Value) -> Result<R::Reply, Error> {
+    serde_json::from_value(v).map_err(Error::Json)
+}
+
+fn request_for<R: Route>(
+    id: u64,
+    agent: Option<&AgentId>,
+    body: &R::Body,
+) -> Result<Request, Error> {
+    Ok(Request {
+        id,
+        route: R::NAME.to_owned(),
+        agent: agent.cloned(),
+        caller: None,
+        body: serde_json::to_value(body)?,
+    })
+}
 
 /// One connection; calls are answered in order, one at a time.
 pub struct Client {
@@ -21,19 +65,33 @@ impl Client {
         })
     }
 
-    /// Calls `route` for `agent` with `body`, returning the result or the remote error.
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Calls route `R` for `agent` with `body`.
+    pub async fn request<R: Route>(
+        &mut self,
+        agent: Option<&AgentId>,
+        body: &R::Body,
+    ) -> Result<R::Reply, Error> {
+        let req = request_for::<R>(self.next_id(), agent, body)?;
+        typed_reply::<R>(self.send(&req).await?)
+    }
+
+    /// Calls a route known only by name (test hooks, forwarding); `agent` is checked here.
     pub async fn call(
         &mut self,
         route: &str,
         agent: Option<&str>,
         body: Value,
     ) -> Result<Value, Error> {
-        let id = self.next_id;
-        self.next_id += 1;
         let req = Request {
-            id,
+            id: self.next_id(),
             route: route.to_owned(),
-            agent: agent.map(crate::AgentId::parse).transpose()?,
+            agent: agent.map(AgentId::parse).transpose()?,
             caller: None,
             body,
         };
@@ -42,22 +100,23 @@ impl Client {
 
     /// Sends a prepared request (the router uses this to forward with `caller` set).
     pub async fn send(&mut self, req: &Request) -> Result<Value, Error> {
-        write_message(&mut self.stream, req).await?;
-        let resp: Response = read_message(&mut self.stream).await?.ok_or(Error::Closed)?;
-        if resp.id != req.id {
-            return Err(Error::IdMismatch {
-                want: req.id,
-                got: resp.id,
-            });
-        }
-        match resp.outcome {
-            Outcome::Ok(v) => Ok(v),
-            Outcome::Error(e) => Err(Error::Remote(e)),
-        }
+        into_result(exchange(&mut self.stream, req).await?)
     }
 }
 
-/// Connects, makes one call, and closes: for callers that make calls rarely.
+/// Connects, makes one call of `R`, and closes: for callers that make calls rarely.
+pub async fn request_once<R: Route>(
+    socket: &Path,
+    agent: Option<&AgentId>,
+    body: &R::Body,
+) -> Result<R::Reply, Error> {
+    Client::connect(socket)
+        .await?
+        .request::<R>(agent, body)
+        .await
+}
+
+/// Connects, makes one call by name, and closes.
 pub async fn call_once(
     socket: &Path,
     route: &str,
@@ -68,4 +127,142 @@ pub async fn call_once(
         .await?
         .call(route, agent, body)
         .await
+}
+
+/// Idle connections kept per socket; more concurrent calls simply open more.
+const MAX_IDLE: usize = 8;
+
+/// Connections kept open between calls, per socket.
+///
+/// A connection goes back to the pool only after a complete answer; one that failed, or
+/// whose call was cancelled, is dropped with its state. A request is sent once and never
+/// retried, since it may have taken effect. The peer identifies the caller once, at accept,
+/// from the connection's credentials, so a kept connection carries the same identity.
+#[derive(Default)]
+pub struct Pool {
+    idle: Mutex<HashMap<PathBuf, Vec<UnixStream>>>,
+    next_id: AtomicU64,
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        Pool::default()
+    }
+
+    /// Sends `req` (its id as given) to `socket` and returns the response.
+    pub async fn exchange(&self, socket: &Path, req: &Request) -> Result<Response, Error> {
+        let mut stream = match self.take(socket) {
+            Some(stream) => stream,
+            None => UnixStream::connect(socket).await?,
+        };
+        let resp = exchange(&mut stream, req).await?;
+        self.put(socket, stream);
+        Ok(resp)
+    }
+
+    /// Calls route `R` on `socket` for `agent`.
+    pub async fn request<R: Route>(
+        &self,
+        socket: &Path,
+        agent: Option<&AgentId>,
+        body: &R::Body,
+    ) -> Result<R::Reply, Error> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let req = request_for::<R>(id, agent, body)?;
+        let v = into_result(self.exchange(socket, &req).await?)?;
+        typed_reply::<R>(v)
+    }
+
+    /// An idle connection to `socket` that its peer has not closed, if there is one.
+    fn take(&self, socket: &Path) -> Option<UnixStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = idle.get_mut(socket)?;
+        while let Some(stream) = kept.pop() {
+            if still_open(&stream) {
+                return Some(stream);
+            }
+        }
+        None
+    }
+
+    fn put(&self, socket: &Path, stream: UnixStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = idle.entry(socket.to_owned()).or_default();
+        if kept.len() < MAX_IDLE {
+            kept.push(stream);
+        }
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self, socket: &Path) -> usize {
+        self.idle.lock().unwrap().get(socket).map_or(0, Vec::len)
+    }
+}
+
+/// True when an idle connection has neither been closed by the peer nor received anything
+/// unasked (a peek that would block).
+fn still_open(stream: &UnixStream) -> bool {
+    use rustix::net::RecvFlags;
+    let mut byte = [0u8; 1];
+    matches!(
+        rustix::net::recv(stream, &mut byte[..], RecvFlags::PEEK | RecvFlags::DONTWAIT),
+        Err(rustix::io::Errno::AGAIN)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::{self, Empty};
+    use crate::RemoteError;
+
+    /// Answers `answers` requests on one connection (agent.list gets an empty list, any other
+    /// route not_found), then closes it.
+    async fn serve_one(listener: tokio::net::UnixListener, answers: usize) {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        for _ in 0..answers {
+            let req: Request = read_message(&mut stream).await.unwrap().unwrap();
+            let outcome = match req.route.as_str() {
+                "agent.list" => Outcome::Ok(serde_json::json!({"agents": []})),
+                _ => Outcome::Error(RemoteError::not_found("no such route")),
+            };
+            let resp = Response {
+                id: req.id,
+                outcome,
+            };
+            write_message(&mut stream, &resp).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn connections_are_reused_and_closed_ones_dropped() {
+        let dir = PathBuf::from(std::env::var("HOME").unwrap())
+            .join(format!(".cache/lnk-t/protocol-pool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        // One connection serves all three calls: the pool never connects twice.
+        let served = tokio::spawn(serve_one(listener, 3));
+        let pool = Pool::new();
+        let list = pool.request::<routes::agent::List>(&socket, None, &Empty {});
+        assert!(list.await.unwrap().agents.is_empty());
+        // A remote error is a complete answer: the connection stays usable.
+        let get = pool.request::<routes::auth::Issue>(&socket, None, &Empty {});
+        assert_eq!(
+            get.await.unwrap_err().code(),
+            Some(crate::ErrorCode::NotFound)
+        );
+        let list = pool.request::<routes::agent::List>(&socket, None, &Empty {});
+        assert!(list.await.is_ok());
+        served.await.unwrap();
+
+        // The server closed it: the idle connection is noticed as closed, not used.
+        assert_eq!(pool.idle_count(&socket), 1);
+        assert!(pool.take(&socket).is_none());
+        std::fs::remove_file(&socket).unwrap();
+        let list = pool.request::<routes::agent::List>(&socket, None, &Empty {});
+        assert!(list.await.is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

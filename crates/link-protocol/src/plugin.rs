@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub const ENV_PLUGIN: &str = "LNK_PLUGIN";
 pub const ENV_STATE: &str = "LNK_STATE";
@@ -55,6 +55,87 @@ impl PluginEnv {
 
     pub fn layout(&self) -> crate::layout::StateLayout {
         crate::layout::StateLayout::new(&self.state)
+    }
+}
+
+/// Variables that pass from the host's environment to plugins; everything else is dropped.
+pub const PASSTHROUGH: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "RUST_LOG",
+    "LNK_KEYCHAIN",
+    ENV_TEST_HOOKS,
+    "LNK_MODEL_REMOTE_URL",
+    "LNK_MODEL_REMOTE_KEY",
+];
+
+/// `HOME` and the XDG base directories for a process whose home is `home`.
+pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
+    [
+        ("HOME", home.to_path_buf()),
+        ("XDG_CONFIG_HOME", home.join(".config")),
+        ("XDG_CACHE_HOME", home.join(".cache")),
+        ("XDG_DATA_HOME", home.join(".local/share")),
+        ("XDG_STATE_HOME", home.join(".local/state")),
+    ]
+}
+
+/// The host's side of [`PluginEnv`]: what one plugin of one runtime is started with. The
+/// host, the testing kit and the bench all start plugins through [`Contract::apply`].
+#[derive(Debug, Clone)]
+pub struct Contract<'a> {
+    pub name: &'a str,
+    pub layout: &'a crate::layout::StateLayout,
+    pub programs: &'a Path,
+    pub profile: Profile,
+    pub mode: Mode,
+    pub monitor_interval: f64,
+}
+
+impl Contract<'_> {
+    /// Makes the plugin's home (with its XDG directories), data area, run and log
+    /// directories.
+    pub fn create_dirs(&self) -> std::io::Result<()> {
+        let home = self.layout.home(self.name);
+        let dirs = home_env(&home).map(|(_, dir)| dir);
+        let more = [
+            self.layout.data(self.name),
+            self.layout.run_dir(),
+            self.layout.log_dir(),
+        ];
+        for dir in dirs.iter().chain(&more) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Sets `cmd` up as the plugin: a cleared environment with [`PASSTHROUGH`], `HOME`/`XDG_*`
+    /// inside its own home, the `LNK_*` variables; stdin closed, stdout piped for the ready
+    /// line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
+    /// plugins in order). The caller sets stderr (the plugin's log) and confinement.
+    pub fn apply(&self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        let layout = self.layout;
+        let passthrough = PASSTHROUGH
+            .iter()
+            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
+        cmd.env_clear()
+            .envs(passthrough)
+            .envs(home_env(&layout.home(self.name)))
+            .env(ENV_PLUGIN, self.name)
+            .env(ENV_STATE, layout.root())
+            .env(ENV_SOCKET, layout.plugin_socket(self.name))
+            .env(ENV_DATA, layout.data(self.name))
+            .env(ENV_MODE, self.mode.as_str())
+            .env(ENV_PROFILE, self.profile.as_str())
+            .env(ENV_PROGRAMS, self.programs)
+            .env(ENV_MONITOR_INTERVAL, self.monitor_interval.to_string())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .process_group(0);
     }
 }
 
@@ -139,12 +220,19 @@ pub fn init_logging() {
         .try_init();
 }
 
-/// The route a plugin answers, when test hooks are on, by calling `body.route` through the
-/// router as itself: it lets tests check the grant table with real callers.
-pub const DEBUG_CALL: &str = "debug.call";
+/// Binds the plugin's socket, announces the routes `service` serves, and serves them until
+/// SIGTERM or SIGINT; then removes the socket. The usual body of a plugin's `main`.
+pub async fn serve_service<S: Send + Sync + 'static>(
+    env: &PluginEnv,
+    peers: crate::server::Peers,
+    service: crate::server::Service<S>,
+) -> std::io::Result<()> {
+    let routes = service.routes().to_vec();
+    serve_plugin(env, &routes, peers, service.handler(&env.name)).await
+}
 
 /// Binds the plugin's socket, announces readiness with `routes`, and serves until SIGTERM or
-/// SIGINT; then removes the socket. The usual body of a plugin's `main`.
+/// SIGINT; then removes the socket.
 pub async fn serve_plugin(
     env: &PluginEnv,
     routes: &[&str],
@@ -183,25 +271,33 @@ pub async fn run_until_stopped(
 }
 
 fn with_debug_call(router: PathBuf, inner: crate::server::Handler) -> crate::server::Handler {
+    use crate::routes::host::{DebugCallReply, PluginDebugBody, PLUGIN_DEBUG_CALL};
     crate::server::handler(move |req: crate::Request| {
         let inner = inner.clone();
         let router = router.clone();
         async move {
-            if req.route != DEBUG_CALL {
+            if req.route != PLUGIN_DEBUG_CALL {
                 return inner(req).await;
             }
-            let route = req.body["route"].as_str().unwrap_or_default().to_owned();
-            let body = req.body.get("body").cloned().unwrap_or_default();
+            let call: PluginDebugBody = crate::server::body(&req)?;
             let result =
-                crate::client::call_once(&router, &route, req.agent.as_deref(), body).await;
-            Ok(match result {
-                Ok(v) => serde_json::json!({"ok": true, "result": v}),
-                Err(e) => serde_json::json!({
-                    "ok": false,
-                    "code": e.code().map(|c| c.as_str()),
-                    "message": e.to_string(),
-                }),
-            })
+                crate::client::call_once(&router, &call.route, req.agent.as_deref(), call.body)
+                    .await;
+            let reply = match result {
+                Ok(v) => DebugCallReply {
+                    ok: true,
+                    result: Some(v),
+                    code: None,
+                    message: None,
+                },
+                Err(e) => DebugCallReply {
+                    ok: false,
+                    result: None,
+                    code: e.code(),
+                    message: Some(e.to_string()),
+                },
+            };
+            serde_json::to_value(reply).map_err(|e| crate::RemoteError::internal(e.to_string()))
         }
     })
 }

@@ -2,7 +2,11 @@
 
 use crate::frame::{read_message, write_message};
 use crate::message::{Outcome, RemoteError, Request, Response};
+use crate::routes::Route;
+use crate::AgentId;
+use serde::Deserialize;
 use serde_json::Value;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -55,23 +59,42 @@ pub async fn serve(listener: UnixListener, peers: Peers, handler: Handler) {
         }
         let handler = handler.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, handler).await {
+            if let Err(e) = serve_connection(stream, |req| handler(req)).await {
                 tracing::debug!("connection ended: {e}");
             }
         });
     }
 }
 
-async fn serve_connection(mut stream: UnixStream, handler: Handler) -> Result<(), crate::Error> {
-    while let Some(req) = read_message::<Request, _>(&mut stream).await? {
-        let id = req.id;
-        let outcome = match handler(req).await {
-            Ok(v) => Outcome::Ok(v),
-            Err(e) => Outcome::Error(e),
+/// Answers every request on one connection, in order. A frame that is JSON with an `id` but
+/// not a valid request (an agent id that breaks the rule, say) is answered `bad_request`;
+/// anything else ends the connection.
+pub async fn serve_connection<F, Fut>(mut stream: UnixStream, answer: F) -> Result<(), crate::Error>
+where
+    F: Fn(Request) -> Fut,
+    Fut: Future<Output = Result<Value, RemoteError>>,
+{
+    while let Some(frame) = read_message::<Value, _>(&mut stream).await? {
+        let (id, outcome) = match Request::deserialize(&frame) {
+            Ok(req) => (req.id, outcome_of(answer(req).await)),
+            Err(e) => match frame.get("id").and_then(Value::as_u64) {
+                Some(id) => (
+                    id,
+                    Outcome::Error(RemoteError::bad_request(format!("malformed request: {e}"))),
+                ),
+                None => return Err(crate::Error::Json(e)),
+            },
         };
         write_message(&mut stream, &Response { id, outcome }).await?;
     }
     Ok(())
+}
+
+fn outcome_of(result: Result<Value, RemoteError>) -> Outcome {
+    match result {
+        Ok(v) => Outcome::Ok(v),
+        Err(e) => Outcome::Error(e),
+    }
 }
 
 /// Wraps an async fn into a [`Handler`].
@@ -81,6 +104,104 @@ where
     Fut: Future<Output = Result<Value, RemoteError>> + Send + 'static,
 {
     Arc::new(move |req| Box::pin(f(req)))
+}
+
+/// What a handler learns about a call besides its body.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The agent it acts for; always `Some` for a route with `FOR_AGENT`.
+    pub agent: Option<AgentId>,
+    /// The caller the router confirmed (full Link); `None` from a direct peer.
+    pub caller: Option<String>,
+}
+
+impl Call {
+    /// The agent; for a `FOR_AGENT` route the [`Service`] has already checked there is one.
+    pub fn agent(&self) -> Result<&AgentId, RemoteError> {
+        self.agent
+            .as_ref()
+            .ok_or_else(|| RemoteError::bad_request("this route needs an agent"))
+    }
+}
+
+type Typed<S> = Arc<dyn Fn(Arc<S>, Request) -> HandlerFuture + Send + Sync>;
+
+/// An owner's routes: one typed handler per [`Route`], dispatched by name. The ready line's
+/// route list comes from here too, so a plugin cannot serve a route it does not announce.
+pub struct Service<S> {
+    state: Arc<S>,
+    table: HashMap<&'static str, Typed<S>>,
+    names: Vec<&'static str>,
+}
+
+impl<S: Send + Sync + 'static> Service<S> {
+    pub fn new(state: Arc<S>) -> Self {
+        Service {
+            state,
+            table: HashMap::new(),
+            names: Vec::new(),
+        }
+    }
+
+    /// Serves route `R` with `f(state, call, body)`.
+    pub fn on<R, F, Fut>(mut self, f: F) -> Self
+    where
+        R: Route,
+        F: Fn(Arc<S>, Call, R::Body) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R::Reply, RemoteError>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        let typed: Typed<S> = Arc::new(move |state, req| {
+            let f = f.clone();
+            Box::pin(async move {
+                let body: R::Body = body(&req)?;
+                if R::FOR_AGENT && req.agent.is_none() {
+                    return Err(RemoteError::bad_request(format!(
+                        "{} needs an agent",
+                        R::NAME
+                    )));
+                }
+                let call = Call {
+                    agent: req.agent,
+                    caller: req.caller,
+                };
+                let reply = f(state, call, body).await?;
+                serde_json::to_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
+            })
+        });
+        assert!(
+            self.table.insert(R::NAME, typed).is_none(),
+            "route {} registered twice",
+            R::NAME
+        );
+        self.names.push(R::NAME);
+        self
+    }
+
+    /// The routes served, in registration order.
+    pub fn routes(&self) -> &[&'static str] {
+        &self.names
+    }
+
+    /// The dispatching handler; an unknown route is `not_found` naming it.
+    pub fn handler(self, owner: &str) -> Handler {
+        let Service { state, table, .. } = self;
+        let owner: Arc<str> = owner.into();
+        handler(move |req: Request| {
+            let entry = table.get(req.route.as_str()).cloned();
+            let state = state.clone();
+            let owner = owner.clone();
+            async move {
+                match entry {
+                    Some(f) => f(state, req).await,
+                    None => Err(RemoteError::not_found(format!(
+                        "{owner} does not serve route {}",
+                        req.route
+                    ))),
+                }
+            }
+        })
+    }
 }
 
 /// Decodes a request body into `T`, as a `bad_request` error when it does not fit.
@@ -94,4 +215,83 @@ pub fn agent(req: &Request) -> Result<&str, RemoteError> {
     req.agent
         .as_deref()
         .ok_or_else(|| RemoteError::bad_request(format!("{} needs an agent", req.route)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{read_message, write_message};
+    use crate::routes::agent;
+    use serde_json::json;
+
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    /// A typed service over a real socket pair: a valid call reaches the handler, a bad agent
+    /// id, a missing agent and an unknown route are refused before it, each with the reason.
+    #[tokio::test]
+    async fn refusals_happen_before_the_handler() {
+        let state = Arc::new(Count(0.into()));
+        let service =
+            Service::new(state.clone()).on::<agent::Get, _, _>(|s, call: Call, _| async move {
+                s.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(agent::AgentInfo {
+                    id: call.agent()?.clone(),
+                    name: "n".into(),
+                    workspace: None,
+                    home: None,
+                    conversation: None,
+                    conversation_torn: None,
+                })
+            });
+        assert_eq!(service.routes(), ["agent.get"]);
+        let handler = service.handler("test-owner");
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        tokio::spawn(serve_connection(theirs, move |req| handler(req)));
+        async fn ask(stream: &mut UnixStream, v: Value) -> Response {
+            write_message(stream, &v).await.unwrap();
+            read_message(stream).await.unwrap().unwrap()
+        }
+        let ok = ask(
+            &mut ours,
+            json!({"id": 1, "route": "agent.get", "agent": "a-1", "body": {}}),
+        )
+        .await;
+        assert!(
+            matches!(ok.outcome, Outcome::Ok(ref v) if v["id"] == "a-1"),
+            "{ok:?}"
+        );
+        for (id, frame, want) in [
+            (
+                2,
+                json!({"id": 2, "route": "agent.get", "agent": "../x", "body": {}}),
+                "invalid agent id",
+            ),
+            (
+                3,
+                json!({"id": 3, "route": "agent.get", "body": {}}),
+                "needs an agent",
+            ),
+            (
+                4,
+                json!({"id": 4, "route": "agent.nope", "agent": "a", "body": {}}),
+                "does not serve route agent.nope",
+            ),
+        ] {
+            let resp = ask(&mut ours, frame).await;
+            assert_eq!(resp.id, id);
+            match resp.outcome {
+                Outcome::Error(e) => {
+                    let code = if id == 4 {
+                        crate::ErrorCode::NotFound
+                    } else {
+                        crate::ErrorCode::BadRequest
+                    };
+                    assert_eq!(e.code, code);
+                    assert!(e.message.contains(want), "{e}");
+                }
+                other => panic!("{id}: {other:?}"),
+            }
+        }
+        assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
 }

@@ -1,18 +1,19 @@
 //! The runtime report (`runtime-*.json`) and the monitor's samples.
 
+use crate::{Mode, Profile};
 use serde::{Deserialize, Serialize};
 
 /// Bumped whenever a field changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// One run of one profile.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub schema_version: u32,
     /// `git rev-parse HEAD` of the programs, as the caller passed it.
     pub source: String,
-    pub profile: String,
-    pub mode: String,
+    pub profile: Profile,
+    pub mode: Mode,
     pub artifacts: Vec<Artifact>,
     pub platform: Platform,
     pub configuration: Configuration,
@@ -51,10 +52,10 @@ pub struct Platform {
 }
 
 /// How the run was asked to go.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Configuration {
-    pub profile: String,
-    pub mode: String,
+    pub profile: Profile,
+    pub mode: Mode,
     pub rounds: u32,
     pub monitor_interval_ms: u64,
     pub traced: bool,
@@ -128,32 +129,45 @@ pub struct StatusPoint {
     pub http_status: u16,
 }
 
-/// Whether one check held.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CheckOutcome {
-    Passed,
-    #[default]
-    Failed,
-    Skipped,
+vocabulary! {
+    /// The verdict of a check ([`Check::outcome`]) and of the whole run ([`Outcome::status`]).
+    #[derive(Default)]
+    pub enum Status ("status") {
+        Passed = "passed",
+        #[default]
+        Failed = "failed",
+        Skipped = "skipped",
+    }
+}
+
+/// The verdict of one check: the same words as a run's [`Status`].
+pub type CheckOutcome = Status;
+
+vocabulary! {
+    /// Every check a report carries; [`CheckName::ALL`] is their order in a report (DESIGN §7).
+    pub enum CheckName ("check") {
+        Startup = "startup",
+        ColdTurn = "cold_turn",
+        WarmTurn = "warm_turn",
+        AgentFilesIsolated = "agent_files_isolated",
+        UnauthenticatedRefused = "unauthenticated_refused",
+        ConversationWriteRefused = "conversation_write_refused",
+        RunToolConfined = "run_tool_confined",
+        FileToolConfined = "file_tool_confined",
+        SchedulerFired = "scheduler_fired",
+        IdleSamplesCompleted = "idle_samples_completed",
+        StatusSeries = "status_series",
+        ProcessesStopped = "processes_stopped",
+        NoOrphans = "no_orphans",
+    }
 }
 
 /// A named check with what was observed.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {
-    pub name: String,
-    pub outcome: CheckOutcome,
+    pub name: CheckName,
+    pub outcome: Status,
     pub detail: String,
-}
-
-/// The verdict of the whole run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Passed,
-    #[default]
-    Failed,
-    Skipped,
 }
 
 /// The verdict and, unless passed, why.
@@ -200,25 +214,58 @@ pub struct MonitorStatus {
 }
 
 impl Check {
-    pub fn passed(name: &str, detail: impl Into<String>) -> Check {
+    pub fn new(name: CheckName, outcome: Status, detail: impl Into<String>) -> Check {
         Check {
-            name: name.into(),
-            outcome: CheckOutcome::Passed,
+            name,
+            outcome,
             detail: detail.into(),
         }
     }
-    pub fn failed(name: &str, detail: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            outcome: CheckOutcome::Failed,
-            detail: detail.into(),
+    pub fn passed(name: CheckName, detail: impl Into<String>) -> Check {
+        Check::new(name, Status::Passed, detail)
+    }
+    pub fn failed(name: CheckName, detail: impl Into<String>) -> Check {
+        Check::new(name, Status::Failed, detail)
+    }
+    pub fn skipped(name: CheckName, detail: impl Into<String>) -> Check {
+        Check::new(name, Status::Skipped, detail)
+    }
+}
+
+impl Report {
+    /// An empty report of one run: everything but what ran, and how, left to fill in.
+    pub fn new(profile: Profile, mode: Mode) -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            source: String::new(),
+            profile,
+            mode,
+            artifacts: Vec::new(),
+            platform: Platform::default(),
+            configuration: Configuration::new(profile, mode),
+            roots: Roots::default(),
+            phases: Vec::new(),
+            processes: Vec::new(),
+            samples: Vec::new(),
+            status_series: Vec::new(),
+            checks: Vec::new(),
+            outcome: Outcome::default(),
+            coverage: Coverage::default(),
+            trace: None,
         }
     }
-    pub fn skipped(name: &str, detail: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            outcome: CheckOutcome::Skipped,
-            detail: detail.into(),
+}
+
+impl Configuration {
+    /// Nothing asked for yet: no rounds, no monitor interval, untraced, no child variables.
+    pub fn new(profile: Profile, mode: Mode) -> Configuration {
+        Configuration {
+            profile,
+            mode,
+            rounds: 0,
+            monitor_interval_ms: 0,
+            traced: false,
+            child_env: Vec::new(),
         }
     }
 }

@@ -1,0 +1,9 @@
+//! The host's integration tests: Mini and full Link through the real `link` binary.
+//!
+//! The crate's one integration-test binary (`cargo test -p link-cli --test integration`):
+//! each file is a module, so the tests link once. `autotests = false` in Cargo.toml: a new
+//! test file is a `mod` line here.
+
+mod link;
+mod mini;
+mod support;

@@ -1,0 +1,107 @@
+//! Logs as files of a directory of agents: durable creation and loading with per-agent
+//! damage isolation.
+
+use crate::{sync, Error, Known, Log, Scan};
+use std::path::{Path, PathBuf};
+
+/// Creates an empty log at `path` with owner-only permissions, keeping an existing one, and
+/// the directories above it that are missing. The log is fsync'd, and so is every directory
+/// whose entries this changed (the log's own directory always), so the log exists after a
+/// crash once this returns.
+pub fn create(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = parent(path);
+    create_dirs(&dir)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| io(path, e))?;
+    sync::all(&file).map_err(|e| io(path, e))?;
+    sync::dir(&dir).map_err(|e| io(&dir, e))
+}
+
+/// `path`'s directory (`.` for a bare name).
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Creates `dir` and its missing ancestors top-down, fsyncing the parent of each one made.
+fn create_dirs(dir: &Path) -> Result<(), Error> {
+    let mut missing = Vec::new();
+    let mut at = dir.to_owned();
+    loop {
+        match std::fs::metadata(&at) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                return Err(io(
+                    &at,
+                    std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let up = parent(&at);
+                missing.push(at);
+                if up == Path::new(".") {
+                    break;
+                }
+                at = up;
+            }
+            Err(e) => return Err(io(&at, e)),
+        }
+    }
+    for d in missing.iter().rev() {
+        match std::fs::create_dir(d) {
+            Ok(()) => {
+                let up = parent(d);
+                sync::dir(&up).map_err(|e| io(&up, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(d, e)),
+        }
+    }
+    Ok(())
+}
+
+/// An I/O error on creation: a missing path here is not a missing log.
+fn io(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// One agent found by [`load_dir`].
+#[derive(Debug)]
+pub struct Loaded {
+    /// The agent's directory name.
+    pub id: String,
+    pub log: Log,
+    /// Its log as [`Log::read`] found it: intact entries and a torn tail if any, or why the
+    /// agent is damaged (a corrupt inner line, a missing or unreadable log).
+    pub read: Result<(Scan, Option<Known>), Error>,
+}
+
+/// Reads the log `<dir>/<id>/<file_name>` of every agent directory in `dir`, sorted by id;
+/// names starting with `.` (temporary files) are skipped. Each agent's result stands alone:
+/// a damaged log is that agent's `Err` and never stops the others from loading. `Err` only
+/// when `dir` itself cannot be listed.
+pub fn load_dir(dir: &Path, file_name: &str) -> std::io::Result<Vec<Loaded>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let id = entry.file_name().to_string_lossy().into_owned();
+        if id.starts_with('.') {
+            continue;
+        }
+        let log = Log::new(entry.path().join(file_name));
+        let read = log.read();
+        found.push(Loaded { id, log, read });
+    }
+    found.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(found)
+}

@@ -1,0 +1,133 @@
+//! link-conversation: the one conversation log both runtimes use, so Mini (the baseline the
+//! comparison divides by) and full Link's file store give a turn the same durability.
+//!
+//! A log is one JSON object per line (`role`, `content`, ...), appended with one write and
+//! an `fdatasync` before [`Log::append`] returns; [`create`] makes an empty log with
+//! owner-only permissions and fsyncs it and every directory whose entries it changed.
+//!
+//! A crash during an append can leave a torn last line (bytes without their newline, or a
+//! last line that is not valid JSON). Reading never drops or half-parses it: the intact
+//! entries come back together with [`Scan::torn`] naming what is wrong. The next append
+//! repairs the log by truncating exactly the torn tail — never an intact line — and records
+//! what it cut in `<stem>.repairs.jsonl` beside the log ([`Log::repairs_path`]) and in
+//! [`Appended::repaired`], so nothing disappears silently and new entries never glue onto a
+//! broken line. A malformed line that is *not* the last one is not a crash artefact: both
+//! read and append refuse with [`Error::Corrupt`] naming the file and line, and nothing is
+//! changed.
+//!
+//! With `expect` (the wire's `expect_total`) an append goes only to an intact log of exactly
+//! that many entries and otherwise refuses with [`Error::Conflict`], writing nothing: a
+//! caller that keeps the conversation in memory between turns still notices any change it
+//! did not make.
+//!
+//! Appends come every turn, so a caller need not rescan a growing log each time: after a
+//! scan or an append of its own it may keep the file's [`Known`] state. The next append
+//! trusts it only when the file still matches and its last line is still a complete entry,
+//! which is where a torn tail would be; anything else means a full scan.
+//!
+//! Every agent has its own log, so damage is per agent: [`load_dir`] reads the logs of a
+//! directory of agents and answers each agent's result separately; one corrupt or unreadable
+//! log never stops the others from loading.
+
+mod dir;
+mod log;
+
+pub use dir::{create, load_dir, Loaded};
+pub use log::{check_entries, scan, Appended, Known, Log, Repair, Scan};
+
+use std::path::PathBuf;
+
+/// Why a log could not be read or appended to.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The log does not exist.
+    #[error("no conversation log at {}", path.display())]
+    NotFound { path: PathBuf },
+    /// The file system refused.
+    #[error("conversation log {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line other than the last is not an entry: not a torn append, so never repaired.
+    #[error(
+        "conversation log {} is corrupt: {why}. This is not a torn append; stop the \
+         runtime, inspect the file and remove or fix that line by hand",
+        path.display()
+    )]
+    Corrupt { path: PathBuf, why: String },
+    /// The log is not the one the caller expected (`expect`); nothing was appended.
+    #[error(
+        "conversation log {} {why}; nothing was appended. Read it again (an append \
+         without expect_total repairs a torn tail)",
+        path.display()
+    )]
+    Conflict { path: PathBuf, why: String },
+    /// An entry to append is not an object with a string `role`; nothing was appended.
+    #[error("entry {index} must be an object with a string `role`")]
+    BadEntry { index: usize },
+    /// An entry could not be encoded; nothing was appended.
+    #[error("encoding entry: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl Error {
+    fn io(path: &std::path::Path, source: std::io::Error) -> Error {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            Error::NotFound {
+                path: path.to_owned(),
+            }
+        } else {
+            Error::Io {
+                path: path.to_owned(),
+                source,
+            }
+        }
+    }
+}
+
+/// The file operations whose durability the tests check, counted per thread in tests.
+mod sync {
+    use std::fs::File;
+
+    #[cfg(test)]
+    thread_local! {
+        /// `(data syncs of logs, full syncs of files, syncs of directories)` so far.
+        pub static COUNTS: std::cell::Cell<(usize, usize, usize)> =
+            const { std::cell::Cell::new((0, 0, 0)) };
+    }
+
+    #[cfg(test)]
+    fn count(f: impl FnOnce(&mut (usize, usize, usize))) {
+        COUNTS.with(|c| {
+            let mut v = c.get();
+            f(&mut v);
+            c.set(v);
+        });
+    }
+
+    /// `fdatasync`: the appended bytes and the size that covers them.
+    pub fn data(file: &File) -> std::io::Result<()> {
+        #[cfg(test)]
+        count(|c| c.0 += 1);
+        file.sync_data()
+    }
+
+    /// `fsync` of a file just created.
+    pub fn all(file: &File) -> std::io::Result<()> {
+        #[cfg(test)]
+        count(|c| c.1 += 1);
+        file.sync_all()
+    }
+
+    /// `fsync` of a directory, so entries created in it survive a crash.
+    pub fn dir(dir: &std::path::Path) -> std::io::Result<()> {
+        #[cfg(test)]
+        count(|c| c.2 += 1);
+        File::open(dir)?.sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,395 @@
+//! One agent's log: scanning, reading and appending.
+
+use crate::{sync, Error};
+use serde_json::{json, Value};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::PathBuf;
+
+/// What a scan of the log found.
+#[derive(Debug, PartialEq)]
+pub struct Scan {
+    pub entries: Vec<Value>,
+    /// Length of the intact prefix (every complete, valid line).
+    pub intact_len: u64,
+    /// Where the last intact line starts (0 when there is none).
+    pub last_line: u64,
+    /// Why the bytes after `intact_len` are not a valid entry.
+    pub torn: Option<String>,
+}
+
+/// Splits the log into entries, finding a torn tail; `Err` names a corrupt inner line.
+pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
+    let mut entries = Vec::new();
+    let mut pos = 0usize;
+    let mut last_line = 0usize;
+    let mut line_no = 0usize;
+    while pos < bytes.len() {
+        line_no += 1;
+        let Some(nl) = bytes[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map(|n| pos + n)
+        else {
+            let torn = format!(
+                "line {line_no} has no newline: {} bytes at offset {pos} are an incomplete \
+                 write (a crash during append?)",
+                bytes.len() - pos
+            );
+            return Ok(Scan {
+                entries,
+                intact_len: pos as u64,
+                last_line: last_line as u64,
+                torn: Some(torn),
+            });
+        };
+        match parse_entry(&bytes[pos..nl]) {
+            Ok(entry) => entries.push(entry),
+            Err(e) if nl + 1 == bytes.len() => {
+                let torn = format!(
+                    "last line {line_no} ({} bytes at offset {pos}) is not a valid entry: {e}",
+                    nl - pos
+                );
+                return Ok(Scan {
+                    entries,
+                    intact_len: pos as u64,
+                    last_line: last_line as u64,
+                    torn: Some(torn),
+                });
+            }
+            Err(e) => return Err(format!("line {line_no} is not a valid entry: {e}")),
+        }
+        last_line = pos;
+        pos = nl + 1;
+    }
+    Ok(Scan {
+        entries,
+        intact_len: pos as u64,
+        last_line: last_line as u64,
+        torn: None,
+    })
+}
+
+fn parse_entry(line: &[u8]) -> Result<Value, String> {
+    let value: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    if !value.is_object() {
+        return Err("not a JSON object".into());
+    }
+    Ok(value)
+}
+
+/// Checks entries a caller wants to append: objects with a string `role`.
+pub fn check_entries(entries: &[Value]) -> Result<(), Error> {
+    match entries
+        .iter()
+        .position(|e| !e.get("role").is_some_and(Value::is_string))
+    {
+        Some(index) => Err(Error::BadEntry { index }),
+        None => Ok(()),
+    }
+}
+
+/// One agent's log file.
+#[derive(Debug, Clone)]
+pub struct Log {
+    pub path: PathBuf,
+}
+
+/// What a caller knows of a log it scanned completely or appended to itself, and the file
+/// state that knowledge belongs to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Known {
+    stamp: Stamp,
+    /// Intact entries in the log.
+    pub entries: usize,
+    /// Where the last line starts.
+    last_line: u64,
+}
+
+/// File identity, size and times: any write to the log by anyone changes one of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// The log before an append: its intact prefix, and the torn tail after it if any.
+struct State {
+    intact_len: u64,
+    entries: usize,
+    last_line: u64,
+    torn: Option<String>,
+}
+
+/// What an append did.
+#[derive(Debug)]
+pub struct Appended {
+    pub count: usize,
+    /// Intact entries in the log after the append.
+    pub total: usize,
+    /// The torn tail it cut first, if any.
+    pub repaired: Option<Repair>,
+    /// The log as this append left it, when nobody else wrote to it meanwhile.
+    pub known: Option<Known>,
+}
+
+/// A torn tail an append cut off, as recorded in the repairs file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repair {
+    /// Why the tail was not an entry (the scan's `torn`).
+    pub reason: String,
+    /// The log's length after the cut: its intact prefix.
+    pub truncated_at: u64,
+    pub removed_bytes: usize,
+    /// Where the record of the cut was appended.
+    pub recorded_in: PathBuf,
+}
+
+impl Log {
+    pub fn new(path: PathBuf) -> Self {
+        Log { path }
+    }
+
+    /// Where cut torn tails are recorded: `<stem>.repairs.jsonl` beside the log.
+    pub fn repairs_path(&self) -> PathBuf {
+        let stem = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "conversation".into());
+        self.path.with_file_name(format!("{stem}.repairs.jsonl"))
+    }
+
+    /// Every intact entry, the torn tail's description if there is one, and what the caller
+    /// may remember of an intact log. Changes nothing.
+    pub fn read(&self) -> Result<(Scan, Option<Known>), Error> {
+        let mut file = File::open(&self.path).map_err(|e| self.io(e))?;
+        let before = file.metadata().map_err(|e| self.io(e))?;
+        let mut bytes = Vec::with_capacity(before.len() as usize);
+        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
+        let scan = scan(&bytes).map_err(|why| self.corrupt(why))?;
+        let after = file.metadata().map_err(|e| self.io(e))?;
+        let stamp = Stamp::of(&after);
+        let unchanged = Stamp::of(&before) == stamp && stamp.len == bytes.len() as u64;
+        let known = (unchanged && scan.torn.is_none()).then_some(Known {
+            stamp,
+            entries: scan.entries.len(),
+            last_line: scan.last_line,
+        });
+        Ok((scan, known))
+    }
+
+    /// Appends entries as lines with one write and an `fdatasync`, repairing a torn tail
+    /// first; they are durable when this returns. With `expect`, appends only to an intact
+    /// log of exactly that many entries and refuses with [`Error::Conflict`] otherwise,
+    /// changing nothing. `known` is what the caller remembers of this log; it is checked
+    /// against the file before it is trusted. An append of no entries only repairs.
+    pub fn append(
+        &self,
+        entries: &[Value],
+        expect: Option<usize>,
+        known: Option<Known>,
+    ) -> Result<Appended, Error> {
+        check_entries(entries)?;
+        let mut buf = Vec::new();
+        let mut last_in_buf = 0;
+        for e in entries {
+            last_in_buf = buf.len() as u64;
+            serde_json::to_writer(&mut buf, e)?;
+            buf.push(b'\n');
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| self.io(e))?;
+        let state = match known.filter(|k| still(&file, k)) {
+            Some(k) => State {
+                intact_len: k.stamp.len,
+                entries: k.entries,
+                last_line: k.last_line,
+                torn: None,
+            },
+            None => self.state(&mut file)?,
+        };
+        if let Some(want) = expect {
+            self.expected(&state, want)?;
+        }
+        let repaired = match &state.torn {
+            Some(reason) => Some(self.repair(state.intact_len, reason)?),
+            None => None,
+        };
+        if let Err(e) = file.write_all(&buf).and_then(|()| sync::data(&file)) {
+            // Leave no torn line behind when the disk refused the write (ENOSPC, EIO).
+            let _ = file
+                .set_len(state.intact_len)
+                .and_then(|()| sync::data(&file));
+            return Err(self.io(e));
+        }
+        let total = state.entries + entries.len();
+        let last_line = if entries.is_empty() {
+            state.last_line
+        } else {
+            state.intact_len + last_in_buf
+        };
+        let known = file
+            .metadata()
+            .ok()
+            .map(|m| Stamp::of(&m))
+            .and_then(|stamp| {
+                (stamp.len == state.intact_len + buf.len() as u64).then_some(Known {
+                    stamp,
+                    entries: total,
+                    last_line,
+                })
+            });
+        Ok(Appended {
+            count: entries.len(),
+            total,
+            repaired,
+            known,
+        })
+    }
+
+    /// The log's state from a full scan of the open file.
+    fn state(&self, file: &mut File) -> Result<State, Error> {
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
+        let scan = scan(&bytes).map_err(|why| self.corrupt(why))?;
+        Ok(State {
+            intact_len: scan.intact_len,
+            entries: scan.entries.len(),
+            last_line: scan.last_line,
+            torn: scan.torn,
+        })
+    }
+
+    /// Refuses an append whose caller expected another log than this one.
+    fn expected(&self, state: &State, want: usize) -> Result<(), Error> {
+        let why = match &state.torn {
+            Some(reason) => format!("has a torn tail ({reason})"),
+            None if state.entries != want => format!(
+                "holds {} entries, not the {want} the caller expected",
+                state.entries
+            ),
+            None => return Ok(()),
+        };
+        Err(Error::Conflict {
+            path: self.path.clone(),
+            why,
+        })
+    }
+
+    /// Records the torn tail (durably), then truncates the log to its intact prefix.
+    fn repair(&self, intact_len: u64, reason: &str) -> Result<Repair, Error> {
+        let bytes = std::fs::read(&self.path).map_err(|e| self.io(e))?;
+        let tail = &bytes[(intact_len as usize).min(bytes.len())..];
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let record = json!({
+            "unix_ms": unix_ms,
+            "file": self.path.display().to_string(),
+            "truncated_at": intact_len,
+            "removed_bytes": tail.len(),
+            "reason": reason,
+            "removed": String::from_utf8_lossy(&tail[..tail.len().min(4096)]),
+        });
+        let mut line = record.to_string();
+        line.push('\n');
+        let repairs = self.repairs_path();
+        let created = !repairs.exists();
+        let mut rec = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&repairs)
+            .map_err(|e| Error::io(&repairs, e))?;
+        rec.write_all(line.as_bytes())
+            .and_then(|()| sync::data(&rec))
+            .map_err(|e| Error::io(&repairs, e))?;
+        if created {
+            if let Some(dir) = repairs.parent() {
+                sync::dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+        }
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.path)
+            .map_err(|e| self.io(e))?;
+        log.set_len(intact_len)
+            .and_then(|()| sync::data(&log))
+            .map_err(|e| self.io(e))?;
+        Ok(Repair {
+            reason: reason.to_owned(),
+            truncated_at: intact_len,
+            removed_bytes: tail.len(),
+            recorded_in: repairs,
+        })
+    }
+
+    fn io(&self, e: std::io::Error) -> Error {
+        Error::io(&self.path, e)
+    }
+
+    fn corrupt(&self, why: String) -> Error {
+        Error::Corrupt {
+            path: self.path.clone(),
+            why,
+        }
+    }
+}
+
+/// True when the open log is still the file `known` describes and its last line is still a
+/// complete entry (where a torn tail would be), so its intact prefix need not be rescanned.
+pub(crate) fn still(file: &File, known: &Known) -> bool {
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    if Stamp::of(&meta) != known.stamp {
+        return false;
+    }
+    if known.stamp.len == 0 {
+        return known.entries == 0;
+    }
+    // From the newline ending the line before, to the end.
+    let from = known.last_line.saturating_sub(1);
+    let mut tail = vec![0; (known.stamp.len - from) as usize];
+    if file.read_exact_at(&mut tail, from).is_err() {
+        return false;
+    }
+    let line = if known.last_line == 0 {
+        &tail[..]
+    } else if tail[0] == b'\n' {
+        &tail[1..]
+    } else {
+        return false;
+    };
+    match line.split_last() {
+        Some((b'\n', entry)) => !entry.contains(&b'\n') && parse_entry(entry).is_ok(),
+        _ => false,
+    }
+}
+
+impl Known {
+    /// The log's length this knowledge belongs to.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> u64 {
+        self.stamp.len
+    }
+}

@@ -1,0 +1,400 @@
+use crate::log::still;
+use crate::*;
+use serde_json::{json, Value};
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+#[test]
+fn intact_log() {
+    let s = scan(b"{\"role\":\"user\"}\n{\"role\":\"assistant\"}\n").unwrap();
+    assert_eq!(s.entries.len(), 2);
+    assert_eq!(s.torn, None);
+    assert_eq!(s.intact_len, 37);
+    assert_eq!(scan(b"").unwrap().entries.len(), 0);
+}
+
+#[test]
+fn torn_tail_without_newline() {
+    let s = scan(b"{\"role\":\"user\"}\n{\"role\":\"assi").unwrap();
+    assert_eq!(s.entries.len(), 1);
+    assert_eq!(s.intact_len, 16);
+    assert!(s.torn.unwrap().contains("line 2 has no newline"));
+    // Valid JSON without its newline is still an unfinished write.
+    let s = scan(b"{\"role\":\"user\"}").unwrap();
+    assert_eq!(s.entries.len(), 0);
+    assert!(s.torn.is_some());
+}
+
+#[test]
+fn torn_last_line_with_newline() {
+    let s = scan(b"{\"role\":\"user\"}\n\0\0\0\n").unwrap();
+    assert_eq!(s.entries.len(), 1);
+    assert_eq!(s.intact_len, 16);
+    assert!(s.torn.unwrap().contains("last line 2"));
+}
+
+#[test]
+fn corrupt_inner_line_is_an_error() {
+    let e = scan(b"{\"role\":\"user\"}\nnope\n{\"role\":\"user\"}\n").unwrap_err();
+    assert!(e.contains("line 2"), "{e}");
+}
+
+/// A fresh directory under `$HOME/.cache/lnk-t`, removed on drop.
+struct Temp(PathBuf);
+
+impl Temp {
+    fn new(name: &str) -> Temp {
+        let dir = PathBuf::from(std::env::var("HOME").unwrap()).join(format!(
+            ".cache/lnk-t/conversation-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Temp(dir)
+    }
+
+    /// A temporary directory holding one empty log.
+    fn log(name: &str) -> (Temp, Log) {
+        let t = Temp::new(name);
+        let path = t.0.join("conversation.jsonl");
+        create(&path).unwrap();
+        (t, Log::new(path))
+    }
+
+    /// An agent directory `<id>/conversation.jsonl` holding `bytes`.
+    fn agent(&self, id: &str, bytes: &[u8]) -> Log {
+        let path = self.0.join(id).join("conversation.jsonl");
+        create(&path).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        Log::new(path)
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn syncs() -> (usize, usize, usize) {
+    sync::COUNTS.with(|c| c.get())
+}
+
+#[test]
+fn appends_remember_the_log_and_count_it() {
+    let (_dir, log) = Temp::log("known");
+    let (_, known) = log.read().unwrap();
+    let known = known.expect("an empty log is intact");
+    assert_eq!(known.entries, 0);
+    let done = log
+        .append(&[user("a"), user("b")], Some(0), Some(known))
+        .unwrap();
+    assert_eq!((done.count, done.total), (2, 2));
+    let known = done.known.expect("nobody else wrote");
+    assert!(still(&File::open(&log.path).unwrap(), &known));
+    let done = log.append(&[user("c")], Some(2), Some(known)).unwrap();
+    assert_eq!(done.total, 3);
+    let (scan, again) = log.read().unwrap();
+    assert_eq!(scan.entries.len(), 3);
+    assert_eq!(
+        again, done.known,
+        "a full scan finds what the append remembered"
+    );
+    // An empty append changes nothing it knows.
+    let empty = log.append(&[], Some(3), done.known).unwrap();
+    assert_eq!(empty.total, 3);
+    assert_eq!(empty.known.unwrap().entries, 3);
+}
+
+#[test]
+fn a_wrong_expectation_writes_nothing() {
+    let (dir, log) = Temp::log("expect");
+    let done = log.append(&[user("a")], None, None).unwrap();
+    let before = std::fs::read(&log.path).unwrap();
+    for (want, known) in [(5, done.known), (0, done.known), (5, None), (0, None)] {
+        let e = log.append(&[user("b")], Some(want), known).err().unwrap();
+        assert!(matches!(e, Error::Conflict { .. }), "{e}");
+        assert!(e.to_string().contains("holds 1 entries"), "{e}");
+        assert!(e.to_string().contains("nothing was appended"), "{e}");
+        assert_eq!(std::fs::read(&log.path).unwrap(), before);
+    }
+
+    // A torn log is not the log any caller expected: refused, torn tail kept, nothing
+    // recorded.
+    let mut torn = before.clone();
+    torn.extend_from_slice(br#"{"role":"us"#);
+    std::fs::write(&log.path, &torn).unwrap();
+    let e = log.append(&[user("b")], Some(1), None).err().unwrap();
+    assert!(matches!(e, Error::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains("torn tail"), "{e}");
+    assert_eq!(std::fs::read(&log.path).unwrap(), torn);
+    assert!(!log.repairs_path().exists());
+    let names: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
+    assert_eq!(names.len(), 1, "only the log is there");
+}
+
+#[test]
+fn changes_by_others_are_never_trusted() {
+    let (_dir, log) = Temp::log("others");
+    let done = log.append(&[user("a"), user("b")], None, None).unwrap();
+    let known = done.known.unwrap();
+    let intact = std::fs::read(&log.path).unwrap();
+
+    // A torn tail written behind the store's back: refused with `expect`, repaired
+    // without it.
+    let mut torn = intact.clone();
+    torn.extend_from_slice(br#"{"role":"user","con"#);
+    std::fs::write(&log.path, &torn).unwrap();
+    assert!(!still(&File::open(&log.path).unwrap(), &known));
+    let e = log
+        .append(&[user("c")], Some(2), Some(known))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::Conflict { .. }), "{e}");
+    assert!(e.to_string().contains("torn"), "{e}");
+    assert_eq!(std::fs::read(&log.path).unwrap(), torn);
+    let done = log.append(&[user("c")], None, Some(known)).unwrap();
+    assert!(done.repaired.is_some());
+    assert_eq!(done.total, 3);
+
+    // The last line overwritten in place with as many bytes: its size and inode stay,
+    // yet the broken line is found.
+    let known = done.known.unwrap();
+    let mut bytes = std::fs::read(&log.path).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] = b'\0';
+    std::fs::write(&log.path, &bytes).unwrap();
+    let f = File::open(&log.path).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), known.len());
+    assert!(!still(&f, &known));
+    let done = log.append(&[user("d")], None, Some(known)).unwrap();
+    assert!(done.repaired.unwrap().reason.contains("last line 3"));
+    assert_eq!(done.total, 3);
+}
+
+#[test]
+fn entries_need_a_role() {
+    assert!(check_entries(&[json!({"role": "user", "content": "x"})]).is_ok());
+    assert!(matches!(
+        check_entries(&[user("a"), json!({"content": "x"})]),
+        Err(Error::BadEntry { index: 1 })
+    ));
+    assert!(check_entries(&[json!("x")]).is_err());
+    // A bad entry anywhere means none is appended.
+    let (_dir, log) = Temp::log("role");
+    let e = log
+        .append(&[user("a"), json!({"role": 1})], None, None)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("entry 1"), "{e}");
+    assert_eq!(std::fs::read(&log.path).unwrap(), b"");
+}
+
+#[test]
+fn a_torn_tail_is_reported_then_cut_and_recorded_on_the_next_append() {
+    let (_dir, log) = Temp::log("torn");
+    log.append(&[user("a"), user("b")], None, None).unwrap();
+    let intact = std::fs::read(&log.path).unwrap();
+    let mut torn = intact.clone();
+    torn.extend_from_slice(br#"{"role":"user","content":"half"#);
+    std::fs::write(&log.path, &torn).unwrap();
+
+    // Reported, with the intact entries, and nothing changes by reading.
+    let (scan, known) = log.read().unwrap();
+    assert_eq!(scan.entries.len(), 2);
+    assert!(scan.torn.as_deref().unwrap().contains("no newline"));
+    assert_eq!(known, None, "a torn log is never remembered");
+    assert_eq!(std::fs::read(&log.path).unwrap(), torn);
+    assert!(!log.repairs_path().exists());
+
+    // The next append cuts exactly the tail, records it, then appends cleanly.
+    let done = log.append(&[user("again")], None, known).unwrap();
+    let repair = done.repaired.expect("the tail was cut");
+    assert!(repair.reason.contains("no newline"), "{repair:?}");
+    assert_eq!(repair.truncated_at, intact.len() as u64);
+    assert_eq!(repair.removed_bytes, torn.len() - intact.len());
+    assert_eq!(repair.recorded_in, log.repairs_path());
+    assert_eq!(done.total, 3);
+    let after = std::fs::read(&log.path).unwrap();
+    assert!(
+        after.starts_with(&intact),
+        "intact lines kept byte for byte"
+    );
+    assert_eq!(
+        &after[intact.len()..],
+        b"{\"content\":\"again\",\"role\":\"user\"}\n"
+    );
+    let repairs = std::fs::read_to_string(log.repairs_path()).unwrap();
+    assert_eq!(repairs.lines().count(), 1);
+    let record: Value = serde_json::from_str(repairs.lines().next().unwrap()).unwrap();
+    assert_eq!(record["truncated_at"], intact.len());
+    assert_eq!(record["removed_bytes"], torn.len() - intact.len());
+    assert_eq!(record["removed"], r#"{"role":"user","content":"half"#);
+    assert_eq!(record["file"], log.path.display().to_string());
+    assert!(record["reason"].as_str().unwrap().contains("no newline"));
+    assert!(record["unix_ms"].as_u64().unwrap() > 0);
+
+    // Intact again: the next append repairs nothing and records nothing.
+    let (scan, known) = log.read().unwrap();
+    assert_eq!((scan.entries.len(), scan.torn), (3, None));
+    let done = log.append(&[user("more")], Some(3), known).unwrap();
+    assert!(done.repaired.is_none());
+    assert_eq!(
+        std::fs::read_to_string(log.repairs_path()).unwrap(),
+        repairs
+    );
+
+    // An append of no entries only repairs.
+    let before = std::fs::read(&log.path).unwrap();
+    let mut torn = before.clone();
+    torn.extend_from_slice(b"\0\0\n");
+    std::fs::write(&log.path, &torn).unwrap();
+    let done = log.append(&[], None, None).unwrap();
+    assert!(done.repaired.unwrap().reason.contains("last line 5"));
+    assert_eq!((done.count, done.total), (0, 4));
+    assert_eq!(std::fs::read(&log.path).unwrap(), before);
+    assert_eq!(
+        std::fs::read_to_string(log.repairs_path())
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_damaged_middle_line_isolates_only_that_agent() {
+    let t = Temp::new("isolation");
+    let good =
+        b"{\"role\":\"user\",\"content\":\"hi\"}\n{\"role\":\"assistant\",\"content\":\"ho\"}\n";
+    t.agent("a", good);
+    let mut corrupt = b"{\"role\":\"user\"}\nnot json\n".to_vec();
+    corrupt.extend_from_slice(good);
+    let damaged = t.agent("b", &corrupt);
+    t.agent("c", b"{\"role\":\"user\"}\n{\"role\":\"assis");
+    std::fs::create_dir(t.0.join("d")).unwrap(); // no log at all
+    std::fs::write(t.0.join(".tmp-x"), b"").unwrap(); // a temporary name, skipped
+
+    let loaded = load_dir(&t.0, "conversation.jsonl").unwrap();
+    let ids: Vec<_> = loaded.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    let (scan, known) = loaded[0].read.as_ref().unwrap();
+    assert_eq!((scan.entries.len(), &scan.torn), (2, &None));
+    assert_eq!(known.unwrap().entries, 2);
+    let e = loaded[1].read.as_ref().unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("line 2") && msg.contains("b/conversation.jsonl"),
+        "{msg}"
+    );
+    let (scan, _) = loaded[2].read.as_ref().unwrap();
+    assert_eq!(scan.entries.len(), 1, "a torn tail is not damage");
+    assert!(scan.torn.is_some());
+    assert!(matches!(
+        loaded[3].read.as_ref().unwrap_err(),
+        Error::NotFound { .. }
+    ));
+
+    // The damaged log is refused and left as it is; the others take appends.
+    let e = damaged.append(&[user("x")], None, None).err().unwrap();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e}");
+    assert_eq!(std::fs::read(&damaged.path).unwrap(), corrupt);
+    assert!(!damaged.repairs_path().exists());
+    for l in &loaded[..3] {
+        if l.id != "b" {
+            l.log.append(&[user("x")], None, None).unwrap();
+        }
+    }
+    let again = load_dir(&t.0, "conversation.jsonl").unwrap();
+    assert_eq!(again[0].read.as_ref().unwrap().0.entries.len(), 3);
+    assert_eq!(again[2].read.as_ref().unwrap().0.entries.len(), 2);
+
+    // Only an unreadable directory of agents fails the whole load.
+    assert!(load_dir(&t.0.join("nowhere"), "conversation.jsonl").is_err());
+}
+
+#[test]
+fn appends_are_durable_when_they_return() {
+    let t = Temp::new("durable");
+    let path = t.0.join("agents/a/conversation.jsonl");
+
+    // Create: the missing directories, the log and each directory whose entries changed are
+    // synced; the log is owner-only.
+    let before = syncs();
+    create(&path).unwrap();
+    let after = syncs();
+    assert_eq!(after.1 - before.1, 1, "the new log is fsync'd");
+    assert_eq!(
+        after.2 - before.2,
+        3,
+        "t (for agents), agents (for a) and a (for the log) are fsync'd"
+    );
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    // Creating again keeps what is there.
+    let log = Log::new(path.clone());
+    log.append(&[user("kept")], None, None).unwrap();
+    create(&path).unwrap();
+    assert_eq!(log.read().unwrap().0.entries.len(), 1);
+
+    // Every append is one data sync, and its bytes are in the file when it returns, seen
+    // through another open file description.
+    let mut known = log.read().unwrap().1;
+    for n in 0..3 {
+        let before = syncs();
+        let done = log
+            .append(&[user(&format!("m{n}")), user("r")], Some(1 + 2 * n), known)
+            .unwrap();
+        assert_eq!(syncs().0 - before.0, 1, "append {n}: one fdatasync");
+        known = done.known;
+        let on_disk = std::fs::read(&path).unwrap();
+        assert!(on_disk.ends_with(
+            format!("{{\"content\":\"m{n}\",\"role\":\"user\"}}\n{{\"content\":\"r\",\"role\":\"user\"}}\n")
+                .as_bytes()
+        ));
+        let (scan, _) = Log::new(path.clone()).read().unwrap();
+        assert_eq!(scan.entries.len(), 3 + 2 * n);
+    }
+
+    // A refused append syncs nothing; a repair syncs its record and the cut too.
+    let before = syncs();
+    assert!(log.append(&[user("no")], Some(0), known).is_err());
+    assert!(log.append(&[json!({})], None, known).is_err());
+    assert_eq!(syncs(), before);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"{");
+    std::fs::write(&path, &bytes).unwrap();
+    let before = syncs();
+    log.append(&[user("after")], None, known).unwrap();
+    let after = syncs();
+    assert_eq!(
+        after.0 - before.0,
+        3,
+        "the record, the cut and the append are each synced"
+    );
+    assert_eq!(after.2 - before.2, 1, "the new repairs file's directory");
+}
+
+#[test]
+fn missing_logs_and_bad_places() {
+    let t = Temp::new("missing");
+    let log = Log::new(t.0.join("none/conversation.jsonl"));
+    assert!(matches!(log.read(), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        log.append(&[user("a")], None, None),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(!t.0.join("none").exists(), "an append creates nothing");
+    std::fs::write(t.0.join("file"), b"").unwrap();
+    let e = create(&t.0.join("file/conversation.jsonl")).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    assert_eq!(
+        Log::new(PathBuf::from("/x/conversation.jsonl")).repairs_path(),
+        Path::new("/x/conversation.repairs.jsonl")
+    );
+}

@@ -1,0 +1,517 @@
+//! The pure decisions of the scenario: each takes what a phase observed and says whether its
+//! check passes (`Ok(detail)`) or fails (`Err(detail)`). No I/O: the phases gather the evidence
+//! (replies, file contents, statuses) and record the verdicts through [`super::report`].
+
+use super::text::{ms, short};
+use crate::client::{AgentView, ToolCall, TurnReply};
+use link_plugin_measure::{Check, MonitorStatus, Outcome, Status, StatusPoint};
+use link_protocol::plugin::{Mode, Profile};
+use serde_json::Value;
+use std::path::Path;
+use std::time::Duration;
+
+/// The first call of `tool` the turn made.
+pub(super) fn tool_call<'r>(reply: &'r TurnReply, tool: &str) -> Result<&'r ToolCall, String> {
+    reply
+        .tool_calls
+        .iter()
+        .find(|c| c.tool == tool)
+        .ok_or_else(|| {
+            format!(
+                "the turn made no {tool} tool call (reply {:?}, calls {:?})",
+                short(&reply.reply),
+                reply
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.tool.as_str())
+                    .collect::<Vec<_>>()
+            )
+        })
+}
+
+/// The turn called `tool` and the call succeeded.
+pub(super) fn tool_ok(reply: &TurnReply, tool: &str) -> Result<(), String> {
+    let call = tool_call(reply, tool)?;
+    if call.ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "the {tool} tool failed: {}",
+            short(&call.output_text())
+        ))
+    }
+}
+
+/// (pid, role) of the host and of every plugin `host.status` lists.
+pub(super) fn roles(status: &Value) -> Vec<(i32, String)> {
+    let mut roles = Vec::new();
+    for p in status["plugins"].as_array().into_iter().flatten() {
+        if let Some(pid) = p["pid"].as_i64() {
+            roles.push((
+                pid as i32,
+                p["name"].as_str().unwrap_or_default().to_owned(),
+            ));
+        }
+    }
+    if let Some(pid) = status["pid"].as_i64() {
+        roles.push((pid as i32, "host".into()));
+    }
+    roles
+}
+
+/// What start-up left: `host.status`, the ready socket, and how long it took.
+pub(super) struct Startup<'s> {
+    pub profile: Profile,
+    pub mode: Mode,
+    pub status: &'s Value,
+    pub socket: &'s Path,
+    pub socket_exists: bool,
+    pub took: Duration,
+}
+
+/// Every plugin of the profile is ready, in the asked profile and mode, on an existing socket.
+pub(super) fn startup(s: &Startup<'_>) -> Result<String, String> {
+    let status = s.status;
+    let ready: Vec<String> = status["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["state"] == "ready")
+        .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    let missing: Vec<&str> = s
+        .profile
+        .plugins()
+        .iter()
+        .copied()
+        .filter(|n| !ready.iter().any(|r| r == n))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "link up printed ready but these plugins are not ready: {}; host.status: {status}",
+            missing.join(", ")
+        ));
+    }
+    if status["mode"] != s.mode.as_str() || status["profile"] != s.profile.as_str() {
+        return Err(format!(
+            "host.status reports another profile or mode: {status}"
+        ));
+    }
+    if !s.socket_exists {
+        return Err(format!(
+            "ready socket {} does not exist",
+            s.socket.display()
+        ));
+    }
+    Ok(format!(
+        "ready in {} with {} plugins ({}), connection {}",
+        ms(s.took),
+        ready.len(),
+        ready.join(", "),
+        s.socket.display()
+    ))
+}
+
+/// The first agent's first turn answered something.
+pub(super) fn cold_turn(id: &str, reply: &TurnReply, took: Duration) -> Result<String, String> {
+    if reply.reply.trim().is_empty() {
+        Err(format!(
+            "agent {id}'s first turn came back with an empty reply"
+        ))
+    } else {
+        Ok(format!(
+            "agent {id} created and answered its first turn in {}: {:?}",
+            ms(took),
+            short(&reply.reply)
+        ))
+    }
+}
+
+/// Warm turn `round` answered something.
+pub(super) fn warm_turn(round: u32, reply: &TurnReply) -> Result<(), String> {
+    if reply.reply.trim().is_empty() {
+        return Err(format!("warm turn {round} came back with an empty reply"));
+    }
+    Ok(())
+}
+
+/// Min, median and max of the warm turns (at least one).
+pub(super) fn warm_turns(mut times: Vec<Duration>) -> String {
+    times.sort();
+    format!(
+        "{} warm turns: min {}, median {}, max {}",
+        times.len(),
+        ms(times[0]),
+        ms(times[times.len() / 2]),
+        ms(times[times.len() - 1])
+    )
+}
+
+/// Each agent's conversation holds its own messages only.
+pub(super) fn conversations_separate(
+    a: &str,
+    b: &str,
+    view_a: &AgentView,
+    view_b: &AgentView,
+) -> Result<String, String> {
+    let texts =
+        |v: &AgentView| -> Vec<String> { v.conversation.iter().map(|e| e.text()).collect() };
+    let (ta, tb) = (texts(view_a), texts(view_b));
+    if ta.iter().any(|t| t.contains("hello from beta")) {
+        return Err(format!("agent {a}'s conversation holds beta's message"));
+    }
+    if tb
+        .iter()
+        .any(|t| t.contains("hello from the runtime runner") || t.contains("warm turn"))
+    {
+        return Err(format!("agent {b}'s conversation holds alpha's messages"));
+    }
+    if !tb.iter().any(|t| t.contains("hello from beta")) {
+        return Err(format!(
+            "agent {b}'s conversation lacks its own message: {tb:?}"
+        ));
+    }
+    Ok(format!(
+        "conversations separate ({} and {} entries)",
+        ta.len(),
+        tb.len()
+    ))
+}
+
+/// The two conversation logs on disk hold their own agent's messages, and no workspace
+/// is missing (`missing_workspace`, the first that is not a directory).
+pub(super) fn on_disk(
+    log_a: &str,
+    log_b: &str,
+    missing_workspace: Option<&Path>,
+) -> Result<String, String> {
+    if log_a.contains("hello from beta") || log_b.contains("hello from the runtime runner") {
+        return Err("a conversation log on disk holds the other agent's messages".into());
+    }
+    if let Some(ws) = missing_workspace {
+        return Err(format!("workspace {} does not exist", ws.display()));
+    }
+    Ok("separate workspaces and conversation logs on disk".into())
+}
+
+/// Beta's `read alpha-only.txt` was refused without alpha's secret.
+pub(super) fn cross_read_refused(a: &str, b: &str, call: &ToolCall) -> Result<(), String> {
+    if call.ok || call.output_text().contains("alpha-secret") {
+        return Err(format!(
+            "agent {b} read agent {a}'s file: {}",
+            call.output_text()
+        ));
+    }
+    Ok(())
+}
+
+/// What each workspace holds after both agents wrote their file through the file tool.
+#[derive(Debug, Default)]
+pub(super) struct Workspaces {
+    pub alpha_in_a: Option<String>,
+    pub beta_in_b: Option<String>,
+    pub alpha_in_b: Option<String>,
+    pub beta_in_a: Option<String>,
+}
+
+/// Each file landed in its own agent's workspace only.
+pub(super) fn files_in_own_workspace(w: &Workspaces) -> Result<String, String> {
+    if w.alpha_in_a.as_deref() != Some("alpha-secret")
+        || w.beta_in_b.as_deref() != Some("beta-secret")
+    {
+        return Err("a file written through the file tool is not in its agent's workspace".into());
+    }
+    if w.alpha_in_b.is_some() || w.beta_in_a.is_some() {
+        return Err("a file written by one agent appeared in the other's workspace".into());
+    }
+    Ok(
+        "each agent's file tool writes only its own workspace; beta cannot read alpha's file"
+            .to_owned(),
+    )
+}
+
+/// Beta's `run: cat alpha-only.txt` did not see alpha's secret.
+pub(super) fn run_cat_refused(a: &str, b: &str, cat: &ToolCall) -> Result<(), String> {
+    if cat.output_text().contains("alpha-secret") {
+        return Err(format!("agent {b}'s run tool read agent {a}'s file"));
+    }
+    Ok(())
+}
+
+/// Alpha's `run: ls` lists its own file and not beta's.
+pub(super) fn run_lists_own_workspace(a: &str, listing: &str) -> Result<(), String> {
+    if !listing.contains("alpha-only.txt") || listing.contains("beta-only.txt") {
+        return Err(format!(
+            "agent {a}'s run tool sees the wrong workspace: {listing}"
+        ));
+    }
+    Ok(())
+}
+
+/// Every request without a valid token answered 401 without conversation content, and the
+/// refused turn is not in the conversation (`turn_in_conversation`).
+pub(super) fn unauthenticated(
+    answers: &[(String, u16, String)],
+    turn_in_conversation: bool,
+) -> Result<String, String> {
+    for (what, status, body) in answers {
+        if *status != 401 {
+            return Err(format!(
+                "{what} answered {status}, not 401: {}",
+                short(body)
+            ));
+        }
+        if body.contains("hello from") {
+            return Err(format!(
+                "{what} leaked conversation content: {}",
+                short(body)
+            ));
+        }
+    }
+    if turn_in_conversation {
+        return Err("the unauthenticated turn reached the conversation".into());
+    }
+    Ok(format!(
+        "{} requests without a valid token answered 401; the refused turn left no trace",
+        answers.len()
+    ))
+}
+
+/// Whether a conversation shows the refused unauthenticated turn.
+pub(super) fn holds_unauthenticated_turn(view: &AgentView) -> bool {
+    view.conversation
+        .iter()
+        .any(|e| e.text().contains("unauthenticated turn"))
+}
+
+/// `write ../conversation.jsonl: x` was refused as protected, and the log (`before`, then
+/// `after` as read back) only grew by logged entries.
+pub(super) fn conversation_write(
+    reply: &TurnReply,
+    before: &[u8],
+    after: Result<Vec<u8>, String>,
+) -> Result<String, String> {
+    let call = tool_call(reply, "file")?;
+    let output = call.output_text();
+    if call.ok {
+        return Err(format!(
+            "the file tool accepted a write to the conversation: {}",
+            short(&output)
+        ));
+    }
+    if !output.to_lowercase().contains("protected") {
+        return Err(format!(
+            "the write was refused, but not as protected: {}",
+            short(&output)
+        ));
+    }
+    let after = after?;
+    if !after.starts_with(before) {
+        return Err("the conversation log was rewritten: its earlier entries changed".into());
+    }
+    let text = String::from_utf8_lossy(&after);
+    for (i, line) in text.lines().enumerate() {
+        if line.trim() == "x" || serde_json::from_str::<Value>(line).is_err() {
+            return Err(format!(
+                "conversation log line {} is not a logged entry: {line:?}",
+                i + 1
+            ));
+        }
+    }
+    Ok(format!(
+        "`write ../conversation.jsonl: x` refused as protected ({}); the log kept its {} earlier bytes and only gained the turn's own entries",
+        short(&output),
+        before.len()
+    ))
+}
+
+/// The first sha256-looking word of the tokens file's text: what must never leak into a tool.
+pub(super) fn token_hash(text: &str) -> String {
+    text.split(|c: char| !c.is_ascii_hexdigit())
+        .find(|w| w.len() == 64)
+        .map(str::to_owned)
+        .unwrap_or_else(|| text.lines().next().unwrap_or("").trim().to_owned())
+}
+
+/// What the protected tools left on disk.
+pub(super) struct ToolEvidence<'p> {
+    /// The token hash the tools must not read.
+    pub secret: &'p str,
+    /// The file the tool wrote inside the workspace, as read back (empty if missing).
+    pub in_workspace: String,
+    /// The file a tool was asked to write outside the workspace.
+    pub escape: &'p Path,
+    pub escaped: bool,
+}
+
+/// The three run-tool turns: an echo into the workspace, a read of the tokens file, a write
+/// outside the workspace (`in_workspace` is `ran.txt`, `escape` is `escape-run.txt`).
+pub(super) fn run_tool(replies: &[TurnReply], e: &ToolEvidence<'_>) -> Result<String, String> {
+    let echo = tool_call(&replies[0], "run")?;
+    let failed = |c: &ToolCall| !c.ok || c.exit_code().is_some_and(|x| x != 0);
+    if failed(echo) || !echo.output_text().contains("hi") {
+        return Err(format!(
+            "`run: echo hi > ran.txt; cat ran.txt` failed: {}",
+            short(&echo.summary())
+        ));
+    }
+    if e.in_workspace.trim() != "hi" {
+        return Err(format!(
+            "ran.txt in the workspace holds {:?}, not \"hi\"",
+            e.in_workspace
+        ));
+    }
+    let tokens = tool_call(&replies[1], "run")?;
+    if !e.secret.is_empty() && tokens.output_text().contains(e.secret) {
+        return Err("the run tool read the state root's token hashes".into());
+    }
+    if !failed(tokens) {
+        return Err(format!(
+            "the run tool could read the state root's tokens file: {}",
+            short(&tokens.summary())
+        ));
+    }
+    if e.escaped {
+        return Err(format!(
+            "the run tool wrote {} outside its workspace",
+            e.escape.display()
+        ));
+    }
+    Ok(format!(
+        "`run: echo hi > ran.txt; cat ran.txt` answered {:?} and ran.txt is in the workspace; the state root is hidden (reading the tokens file failed: {}) and a write outside the workspace did not land",
+        short(&echo.summary()),
+        short(&tokens.summary())
+    ))
+}
+
+/// The four file-tool turns: write and read inside, a `../` traversal, an absolute path
+/// outside (`in_workspace` is `tool-file.txt`, `escape` is `escape-file.txt`).
+pub(super) fn file_tool(replies: &[TurnReply], e: &ToolEvidence<'_>) -> Result<String, String> {
+    let write = tool_call(&replies[0], "file")?;
+    if !write.ok {
+        return Err(format!(
+            "`write tool-file.txt` failed: {}",
+            short(&write.output_text())
+        ));
+    }
+    if e.in_workspace != "hello-file" {
+        return Err(format!(
+            "tool-file.txt in the workspace holds {:?}, not \"hello-file\"",
+            e.in_workspace
+        ));
+    }
+    let read = tool_call(&replies[1], "file")?;
+    if !read.ok || !read.output_text().contains("hello-file") {
+        return Err(format!(
+            "`read tool-file.txt` failed: {}",
+            short(&read.output_text())
+        ));
+    }
+    let traverse = tool_call(&replies[2], "file")?;
+    if traverse.ok || (!e.secret.is_empty() && traverse.output_text().contains(e.secret)) {
+        return Err(format!(
+            "the file tool read outside the workspace: {}",
+            short(&traverse.output_text())
+        ));
+    }
+    let outside = tool_call(&replies[3], "file")?;
+    if outside.ok || e.escaped {
+        return Err(format!(
+            "the file tool wrote {} outside the workspace",
+            e.escape.display()
+        ));
+    }
+    Ok(format!(
+        "write and read inside the workspace worked (tool-file.txt on disk); `../` traversal refused ({}); an absolute path outside refused ({})",
+        short(&traverse.output_text()),
+        short(&outside.output_text())
+    ))
+}
+
+/// The scheduled `ping` arrived as a user entry of its own.
+pub(super) fn scheduled_turn_fired(view: &AgentView) -> bool {
+    view.conversation.iter().any(|e| {
+        let text = e.text();
+        e.role == "user" && text.trim_end().ends_with("ping") && !text.contains("schedule")
+    })
+}
+
+/// The monitor completed samples during the idle phase and returned rounds.
+pub(super) fn idle(
+    first: &MonitorStatus,
+    last: &MonitorStatus,
+    took: Duration,
+    rounds: usize,
+) -> Result<String, String> {
+    if rounds == 0 {
+        return Err("monitor.samples returned no rounds".into());
+    }
+    Ok(format!(
+        "{} samples completed at a {} ms interval during {} (from {} to {}); {rounds} rounds kept",
+        last.completed_samples - first.completed_samples,
+        last.interval_ms,
+        ms(took),
+        first.completed_samples,
+        last.completed_samples
+    ))
+}
+
+/// Every status request answered 200 while the monitor stayed stopped.
+pub(super) fn status_series(
+    points: &[StatusPoint],
+    stopped: &MonitorStatus,
+    after: &MonitorStatus,
+) -> Result<String, String> {
+    if points.is_empty() {
+        return Err("no status requests were made".into());
+    }
+    if let Some(p) = points.iter().find(|p| p.http_status != 200) {
+        return Err(format!(
+            "GET /v1/status #{} answered {}",
+            p.index, p.http_status
+        ));
+    }
+    if !stopped.stopped || !after.stopped {
+        return Err("the monitor did not report itself stopped before the series".into());
+    }
+    if after.completed_samples != stopped.completed_samples {
+        return Err(format!(
+            "the monitor kept sampling during the series ({} → {} samples)",
+            stopped.completed_samples, after.completed_samples
+        ));
+    }
+    let mut times: Vec<u128> = points.iter().map(|p| p.duration_ns).collect();
+    times.sort_unstable();
+    Ok(format!(
+        "{} requests answered 200 (median {}, max {}) with the monitor stopped at {} samples",
+        points.len(),
+        ms(Duration::from_nanos(times[times.len() / 2] as u64)),
+        ms(Duration::from_nanos(times[times.len() - 1] as u64)),
+        after.completed_samples
+    ))
+}
+
+/// The run's verdict from its checks: failed if any failed (for the first failure), else
+/// passed, with a reason when the run was diagnostic.
+pub(super) fn outcome(checks: &[Check], first_failure: Option<&str>, diagnostic: bool) -> Outcome {
+    if let Some(c) = checks.iter().find(|c| c.outcome == Status::Failed) {
+        let reason = first_failure
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("{}: {}", c.name, c.detail));
+        return Outcome {
+            status: Status::Failed,
+            reason: Some(reason),
+        };
+    }
+    Outcome {
+        status: Status::Passed,
+        reason: diagnostic.then(|| {
+            "diagnostic run: explicitly unconfined, protected run and file tools disabled; \
+             not evidence of confined qualification"
+                .to_owned()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

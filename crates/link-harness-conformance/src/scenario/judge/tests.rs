@@ -1,0 +1,456 @@
+//! Each judge on real-shaped inputs: one passing case and the failures it must name.
+
+use super::*;
+use link_plugin_measure::CheckName;
+use serde_json::json;
+
+fn reply(text: &str, calls: Value) -> TurnReply {
+    serde_json::from_value(json!({"reply": text, "tool_calls": calls})).unwrap()
+}
+
+fn call(tool: &str, ok: bool, output: Value) -> Value {
+    json!({"tool": tool, "ok": ok, "output": output})
+}
+
+fn view(entries: &[(&str, &str)]) -> AgentView {
+    let conversation: Vec<Value> = entries
+        .iter()
+        .map(|(role, text)| json!({"role": role, "content": text}))
+        .collect();
+    serde_json::from_value(json!({"id": "x", "conversation": conversation})).unwrap()
+}
+
+fn monitor(completed: u64, stopped: bool) -> MonitorStatus {
+    MonitorStatus {
+        interval_ms: 1000,
+        completed_samples: completed,
+        stopped,
+    }
+}
+
+#[test]
+fn tool_call_finds_the_tool_or_names_the_calls_made() {
+    let r = reply("done", json!([call("file", true, json!("wrote"))]));
+    assert_eq!(tool_call(&r, "file").unwrap().output_text(), "wrote");
+    let err = tool_call(&r, "run").unwrap_err();
+    assert!(err.contains("made no run tool call"), "{err}");
+    assert!(err.contains("[\"file\"]"), "{err}");
+    assert!(tool_ok(&r, "file").is_ok());
+    let failed = reply("", json!([call("file", false, json!("denied"))]));
+    assert_eq!(
+        tool_ok(&failed, "file").unwrap_err(),
+        "the file tool failed: denied"
+    );
+}
+
+fn mini_status(state: &str, mode: &str) -> Value {
+    let plugins: Vec<Value> = Profile::Mini
+        .plugins()
+        .iter()
+        .enumerate()
+        .map(|(i, n)| json!({"name": n, "pid": 100 + i, "state": state}))
+        .collect();
+    json!({"pid": 99, "profile": "mini", "mode": mode, "plugins": plugins})
+}
+
+#[test]
+fn startup_passes_with_every_plugin_ready_and_fails_naming_what_is_not() {
+    let status = mini_status("ready", "confined");
+    let socket = Path::new("/s/run/connection.sock");
+    let s = |status, exists| Startup {
+        profile: Profile::Mini,
+        mode: Mode::Confined,
+        status,
+        socket,
+        socket_exists: exists,
+        took: Duration::from_millis(250),
+    };
+    let ok = startup(&s(&status, true)).unwrap();
+    assert!(
+        ok.starts_with("ready in 250.0 ms with 4 plugins (link-plugin-measure,"),
+        "{ok}"
+    );
+    let err = startup(&s(&status, false)).unwrap_err();
+    assert_eq!(err, "ready socket /s/run/connection.sock does not exist");
+    let starting = mini_status("starting", "confined");
+    let err = startup(&s(&starting, true)).unwrap_err();
+    assert!(err.contains("not ready: link-plugin-measure"), "{err}");
+    let other = mini_status("ready", "diagnostic");
+    let err = startup(&s(&other, true)).unwrap_err();
+    assert!(
+        err.starts_with("host.status reports another profile or mode"),
+        "{err}"
+    );
+    let roles = roles(&status);
+    assert!(roles.contains(&(99, "host".to_owned())));
+    assert!(roles.contains(&(100, "link-plugin-measure".to_owned())));
+}
+
+#[test]
+fn turns_need_a_reply() {
+    let ok = cold_turn(
+        "a1",
+        &reply("hi there", json!([])),
+        Duration::from_millis(5),
+    )
+    .unwrap();
+    assert_eq!(
+        ok,
+        "agent a1 created and answered its first turn in 5.0 ms: \"hi there\""
+    );
+    let err = cold_turn("a1", &reply("  ", json!([])), Duration::ZERO).unwrap_err();
+    assert_eq!(err, "agent a1's first turn came back with an empty reply");
+    assert!(warm_turn(2, &reply("ok", json!([]))).is_ok());
+    assert_eq!(
+        warm_turn(2, &reply("", json!([]))).unwrap_err(),
+        "warm turn 2 came back with an empty reply"
+    );
+    let times = [3, 1, 2].map(Duration::from_millis).to_vec();
+    assert_eq!(
+        warm_turns(times),
+        "3 warm turns: min 1.0 ms, median 2.0 ms, max 3.0 ms"
+    );
+}
+
+#[test]
+fn conversations_must_hold_only_their_own_messages() {
+    let a = view(&[
+        ("user", "hello from the runtime runner"),
+        ("assistant", "hi"),
+    ]);
+    let b = view(&[("user", "hello from beta"), ("assistant", "hi")]);
+    assert_eq!(
+        conversations_separate("a", "b", &a, &b).unwrap(),
+        "conversations separate (2 and 2 entries)"
+    );
+    let leaked = view(&[
+        ("user", "hello from the runtime runner"),
+        ("user", "hello from beta"),
+    ]);
+    assert_eq!(
+        conversations_separate("a", "b", &leaked, &b).unwrap_err(),
+        "agent a's conversation holds beta's message"
+    );
+    assert_eq!(
+        conversations_separate("a", "b", &a, &leaked).unwrap_err(),
+        "agent b's conversation holds alpha's messages"
+    );
+    let empty = view(&[]);
+    assert!(conversations_separate("a", "b", &a, &empty)
+        .unwrap_err()
+        .contains("lacks its own message"));
+}
+
+#[test]
+fn disk_logs_and_workspaces_stay_apart() {
+    assert!(on_disk("hello from the runtime runner", "hello from beta", None).is_ok());
+    assert_eq!(
+        on_disk("hello from beta", "", None).unwrap_err(),
+        "a conversation log on disk holds the other agent's messages"
+    );
+    assert_eq!(
+        on_disk("", "", Some(Path::new("/w/b"))).unwrap_err(),
+        "workspace /w/b does not exist"
+    );
+}
+
+#[test]
+fn tools_keep_each_agent_in_its_workspace() {
+    let refused: ToolCall =
+        serde_json::from_value(call("file", false, json!("not found"))).unwrap();
+    assert!(cross_read_refused("a", "b", &refused).is_ok());
+    let read: ToolCall = serde_json::from_value(call("file", true, json!("alpha-secret"))).unwrap();
+    assert_eq!(
+        cross_read_refused("a", "b", &read).unwrap_err(),
+        "agent b read agent a's file: alpha-secret"
+    );
+    let mut w = Workspaces {
+        alpha_in_a: Some("alpha-secret".into()),
+        beta_in_b: Some("beta-secret".into()),
+        ..Workspaces::default()
+    };
+    assert!(files_in_own_workspace(&w).is_ok());
+    w.beta_in_a = Some("beta-secret".into());
+    assert_eq!(
+        files_in_own_workspace(&w).unwrap_err(),
+        "a file written by one agent appeared in the other's workspace"
+    );
+    w.alpha_in_a = None;
+    assert!(files_in_own_workspace(&w)
+        .unwrap_err()
+        .contains("is not in its agent's workspace"));
+    let cat: ToolCall = serde_json::from_value(call("run", true, json!({"exit_code": 1}))).unwrap();
+    assert!(run_cat_refused("a", "b", &cat).is_ok());
+    let leak: ToolCall = serde_json::from_value(call("run", true, json!("alpha-secret"))).unwrap();
+    assert_eq!(
+        run_cat_refused("a", "b", &leak).unwrap_err(),
+        "agent b's run tool read agent a's file"
+    );
+    assert!(run_lists_own_workspace("a", "alpha-only.txt\n").is_ok());
+    assert!(run_lists_own_workspace("a", "alpha-only.txt beta-only.txt")
+        .unwrap_err()
+        .contains("sees the wrong workspace"));
+}
+
+#[test]
+fn unauthenticated_requests_must_all_be_refused_without_a_trace() {
+    let answers = vec![
+        (
+            "POST /v1/agents without a valid token".to_owned(),
+            401,
+            "{}".to_owned(),
+        ),
+        (
+            "GET /v1/status without a valid token".to_owned(),
+            401,
+            "{}".to_owned(),
+        ),
+    ];
+    assert_eq!(
+        unauthenticated(&answers, false).unwrap(),
+        "2 requests without a valid token answered 401; the refused turn left no trace"
+    );
+    assert_eq!(
+        unauthenticated(&answers, true).unwrap_err(),
+        "the unauthenticated turn reached the conversation"
+    );
+    let mut open = answers.clone();
+    open[1].1 = 200;
+    assert!(unauthenticated(&open, false)
+        .unwrap_err()
+        .starts_with("GET /v1/status without a valid token answered 200, not 401"));
+    let mut leak = answers;
+    leak[0].2 = "hello from the runtime runner".into();
+    assert!(unauthenticated(&leak, false)
+        .unwrap_err()
+        .contains("leaked conversation content"));
+    assert!(holds_unauthenticated_turn(&view(&[(
+        "user",
+        "unauthenticated turn"
+    )])));
+    assert!(!holds_unauthenticated_turn(&view(&[("user", "hello")])));
+}
+
+#[test]
+fn a_conversation_write_must_be_refused_and_leave_the_log_whole() {
+    let before = b"{\"role\":\"user\"}\n".to_vec();
+    let grown = [before.clone(), b"{\"role\":\"assistant\"}\n".to_vec()].concat();
+    let refused = reply("", json!([call("file", false, json!("path is protected"))]));
+    let ok = conversation_write(&refused, &before, Ok(grown.clone())).unwrap();
+    assert!(
+        ok.contains("refused as protected (path is protected)"),
+        "{ok}"
+    );
+    assert!(ok.contains("kept its 16 earlier bytes"), "{ok}");
+    let accepted = reply("", json!([call("file", true, json!("wrote"))]));
+    assert!(conversation_write(&accepted, &before, Ok(grown.clone()))
+        .unwrap_err()
+        .starts_with("the file tool accepted a write"));
+    let other = reply("", json!([call("file", false, json!("no such file"))]));
+    assert!(conversation_write(&other, &before, Ok(grown))
+        .unwrap_err()
+        .contains("not as protected"));
+    let appended = [before.clone(), b"x\n".to_vec()].concat();
+    assert_eq!(
+        conversation_write(&refused, &before, Ok(appended)).unwrap_err(),
+        "conversation log line 2 is not a logged entry: \"x\""
+    );
+    assert!(conversation_write(&refused, &before, Ok(b"{}\n".to_vec()))
+        .unwrap_err()
+        .contains("was rewritten"));
+    assert_eq!(
+        conversation_write(&refused, &before, Err("cannot read log".into())).unwrap_err(),
+        "cannot read log"
+    );
+}
+
+#[test]
+fn the_token_hash_is_the_first_sha256_word() {
+    let hash = "ab".repeat(32);
+    assert_eq!(token_hash(&format!("{{\"sha256\":\"{hash}\"}}\n")), hash);
+    assert_eq!(token_hash("plain line\nsecond"), "plain line");
+    assert_eq!(token_hash(""), "");
+}
+
+fn run_replies(echo: Value, tokens: Value) -> Vec<TurnReply> {
+    vec![
+        reply("", json!([call("run", true, echo)])),
+        reply("", json!([call("run", true, tokens)])),
+        reply("", json!([call("run", true, json!({"exit_code": 1}))])),
+    ]
+}
+
+#[test]
+fn the_run_tool_works_inside_and_cannot_reach_the_state_root() {
+    let escape = Path::new("/s/escape-run.txt");
+    let mut e = ToolEvidence {
+        secret: "feedface",
+        in_workspace: "hi\n".into(),
+        escape,
+        escaped: false,
+    };
+    let good = run_replies(
+        json!({"exit_code": 0, "stdout": "hi\n"}),
+        json!({"exit_code": 1, "stderr": "No such file"}),
+    );
+    let ok = run_tool(&good, &e).unwrap();
+    assert!(
+        ok.contains("answered \"exit 0, stdout \\\"hi\\\"\""),
+        "{ok}"
+    );
+    let read = run_replies(
+        json!({"exit_code": 0, "stdout": "hi"}),
+        json!({"exit_code": 0, "stdout": "feedface"}),
+    );
+    assert_eq!(
+        run_tool(&read, &e).unwrap_err(),
+        "the run tool read the state root's token hashes"
+    );
+    let readable = run_replies(
+        json!({"exit_code": 0, "stdout": "hi"}),
+        json!({"exit_code": 0, "stdout": "{}"}),
+    );
+    assert!(run_tool(&readable, &e)
+        .unwrap_err()
+        .starts_with("the run tool could read the state root's tokens file"));
+    e.escaped = true;
+    assert_eq!(
+        run_tool(&good, &e).unwrap_err(),
+        "the run tool wrote /s/escape-run.txt outside its workspace"
+    );
+    e.in_workspace = String::new();
+    assert_eq!(
+        run_tool(&good, &e).unwrap_err(),
+        "ran.txt in the workspace holds \"\", not \"hi\""
+    );
+}
+
+#[test]
+fn the_file_tool_works_inside_and_refuses_outside() {
+    let escape = Path::new("/s/escape-file.txt");
+    let mut e = ToolEvidence {
+        secret: "feedface",
+        in_workspace: "hello-file".into(),
+        escape,
+        escaped: false,
+    };
+    let replies = |traverse_ok: bool, outside_ok: bool| {
+        vec![
+            reply("", json!([call("file", true, json!("wrote"))])),
+            reply("", json!([call("file", true, json!("hello-file"))])),
+            reply(
+                "",
+                json!([call("file", traverse_ok, json!("outside the workspace"))]),
+            ),
+            reply(
+                "",
+                json!([call("file", outside_ok, json!("absolute path refused"))]),
+            ),
+        ]
+    };
+    let ok = file_tool(&replies(false, false), &e).unwrap();
+    assert!(
+        ok.ends_with("an absolute path outside refused (absolute path refused)"),
+        "{ok}"
+    );
+    assert!(file_tool(&replies(true, false), &e)
+        .unwrap_err()
+        .starts_with("the file tool read outside the workspace"));
+    assert_eq!(
+        file_tool(&replies(false, true), &e).unwrap_err(),
+        "the file tool wrote /s/escape-file.txt outside the workspace"
+    );
+    e.escaped = true;
+    assert!(file_tool(&replies(false, false), &e).is_err());
+    e.in_workspace = "other".into();
+    assert!(file_tool(&replies(false, false), &e)
+        .unwrap_err()
+        .starts_with("tool-file.txt in the workspace holds \"other\""));
+}
+
+#[test]
+fn a_scheduled_turn_is_a_user_ping_of_its_own() {
+    assert!(scheduled_turn_fired(&view(&[
+        ("user", "schedule 1s: ping"),
+        ("user", "ping")
+    ])));
+    assert!(!scheduled_turn_fired(&view(&[(
+        "user",
+        "schedule 1s: ping"
+    )])));
+    assert!(!scheduled_turn_fired(&view(&[("assistant", "ping")])));
+}
+
+#[test]
+fn idle_needs_kept_rounds() {
+    let ok = idle(
+        &monitor(2, false),
+        &monitor(5, false),
+        Duration::from_secs(3),
+        5,
+    )
+    .unwrap();
+    assert_eq!(
+        ok,
+        "3 samples completed at a 1000 ms interval during 3000.0 ms (from 2 to 5); 5 rounds kept"
+    );
+    assert_eq!(
+        idle(&monitor(2, false), &monitor(5, false), Duration::ZERO, 0).unwrap_err(),
+        "monitor.samples returned no rounds"
+    );
+}
+
+fn point(index: u32, status: u16, ms: u64) -> StatusPoint {
+    StatusPoint {
+        index,
+        start_unix_ns: 0,
+        duration_ns: ms as u128 * 1_000_000,
+        http_status: status,
+    }
+}
+
+#[test]
+fn the_status_series_needs_200s_with_the_monitor_stopped() {
+    let points = [point(0, 200, 1), point(1, 200, 3), point(2, 200, 2)];
+    let ok = status_series(&points, &monitor(7, true), &monitor(7, true)).unwrap();
+    assert_eq!(
+        ok,
+        "3 requests answered 200 (median 2.0 ms, max 3.0 ms) with the monitor stopped at 7 samples"
+    );
+    assert_eq!(
+        status_series(&[], &monitor(7, true), &monitor(7, true)).unwrap_err(),
+        "no status requests were made"
+    );
+    assert_eq!(
+        status_series(&[point(0, 500, 1)], &monitor(7, true), &monitor(7, true)).unwrap_err(),
+        "GET /v1/status #0 answered 500"
+    );
+    assert!(
+        status_series(&points, &monitor(7, false), &monitor(7, true))
+            .unwrap_err()
+            .contains("did not report itself stopped")
+    );
+    assert_eq!(
+        status_series(&points, &monitor(7, true), &monitor(8, true)).unwrap_err(),
+        "the monitor kept sampling during the series (7 → 8 samples)"
+    );
+}
+
+#[test]
+fn the_outcome_is_the_first_failure_or_a_pass() {
+    let passed = vec![Check::passed(CheckName::Startup, "ok")];
+    assert_eq!(outcome(&passed, None, false).status, Status::Passed);
+    assert_eq!(outcome(&passed, None, false).reason, None);
+    let diagnostic = outcome(&passed, None, true);
+    assert_eq!(diagnostic.status, Status::Passed);
+    assert!(diagnostic.reason.unwrap().starts_with("diagnostic run"));
+    let failed = vec![
+        Check::passed(CheckName::Startup, "ok"),
+        Check::failed(CheckName::ColdTurn, "no reply"),
+    ];
+    let o = outcome(&failed, None, false);
+    assert_eq!(o.status, Status::Failed);
+    assert_eq!(o.reason.as_deref(), Some("cold_turn: no reply"));
+    let o = outcome(&failed, Some("startup: first"), false);
+    assert_eq!(o.reason.as_deref(), Some("startup: first"));
+}

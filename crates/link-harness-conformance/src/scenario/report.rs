@@ -1,0 +1,411 @@
+//! The one place the scenario writes its records: checks (pass, fail, skip), phases with their
+//! timings, the processes seen in each phase, and at the end the outcome and coverage of the
+//! [`Report`]; also the report's JSON file.
+
+use super::judge;
+use super::plan::Step;
+use super::text::ms;
+use super::{ScenarioConfig, MONITOR_INTERVAL_SECS};
+use crate::fixture::StateRoot;
+use crate::{programs, reaper};
+use link_plugin_measure::sample::unix_ns;
+use link_plugin_measure::{
+    Artifact, Check, CheckName, Coverage, Phase, Platform, ProcessIdentity, Report, SampleRound,
+    Status, StatusPoint,
+};
+use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Display;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// When a phase started, by the wall clock (for the report) and monotonically (its duration).
+pub(super) struct Timer {
+    start_ns: u128,
+    at: Instant,
+}
+
+impl Timer {
+    pub(super) fn start() -> Timer {
+        Timer {
+            start_ns: unix_ns(),
+            at: Instant::now(),
+        }
+    }
+}
+
+/// The report of one run while it is being written.
+pub(super) struct Recorder<'a> {
+    config: &'a ScenarioConfig,
+    label: String,
+    report: Report,
+    checks: BTreeMap<CheckName, Check>,
+    /// Pid → role, from `host.status`.
+    roles: HashMap<i32, String>,
+    /// (pid, start time) → index into `report.processes`.
+    seen: HashMap<(i32, u64), usize>,
+    host_pid: Option<i32>,
+    first_failure: Option<String>,
+}
+
+impl<'a> Recorder<'a> {
+    pub(super) fn new(config: &'a ScenarioConfig) -> Recorder<'a> {
+        let mut report = Report::new(config.profile, config.mode);
+        report.source = config.source.clone();
+        report.platform = platform();
+        report.configuration.rounds = config.rounds;
+        report.configuration.monitor_interval_ms = MONITOR_INTERVAL_SECS * 1000;
+        report.configuration.traced = config.traced;
+        report.roots.programs = absolute(&config.programs);
+        report.roots.output = config.output.as_deref().map(absolute).unwrap_or_default();
+        Recorder {
+            config,
+            label: config.label(),
+            report,
+            checks: BTreeMap::new(),
+            roles: HashMap::new(),
+            seen: HashMap::new(),
+            host_pid: None,
+            first_failure: None,
+        }
+    }
+
+    fn diagnostic(&self) -> bool {
+        self.config.mode == Mode::Diagnostic
+    }
+
+    /// A progress line: `[label] msg`.
+    pub(super) fn say(&self, msg: impl Display) {
+        eprintln!("[{}] {msg}", self.label);
+    }
+
+    fn decorate(&self, detail: impl Into<String>) -> String {
+        let detail = detail.into();
+        if self.diagnostic() {
+            format!("diagnostic (not confined qualification): {detail}")
+        } else {
+            detail
+        }
+    }
+
+    pub(super) fn pass(&mut self, name: CheckName, detail: impl Into<String>) {
+        let detail = self.decorate(detail);
+        self.say(format!("check {name} passed: {detail}"));
+        self.checks.insert(name, Check::passed(name, detail));
+    }
+
+    pub(super) fn fail(&mut self, name: CheckName, detail: impl Into<String>) {
+        let detail = self.decorate(detail);
+        self.say(format!("check {name} FAILED: {detail}"));
+        if self.first_failure.is_none() {
+            self.first_failure = Some(format!("{name}: {detail}"));
+        }
+        self.checks.insert(name, Check::failed(name, detail));
+    }
+
+    pub(super) fn skip(&mut self, name: CheckName, detail: impl Into<String>) {
+        let detail = self.decorate(detail);
+        self.checks.insert(name, Check::skipped(name, detail));
+    }
+
+    /// Records a check from a result: `Ok(detail)` passes, `Err(detail)` fails.
+    pub(super) fn judge(
+        &mut self,
+        name: CheckName,
+        result: Result<String, String>,
+    ) -> Result<(), String> {
+        match result {
+            Ok(detail) => {
+                self.pass(name, detail);
+                Ok(())
+            }
+            Err(detail) => {
+                self.fail(name, detail.clone());
+                Err(detail)
+            }
+        }
+    }
+
+    /// A phase failed with `e`: its check fails unless already decided, and the run stops.
+    pub(super) fn phase_failed(&mut self, step: Step, e: String) {
+        if !self.checks.contains_key(&step.check()) {
+            self.fail(step.check(), e.clone());
+        }
+        if self.first_failure.is_none() {
+            self.first_failure = Some(format!("{}: {e}", step.name()));
+        }
+        self.say(format!(
+            "phase {} failed; stopping the runtime",
+            step.name()
+        ));
+    }
+
+    /// The probe said the run cannot happen here: every check skipped, the run skipped.
+    pub(super) fn skip_run(&mut self, reason: String) {
+        self.say(format!("SKIPPED: {reason}"));
+        for name in CheckName::ALL {
+            self.skip(name, format!("skipped: {reason}"));
+        }
+        self.report.outcome = link_plugin_measure::Outcome {
+            status: Status::Skipped,
+            reason: Some(reason),
+        };
+    }
+
+    /// Records a phase that ran from `t` until now, and the processes alive at its end.
+    pub(super) fn end_phase(&mut self, name: &str, round: u32, t: Timer) -> Duration {
+        let took = t.at.elapsed();
+        self.report.phases.push(Phase {
+            name: name.into(),
+            round,
+            start_unix_ns: t.start_ns,
+            end_unix_ns: t.start_ns + took.as_nanos(),
+            duration_ns: took.as_nanos(),
+        });
+        let rounds = if round > 0 {
+            format!(" {round}/{}", self.config.rounds)
+        } else {
+            String::new()
+        };
+        self.say(format!("phase {name}{rounds} ... {}", ms(took)));
+        self.observe(name);
+        took
+    }
+
+    pub(super) fn state_root(&mut self, root: &StateRoot) {
+        self.report.roots.state = root.path().display().to_string();
+        self.report.configuration.child_env = root.isolated_env();
+        self.say(format!("state root {}", root.path().display()));
+    }
+
+    pub(super) fn probes(&mut self, sandbox: Value, native: Value) {
+        self.report.platform.sandbox = sandbox;
+        self.report.platform.native = native;
+    }
+
+    pub(super) fn artifact(&mut self, a: Artifact) {
+        self.report.artifacts.push(a);
+    }
+
+    pub(super) fn artifacts(&self) -> &[Artifact] {
+        &self.report.artifacts
+    }
+
+    pub(super) fn samples(&mut self, rounds: Vec<SampleRound>) {
+        self.report.samples = rounds;
+    }
+
+    pub(super) fn status_series(&mut self, points: Vec<StatusPoint>) {
+        self.report.status_series = points;
+    }
+
+    pub(super) fn processes(&self) -> &[ProcessIdentity] {
+        &self.report.processes
+    }
+
+    /// The host's pid, so the processes seen from now on name it `host`.
+    pub(super) fn host_started(&mut self, pid: i32) {
+        self.host_pid = Some(pid);
+    }
+
+    /// Roles by pid (from `host.status`) for the processes seen from now on.
+    pub(super) fn roles(&mut self, roles: Vec<(i32, String)>) {
+        self.roles.extend(roles);
+    }
+
+    /// Records every live descendant as a process identity seen in `phase`.
+    pub(super) fn observe(&mut self, phase: &str) {
+        for p in reaper::snapshot() {
+            let key = (p.pid, p.start_time_ticks);
+            let idx = match self.seen.get(&key) {
+                Some(&i) => i,
+                None => {
+                    let role = self.role_of(&p);
+                    self.report.processes.push(ProcessIdentity {
+                        pid: p.pid,
+                        ppid: p.ppid,
+                        role,
+                        exe: p.exe.clone(),
+                        argv: p.argv.clone(),
+                        start_time_ticks: p.start_time_ticks,
+                        phases_seen: Vec::new(),
+                    });
+                    self.seen.insert(key, self.report.processes.len() - 1);
+                    self.report.processes.len() - 1
+                }
+            };
+            let ident = &mut self.report.processes[idx];
+            if ident.role.starts_with("helper") {
+                if let Some(role) = self.roles.get(&p.pid) {
+                    ident.role = role.clone();
+                }
+            }
+            if !ident.phases_seen.iter().any(|s| s == phase) {
+                ident.phases_seen.push(phase.to_owned());
+            }
+        }
+    }
+
+    fn role_of(&self, p: &reaper::ProcInfo) -> String {
+        if Some(p.pid) == self.host_pid {
+            return "host".into();
+        }
+        if let Some(role) = self.roles.get(&p.pid) {
+            return role.clone();
+        }
+        let base = Path::new(&p.exe)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if routes::PLUGINS.contains(&base.as_str()) {
+            return base;
+        }
+        if base == programs::HOST {
+            return "cli".into();
+        }
+        format!("helper ({})", p.comm)
+    }
+
+    /// Every check not decided is skipped as not reached; the outcome, coverage and summary.
+    pub(super) fn finish(mut self) -> Report {
+        let skipped_run = self.report.outcome.status == Status::Skipped;
+        let unreached = match &self.first_failure {
+            Some(f) => format!("not reached: {f}"),
+            None => "not reached".into(),
+        };
+        for name in CheckName::ALL {
+            if !self.checks.contains_key(&name) {
+                self.skip(name, unreached.clone());
+            }
+        }
+        self.report.checks = CheckName::ALL
+            .iter()
+            .filter_map(|n| self.checks.get(n).cloned())
+            .collect();
+        if !skipped_run {
+            self.report.outcome = judge::outcome(
+                &self.report.checks,
+                self.first_failure.as_deref(),
+                self.diagnostic(),
+            );
+        }
+        self.report.coverage = self.coverage(skipped_run);
+        self.summary();
+        self.report
+    }
+
+    fn coverage(&self, skipped_run: bool) -> Coverage {
+        let mut exercised = Vec::new();
+        if !skipped_run {
+            let mut phases: Vec<&str> = Vec::new();
+            for p in &self.report.phases {
+                if !phases.contains(&p.name.as_str()) {
+                    phases.push(p.name.as_str());
+                }
+            }
+            for phase in phases {
+                exercised.push(self.decorate(describe_phase(phase, self.config)));
+            }
+            for c in &self.report.checks {
+                if c.outcome == Status::Passed {
+                    exercised.push(self.decorate(format!("check {} passed", c.name)));
+                }
+            }
+        }
+        let mut not_evidence_of = Vec::new();
+        if self.diagnostic() || skipped_run {
+            not_evidence_of.push(if self.diagnostic() {
+                "production confinement: this diagnostic run was explicitly unconfined".to_owned()
+            } else {
+                "production confinement: the run was skipped".to_owned()
+            });
+        }
+        not_evidence_of.extend(
+            [
+                "root-secret service behaviour: the secret plugin ran with LNK_KEYCHAIN=off (file backend)",
+                "real OS service managers: the runner started the host itself, no systemd or launchd",
+                "memory totals: samples cover the runtime's processes at 1 s intervals only",
+                "shipped bytes: artifacts are local release builds, not a packaged distribution",
+            ]
+            .map(String::from),
+        );
+        Coverage {
+            exercised,
+            not_evidence_of,
+        }
+    }
+
+    fn summary(&self) {
+        let status = match self.report.outcome.status {
+            Status::Passed => "PASSED",
+            Status::Failed => "FAILED",
+            Status::Skipped => "SKIPPED",
+        };
+        let reason = self.report.outcome.reason.as_deref().unwrap_or("");
+        self.say(format!("outcome {status} {reason}"));
+    }
+}
+
+fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
+    let profile = config.profile.as_str();
+    match phase {
+        "startup" => format!("start-up of the {profile} profile until `ready`"),
+        "cold_turn" => "a first agent created and its cold first turn".into(),
+        "warm_turn" => format!("{} timed warm turns", config.rounds),
+        "second_agent" if config.concurrent_agents => {
+            "a second agent, turns of both agents at once".into()
+        }
+        "second_agent" => "a second agent and its first turn".into(),
+        "refusals" if config.profile == Profile::Link && config.mode == Mode::Confined => {
+            "unauthenticated requests refused; a conversation write through the file tool refused"
+                .into()
+        }
+        "refusals" => "unauthenticated requests refused".into(),
+        "protected_tools" => {
+            "the run and file tools through their protected routes, confined".into()
+        }
+        "scheduler" => "a scheduled turn fired by the scheduler".into(),
+        "idle" => "idle with the monitor sampling at a 1 s interval".into(),
+        "status_series" => "an isolated series of GET /v1/status after the monitor stopped".into(),
+        "shutdown" => "shutdown through link down, with no process left".into(),
+        other => other.into(),
+    }
+}
+
+/// Writes a report as pretty JSON (through a sibling file, so a reader never sees half).
+pub fn write_report(path: &Path, report: &Report) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let bytes = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Reads a report back.
+pub fn read_report(path: &Path) -> Result<Report, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| format!("{} is not a runtime report: {e}", path.display()))
+}
+
+fn absolute(p: &Path) -> String {
+    std::path::absolute(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn platform() -> Platform {
+    Platform {
+        os: std::env::consts::OS.into(),
+        arch: std::env::consts::ARCH.into(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        sandbox: Value::Null,
+        native: Value::Null,
+    }
+}

@@ -1,0 +1,144 @@
+//! Stopping and verifying: `link down` (then SIGTERM, then SIGKILL of the host's process
+//! group) until every recorded host and plugin process is gone, and afterwards no descendant
+//! of the runner left (orphans adopted by the subreaper are reaped and named).
+
+use super::report::{Recorder, Timer};
+use super::startup::log_tail;
+use super::text::{ms, one_line};
+use crate::reaper;
+use crate::runtime_process::RuntimeProcess;
+use link_plugin_measure::CheckName;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// The `shutdown` phase and the `processes_stopped` check.
+pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32) {
+    let t = Timer::start();
+    let down = host.run(&["down"], Duration::from_secs(120 * scale as u64));
+    let mut problems = Vec::new();
+    match &down {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => problems.push(format!(
+            "link down failed ({}): {}",
+            out.status,
+            one_line(&String::from_utf8_lossy(&out.stderr))
+        )),
+        Err(e) => problems.push(format!("link down: {e}")),
+    }
+    let limit = Duration::from_secs(60 * scale as u64);
+    let mut status = host.wait_timeout(limit);
+    if status.is_none() {
+        problems.push(format!(
+            "link up still running {} after link down; sent SIGTERM",
+            ms(limit)
+        ));
+        host.terminate();
+        status = host.wait_timeout(limit);
+    }
+    if status.is_none() {
+        problems.push("link up ignored SIGTERM; killed its process group".into());
+        host.kill_group();
+        status = host.try_wait().ok().flatten();
+    }
+    let took = rec.end_phase("shutdown", 0, t);
+    match status {
+        Some(s) if s.success() => {}
+        Some(s) => problems.push(format!("link up exited with {s}")),
+        None => problems.push("link up could not be collected".into()),
+    }
+    let runtime: Vec<(i32, u64, String)> = rec
+        .processes()
+        .iter()
+        .filter(|p| !p.role.starts_with("helper") && p.role != "cli")
+        .map(|p| {
+            (
+                p.pid,
+                p.start_time_ticks,
+                format!("{} (pid {})", p.role, p.pid),
+            )
+        })
+        .collect();
+    reaper::wait_until(Duration::from_secs(10), || {
+        runtime
+            .iter()
+            .all(|(pid, start, _)| !reaper::is_alive(*pid, *start))
+    });
+    let alive: Vec<&str> = runtime
+        .iter()
+        .filter(|(pid, start, _)| reaper::is_alive(*pid, *start))
+        .map(|(_, _, name)| name.as_str())
+        .collect();
+    if !alive.is_empty() {
+        problems.push(format!("still running: {}", alive.join(", ")));
+    }
+    if problems.is_empty() {
+        rec.pass(
+            CheckName::ProcessesStopped,
+            format!(
+                "link down stopped the runtime in {}; link up exited 0; all {} recorded host and plugin processes are gone",
+                ms(took),
+                runtime.len()
+            ),
+        );
+    } else {
+        let detail = format!("{}; {}", problems.join("; "), log_tail(host));
+        rec.fail(CheckName::ProcessesStopped, detail);
+    }
+}
+
+/// The `no_orphans` check: nothing recorded and no descendant remains; what does is killed.
+/// `reaped_before` is how many orphans the reaper had collected before this run.
+pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32, reaped_before: usize) {
+    let recorded: Vec<(i32, u64)> = rec
+        .processes()
+        .iter()
+        .map(|p| (p.pid, p.start_time_ticks))
+        .collect();
+    let none = HashSet::new();
+    reaper::wait_until(Duration::from_secs(10 * scale as u64), || {
+        reaper::global().reap_orphans();
+        reaper::leftovers(&recorded, &none).is_empty()
+    });
+    let left = reaper::leftovers(&recorded, &none);
+    let reaped: Vec<String> = reaper::global()
+        .reaped()
+        .into_iter()
+        .skip(reaped_before)
+        .map(|r| format!("{} ({}, {})", r.pid, r.comm, r.status))
+        .collect();
+    let adopted = if reaped.is_empty() {
+        "no adopted orphan needed reaping".to_owned()
+    } else {
+        format!(
+            "adopted and reaped {} orphans: {}",
+            reaped.len(),
+            reaped.join(", ")
+        )
+    };
+    if left.is_empty() {
+        rec.pass(
+            CheckName::NoOrphans,
+            format!(
+                "no descendant of the runner and none of the {} recorded processes (by pid and start time) remain; {adopted}",
+                recorded.len()
+            ),
+        );
+        return;
+    }
+    let names: Vec<String> = left.iter().map(|p| p.describe()).collect();
+    for p in &left {
+        reaper::kill_exact(p.pid, p.start_time_ticks);
+    }
+    reaper::wait_until(Duration::from_secs(10), || {
+        reaper::global().reap_orphans();
+        left.iter()
+            .all(|p| !reaper::is_alive(p.pid, p.start_time_ticks))
+    });
+    rec.fail(
+        CheckName::NoOrphans,
+        format!(
+            "still running after shutdown (now killed): {}; {adopted}",
+            names.join("; ")
+        ),
+    );
+}

@@ -1,0 +1,42 @@
+//! The status series: the monitor stopped, then an isolated series of `GET /v1/status`.
+
+use super::judge;
+use super::report::{Recorder, Timer};
+use super::session::Session;
+use link_plugin_measure::sample::unix_ns;
+use link_plugin_measure::{CheckName, StatusPoint};
+use link_protocol::routes;
+use std::time::Instant;
+
+pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
+    let stopped = s.monitor(routes::MONITOR_STOP).await?;
+    let t = Timer::start();
+    let mut points = Vec::new();
+    let mut error = None;
+    for index in 0..s.config.status_points {
+        let start = unix_ns();
+        let at = Instant::now();
+        match s.guarded("GET /v1/status", 30, s.conn.status()).await {
+            Ok(resp) => points.push(StatusPoint {
+                index,
+                start_unix_ns: start,
+                duration_ns: at.elapsed().as_nanos(),
+                http_status: resp.status,
+            }),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    rec.end_phase("status_series", 0, t);
+    rec.status_series(points.clone());
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let after = s.monitor(routes::MONITOR_STATUS).await?;
+    rec.judge(
+        CheckName::StatusSeries,
+        judge::status_series(&points, &stopped, &after),
+    )
+}

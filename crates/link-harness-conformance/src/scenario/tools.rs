@@ -1,0 +1,85 @@
+//! Confined full Link: the run and file tools through their protected routes, each asked to
+//! work inside the workspace and to reach the state root outside it.
+
+use super::judge::{self, ToolEvidence};
+use super::report::{Recorder, Timer};
+use super::session::Session;
+use super::turns::Alpha;
+use link_plugin_measure::CheckName;
+use std::path::Path;
+
+pub(super) async fn run(
+    rec: &mut Recorder<'_>,
+    s: &Session<'_>,
+    alpha: &Alpha,
+) -> Result<(), String> {
+    let a = alpha.0.as_str();
+    let root = s.layout.root().to_path_buf();
+    let tokens = s.layout.tokens_file();
+    let t = Timer::start();
+    let messages = [
+        "run: echo hi > ran.txt; cat ran.txt".to_owned(),
+        format!("run: cat {}", tokens.display()),
+        format!(
+            "run: echo escaped > {}",
+            root.join("escape-run.txt").display()
+        ),
+        "write tool-file.txt: hello-file".to_owned(),
+        "read tool-file.txt".to_owned(),
+        "read ../../../../../auth/tokens".to_owned(),
+        format!("write {}: x", root.join("escape-file.txt").display()),
+    ];
+    let mut replies = Vec::new();
+    let mut error = None;
+    for m in &messages {
+        match s.turn(a, m).await {
+            Ok(r) => replies.push(r),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    rec.end_phase("protected_tools", 0, t);
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let secret = judge::token_hash(&std::fs::read_to_string(&tokens).unwrap_or_default());
+    let ws = s.layout.agent_workspace(a);
+    let run_escape = root.join("escape-run.txt");
+    let run = judge::run_tool(
+        &replies[0..3],
+        &ToolEvidence {
+            secret: &secret,
+            in_workspace: read(&ws.join("ran.txt")),
+            escape: &run_escape,
+            escaped: take(&run_escape),
+        },
+    );
+    let run = rec.judge(CheckName::RunToolConfined, run);
+    let file_escape = root.join("escape-file.txt");
+    let file = judge::file_tool(
+        &replies[3..7],
+        &ToolEvidence {
+            secret: &secret,
+            in_workspace: read(&ws.join("tool-file.txt")),
+            escape: &file_escape,
+            escaped: take(&file_escape),
+        },
+    );
+    let file = rec.judge(CheckName::FileToolConfined, file);
+    run.and(file)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// Whether a tool's write outside the workspace landed; removed if it did.
+fn take(path: &Path) -> bool {
+    let landed = path.exists();
+    if landed {
+        let _ = std::fs::remove_file(path);
+    }
+    landed
+}

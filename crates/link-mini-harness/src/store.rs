@@ -1,0 +1,362 @@
+//! Mini's agents on disk: `agents/<id>/agent.json` and `agents/<id>/conversation.jsonl`, the
+//! latter the same [`link_conversation`] log full Link's file store keeps, with the same
+//! durability: each append is one write and one `fdatasync` before the turn answers, a new
+//! log is fsync'd with its directories, a torn tail (a crash mid-append) is reported and then
+//! cut and recorded in `conversation.repairs.jsonl` by the next append, and the harness
+//! appends with `expect_total` so a log changed behind its back is noticed, not overwritten.
+//!
+//! Damage is per agent: an agent whose files cannot be read (a corrupt inner line, a missing
+//! `agent.json`) is loaded as damaged, reported in the log, refused by `agent.get` and
+//! `turn.run` with what is wrong, and can be deleted; every other agent loads and runs.
+
+use link_conversation::{Error, Known, Log};
+use link_protocol::{ErrorCode, RemoteError};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const LOG: &str = "conversation.jsonl";
+const META: &str = "agent.json";
+
+/// One agent's files and what was loaded of them.
+pub struct Stored {
+    pub id: String,
+    pub name: String,
+    pub dir: PathBuf,
+    /// The conversation, or why the agent is damaged.
+    state: Result<Conversation, String>,
+}
+
+/// A conversation in memory, and what is known of the log it mirrors.
+struct Conversation {
+    log: Log,
+    entries: Vec<Value>,
+    torn: Option<String>,
+    known: Option<Known>,
+}
+
+/// Every agent under `agents_dir`, damaged ones included (each reported in the log). `Err`
+/// only when the directory itself cannot be read.
+pub fn load(agents_dir: &Path) -> std::io::Result<Vec<Stored>> {
+    let loaded = link_conversation::load_dir(agents_dir, LOG)?;
+    let mut agents = Vec::with_capacity(loaded.len());
+    for l in loaded {
+        let dir = agents_dir.join(&l.id);
+        let meta = read_meta(&dir);
+        let name = meta.as_ref().map_or_else(|_| l.id.clone(), Clone::clone);
+        let state = match (meta, l.read) {
+            (Ok(_), Ok((scan, known))) => {
+                if let Some(reason) = &scan.torn {
+                    tracing::warn!(
+                        "the conversation log of agent {} has a torn tail ({reason}); its next \
+                         turn cuts it off and records it in conversation.repairs.jsonl",
+                        l.id
+                    );
+                }
+                Ok(Conversation {
+                    log: l.log,
+                    entries: scan.entries,
+                    torn: scan.torn,
+                    known,
+                })
+            }
+            (Err(why), _) => Err(why),
+            (_, Err(e)) => Err(e.to_string()),
+        };
+        if let Err(why) = &state {
+            tracing::error!(
+                "agent {} is damaged and was not loaded: {why}; the other agents are",
+                l.id
+            );
+        }
+        agents.push(Stored {
+            id: l.id,
+            name,
+            dir,
+            state,
+        });
+    }
+    Ok(agents)
+}
+
+fn read_meta(dir: &Path) -> Result<String, String> {
+    let path = dir.join(META);
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let meta: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    meta["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{} has no string `name`", path.display()))
+}
+
+/// Creates the files of a new agent: an empty log (with its directories, fsync'd) and
+/// `agent.json` (written whole by rename, fsync'd). Nothing is left after a failure.
+pub fn create(agents_dir: &Path, name: &str) -> Result<Stored, RemoteError> {
+    let dir = agents_dir.join(name);
+    let log = Log::new(dir.join(LOG));
+    let made = link_conversation::create(&log.path)
+        .map_err(|e| e.to_string())
+        .and_then(|()| write_meta(&dir, name).map_err(|e| format!("{}: {e}", dir.display())));
+    if let Err(e) = made {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(RemoteError::internal(format!("creating agent {name}: {e}")));
+    }
+    let known = log.read().ok().and_then(|(_, known)| known);
+    Ok(Stored {
+        id: name.to_owned(),
+        name: name.to_owned(),
+        dir,
+        state: Ok(Conversation {
+            log,
+            entries: Vec::new(),
+            torn: None,
+            known,
+        }),
+    })
+}
+
+fn write_meta(dir: &Path, name: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{META}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(json!({ "name": name }).to_string().as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(META))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+impl Stored {
+    /// The conversation so far and its torn tail if any; an error for a damaged agent.
+    pub fn conversation(&self) -> Result<(&[Value], Option<&str>), RemoteError> {
+        let c = self.loaded()?;
+        Ok((&c.entries, c.torn.as_deref()))
+    }
+
+    fn loaded(&self) -> Result<&Conversation, RemoteError> {
+        self.state.as_ref().map_err(|why| damaged(&self.id, why))
+    }
+
+    /// Cuts a torn tail off the log (recording it), as the next append would. A turn does
+    /// this instead of running, as full Link's harness does: the torn append was a turn
+    /// nobody was answered for, so the client is told to send it again.
+    pub fn repair_torn(&mut self) -> RemoteError {
+        let id = self.id.clone();
+        let c = match &mut self.state {
+            Ok(c) => c,
+            Err(why) => return damaged(&id, why),
+        };
+        let Some(reason) = c.torn.clone() else {
+            return RemoteError::internal(format!("the log of agent {id} is not torn"));
+        };
+        match c.log.append(&[], None, None) {
+            Ok(done) => {
+                if let Some(r) = &done.repaired {
+                    tracing::warn!(
+                        "agent {id}: cut a torn tail of {} bytes at offset {} ({}), recorded \
+                         in {}",
+                        r.removed_bytes,
+                        r.truncated_at,
+                        r.reason,
+                        r.recorded_in.display()
+                    );
+                }
+                c.torn = None;
+                c.known = done.known;
+                RemoteError::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "the conversation log of agent {id} had a torn tail ({reason}), left \
+                         by an interrupted append; it was cut off and recorded in \
+                         conversation.repairs.jsonl. The turn was not run: send the message \
+                         again"
+                    ),
+                )
+            }
+            Err(e) => {
+                let msg = format!(
+                    "the conversation log of agent {id} is torn ({reason}) and could not be \
+                     repaired: {e}"
+                );
+                self.reload();
+                RemoteError::internal(msg)
+            }
+        }
+    }
+
+    /// Appends entries to the log and the conversation; durable when this returns. The log
+    /// must be exactly the conversation in memory (`expect_total`); when it is not, nothing
+    /// is written, the agent is loaded again from its log and the turn is refused.
+    pub fn append(&mut self, new: Vec<Value>) -> Result<(), RemoteError> {
+        let c = match &mut self.state {
+            Ok(c) => c,
+            Err(why) => return Err(damaged(&self.id, why)),
+        };
+        match c.log.append(&new, Some(c.entries.len()), c.known.take()) {
+            Ok(done) => {
+                c.known = done.known;
+                c.entries.extend(new);
+                Ok(())
+            }
+            Err(e @ Error::Conflict { .. }) => {
+                let msg = format!(
+                    "the conversation of agent {} changed outside the harness ({e}); it was \
+                     loaded again and this turn was not saved: send the message again",
+                    self.id
+                );
+                self.reload();
+                Err(RemoteError::new(ErrorCode::Conflict, msg))
+            }
+            Err(e) => Err(RemoteError::internal(format!(
+                "saving the conversation of agent {}: {e}",
+                self.id
+            ))),
+        }
+    }
+
+    /// Loads the conversation again from the log (damaged if it cannot be).
+    fn reload(&mut self) {
+        let log = Log::new(self.dir.join(LOG));
+        self.state = match log.read() {
+            Ok((scan, known)) => Ok(Conversation {
+                log,
+                entries: scan.entries,
+                torn: scan.torn,
+                known,
+            }),
+            Err(e) => {
+                tracing::error!("agent {} is damaged: {e}", self.id);
+                Err(e.to_string())
+            }
+        };
+    }
+}
+
+/// The error for a turn or read of a damaged agent.
+fn damaged(id: &str, why: &str) -> RemoteError {
+    RemoteError::internal(format!(
+        "agent {id} is damaged: {why}. Fix or move aside its files and restart, or delete \
+         the agent"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh agents directory under `$HOME/.cache/lnk-t`, removed on drop.
+    struct Temp(PathBuf);
+
+    impl Temp {
+        fn new(name: &str) -> Temp {
+            let dir = PathBuf::from(std::env::var("HOME").unwrap()).join(format!(
+                ".cache/lnk-t/mini-store-{name}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Temp(dir)
+        }
+    }
+
+    impl Drop for Temp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn turn(text: &str) -> Vec<Value> {
+        vec![
+            json!({"role": "user", "content": text}),
+            json!({"role": "assistant", "content": format!("re: {text}")}),
+        ]
+    }
+
+    #[test]
+    fn conversations_survive_a_reload() {
+        let t = Temp::new("reload");
+        let mut a = create(&t.0, "a").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(t.0.join("a/agent.json")).unwrap(),
+            r#"{"name":"a"}"#
+        );
+        a.append(turn("one")).unwrap();
+        a.append(turn("two")).unwrap();
+        let on_disk = std::fs::read_to_string(t.0.join("a/conversation.jsonl")).unwrap();
+        assert_eq!(on_disk.lines().count(), 4, "durable when append returns");
+        let loaded = load(&t.0).unwrap();
+        assert_eq!(loaded.len(), 1);
+        let (entries, torn) = loaded[0].conversation().unwrap();
+        assert_eq!((entries, torn), a.conversation().unwrap());
+        assert_eq!(entries[3]["content"], "re: two");
+    }
+
+    #[test]
+    fn one_damaged_agent_does_not_stop_the_others() {
+        let t = Temp::new("damage");
+        for id in ["a", "b", "c", "d"] {
+            create(&t.0, id).unwrap().append(turn(id)).unwrap();
+        }
+        let b_log = t.0.join("b/conversation.jsonl");
+        let mut corrupt = b"garbage\n".to_vec();
+        corrupt.extend(std::fs::read(&b_log).unwrap());
+        std::fs::write(&b_log, &corrupt).unwrap();
+        std::fs::remove_file(t.0.join("c/agent.json")).unwrap();
+        let d_log = t.0.join("d/conversation.jsonl");
+        let intact = std::fs::read(&d_log).unwrap();
+        let mut torn = intact.clone();
+        torn.extend_from_slice(br#"{"role":"user","con"#);
+        std::fs::write(&d_log, &torn).unwrap();
+
+        let mut loaded = load(&t.0).unwrap();
+        let ids: Vec<_> = loaded.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+        assert_eq!(loaded[0].conversation().unwrap().0.len(), 2);
+        let e = loaded[1].conversation().unwrap_err();
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(
+            e.message.contains("damaged") && e.message.contains("line 1"),
+            "{e}"
+        );
+        assert!(loaded[1].append(turn("x")).is_err());
+        assert_eq!(std::fs::read(&b_log).unwrap(), corrupt, "left as it is");
+        assert!(loaded[2]
+            .conversation()
+            .unwrap_err()
+            .message
+            .contains("agent.json"));
+
+        // A torn tail is reported, then cut and recorded by the next turn, which is refused.
+        let (entries, reason) = loaded[3].conversation().unwrap();
+        assert_eq!(entries.len(), 2);
+        assert!(reason.unwrap().contains("no newline"));
+        let e = loaded[3].repair_torn();
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert!(e.message.contains("send the message again"), "{e}");
+        assert_eq!(std::fs::read(&d_log).unwrap(), intact);
+        assert!(t.0.join("d/conversation.repairs.jsonl").exists());
+        assert_eq!(loaded[3].conversation().unwrap().1, None);
+        loaded[3].append(turn("after")).unwrap();
+
+        loaded[0].append(turn("more")).unwrap();
+        assert_eq!(load(&t.0).unwrap()[0].conversation().unwrap().0.len(), 4);
+    }
+
+    #[test]
+    fn a_log_changed_behind_the_harness_is_not_overwritten() {
+        let t = Temp::new("conflict");
+        let mut a = create(&t.0, "a").unwrap();
+        a.append(turn("one")).unwrap();
+        let log = t.0.join("a/conversation.jsonl");
+        let mut other = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        other
+            .write_all(b"{\"role\":\"user\",\"content\":\"elsewhere\"}\n")
+            .unwrap();
+        let before = std::fs::read(&log).unwrap();
+        let e = a.append(turn("two")).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict, "{e}");
+        assert_eq!(std::fs::read(&log).unwrap(), before);
+        assert_eq!(a.conversation().unwrap().0.len(), 3, "loaded again");
+        a.append(turn("two")).unwrap();
+        assert_eq!(load(&t.0).unwrap()[0].conversation().unwrap().0.len(), 5);
+    }
+}

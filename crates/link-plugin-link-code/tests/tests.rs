@@ -1,0 +1,8 @@
+//! The code tool's integration tests: standalone, and in a real full Link runtime.
+//!
+//! The crate's one integration-test binary (`cargo test -p link-plugin-link-code --test integration`):
+//! each file is a module, so the tests link once. `autotests = false` in Cargo.toml: a new
+//! test file is a `mod` line here.
+
+mod runtime;
+mod standalone;

@@ -1,0 +1,70 @@
+//! Agents and their turns. Full Link: the agent registry owns `agent.*`, the link harness
+//! `turn.run`. Mini's harness serves all five itself (no router).
+
+use super::{programs, route, Empty};
+use crate::AgentId;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreateBody {
+    pub name: String,
+}
+
+/// One agent as the registry describes it. Mini has no workspace or home, and `agent.get`
+/// there carries the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentInfo {
+    pub id: AgentId,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<Vec<Value>>,
+    /// Mini: why the conversation log's tail is damaged, when it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_torn: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentList {
+    pub agents: Vec<AgentInfo>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TurnBody {
+    pub message: String,
+}
+
+/// What one tool call of a turn did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallReport {
+    pub tool: String,
+    pub input: Value,
+    pub ok: bool,
+    pub output: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnReply {
+    pub reply: String,
+    pub tool_calls: Vec<ToolCallReport>,
+}
+
+route!(
+    /// Registers an agent named `name` (the name is its id).
+    Create = "agent.create", owner programs::AGENT, for_agent false, CreateBody => AgentInfo
+);
+route!(Get = "agent.get", owner programs::AGENT, for_agent true, Empty => AgentInfo);
+route!(List = "agent.list", owner programs::AGENT, for_agent false, Empty => AgentList);
+route!(
+    /// Removes the agent, its files and its schedules.
+    Delete = "agent.delete", owner programs::AGENT, for_agent true, Empty => Empty
+);
+route!(
+    /// Runs one turn for the agent.
+    Turn = "turn.run", owner programs::HARNESS, for_agent true, TurnBody => TurnReply
+);

@@ -1,0 +1,79 @@
+//! Routes the host answers on `run/host.sock` for same-uid callers (`link status`, `link
+//! down`, the runtime runner). `monitor.*` sent there are forwarded to the measure plugin,
+//! which owns them.
+
+use super::{programs, route, Empty};
+use crate::AgentId;
+use link_report::{Mode, MonitorStatus as MonitorState, Profile, SampleRound};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Samples {
+    pub rounds: Vec<SampleRound>,
+}
+
+/// What `link status` prints about one plugin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginStatus {
+    pub name: String,
+    pub pid: i32,
+    pub state: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HostStatus {
+    pub profile: Profile,
+    pub mode: Mode,
+    pub pid: u32,
+    pub state: String,
+    pub confinement: String,
+    pub plugins: Vec<PluginStatus>,
+}
+
+/// Test hooks only: make `plugin` call `route` through the router as itself.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DebugCallBody {
+    pub plugin: String,
+    pub route: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentId>,
+    #[serde(default)]
+    pub body: serde_json::Value,
+}
+
+/// What the plugin's call gave.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DebugCallReply {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<crate::ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+route!(MonitorStatus = "monitor.status", owner programs::MEASURE, for_agent false, Empty => MonitorState);
+route!(
+    /// Stops sampling, so later queries are not mistaken for sampled work.
+    MonitorStop = "monitor.stop", owner programs::MEASURE, for_agent false, Empty => MonitorState
+);
+route!(MonitorSamples = "monitor.samples", owner programs::MEASURE, for_agent false, Empty => Samples);
+route!(Status = "host.status", owner programs::HOST, for_agent false, Empty => HostStatus);
+route!(Down = "host.down", owner programs::HOST, for_agent false, Empty => Empty);
+route!(
+    /// Test hooks only (`LNK_TEST_HOOKS=1`).
+    DebugCall = "host.debug_call", owner programs::HOST, for_agent false, DebugCallBody => DebugCallReply
+);
+/// What every plugin answers, when test hooks are on, by calling `body.route` through the
+/// router as itself (→ [`DebugCallReply`]): the host sends it for `host.debug_call`. Not a
+/// routed route, so it is not in [`ALL`](super::ALL).
+pub const PLUGIN_DEBUG_CALL: &str = "debug.call";
+
+/// The body a plugin's `debug.call` takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PluginDebugBody {
+    pub route: String,
+    #[serde(default)]
+    pub body: serde_json::Value,
+}

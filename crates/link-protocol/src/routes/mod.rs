@@ -1,0 +1,228 @@
+//! Every internal route, defined once: its name, its owner, whether it acts for an agent, and
+//! the types of its body and its reply (in the spirit of lsp-types' `Request` trait).
+//!
+//! Callers use [`Client::request`](crate::Client::request) / [`Pool::request`](crate::Pool::request)
+//! with a route type; owners register a handler per route type on a
+//! [`Service`](crate::server::Service), which also yields the ready line's route list. No body
+//! is built or picked apart by hand. The host's grant table lives in the host (`link-cli`),
+//! checked against [`ALL`] by its tests.
+//!
+//! `agent` is [`Request::agent`](crate::Request), never a body field.
+
+pub mod agent;
+pub mod auth;
+pub mod host;
+pub mod sandbox;
+pub mod schedule;
+pub mod secret;
+pub mod store;
+pub mod tool;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// One route: the types every caller and its owner share.
+pub trait Route: 'static {
+    /// The name on the wire.
+    const NAME: &'static str;
+    /// The plugin program that serves it in full Link ([`programs`]); `link` for the host's
+    /// own routes on `run/host.sock`.
+    const OWNER: &'static str;
+    /// True when a call needs `Request::agent`; the owner's [`Service`](crate::server::Service)
+    /// refuses a call without one before the handler runs.
+    const FOR_AGENT: bool;
+    type Body: Serialize + DeserializeOwned + Send + Sync + 'static;
+    type Reply: Serialize + DeserializeOwned + Send + Sync + 'static;
+}
+
+/// A route's name, owner and agent rule, for tables and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteInfo {
+    pub name: &'static str,
+    pub owner: &'static str,
+    pub for_agent: bool,
+}
+
+impl RouteInfo {
+    pub const fn of<R: Route>() -> RouteInfo {
+        RouteInfo {
+            name: R::NAME,
+            owner: R::OWNER,
+            for_agent: R::FOR_AGENT,
+        }
+    }
+}
+
+/// Declares a route type: `Name = "wire.name", owner OWNER, for_agent BOOL, Body => Reply`.
+macro_rules! route {
+    ($(#[$doc:meta])* $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub enum $ty {}
+        impl $crate::routes::Route for $ty {
+            const NAME: &'static str = $name;
+            const OWNER: &'static str = $owner;
+            const FOR_AGENT: bool = $agent;
+            type Body = $body;
+            type Reply = $reply;
+        }
+    };
+}
+pub(crate) use route;
+
+/// An empty body or reply: `{}` on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Empty {}
+
+/// Every route of both profiles.
+pub const ALL: &[RouteInfo] = &[
+    RouteInfo::of::<agent::Create>(),
+    RouteInfo::of::<agent::Get>(),
+    RouteInfo::of::<agent::List>(),
+    RouteInfo::of::<agent::Delete>(),
+    RouteInfo::of::<agent::Turn>(),
+    RouteInfo::of::<auth::Issue>(),
+    RouteInfo::of::<auth::Verify>(),
+    RouteInfo::of::<auth::Revoke>(),
+    RouteInfo::of::<secret::Get>(),
+    RouteInfo::of::<secret::Put>(),
+    RouteInfo::of::<secret::Delete>(),
+    RouteInfo::of::<store::AgentCreate>(),
+    RouteInfo::of::<store::AgentDelete>(),
+    RouteInfo::of::<store::ConversationAppend>(),
+    RouteInfo::of::<store::ConversationRead>(),
+    RouteInfo::of::<store::FileRead>(),
+    RouteInfo::of::<store::FileWrite>(),
+    RouteInfo::of::<store::FileList>(),
+    RouteInfo::of::<tool::Run>(),
+    RouteInfo::of::<tool::File>(),
+    RouteInfo::of::<tool::Code>(),
+    RouteInfo::of::<sandbox::Exec>(),
+    RouteInfo::of::<schedule::Create>(),
+    RouteInfo::of::<schedule::List>(),
+    RouteInfo::of::<schedule::Cancel>(),
+    RouteInfo::of::<schedule::DeleteAgent>(),
+    RouteInfo::of::<host::MonitorStatus>(),
+    RouteInfo::of::<host::MonitorStop>(),
+    RouteInfo::of::<host::MonitorSamples>(),
+    RouteInfo::of::<host::Status>(),
+    RouteInfo::of::<host::Down>(),
+    RouteInfo::of::<host::DebugCall>(),
+];
+
+/// The route called `name`, if there is one.
+pub fn find(name: &str) -> Option<&'static RouteInfo> {
+    ALL.iter().find(|r| r.name == name)
+}
+
+/// The plugin that owns `name` (for messages; the router decides where calls go).
+pub fn owner_of(name: &str) -> &'static str {
+    find(name).map_or("the route's owner", |r| r.owner)
+}
+
+/// Every program's name, once.
+pub mod programs {
+    /// The host (package `link-cli`); owner of the `host.*` routes.
+    pub const HOST: &str = "link";
+    pub const MODEL: &str = "link-plugin-model";
+    pub const MEASURE: &str = "link-plugin-measure";
+    pub const MINI_HARNESS: &str = "link-mini-harness";
+    pub const MINI_CONNECTION: &str = "link-mini-connection";
+    pub const AUTH: &str = "link-plugin-auth";
+    pub const SECRET: &str = "link-plugin-secret";
+    pub const FILE_STORE: &str = "link-plugin-file-store";
+    pub const AGENT: &str = "link-plugin-agent";
+    pub const SANDBOX: &str = "link-plugin-sandbox";
+    pub const RUN: &str = "link-plugin-link-run";
+    pub const FILE_TOOL: &str = "link-plugin-file-tool";
+    pub const CODE: &str = "link-plugin-link-code";
+    pub const SCHEDULER: &str = "link-plugin-link-scheduler";
+    pub const HARNESS: &str = "link-plugin-link-harness";
+
+    /// Every plugin program of both profiles (the host is `link`, package `link-cli`).
+    pub const PLUGINS: &[&str] = &[
+        MODEL,
+        MEASURE,
+        MINI_HARNESS,
+        MINI_CONNECTION,
+        AUTH,
+        SECRET,
+        FILE_STORE,
+        AGENT,
+        SANDBOX,
+        RUN,
+        FILE_TOOL,
+        CODE,
+        SCHEDULER,
+        HARNESS,
+    ];
+}
+
+pub use programs::PLUGINS;
+
+/// The short name a plugin's socket, log, home and data area are named after.
+pub fn short_name(plugin: &str) -> &str {
+    plugin
+        .strip_prefix("link-plugin-")
+        .or_else(|| plugin.strip_prefix("link-"))
+        .unwrap_or(plugin)
+}
+
+// Transitional: the names as constants, derived from the route types, until every caller
+// uses the types.
+pub const AGENT_CREATE: &str = <agent::Create as Route>::NAME;
+pub const AGENT_GET: &str = <agent::Get as Route>::NAME;
+pub const AGENT_LIST: &str = <agent::List as Route>::NAME;
+pub const AGENT_DELETE: &str = <agent::Delete as Route>::NAME;
+pub const TURN_RUN: &str = <agent::Turn as Route>::NAME;
+pub const AUTH_ISSUE: &str = <auth::Issue as Route>::NAME;
+pub const AUTH_VERIFY: &str = <auth::Verify as Route>::NAME;
+pub const AUTH_REVOKE: &str = <auth::Revoke as Route>::NAME;
+pub const SECRET_GET: &str = <secret::Get as Route>::NAME;
+pub const SECRET_PUT: &str = <secret::Put as Route>::NAME;
+pub const SECRET_DELETE: &str = <secret::Delete as Route>::NAME;
+pub const STORE_CONVERSATION_APPEND: &str = <store::ConversationAppend as Route>::NAME;
+pub const STORE_CONVERSATION_READ: &str = <store::ConversationRead as Route>::NAME;
+pub const STORE_FILE_READ: &str = <store::FileRead as Route>::NAME;
+pub const STORE_FILE_WRITE: &str = <store::FileWrite as Route>::NAME;
+pub const STORE_FILE_LIST: &str = <store::FileList as Route>::NAME;
+pub const STORE_AGENT_CREATE: &str = <store::AgentCreate as Route>::NAME;
+pub const STORE_AGENT_DELETE: &str = <store::AgentDelete as Route>::NAME;
+pub const TOOL_RUN: &str = <tool::Run as Route>::NAME;
+pub const TOOL_FILE: &str = <tool::File as Route>::NAME;
+pub const TOOL_CODE: &str = <tool::Code as Route>::NAME;
+pub const SANDBOX_EXEC: &str = <sandbox::Exec as Route>::NAME;
+pub const SCHEDULE_CREATE: &str = <schedule::Create as Route>::NAME;
+pub const SCHEDULE_LIST: &str = <schedule::List as Route>::NAME;
+pub const SCHEDULE_CANCEL: &str = <schedule::Cancel as Route>::NAME;
+pub const SCHEDULE_DELETE_AGENT: &str = <schedule::DeleteAgent as Route>::NAME;
+pub const MONITOR_STATUS: &str = <host::MonitorStatus as Route>::NAME;
+pub const MONITOR_STOP: &str = <host::MonitorStop as Route>::NAME;
+pub const MONITOR_SAMPLES: &str = <host::MonitorSamples as Route>::NAME;
+pub const HOST_STATUS: &str = <host::Status as Route>::NAME;
+pub const HOST_DOWN: &str = <host::Down as Route>::NAME;
+pub const HOST_DEBUG_CALL: &str = <host::DebugCall as Route>::NAME;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_owned_by_a_known_program() {
+        for (i, r) in ALL.iter().enumerate() {
+            assert!(
+                ALL[i + 1..].iter().all(|o| o.name != r.name),
+                "{} twice",
+                r.name
+            );
+            assert!(
+                r.owner == programs::HOST || PLUGINS.contains(&r.owner),
+                "{} owned by unknown {}",
+                r.name,
+                r.owner
+            );
+        }
+        assert_eq!(owner_of("tool.run"), programs::RUN);
+        assert_eq!(owner_of("nope"), "the route's owner");
+    }
+}

@@ -1,0 +1,29 @@
+//! Named secrets (file or keychain backend).
+
+use super::{programs, route, Empty};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Name {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PutBody {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SecretValue {
+    pub value: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: bool,
+}
+
+route!(Get = "secret.get", owner programs::SECRET, for_agent false, Name => SecretValue);
+route!(Put = "secret.put", owner programs::SECRET, for_agent false, PutBody => Empty);
+route!(Delete = "secret.delete", owner programs::SECRET, for_agent false, Name => Deleted);
