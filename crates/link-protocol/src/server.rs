@@ -154,7 +154,14 @@ impl<S: Send + Sync + 'static> Service<S> {
         let typed: Typed<S> = Arc::new(move |state, req| {
             let f = f.clone();
             Box::pin(async move {
-                let body: R::Body = body(&req)?;
+                let body: R::Body = serde_json::from_value(req.body).map_err(|e| {
+                    let why = if R::REDACT {
+                        "the body's fields are missing or not strings".to_owned()
+                    } else {
+                        e.to_string()
+                    };
+                    RemoteError::bad_request(format!("{}: {why}", R::NAME))
+                })?;
                 if R::FOR_AGENT && req.agent.is_none() {
                     return Err(RemoteError::bad_request(format!(
                         "{} needs an agent",

@@ -31,6 +31,9 @@ pub trait Route: 'static {
     /// True when a call needs `Request::agent`; the owner's [`Service`](crate::server::Service)
     /// refuses a call without one before the handler runs.
     const FOR_AGENT: bool;
+    /// True when a body may hold a secret: a body that does not parse is then refused
+    /// without serde's message, which can quote the value.
+    const REDACT: bool = false;
     type Body: Serialize + DeserializeOwned + Send + Sync + 'static;
     type Reply: Serialize + DeserializeOwned + Send + Sync + 'static;
 }
@@ -55,6 +58,19 @@ impl RouteInfo {
 
 /// Declares a route type: `Name = "wire.name", owner OWNER, for_agent BOOL, Body => Reply`.
 macro_rules! route {
+    ($(#[$doc:meta])* redacted $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub enum $ty {}
+        impl $crate::routes::Route for $ty {
+            const NAME: &'static str = $name;
+            const OWNER: &'static str = $owner;
+            const FOR_AGENT: bool = $agent;
+            const REDACT: bool = true;
+            type Body = $body;
+            type Reply = $reply;
+        }
+    };
     ($(#[$doc:meta])* $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
         $(#[$doc])*
         #[derive(Debug)]

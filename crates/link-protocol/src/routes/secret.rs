@@ -24,6 +24,6 @@ pub struct Deleted {
     pub deleted: bool,
 }
 
-route!(Get = "secret.get", owner programs::SECRET, for_agent false, Name => SecretValue);
-route!(Put = "secret.put", owner programs::SECRET, for_agent false, PutBody => Empty);
-route!(Delete = "secret.delete", owner programs::SECRET, for_agent false, Name => Deleted);
+route!(redacted Get = "secret.get", owner programs::SECRET, for_agent false, Name => SecretValue);
+route!(redacted Put = "secret.put", owner programs::SECRET, for_agent false, PutBody => Empty);
+route!(redacted Delete = "secret.delete", owner programs::SECRET, for_agent false, Name => Deleted);
