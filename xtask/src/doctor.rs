@@ -41,7 +41,7 @@ pub fn run(ws: &Workspace) -> bool {
         strace(),
         state_dir(),
     ];
-    print!("{}", render(&findings));
+    link_protocol::out!("{}", render(&findings));
     findings.iter().all(|f| f.ok)
 }
 

@@ -99,13 +99,13 @@ fn mode_parser() -> impl TypedValueParser<Value = Mode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let Some(command) = cli.command else {
-        print!("{COMMANDS}");
+        link_protocol::out!("{COMMANDS}");
         return ExitCode::SUCCESS;
     };
     match dispatch(command) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
+            link_protocol::errln!("error: {}", format!("{e:#}").replace('\n', " "));
             ExitCode::FAILURE
         }
     }
@@ -129,7 +129,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
         Cmd::Build => {
             outputs::build(&ws)?;
             runtime::require_outputs(&ws)?;
-            eprintln!(
+            link_protocol::errln!(
                 "xtask: all {} release outputs are built",
                 outputs::expected_outputs().len()
             );

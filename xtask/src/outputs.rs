@@ -123,7 +123,7 @@ pub fn build(ws: &Workspace) -> Result<()> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     for args in build_commands() {
         let text = command_text(&args);
-        eprintln!("xtask: $ {text}");
+        link_protocol::errln!("xtask: $ {text}");
         cmd!(sh, "{cargo} {args...}")
             .quiet()
             .run()

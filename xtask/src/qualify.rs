@@ -118,7 +118,7 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
             }
         }
     }
-    print!("{}", render(&items));
+    link_protocol::out!("{}", render(&items));
     items.iter().all(|i| i.mark == Mark::Passed)
 }
 
@@ -135,7 +135,7 @@ fn confined_tests(ws: &Workspace) -> Result<Mark> {
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args = TEST_ARGS;
-    eprintln!(
+    link_protocol::errln!(
         "xtask: $ LNK_REQUIRE_SANDBOX=1 LNK_REQUIRE_NATIVE=1 cargo {}",
         args.join(" ")
     );

@@ -108,7 +108,7 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     require_outputs(ws)?;
     let source = source(&ws.root)?;
     let mode = opts.mode;
-    eprintln!(
+    link_protocol::errln!(
         "xtask: runtime comparison, {mode}, source {source}, state under {}",
         state.display()
     );
@@ -151,15 +151,15 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
     if problems.is_empty() {
         return Ok(());
     }
-    eprintln!("xtask: the locked release outputs are not ready:");
+    link_protocol::errln!("xtask: the locked release outputs are not ready:");
     for p in &problems {
-        eprintln!("  {p}");
+        link_protocol::errln!("  {p}");
     }
-    eprintln!("build them (from {}) with:", ws.root.display());
+    link_protocol::errln!("build them (from {}) with:", ws.root.display());
     for c in outputs::build_commands() {
-        eprintln!("  {}", outputs::command_text(&c));
+        link_protocol::errln!("  {}", outputs::command_text(&c));
     }
-    eprintln!("or run `cargo xtask runtime --build`");
+    link_protocol::errln!("or run `cargo xtask runtime --build`");
     bail!(
         "{} of {} release outputs missing or stale; build them with the commands above",
         problems.len(),
@@ -272,7 +272,7 @@ fn remove_stale(path: &Path) -> Result<()> {
 /// Runs a child with inherited output (the runner's phase lines go straight to the terminal)
 /// and says, now and then, that it is still going.
 fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<ExitStatus> {
-    eprintln!("xtask: {step}: $ {shown}");
+    link_protocol::errln!("xtask: {step}: $ {shown}");
     let start = Instant::now();
     let mut child = command
         .spawn()
@@ -283,12 +283,12 @@ fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<Ex
             break status;
         }
         if start.elapsed() >= next {
-            eprintln!("xtask: {step}: still running ({} s)", next.as_secs());
+            link_protocol::errln!("xtask: {step}: still running ({} s)", next.as_secs());
             next += PROGRESS_EVERY;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    eprintln!(
+    link_protocol::errln!(
         "xtask: {step}: finished in {:.1} s ({status})",
         start.elapsed().as_secs_f64()
     );
@@ -478,7 +478,7 @@ fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
     for f in &s.failures {
         out.push_str(&format!("\nFAILED: {f}\n"));
     }
-    eprint!("{out}");
+    link_protocol::err!("{out}");
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ impl Link {
         };
         let mut stopping = self.0.stopping.subscribe();
         tokio::select! {
-            result = self.0.router.call(HOST, req) => result,
+            result = crate::router::call(&self.0, HOST, req) => result,
             reason = stopping.wait_for(Option::is_some) => {
                 let reason = reason.ok().and_then(|r| r.clone()).unwrap_or_default();
                 Err(RemoteError::new(ErrorCode::Unavailable, format!("the runtime is stopping: {reason}")))
@@ -121,6 +121,6 @@ impl Backend for Link {
 /// Serves the HTTP contract on `run/connection.sock`.
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
     if let Err(e) = link_connection_api::serve(listener, Arc::new(Link(shared))).await {
-        eprintln!("link: connection endpoint failed: {e}");
+        link_protocol::errln!("link: connection endpoint failed: {e}");
     }
 }

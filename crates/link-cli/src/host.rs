@@ -14,6 +14,9 @@ use tokio::sync::{mpsc, Notify};
 /// Grace between SIGTERM and SIGKILL when stopping a plugin.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long `up` waits for a previous run's surviving plugins to die once SIGKILLed.
+const SURVIVOR_WAIT: Duration = Duration::from_secs(10);
+
 pub use link_protocol::routes::host::{HostStatus, PluginStatus};
 
 /// State shared by the control socket, the router and the supervisor.
@@ -89,6 +92,8 @@ pub fn up(args: UpArgs) -> Result<i32> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let _lock = take_lock(&layout)?;
+    // A host that was killed may have left plugins serving these sockets: end them first.
+    kill_survivors(&layout)?;
     remove_stale_sockets(&layout)?;
     if args.mode == Mode::Confined {
         check_confinement()?;
@@ -104,6 +109,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     for socket in layout.all_sockets() {
         let _ = std::fs::remove_file(socket);
     }
+    let _ = std::fs::remove_file(layout.pids_file());
     code
 }
 
@@ -157,7 +163,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     };
     let (code, reason) = match outcome {
         Err(e) => {
-            eprintln!("link: {e:#}");
+            link_protocol::errln!("link: {e:#}");
             (1, format!("{e:#}"))
         }
         Ok(()) => {
@@ -166,7 +172,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
                 tokio::spawn(crate::endpoint::serve(shared.clone(), listener));
             }
             *shared.phase.lock().expect("lock") = "ready";
-            println!("ready {}", layout.connection_socket().display());
+            link_protocol::outln!("ready {}", layout.connection_socket().display());
             supervise(&shared, &mut died, &mut signals).await
         }
     };
@@ -207,6 +213,7 @@ async fn start_all(
             launch.layout.plugin_socket(name),
         );
         started.push(plugin);
+        record_pids(launch.layout, started)?;
     }
     Ok(())
 }
@@ -223,7 +230,7 @@ async fn supervise(
         Some((name, status)) = died.recv() => {
             shared.set_plugin_state(name, "exited");
             let reason = format!("plugin {name} exited unexpectedly ({})", describe(Some(&status)));
-            eprintln!("link: {reason}; stopping the runtime");
+            link_protocol::errln!("link: {reason}; stopping the runtime");
             (1, reason)
         }
     }
@@ -240,7 +247,7 @@ async fn stop_all(shared: &Shared, started: &mut Vec<Plugin>) {
                 .await
                 .is_ok();
             if !waited {
-                eprintln!(
+                link_protocol::errln!(
                     "link: {} did not stop within {STOP_GRACE:?}; killing it",
                     plugin.name
                 );
@@ -260,7 +267,7 @@ fn reap_strays() {
             let name = link_plugin_measure::sample::sample_process(pid.as_raw_nonzero().get())
                 .map(|s| s.name)
                 .unwrap_or_default();
-            eprintln!(
+            link_protocol::errln!(
                 "link: killing leftover process {} ({name})",
                 pid.as_raw_nonzero()
             );
@@ -295,11 +302,102 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
     Ok(file)
 }
 
+/// One plugin in `<state>/run/pids.json`: its pid and start time (/proc/PID/stat field 22,
+/// clock ticks since boot), which tells it from a later process that reused the pid.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct RecordedPlugin {
+    name: String,
+    pid: i32,
+    start_time: u64,
+}
+
+/// `<state>/run/pids.json`: the plugins the running host started; removed on a clean exit.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PidsFile {
+    host: u32,
+    plugins: Vec<RecordedPlugin>,
+}
+
+/// The start time of a live (not zombie) process, from /proc.
+fn live_start_time(pid: i32) -> Option<u64> {
+    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
+    (!matches!(stat.state, 'Z' | 'X')).then_some(stat.starttime)
+}
+
+/// Rewrites the pids file with every plugin started so far.
+fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
+    let file = PidsFile {
+        host: std::process::id(),
+        plugins: started
+            .iter()
+            .filter_map(|p| {
+                Some(RecordedPlugin {
+                    name: p.name.to_owned(),
+                    pid: p.pid,
+                    start_time: live_start_time(p.pid)?,
+                })
+            })
+            .collect(),
+    };
+    let path = layout.pids_file();
+    let bytes = serde_json::to_vec_pretty(&file)?;
+    link_protocol::files::write_atomic(&path, &path.with_extension("json.tmp"), &bytes, 0o600)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Plugins a killed host left running, from its pids file: each whose start time still
+/// matches (a reused pid is never touched) is SIGKILLed, and `up` waits until all are gone.
+/// Called with the lock held, so the host that wrote the file is dead.
+fn kill_survivors(layout: &StateLayout) -> Result<()> {
+    let path = layout.pids_file();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let recorded: PidsFile = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a pids file; remove it", path.display()))?;
+    let me = std::process::id() as i32;
+    let survivors: Vec<_> = recorded
+        .plugins
+        .iter()
+        .filter(|p| p.pid > 1 && p.pid != me && live_start_time(p.pid) == Some(p.start_time))
+        .collect();
+    for p in &survivors {
+        link_protocol::errln!(
+            "link: killing {} (pid {}), left running by the previous `link up` (pid {}) on this state",
+            p.name, p.pid, recorded.host
+        );
+        if let Some(pid) = rustix::process::Pid::from_raw(p.pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+    let deadline = std::time::Instant::now() + SURVIVOR_WAIT;
+    loop {
+        let alive: Vec<_> = survivors
+            .iter()
+            .filter(|p| live_start_time(p.pid) == Some(p.start_time))
+            .map(|p| format!("{} (pid {})", p.name, p.pid))
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "a previous run's plugins survive SIGKILL for {SURVIVOR_WAIT:?}: {}; not starting a second set on this state",
+                alive.join(", ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
+}
+
 /// Sockets left by a crashed run: nobody holds the lock, so nobody serves them.
 fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
     for socket in layout.all_sockets() {
         if socket.exists() {
-            eprintln!(
+            link_protocol::errln!(
                 "link: removing stale socket {} from a previous run",
                 socket.display()
             );
@@ -313,11 +411,12 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
 /// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
 /// with the probe's reason.
 fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<()>> {
-    let run = tokio::process::Command::new(programs.join("link-plugin-sandbox"))
-        .arg("probe")
+    let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
+    cmd.arg("probe")
         .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .kill_on_drop(true);
+    die_with_host(&mut cmd);
+    let run = cmd.output();
     async move {
         let out = run.await.context("running link-plugin-sandbox probe")?;
         if out.status.success() {
@@ -341,6 +440,16 @@ fn check_confinement() -> Result<()> {
                 "confined mode is unavailable: {e}; `--mode diagnostic` runs unconfined, explicitly"
             )
         })
+}
+
+/// Every process the host starts dies with it: `PR_SET_PDEATHSIG` SIGKILL between fork and
+/// exec, then a check that the host (whose pid is taken here, before the fork) is still the
+/// parent, for a host killed before the signal was armed. The signal follows the thread that
+/// forked: the host spawns from its one runtime thread, which lives as long as the host.
+pub fn die_with_host(cmd: &mut tokio::process::Command) {
+    let host = rustix::process::getpid();
+    // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
+    unsafe { cmd.pre_exec(move || link_plugin_sandbox::run::die_with_parent(host)) };
 }
 
 /// What a confined plugin may touch besides system paths.

@@ -48,21 +48,55 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Create, list and delete agents through the connection service (JSON replies).
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
     /// Run one turn through the connection service and print the reply as JSON.
     Turn {
-        #[arg(long)]
-        state: PathBuf,
-        /// Bearer token; defaults to $LNK_TOKEN, else a new token is created.
-        #[arg(long, env = "LNK_TOKEN", hide_env_values = true)]
-        token: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
         agent: String,
         message: String,
     },
 }
 
+/// The state root and bearer token of a verb that speaks to the connection service.
+#[derive(clap::Args)]
+struct ClientArgs {
+    #[arg(long)]
+    state: PathBuf,
+    /// Bearer token; defaults to $LNK_TOKEN. Get one with `link token create --state DIR`.
+    #[arg(long, env = "LNK_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum AgentCommand {
+    /// Create an agent named NAME (its id).
+    Create {
+        #[command(flatten)]
+        client: ClientArgs,
+        name: String,
+    },
+    /// List the agents.
+    List {
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Delete the agent ID and its conversation.
+    Delete {
+        #[command(flatten)]
+        client: ClientArgs,
+        id: String,
+    },
+}
+
 #[derive(Subcommand)]
 enum TokenCommand {
-    /// Print a new bearer token; only its sha256 is stored.
+    /// Print a new bearer token (valid until revoked); only its sha256 is stored. The state
+    /// root must be one `link up` has prepared.
     Create {
         #[arg(long)]
         state: PathBuf,
@@ -112,17 +146,25 @@ fn main() {
         Command::Token {
             command: TokenCommand::Revoke { state, token },
         } => commands::token_revoke(&state, &token),
+        Command::Agent { command } => match command {
+            AgentCommand::Create { client, name } => {
+                commands::agent_create(&client.state, client.token, &name)
+            }
+            AgentCommand::List { client } => commands::agent_list(&client.state, client.token),
+            AgentCommand::Delete { client, id } => {
+                commands::agent_delete(&client.state, client.token, &id)
+            }
+        },
         Command::Turn {
-            state,
-            token,
+            client,
             agent,
             message,
-        } => commands::turn(&state, token, &agent, &message),
+        } => commands::turn(&client.state, client.token, &agent, &message),
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("link: {e:#}");
+            link_protocol::errln!("link: {e:#}");
             std::process::exit(1);
         }
     }

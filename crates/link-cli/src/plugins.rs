@@ -150,6 +150,8 @@ impl Launch<'_> {
         cmd.stderr(Stdio::from(log));
         let mut cmd = Command::from(cmd);
         cmd.kill_on_drop(true);
+        // Confined or diagnostic, a plugin never outlives the host.
+        crate::host::die_with_host(&mut cmd);
         if self.mode == Mode::Confined {
             self.confine(&mut cmd, name)?;
         }

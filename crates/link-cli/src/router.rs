@@ -9,6 +9,10 @@
 //! Connections to owners are kept open between calls (a few idle ones per owner socket):
 //! the owner checked at accept that the peer is its parent, the host, which a kept
 //! connection still is. Every call is still checked here before it is sent.
+//!
+//! Every forwarded call has a deadline ([`deadline`]): an owner that does not answer in
+//! time (stopped, wedged) gets `timeout` for that call, its connection is dropped, and it is
+//! shown `unresponsive` in the host's status until it answers a later call.
 
 use crate::host::Shared;
 use link_protocol::client::Pool;
@@ -19,7 +23,8 @@ use link_protocol::{RemoteError, Request};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 use tokio::net::UnixStream;
 
 /// The host itself, as a caller (its HTTP endpoint).
@@ -122,6 +127,108 @@ pub fn allowed(caller: &str, route: &str) -> bool {
         .any(|(c, routes)| *c == caller && routes.contains(&route))
 }
 
+/// How long an ordinary route's owner may take to answer.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Time allowed over a tool's own limit, per level of routing under it: the owner's own
+/// work, and the answer's way back.
+pub const MARGIN: Duration = Duration::from_secs(10);
+
+/// link-plugin-link-run's default and largest `timeout_secs` (its `main.rs`).
+const RUN_DEFAULT_SECS: u64 = 60;
+const RUN_MAX_SECS: u64 = 600;
+
+/// The link harness's limit on each call it makes (`deps.rs` `CALL_TIMEOUT`) and the model
+/// steps one turn may take (`turn.rs` `MAX_STEPS`).
+const HARNESS_CALL_LIMIT: Duration = Duration::from_secs(600);
+const HARNESS_MAX_STEPS: u32 = 8;
+
+/// Test hooks only (`LNK_TEST_HOOKS=1`): replaces [`DEFAULT_DEADLINE`], in milliseconds, so
+/// tests of an unresponsive plugin need not wait 30 s. Ignored without test hooks; tool and
+/// turn routes keep their deadlines.
+pub const ENV_TEST_DEADLINE_MS: &str = "LNK_TEST_DEADLINE_MS";
+
+/// [`DEFAULT_DEADLINE`], or its test override.
+fn default_deadline() -> Duration {
+    static DEADLINE: OnceLock<Duration> = OnceLock::new();
+    *DEADLINE.get_or_init(|| {
+        let hooks = std::env::var(link_protocol::plugin::ENV_TEST_HOOKS).is_ok_and(|v| v == "1");
+        std::env::var(ENV_TEST_DEADLINE_MS)
+            .ok()
+            .filter(|_| hooks)
+            .and_then(|ms| ms.parse().ok())
+            .map(Duration::from_millis)
+            .unwrap_or(DEFAULT_DEADLINE)
+    })
+}
+
+/// How long the router waits for the owner of `route` to answer a call with `body`.
+///
+/// | route          | deadline                                                        |
+/// |----------------|-----------------------------------------------------------------|
+/// | `sandbox.exec` | the body's `timeout_ms` (default 30 000, at most 3 600 000) + [`MARGIN`] |
+/// | `tool.run`     | the body's `timeout_secs` (default 60, at most 600) + 2 × [`MARGIN`]: over its own `sandbox.exec`, so a stopped sandbox is named, not link-run |
+/// | `turn.run`     | the harness's per-call limit (600 s) × its model steps (8) + [`MARGIN`] = 4 810 s |
+/// | anything else  | [`DEFAULT_DEADLINE`] (30 s; `LNK_TEST_DEADLINE_MS` under test hooks) |
+///
+/// A limit out of range is clamped: the owner refuses such a body at once.
+pub fn deadline(route: &str, body: &Value) -> Duration {
+    let field = |name: &str| body.get(name).and_then(Value::as_u64);
+    match route {
+        r::sandbox::Exec::NAME => {
+            use link_plugin_sandbox::service::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+            let ms = field("timeout_ms").unwrap_or(DEFAULT_TIMEOUT_MS);
+            Duration::from_millis(ms.min(MAX_TIMEOUT_MS)) + MARGIN
+        }
+        r::tool::Run::NAME => {
+            let secs = field("timeout_secs").unwrap_or(RUN_DEFAULT_SECS);
+            Duration::from_secs(secs.min(RUN_MAX_SECS)) + 2 * MARGIN
+        }
+        r::agent::Turn::NAME => HARNESS_CALL_LIMIT * HARNESS_MAX_STEPS + MARGIN,
+        _ => default_deadline(),
+    }
+}
+
+/// A duration as messages say it: whole seconds, else milliseconds.
+fn say(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// What a call showed of its owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// It answered, with a result or an error.
+    Answered,
+    /// It did not answer within the deadline.
+    Silent,
+}
+
+/// Checks and forwards one call made by `caller`, and records in the host's plugin status
+/// whether the owner answered: `unresponsive` after a missed deadline, `ready` again after
+/// an answer. States other than these two (`exited`, `stopping`) are left alone.
+pub async fn call(shared: &Shared, caller: &str, req: Request) -> Result<Value, RemoteError> {
+    let (result, heard) = shared.router.call(caller, req).await;
+    if let Some((plugin, heard)) = heard {
+        let (from, to) = match heard {
+            Heard::Answered => ("unresponsive", "ready"),
+            Heard::Silent => ("ready", "unresponsive"),
+        };
+        let mut plugins = shared.plugins.lock().expect("lock");
+        for p in plugins
+            .iter_mut()
+            .filter(|p| p.name == plugin && p.state == from)
+        {
+            p.state = to.to_owned();
+            link_protocol::errln!("link: {plugin} is {to}");
+        }
+    }
+    result
+}
+
 #[derive(Default)]
 struct Table {
     by_pid: HashMap<i32, &'static str>,
@@ -150,9 +257,16 @@ impl Router {
         pid.and_then(|p| self.table.lock().expect("lock").by_pid.get(&p).copied())
     }
 
-    /// Checks and forwards one call made by `caller`.
-    pub async fn call(&self, caller: &str, mut req: Request) -> Result<Value, RemoteError> {
-        self.check(caller, &req)?;
+    /// Checks and forwards one call made by `caller`; → the result, and the owner if the
+    /// call reached it, with whether it answered.
+    async fn call(
+        &self,
+        caller: &str,
+        mut req: Request,
+    ) -> (Result<Value, RemoteError>, Option<(&'static str, Heard)>) {
+        if let Err(e) = self.check(caller, &req) {
+            return (Err(e), None);
+        }
         let owner = self
             .table
             .lock()
@@ -160,12 +274,16 @@ impl Router {
             .owners
             .get(&req.route)
             .cloned();
-        let owner = owner.ok_or_else(|| {
-            RemoteError::new(
-                link_protocol::ErrorCode::Unavailable,
-                format!("no running plugin owns {}", req.route),
-            )
-        })?;
+        let Some(owner) = owner else {
+            let message = format!("no running plugin owns {}", req.route);
+            return (
+                Err(RemoteError::new(
+                    link_protocol::ErrorCode::Unavailable,
+                    message,
+                )),
+                None,
+            );
+        };
         req.caller = Some(caller.to_owned());
         let lease = (req.route == r::agent::Turn::NAME)
             .then(|| self.lease(req.agent.as_deref().unwrap_or_default().to_owned()));
@@ -174,25 +292,46 @@ impl Router {
         result
     }
 
-    /// Sends `req` to its owner; a failure to reach it names the owner. The request is
-    /// sent once, never retried (it may have taken effect); a connection goes back to the
-    /// pool only after a complete answer, so a cancelled or failed call drops its own.
+    /// Sends `req` to its owner within the route's [`deadline`]; a failure to reach it, or
+    /// a missed deadline, names the owner. The request is sent once, never retried (it may
+    /// have taken effect); a connection goes back to the pool only after a complete answer,
+    /// so a cancelled, failed or timed-out call drops its own.
     async fn forward(
         &self,
         (name, socket): &(&'static str, PathBuf),
         req: &Request,
-    ) -> Result<Value, RemoteError> {
-        let unreachable = |e: link_protocol::Error| {
-            RemoteError::new(
-                link_protocol::ErrorCode::Unavailable,
-                format!("{name} (owner of {}) is unavailable: {e}", req.route),
-            )
+    ) -> (Result<Value, RemoteError>, Option<(&'static str, Heard)>) {
+        let deadline = deadline(&req.route, &req.body);
+        let resp = match tokio::time::timeout(deadline, self.pool.exchange(socket, req)).await {
+            Ok(Ok(resp)) => resp,
+            Ok(Err(e)) => {
+                let message = format!("{name} (owner of {}) is unavailable: {e}", req.route);
+                return (
+                    Err(RemoteError::new(
+                        link_protocol::ErrorCode::Unavailable,
+                        message,
+                    )),
+                    None,
+                );
+            }
+            Err(_) => {
+                let message = format!(
+                    "{name} did not answer {} within {}; it is marked unresponsive",
+                    req.route,
+                    say(deadline)
+                );
+                link_protocol::errln!("link: {message}");
+                return (
+                    Err(RemoteError::new(link_protocol::ErrorCode::Timeout, message)),
+                    Some((name, Heard::Silent)),
+                );
+            }
         };
-        let resp = self.pool.exchange(socket, req).await.map_err(unreachable)?;
-        match resp.outcome {
+        let result = match resp.outcome {
             Outcome::Ok(v) => Ok(v),
             Outcome::Error(e) => Err(e),
-        }
+        };
+        (result, Some((name, Heard::Answered)))
     }
 
     fn check(&self, caller: &str, req: &Request) -> Result<(), RemoteError> {
@@ -262,7 +401,7 @@ impl Drop for Lease<'_> {
 }
 
 fn refuse(message: String) -> RemoteError {
-    eprintln!("link: router refused: {message}");
+    link_protocol::errln!("link: router refused: {message}");
     RemoteError::forbidden(message)
 }
 
@@ -274,7 +413,7 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
         };
         let pid = stream.peer_cred().ok().and_then(|c| c.pid());
         let Some(caller) = shared.router.caller_of(pid) else {
-            eprintln!(
+            link_protocol::errln!(
                 "link: router refused a connection from pid {pid:?}, which the host did not start"
             );
             continue;
@@ -291,7 +430,7 @@ async fn serve_caller(
     caller: &'static str,
     stream: UnixStream,
 ) -> Result<(), link_protocol::Error> {
-    link_protocol::server::serve_connection(stream, |req| shared.router.call(caller, req)).await
+    link_protocol::server::serve_connection(stream, |req| call(shared, caller, req)).await
 }
 
 #[cfg(test)]
@@ -307,6 +446,38 @@ mod tests {
         ));
         assert!(!allowed(programs::RUN, r::tool::Run::NAME));
         assert!(!allowed("unknown", r::agent::Get::NAME));
+    }
+
+    #[test]
+    fn deadlines_cover_each_tool_limit() {
+        use serde_json::json;
+        let secs = Duration::from_secs;
+        assert_eq!(deadline(r::agent::List::NAME, &json!({})), DEFAULT_DEADLINE);
+        assert_eq!(deadline(r::tool::Run::NAME, &json!({})), secs(80));
+        assert_eq!(
+            deadline(
+                r::tool::Run::NAME,
+                &json!({"command": "x", "timeout_secs": 5})
+            ),
+            secs(25)
+        );
+        assert_eq!(
+            deadline(r::tool::Run::NAME, &json!({"timeout_secs": 100_000})),
+            secs(620)
+        );
+        assert_eq!(deadline(r::sandbox::Exec::NAME, &json!({})), secs(40));
+        assert_eq!(
+            deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 1500})),
+            Duration::from_millis(11_500)
+        );
+        // tool.run outlasts the sandbox.exec it makes, and turn.run the calls a turn makes.
+        assert!(
+            deadline(r::tool::Run::NAME, &json!({"timeout_secs": 7}))
+                > deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 7000}))
+        );
+        assert_eq!(deadline(r::agent::Turn::NAME, &json!({})), secs(4810));
+        assert_eq!(say(secs(70)), "70 s");
+        assert_eq!(say(Duration::from_millis(1500)), "1500 ms");
     }
 
     /// Every grant names a route that exists and that its owner is not the caller of; every

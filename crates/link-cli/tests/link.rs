@@ -2,6 +2,7 @@
 //! killed mid-turn, and what survives `down` + `up`.
 
 use crate::support;
+use link_protocol::routes::Route as _;
 
 use crate::support::state_root;
 use link_protocol::routes as r;
@@ -9,35 +10,35 @@ use serde_json::json;
 
 /// Every route of full Link, with a body that is harmless for an agent that does not exist.
 const ROUTES: &[&str] = &[
-    r::AGENT_CREATE,
-    r::AGENT_GET,
-    r::AGENT_LIST,
-    r::AGENT_DELETE,
-    r::TURN_RUN,
-    r::AUTH_ISSUE,
-    r::AUTH_VERIFY,
-    r::AUTH_REVOKE,
-    r::SECRET_GET,
-    r::SECRET_PUT,
-    r::SECRET_DELETE,
-    r::STORE_CONVERSATION_APPEND,
-    r::STORE_CONVERSATION_READ,
-    r::STORE_FILE_READ,
-    r::STORE_FILE_WRITE,
-    r::STORE_FILE_LIST,
-    r::STORE_AGENT_CREATE,
-    r::STORE_AGENT_DELETE,
-    r::TOOL_RUN,
-    r::TOOL_FILE,
-    r::TOOL_CODE,
-    r::SANDBOX_EXEC,
-    r::SCHEDULE_CREATE,
-    r::SCHEDULE_LIST,
-    r::SCHEDULE_CANCEL,
-    r::SCHEDULE_DELETE_AGENT,
-    r::MONITOR_STATUS,
-    r::MONITOR_STOP,
-    r::MONITOR_SAMPLES,
+    r::agent::Create::NAME,
+    r::agent::Get::NAME,
+    r::agent::List::NAME,
+    r::agent::Delete::NAME,
+    r::agent::Turn::NAME,
+    r::auth::Issue::NAME,
+    r::auth::Verify::NAME,
+    r::auth::Revoke::NAME,
+    r::secret::Get::NAME,
+    r::secret::Put::NAME,
+    r::secret::Delete::NAME,
+    r::store::ConversationAppend::NAME,
+    r::store::ConversationRead::NAME,
+    r::store::FileRead::NAME,
+    r::store::FileWrite::NAME,
+    r::store::FileList::NAME,
+    r::store::AgentCreate::NAME,
+    r::store::AgentDelete::NAME,
+    r::tool::Run::NAME,
+    r::tool::File::NAME,
+    r::tool::Code::NAME,
+    r::sandbox::Exec::NAME,
+    r::schedule::Create::NAME,
+    r::schedule::List::NAME,
+    r::schedule::Cancel::NAME,
+    r::schedule::DeleteAgent::NAME,
+    r::host::MonitorStatus::NAME,
+    r::host::MonitorStop::NAME,
+    r::host::MonitorSamples::NAME,
 ];
 
 /// The grants the host's router must hold, written out again here so a change to the table
@@ -47,32 +48,43 @@ fn granted(caller: &str, route: &str) -> bool {
         (
             "link-plugin-link-harness",
             &[
-                r::STORE_CONVERSATION_APPEND,
-                r::STORE_CONVERSATION_READ,
-                r::AGENT_GET,
-                r::TOOL_RUN,
-                r::TOOL_FILE,
-                r::TOOL_CODE,
-                r::SCHEDULE_CREATE,
+                r::store::ConversationAppend::NAME,
+                r::store::ConversationRead::NAME,
+                r::agent::Get::NAME,
+                r::tool::Run::NAME,
+                r::tool::File::NAME,
+                r::tool::Code::NAME,
+                r::schedule::Create::NAME,
             ],
         ),
-        ("link-plugin-link-scheduler", &[r::TURN_RUN, r::AGENT_GET]),
+        (
+            "link-plugin-link-scheduler",
+            &[r::agent::Turn::NAME, r::agent::Get::NAME],
+        ),
         (
             "link-plugin-agent",
             &[
-                r::STORE_AGENT_CREATE,
-                r::STORE_AGENT_DELETE,
-                r::SCHEDULE_DELETE_AGENT,
+                r::store::AgentCreate::NAME,
+                r::store::AgentDelete::NAME,
+                r::schedule::DeleteAgent::NAME,
             ],
         ),
-        ("link-plugin-link-run", &[r::SANDBOX_EXEC]),
+        ("link-plugin-link-run", &[r::sandbox::Exec::NAME]),
         (
             "link-plugin-file-tool",
-            &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+            &[
+                r::store::FileRead::NAME,
+                r::store::FileWrite::NAME,
+                r::store::FileList::NAME,
+            ],
         ),
         (
             "link-plugin-link-code",
-            &[r::STORE_FILE_READ, r::STORE_FILE_WRITE, r::STORE_FILE_LIST],
+            &[
+                r::store::FileRead::NAME,
+                r::store::FileWrite::NAME,
+                r::store::FileList::NAME,
+            ],
         ),
     ];
     grants
@@ -97,7 +109,7 @@ fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
     for plugin in &plugins {
         for route in ROUTES {
             let body = json!({ "plugin": plugin, "route": route, "agent": "nobody", "body": { "name": "nobody", "id": "s0" } });
-            let result = rt.host_call(r::HOST_DEBUG_CALL, body).unwrap();
+            let result = rt.host_call(r::host::DebugCall::NAME, body).unwrap();
             let message = result["message"].as_str().unwrap_or_default();
             let no_grant = result["code"] == "forbidden"
                 && message.contains(&format!("has no grant for route {route}"));
@@ -124,7 +136,7 @@ fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
     assert_eq!(refused, plugins.len() * ROUTES.len() - 19);
     // The harness holds grants for tools, but only for an agent whose turn it is running.
     let lease = rt
-        .host_call(r::HOST_DEBUG_CALL, json!({ "plugin": "link-plugin-link-harness", "route": r::TOOL_FILE, "agent": "nobody", "body": {} }))
+        .host_call(r::host::DebugCall::NAME, json!({ "plugin": "link-plugin-link-harness", "route": r::tool::File::NAME, "agent": "nobody", "body": {} }))
         .unwrap();
     assert_eq!(lease["code"], "forbidden", "{lease}");
     assert!(

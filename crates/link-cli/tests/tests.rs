@@ -4,6 +4,9 @@
 //! each file is a module, so the tests link once. `autotests = false` in Cargo.toml: a new
 //! test file is a `mod` line here.
 
+mod cli;
+mod deadlines;
+mod host_death;
 mod link;
 mod mini;
 mod support;

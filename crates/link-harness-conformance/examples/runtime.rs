@@ -25,13 +25,13 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("report") => report(&args[1..]),
         Some("-h" | "--help") => {
-            println!("{}", USAGE.replace(" | ", "\n       "));
+            link_protocol::outln!("{}", USAGE.replace(" | ", "\n       "));
             Ok(ExitCode::SUCCESS)
         }
         _ => run(&args),
     };
     result.unwrap_or_else(|message| {
-        eprintln!("runtime: {message}");
+        link_protocol::errln!("runtime: {message}");
         ExitCode::from(2)
     })
 }
@@ -85,7 +85,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     interrupt::install_handler();
     let report = run_scenario(&config);
     if let Some(sig) = interrupt::interrupted() {
-        eprintln!(
+        link_protocol::errln!(
             "runtime: interrupted by {}; the runtime was stopped and its state removed",
             interrupt::name(sig)
         );
@@ -93,13 +93,13 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     let label = config.label();
     for check in &report.checks {
-        eprintln!("[{label}] {:<27} {:?}", check.name, check.outcome);
+        link_protocol::errln!("[{label}] {:<27} {:?}", check.name, check.outcome);
     }
     Ok(match report.outcome.status {
         Status::Passed => ExitCode::SUCCESS,
         Status::Failed => ExitCode::from(1),
         Status::Skipped => {
-            eprintln!(
+            link_protocol::errln!(
                 "[{label}] SKIPPED — NOT a pass: {}",
                 report
                     .outcome
@@ -129,9 +129,9 @@ fn report(args: &[String]) -> Result<ExitCode, String> {
     trace::apply_to_report(&mut report, &trace_path);
     write_report(&path, &report).map_err(|e| format!("cannot rewrite {}: {e}", path.display()))?;
     if let Some(section) = &report.trace {
-        print!("{}", trace::render_table(section));
+        link_protocol::out!("{}", trace::render_table(section));
         if !section.available {
-            eprintln!(
+            link_protocol::errln!(
                 "runtime: trace counts UNAVAILABLE (not zero): {}",
                 section.reason.as_deref().unwrap_or("no reason given")
             );

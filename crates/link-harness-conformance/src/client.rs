@@ -2,9 +2,10 @@
 
 use link_protocol::http::{self, HttpResponse};
 use link_protocol::layout::StateLayout;
+use link_protocol::routes::{Empty, Route};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What went wrong talking to the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -196,16 +197,14 @@ impl Connection {
 }
 
 /// Calls a route on the host's control socket (`host.status`, `host.down`, `monitor.*`).
-pub async fn host_call(layout: &StateLayout, route: &str) -> Result<Value, ClientError> {
-    host_call_at(&layout.host_socket(), route).await
-}
-
-/// [`host_call`] on an explicit socket.
-pub async fn host_call_at(socket: &Path, route: &str) -> Result<Value, ClientError> {
-    link_protocol::client::call_once(socket, route, None, json!({}))
+pub async fn host_call<R: Route<Body = Empty>>(
+    layout: &StateLayout,
+) -> Result<R::Reply, ClientError> {
+    let socket = layout.host_socket();
+    link_protocol::client::request_once::<R>(&socket, None, &Empty {})
         .await
         .map_err(|source| ClientError::Transport {
-            what: format!("{route} on {}", socket.display()),
+            what: format!("{} on {}", R::NAME, socket.display()),
             source,
         })
 }

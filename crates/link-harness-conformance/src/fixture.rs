@@ -217,7 +217,7 @@ impl Drop for StateRoot {
     fn drop(&mut self) {
         if !self.removed {
             if let Err(e) = remove_tree(self.path()) {
-                eprintln!(
+                link_protocol::errln!(
                     "warning: could not remove state root {}: {e}",
                     self.path().display()
                 );

@@ -41,7 +41,7 @@ pub fn install_handler() {
                             _ = term.recv() => 15,
                         };
                         if SIGNAL.swap(sig, Ordering::SeqCst) == 0 {
-                            eprintln!(
+                            link_protocol::errln!(
                                 "received {}: stopping the runtime and cleaning up",
                                 name(sig)
                             );
@@ -51,7 +51,7 @@ pub fn install_handler() {
             });
         match spawned.map(|_| rx.recv_timeout(Duration::from_secs(10))) {
             Ok(Ok(Ok(()))) => {}
-            other => eprintln!("warning: interrupt handler not installed: {other:?}"),
+            other => link_protocol::errln!("warning: interrupt handler not installed: {other:?}"),
         }
     });
 }

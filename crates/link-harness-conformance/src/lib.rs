@@ -11,7 +11,9 @@
 //! - [`client`]: the HTTP connection service and the host's control socket;
 //! - [`plugin_process`]: one plugin binary started as the host would, the test its parent;
 //! - [`runtime_process`]: the one way to start `link up` (integration tests, the scenario,
-//!   the `link-cli` bench), with HOME isolated inside the state root, and its clients;
+//!   the `link-cli` bench), with HOME isolated inside the state root, and its clients; and the
+//!   process's turns ([`runtime_process::exclusive`]): a scenario run never overlaps a runtime
+//!   of the same process;
 //! - [`scenario`]: [`run_scenario`], one whole run producing the shared
 //!   [`Report`](link_plugin_measure::Report), one module per phase;
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;

@@ -87,7 +87,7 @@ impl Reaper {
                     std::thread::sleep(REAP_EVERY);
                 });
             if let Err(e) = spawned {
-                eprintln!("warning: cannot start the reaper thread: {e}");
+                link_protocol::errln!("warning: cannot start the reaper thread: {e}");
             }
         });
     }

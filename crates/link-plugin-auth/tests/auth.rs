@@ -2,6 +2,7 @@
 
 use link_harness_conformance::plugin_process::PluginProcess;
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::Route as _;
 use link_protocol::{routes, tokens, ErrorCode};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
@@ -12,17 +13,27 @@ const NAME: &str = "link-plugin-auth";
 #[tokio::test]
 async fn issues_verifies_and_revokes_hashed_tokens() {
     let mut plugin = PluginProcess::start(EXE, NAME, Profile::Link, Mode::Diagnostic, &[]);
-    let mut want = vec![routes::AUTH_ISSUE, routes::AUTH_REVOKE, routes::AUTH_VERIFY];
+    let mut want = vec![
+        routes::auth::Issue::NAME,
+        routes::auth::Revoke::NAME,
+        routes::auth::Verify::NAME,
+    ];
     want.sort();
     let mut got = plugin.ready().routes.clone();
     got.sort();
     assert_eq!(got, want);
 
     let mut c = plugin.client().await;
-    let issued = c.call(routes::AUTH_ISSUE, None, json!({})).await.unwrap();
+    let issued = c
+        .call(routes::auth::Issue::NAME, None, json!({}))
+        .await
+        .unwrap();
     let token = issued["token"].as_str().unwrap().to_owned();
     assert!(token.starts_with("lnk_"), "{token}");
-    let other = c.call(routes::AUTH_ISSUE, None, json!({})).await.unwrap()["token"]
+    let other = c
+        .call(routes::auth::Issue::NAME, None, json!({}))
+        .await
+        .unwrap()["token"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -42,50 +53,50 @@ async fn issues_verifies_and_revokes_hashed_tokens() {
 
     let verify = |t: &str| json!({ "token": t });
     assert_eq!(
-        c.call(routes::AUTH_VERIFY, None, verify(&token))
+        c.call(routes::auth::Verify::NAME, None, verify(&token))
             .await
             .unwrap(),
         json!({"valid": true})
     );
     assert_eq!(
-        c.call(routes::AUTH_VERIFY, None, verify("lnk_nope"))
+        c.call(routes::auth::Verify::NAME, None, verify("lnk_nope"))
             .await
             .unwrap(),
         json!({"valid": false})
     );
     assert_eq!(
-        c.call(routes::AUTH_REVOKE, None, verify(&token))
+        c.call(routes::auth::Revoke::NAME, None, verify(&token))
             .await
             .unwrap(),
         json!({"revoked": true})
     );
     assert_eq!(
-        c.call(routes::AUTH_VERIFY, None, verify(&token))
+        c.call(routes::auth::Verify::NAME, None, verify(&token))
             .await
             .unwrap(),
         json!({"valid": false})
     );
     assert_eq!(
-        c.call(routes::AUTH_REVOKE, None, verify("lnk_nope"))
+        c.call(routes::auth::Revoke::NAME, None, verify("lnk_nope"))
             .await
             .unwrap(),
         json!({"revoked": false})
     );
     // Revoking one token leaves the other valid.
     assert_eq!(
-        c.call(routes::AUTH_VERIFY, None, verify(&other))
+        c.call(routes::auth::Verify::NAME, None, verify(&other))
             .await
             .unwrap(),
         json!({"valid": true})
     );
 
     let err = c
-        .call(routes::AUTH_VERIFY, None, json!({}))
+        .call(routes::auth::Verify::NAME, None, json!({}))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::BadRequest));
     let err = c
-        .call(routes::SECRET_GET, None, json!({}))
+        .call(routes::secret::Get::NAME, None, json!({}))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound));

@@ -26,39 +26,45 @@ mod conversation;
 mod paths;
 mod workspace;
 
-use link_protocol::routes as r;
-use link_protocol::server::{self, Peers};
-use link_protocol::{layout::StateLayout, RemoteError, Request};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use link_protocol::routes::programs::{AGENT as AGENT_PLUGIN, FILE_STORE, HARNESS};
+use link_protocol::routes::store::{
+    AgentCreate, AgentDelete, AppendBody, Appended, Content, Conversation, ConversationAppend,
+    ConversationRead, FileList, FileRead, FileWrite, Listing, PathBody, Workspace, WriteBody,
+    Written,
+};
+use link_protocol::routes::{Empty, Route};
+use link_protocol::server::{Call, Peers, Service};
+use link_protocol::{layout::StateLayout, AgentId, RemoteError};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
-
-const HARNESS: &str = "link-plugin-link-harness";
-const AGENT_PLUGIN: &str = "link-plugin-agent";
-
-const ROUTES: &[&str] = &[
-    r::STORE_AGENT_CREATE,
-    r::STORE_AGENT_DELETE,
-    r::STORE_CONVERSATION_APPEND,
-    r::STORE_CONVERSATION_READ,
-    r::STORE_FILE_READ,
-    r::STORE_FILE_WRITE,
-    r::STORE_FILE_LIST,
-];
+use std::sync::{Arc, Mutex, MutexGuard};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     link_protocol::plugin::init_logging();
     let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
-    let store = std::sync::Arc::new(Store::new(env.layout()));
-    std::fs::create_dir_all(store.layout.data("link-plugin-file-store").join("agents"))?;
-    let handler = server::handler(move |req| {
-        let store = store.clone();
-        async move { store.handle(&req) }
-    });
-    link_protocol::plugin::serve_plugin(&env, ROUTES, Peers::Parent, handler).await?;
+    let store = Arc::new(Store::new(env.layout()));
+    std::fs::create_dir_all(store.layout.data(FILE_STORE).join("agents"))?;
+    let service = Service::new(store)
+        .on::<AgentCreate, _, _>(|s, call: Call, _| async move { s.create(&call) })
+        .on::<AgentDelete, _, _>(|s, call: Call, _| async move { s.delete(&call) })
+        .on::<ConversationAppend, _, _>(|s, call: Call, body| async move { s.append(&call, body) })
+        .on::<ConversationRead, _, _>(|s, call: Call, _| async move { s.read(call.agent()?) })
+        .on::<FileRead, _, _>(|s, call: Call, body: PathBody| async move {
+            let content = s.workspace(call.agent()?)?.read(&body.path)?;
+            Ok(Content { content })
+        })
+        .on::<FileWrite, _, _>(|s, call: Call, body: WriteBody| async move {
+            let agent = call.agent()?;
+            let bytes = s.workspace(agent)?.write(&body.path, &body.content)?;
+            tracing::info!("agent {agent} wrote {:?} ({bytes} bytes)", body.path);
+            Ok(Written { bytes })
+        })
+        .on::<FileList, _, _>(|s, call: Call, body: PathBody| async move {
+            let (entries, truncated) = s.workspace(call.agent()?)?.list(&body.path)?;
+            Ok(Listing { entries, truncated })
+        });
+    link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
 }
 
@@ -69,25 +75,6 @@ struct Store {
     known: Mutex<HashMap<String, conversation::Known>>,
 }
 
-#[derive(Deserialize, Default)]
-struct PathBody {
-    #[serde(default)]
-    path: String,
-}
-
-#[derive(Deserialize)]
-struct WriteBody {
-    path: String,
-    content: String,
-}
-
-#[derive(Deserialize)]
-struct AppendBody {
-    entries: Vec<Value>,
-    #[serde(default)]
-    expect_total: Option<usize>,
-}
-
 impl Store {
     fn new(layout: StateLayout) -> Self {
         Store {
@@ -96,65 +83,19 @@ impl Store {
         }
     }
 
-    fn handle(&self, req: &Request) -> Result<Value, RemoteError> {
-        let agent = self.agent_id(req)?;
-        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
-        match req.route.as_str() {
-            r::STORE_AGENT_CREATE => {
-                known.remove(agent);
-                self.create(req, agent)
-            }
-            r::STORE_AGENT_DELETE => {
-                known.remove(agent);
-                self.delete(req, agent)
-            }
-            r::STORE_CONVERSATION_APPEND => self.append(req, agent, &mut known),
-            r::STORE_CONVERSATION_READ => {
-                let (scan, now) = self.log(agent)?.read()?;
-                remember(&mut known, agent, now);
-                Ok(json!({"entries": scan.entries, "torn": scan.torn}))
-            }
-            r::STORE_FILE_READ => {
-                let body: PathBody = server::body(req)?;
-                let content = self.workspace(agent)?.read(&body.path)?;
-                Ok(json!({ "content": content }))
-            }
-            r::STORE_FILE_WRITE => {
-                let body: WriteBody = server::body(req)?;
-                let bytes = self.workspace(agent)?.write(&body.path, &body.content)?;
-                tracing::info!("agent {agent} wrote {:?} ({bytes} bytes)", body.path);
-                Ok(json!({ "bytes": bytes }))
-            }
-            r::STORE_FILE_LIST => {
-                // `{path?}`: an absent body lists the workspace itself.
-                let body: PathBody = if req.body.is_null() {
-                    PathBody::default()
-                } else {
-                    server::body(req)?
-                };
-                let (entries, truncated) = self.workspace(agent)?.list(&body.path)?;
-                Ok(json!({"entries": entries, "truncated": truncated}))
-            }
-            other => Err(RemoteError::not_found(format!(
-                "link-plugin-file-store does not serve route {other}"
-            ))),
-        }
+    /// What the store knows of each agent's log; every route that reads or changes a log or
+    /// an agent's directory holds it, so a repair and an append, or a create and a delete,
+    /// never mix. (Handlers do no I/O across an await on this current-thread runtime, so
+    /// workspace file calls cannot interleave with them either.)
+    fn known(&self) -> MutexGuard<'_, HashMap<String, conversation::Known>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The agent a call acts for, checked to be a plain directory name.
-    fn agent_id<'a>(&self, req: &'a Request) -> Result<&'a str, RemoteError> {
-        let agent = server::agent(req)?;
-        if !paths::valid_agent_id(agent) {
-            return Err(RemoteError::bad_request(format!(
-                "{}: invalid agent id {agent:?} (expected [a-z0-9][a-z0-9_-]{{0,31}})",
-                req.route
-            )));
-        }
-        Ok(agent)
-    }
-
-    fn create(&self, req: &Request, agent: &str) -> Result<Value, RemoteError> {
-        only_callers(req, &[AGENT_PLUGIN])?;
+    fn create(&self, call: &Call) -> Result<Workspace, RemoteError> {
+        only_callers::<AgentCreate>(call, &[AGENT_PLUGIN])?;
+        let agent = call.agent()?;
+        let mut known = self.known();
+        known.remove(agent.as_str());
         let workspace = self.layout.agent_workspace(agent);
         // Idempotent on purpose: the agent plugin may retry after a crash between steps.
         std::fs::create_dir_all(&workspace).map_err(|e| internal(&workspace, e))?;
@@ -162,40 +103,53 @@ impl Store {
         conversation::create_empty(&log).map_err(|e| internal(&log, e))?;
         sync_dir(&self.layout.agent_dir(agent));
         tracing::info!("created files of agent {agent}");
-        Ok(json!({ "workspace": workspace }))
+        Ok(Workspace { workspace })
     }
 
-    fn delete(&self, req: &Request, agent: &str) -> Result<Value, RemoteError> {
-        only_callers(req, &[AGENT_PLUGIN])?;
+    fn delete(&self, call: &Call) -> Result<Empty, RemoteError> {
+        only_callers::<AgentDelete>(call, &[AGENT_PLUGIN])?;
+        let agent = call.agent()?;
+        let mut known = self.known();
+        known.remove(agent.as_str());
         let dir = self.layout.agent_dir(agent);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => tracing::info!("deleted files of agent {agent}"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(internal(&dir, e)),
         }
-        Ok(json!({}))
+        Ok(Empty {})
     }
 
-    fn append(
-        &self,
-        req: &Request,
-        agent: &str,
-        known: &mut HashMap<String, conversation::Known>,
-    ) -> Result<Value, RemoteError> {
-        if req.caller.as_deref() != Some(HARNESS) {
+    fn read(&self, agent: &AgentId) -> Result<Conversation, RemoteError> {
+        let mut known = self.known();
+        let (scan, now) = self.log(agent)?.read()?;
+        remember(&mut known, agent, now);
+        Ok(Conversation {
+            entries: scan.entries,
+            torn: scan.torn,
+        })
+    }
+
+    fn append(&self, call: &Call, body: AppendBody) -> Result<Appended, RemoteError> {
+        if call.caller.as_deref() != Some(HARNESS) {
             return Err(RemoteError::forbidden(format!(
                 "only {HARNESS} may append to a conversation, not {}",
-                req.caller.as_deref().unwrap_or("an unnamed caller")
+                call.caller.as_deref().unwrap_or("an unnamed caller")
             )));
         }
-        let body: AppendBody = server::body(req)?;
+        let agent = call.agent()?;
+        let mut known = self.known();
         // Forgotten first: after a failed append only a full scan may be trusted.
-        let before = known.remove(agent);
+        let before = known.remove(agent.as_str());
         let done = self
             .log(agent)?
             .append(&body.entries, body.expect_total, before)?;
-        remember(known, agent, done.known);
-        Ok(json!({"count": done.count, "total": done.total, "repaired": done.repaired}))
+        remember(&mut known, agent, done.known);
+        Ok(Appended {
+            count: done.count,
+            total: done.total,
+            repaired: done.repaired,
+        })
     }
 
     fn log(&self, agent: &str) -> Result<conversation::Log, RemoteError> {
@@ -235,11 +189,11 @@ fn remember(
 
 /// Refuses a call the router forwarded from a plugin not in `allowed`; the host calling
 /// directly (no caller) is trusted, since only it can connect to this socket.
-fn only_callers(req: &Request, allowed: &[&str]) -> Result<(), RemoteError> {
-    match req.caller.as_deref() {
+fn only_callers<R: Route>(call: &Call, allowed: &[&str]) -> Result<(), RemoteError> {
+    match call.caller.as_deref() {
         Some(c) if !allowed.contains(&c) => Err(RemoteError::forbidden(format!(
             "{c} may not call {}; only {}",
-            req.route,
+            R::NAME,
             allowed.join(", ")
         ))),
         _ => Ok(()),

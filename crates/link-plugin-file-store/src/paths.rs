@@ -39,16 +39,6 @@ pub fn is_temp_name(name: &str) -> bool {
     name.starts_with(".lnk-tmp-")
 }
 
-/// Agent ids name directories: `[a-z0-9][a-z0-9_-]{0,31}`.
-pub fn valid_agent_id(id: &str) -> bool {
-    let b = id.as_bytes();
-    !b.is_empty()
-        && b.len() <= 32
-        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,18 +129,5 @@ mod tests {
             ),
             Err(Refusal::Escapes)
         );
-    }
-
-    #[test]
-    fn agent_ids() {
-        assert!(valid_agent_id("a"));
-        assert!(valid_agent_id("agent-1_x"));
-        assert!(valid_agent_id(&"a".repeat(32)));
-        assert!(!valid_agent_id(&"a".repeat(33)));
-        assert!(!valid_agent_id(""));
-        assert!(!valid_agent_id("-a"));
-        assert!(!valid_agent_id("A"));
-        assert!(!valid_agent_id("../a"));
-        assert!(!valid_agent_id("a.b"));
     }
 }

@@ -12,7 +12,6 @@ use crate::paths::{self, RefusalError, MAX_FILE};
 use link_protocol::{ErrorCode, RemoteError};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
-use serde::Serialize;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -35,13 +34,7 @@ struct Target {
     name: Option<String>,
 }
 
-/// One listed entry.
-#[derive(Debug, Serialize)]
-pub struct Entry {
-    pub name: String,
-    pub kind: &'static str,
-    pub bytes: u64,
-}
+pub use link_protocol::routes::store::ListEntry as Entry;
 
 impl Workspace {
     /// Reads a UTF-8 text file of at most [`MAX_FILE`] bytes.
@@ -154,7 +147,11 @@ impl Workspace {
                 _ => "other",
             };
             let bytes = if kind == "file" { st.st_size as u64 } else { 0 };
-            entries.push(Entry { name, kind, bytes });
+            entries.push(Entry {
+                name,
+                kind: kind.to_owned(),
+                bytes,
+            });
         }
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         Ok((entries, truncated))

@@ -1,6 +1,7 @@
 //! The pure parts of the code tool: matching lines under output bounds, and exact patches.
 
 pub use link_protocol::routes::tool::Match;
+use link_protocol::text::truncate;
 use link_protocol::{ErrorCode, RemoteError};
 
 /// At most this many matches are returned.
@@ -33,7 +34,7 @@ impl Found {
             if !re.is_match(line) {
                 continue;
             }
-            let text = cut(line, MAX_LINE).to_owned();
+            let text = truncate(line, MAX_LINE).to_owned();
             let size = path.len() + text.len();
             if self.matches.len() == MAX_MATCHES || self.bytes + size > MAX_OUTPUT {
                 self.truncated = true;
@@ -47,17 +48,6 @@ impl Found {
             });
         }
     }
-}
-
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// Compiles a search pattern with a size limit, as `bad_request` when it is not valid.

@@ -5,6 +5,7 @@
 
 use link_protocol::plugin::Mode;
 use link_protocol::routes;
+use link_protocol::routes::Route as _;
 use serde_json::{json, Value};
 
 /// A tool the harness can offer: its name, the route it calls, and its JSON schema.
@@ -22,7 +23,7 @@ struct Tool {
 const TOOLS: &[Tool] = &[
     Tool {
         name: "run",
-        route: routes::TOOL_RUN,
+        route: routes::tool::Run::NAME,
         description: "Run a shell command in the agent's workspace, inside the sandbox.",
         properties: &[("command", "The command line to run with /bin/sh -c.")],
         required: &["command"],
@@ -30,7 +31,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "file",
-        route: routes::TOOL_FILE,
+        route: routes::tool::File::NAME,
         description: "Read, write or list files in the agent's workspace.",
         properties: &[
             ("op", "One of read, write, list."),
@@ -42,7 +43,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "code",
-        route: routes::TOOL_CODE,
+        route: routes::tool::Code::NAME,
         description: "Search the workspace for a pattern, or patch a file by replacing text.",
         properties: &[
             ("op", "One of search, patch."),
@@ -56,7 +57,7 @@ const TOOLS: &[Tool] = &[
     },
     Tool {
         name: "schedule",
-        route: routes::SCHEDULE_CREATE,
+        route: routes::schedule::Create::NAME,
         description: "Schedule a later turn of this agent with a message.",
         properties: &[
             ("delay_ms", "Milliseconds from now."),
@@ -240,17 +241,7 @@ fn parse_arguments(s: &str) -> Result<Value, String> {
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-pub fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+pub use link_protocol::text::truncate;
 
 #[cfg(test)]
 mod tests {
@@ -279,12 +270,21 @@ mod tests {
 
     #[test]
     fn routes_and_refusals() {
-        assert_eq!(route_for("run", Mode::Confined), Ok(routes::TOOL_RUN));
-        assert_eq!(route_for("file", Mode::Confined), Ok(routes::TOOL_FILE));
-        assert_eq!(route_for("code", Mode::Diagnostic), Ok(routes::TOOL_CODE));
+        assert_eq!(
+            route_for("run", Mode::Confined),
+            Ok(routes::tool::Run::NAME)
+        );
+        assert_eq!(
+            route_for("file", Mode::Confined),
+            Ok(routes::tool::File::NAME)
+        );
+        assert_eq!(
+            route_for("code", Mode::Diagnostic),
+            Ok(routes::tool::Code::NAME)
+        );
         assert_eq!(
             route_for("schedule", Mode::Diagnostic),
-            Ok(routes::SCHEDULE_CREATE)
+            Ok(routes::schedule::Create::NAME)
         );
         let refused = route_for("run", Mode::Diagnostic).unwrap_err();
         assert!(refused.starts_with("unavailable:") && refused.contains("diagnostic"));

@@ -9,6 +9,14 @@
 //! builds them. Missing confinement is reported as SKIPPED with the probe's reason;
 //! `LNK_REQUIRE_SANDBOX=1` / `LNK_REQUIRE_NATIVE=1` turn that into a failure. State roots go
 //! under `LNK_TEST_STATE_DIR` (else `~/.cache/lnk`) and are removed after each case.
+//!
+//! This is the crate's one test binary: [`engine`] holds the turn engine's cases on a full Link
+//! runtime of their own. They share the process with the scenario runs safely because the kit
+//! makes them take turns: a scenario run holds the process's exclusive turn, every
+//! `RuntimeProcess` a shared one (`link_harness_conformance::runtime_process::exclusive`), and
+//! a run counts only the processes it started as its own.
+
+mod engine;
 
 mod runtime {
     use link_harness_conformance::{

@@ -6,6 +6,7 @@
 use link_harness_conformance::plugin_process::PluginProcess;
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::Route as _;
 use link_protocol::{routes, ErrorCode};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -14,10 +15,10 @@ const PLUGIN: &str = "link-plugin-link-scheduler";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 const ROUTES: [&str; 4] = [
-    routes::SCHEDULE_CREATE,
-    routes::SCHEDULE_LIST,
-    routes::SCHEDULE_CANCEL,
-    routes::SCHEDULE_DELETE_AGENT,
+    routes::schedule::Create::NAME,
+    routes::schedule::List::NAME,
+    routes::schedule::Cancel::NAME,
+    routes::schedule::DeleteAgent::NAME,
 ];
 
 struct Running(PluginProcess);
@@ -41,7 +42,7 @@ impl Running {
 
     async fn list(&self, agent: Option<&str>) -> Vec<Value> {
         let v = self
-            .call(routes::SCHEDULE_LIST, agent, json!({}))
+            .call(routes::schedule::List::NAME, agent, json!({}))
             .await
             .unwrap();
         v["schedules"].as_array().unwrap().clone()
@@ -115,7 +116,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
     // Create: later, due now, recurring; bad bodies are refused with what to fix.
     let later = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("a"),
             json!({"message": "later", "delay_ms": 3_600_000}),
         )
@@ -126,7 +127,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .to_owned();
     let now = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("b"),
             json!({"message": "now", "at_unix_ms": now_ms() - 1}),
         )
@@ -137,7 +138,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .to_owned();
     let tick = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("a"),
             json!({"message": "tick", "every_ms": 3_600_000}),
         )
@@ -148,7 +149,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .to_owned();
     let err = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("a"),
             json!({"message": "when?"}),
         )
@@ -157,7 +158,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
     assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{err}");
     let err = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             None,
             json!({"message": "x", "delay_ms": 1}),
         )
@@ -195,16 +196,20 @@ async fn schedules_persist_fire_and_survive_a_restart() {
 
     // Cancel: only for its own agent; then gone, in memory and on disk.
     let err = sched
-        .call(routes::SCHEDULE_CANCEL, Some("b"), json!({"id": later}))
+        .call(
+            routes::schedule::Cancel::NAME,
+            Some("b"),
+            json!({"id": later}),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Forbidden), "{err}");
     sched
-        .call(routes::SCHEDULE_CANCEL, None, json!({"id": later}))
+        .call(routes::schedule::Cancel::NAME, None, json!({"id": later}))
         .await
         .unwrap();
     let err = sched
-        .call(routes::SCHEDULE_CANCEL, None, json!({"id": later}))
+        .call(routes::schedule::Cancel::NAME, None, json!({"id": later}))
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
@@ -213,7 +218,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
     // One due while the scheduler is down fires once it is back; the fired one-shot does not.
     let down = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("c"),
             json!({"message": "while down", "delay_ms": 300}),
         )
@@ -246,7 +251,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
 
     // Deleting an agent removes all its schedules.
     sched
-        .call(routes::SCHEDULE_DELETE_AGENT, Some("a"), json!({}))
+        .call(routes::schedule::DeleteAgent::NAME, Some("a"), json!({}))
         .await
         .unwrap();
     assert!(sched.list(Some("a")).await.is_empty());
@@ -256,7 +261,7 @@ async fn schedules_persist_fire_and_survive_a_restart() {
     // New ids never repeat an old one, across the restart.
     let fresh = sched
         .call(
-            routes::SCHEDULE_CREATE,
+            routes::schedule::Create::NAME,
             Some("d"),
             json!({"message": "x", "delay_ms": 60_000}),
         )

@@ -4,7 +4,7 @@
 //! vocabulary ([`Profile`], [`Mode`], [`CheckName`], [`Status`]): the runtime runner writes it,
 //! the monitor plugin fills its samples, `runtime report` adds its trace section and the xtask
 //! reads it back. [`sample`] reads a process tree through `procfs`. The monitor plugin
-//! binary (`link-plugin-measure`) serves [`routes::MONITOR_STATUS`](link_protocol::routes)
+//! binary (`link-plugin-measure`) serves the `monitor.*` routes ([`link_protocol::routes::host`])
 //! and friends.
 
 pub mod sample;

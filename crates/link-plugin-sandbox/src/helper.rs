@@ -97,14 +97,14 @@ pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsStr
         }
     };
     if argv.is_empty() {
-        eprintln!("link-plugin-sandbox: landlock-exec needs a command after --");
+        link_protocol::errln!("link-plugin-sandbox: landlock-exec needs a command after --");
         report("err no command".into());
         std::process::exit(EXIT_SETUP);
     }
     match Rules::inside(&rw).restrict_self() {
         Ok(abi) => report(format!("ok {abi}")),
         Err(e) => {
-            eprintln!("link-plugin-sandbox: refusing to run unconfined: {e}");
+            link_protocol::errln!("link-plugin-sandbox: refusing to run unconfined: {e}");
             report(format!("err {e}"));
             std::process::exit(EXIT_SETUP);
         }
@@ -112,11 +112,11 @@ pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsStr
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
     let name = argv[0].to_string_lossy();
     if err.kind() == std::io::ErrorKind::NotFound {
-        eprintln!("link-plugin-sandbox: command not found: {name}");
+        link_protocol::errln!("link-plugin-sandbox: command not found: {name}");
         report(format!("missing {name}"));
         std::process::exit(EXIT_MISSING);
     }
-    eprintln!("link-plugin-sandbox: cannot execute {name}: {err}");
+    link_protocol::errln!("link-plugin-sandbox: cannot execute {name}: {err}");
     report(format!("noexec {name}: {err}"));
     std::process::exit(EXIT_NOEXEC);
 }
@@ -154,7 +154,7 @@ pub fn probe_inside(port: u16, outside_name: &str) -> ! {
         "status": proc_status(),
         "namespaces": namespace_ids(),
     });
-    println!("{report}");
+    link_protocol::outln!("{report}");
     std::process::exit(0);
 }
 

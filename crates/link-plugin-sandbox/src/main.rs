@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
             match helper::parse_args(args.into_iter().skip(2)) {
                 Ok(a) => helper::landlock_exec(a.status_fd, a.rw, a.command),
                 Err(e) => {
-                    eprintln!("link-plugin-sandbox landlock-exec: {e}");
+                    link_protocol::errln!("link-plugin-sandbox landlock-exec: {e}");
                     std::process::exit(helper::EXIT_SETUP);
                 }
             }
@@ -139,7 +139,7 @@ fn probe() -> anyhow::Result<()> {
     let _ = run::become_subreaper();
     let report = link_plugin_sandbox::probe_blocking(&self_exe()?);
     run::reap_orphans();
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    link_protocol::outln!("{}", serde_json::to_string_pretty(&report)?);
     std::process::exit(report.status.exit_code());
 }
 
@@ -197,7 +197,7 @@ fn exec_status(a: ExecArgs) -> i32 {
         Err(e) => return fail(e.into()),
     };
     if outcome.timed_out {
-        eprintln!(
+        link_protocol::errln!(
             "link-plugin-sandbox: killed after the {}s time limit",
             a.timeout
         );
@@ -210,7 +210,7 @@ fn exec_status(a: ExecArgs) -> i32 {
 
 /// The sandbox could not run the command: say why; exit 125 (nothing ran).
 fn fail(e: anyhow::Error) -> i32 {
-    eprintln!("link-plugin-sandbox: {e:#}");
+    link_protocol::errln!("link-plugin-sandbox: {e:#}");
     helper::EXIT_SETUP
 }
 

@@ -127,12 +127,18 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     if SINGLE_THREADED.load(Ordering::Relaxed) {
         // No other thread can spawn meanwhile: the two write ends may be inheritable for the
         // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.
+        // bwrap's own `--die-with-parent` ties it to this command-line process.
         inherit(iw)?;
         inherit(sw)?;
     } else {
-        // SAFETY: only fcntl on two descriptors we own; no allocation between fork and exec.
+        // The plugin: bwrap dies with it from the fork on, not only once bwrap has run its
+        // own `--die-with-parent` (this thread outlives bwrap: it waits for it below).
+        let parent = rustix::process::getpid();
+        // SAFETY: prctl, getppid and fcntl on two descriptors we own; no allocation between
+        // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                die_with_parent(parent)?;
                 inherit(iw)?;
                 inherit(sw)
             })
@@ -481,6 +487,19 @@ fn inherit(fd: RawFd) -> std::io::Result<()> {
     // SAFETY: the caller owns the descriptor and keeps it open across this call.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+    Ok(())
+}
+
+/// Between fork and exec: SIGKILL this child when the thread that forked it exits
+/// (`PR_SET_PDEATHSIG`, kept across exec), and fail the spawn, ending the child, if
+/// `parent` already died before the signal was armed.
+pub fn die_with_parent(parent: Pid) -> std::io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+    if rustix::process::getppid() != Some(parent) {
+        return Err(std::io::Error::from_raw_os_error(
+            Errno::SRCH.raw_os_error(),
+        ));
+    }
     Ok(())
 }
 

@@ -2,6 +2,7 @@
 
 use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::Route as _;
 use link_protocol::{routes, ErrorCode};
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
@@ -20,21 +21,23 @@ async fn file_backend_put_get_delete() {
     assert_eq!(
         got,
         [
-            routes::SECRET_DELETE,
-            routes::SECRET_GET,
-            routes::SECRET_PUT
+            routes::secret::Delete::NAME,
+            routes::secret::Get::NAME,
+            routes::secret::Put::NAME
         ]
     );
 
     let mut c = plugin.client().await;
     let put = json!({"name": "model.remote_key", "value": VALUE});
     assert_eq!(
-        c.call(routes::SECRET_PUT, None, put).await.unwrap(),
+        c.call(routes::secret::Put::NAME, None, put).await.unwrap(),
         json!({})
     );
     let get = json!({"name": "model.remote_key"});
     assert_eq!(
-        c.call(routes::SECRET_GET, None, get.clone()).await.unwrap(),
+        c.call(routes::secret::Get::NAME, None, get.clone())
+            .await
+            .unwrap(),
         json!({"value": VALUE})
     );
 
@@ -48,23 +51,28 @@ async fn file_backend_put_get_delete() {
 
     // Overwrite, then delete: not_found afterwards, and a second delete reports false.
     let put2 = json!({"name": "model.remote_key", "value": "second"});
-    c.call(routes::SECRET_PUT, None, put2).await.unwrap();
+    c.call(routes::secret::Put::NAME, None, put2).await.unwrap();
     assert_eq!(
-        c.call(routes::SECRET_GET, None, get.clone()).await.unwrap()["value"],
+        c.call(routes::secret::Get::NAME, None, get.clone())
+            .await
+            .unwrap()["value"],
         "second"
     );
     let deleted = c
-        .call(routes::SECRET_DELETE, None, get.clone())
+        .call(routes::secret::Delete::NAME, None, get.clone())
         .await
         .unwrap();
     assert_eq!(deleted, json!({"deleted": true}));
     assert!(!file.exists());
     let err = c
-        .call(routes::SECRET_GET, None, get.clone())
+        .call(routes::secret::Get::NAME, None, get.clone())
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
-    let again = c.call(routes::SECRET_DELETE, None, get).await.unwrap();
+    let again = c
+        .call(routes::secret::Delete::NAME, None, get)
+        .await
+        .unwrap();
     assert_eq!(again, json!({"deleted": false}));
 
     // Bad names are refused without touching the disk, and without echoing the name.
@@ -79,11 +87,18 @@ async fn file_backend_put_get_delete() {
         VALUE_AS_NAME,
     ] {
         let body = json!({"name": bad, "value": "v"});
-        let err = c.call(routes::SECRET_PUT, None, body).await.unwrap_err();
+        let err = c
+            .call(routes::secret::Put::NAME, None, body)
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Some(ErrorCode::BadRequest), "{bad:?}: {err}");
     }
     let err = c
-        .call(routes::SECRET_PUT, None, json!({"name": "x", "value": 5}))
+        .call(
+            routes::secret::Put::NAME,
+            None,
+            json!({"name": "x", "value": 5}),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::BadRequest));
@@ -123,7 +138,7 @@ async fn falls_back_to_files_without_a_session_bus() {
     let layout = plugin.layout().clone();
     let mut c = plugin.client().await;
     let put = json!({"name": "k", "value": VALUE});
-    c.call(routes::SECRET_PUT, None, put).await.unwrap();
+    c.call(routes::secret::Put::NAME, None, put).await.unwrap();
     assert!(layout.data(NAME).join("secrets/k").exists());
     drop(c);
     assert!(plugin.terminate().success());
@@ -151,9 +166,9 @@ async fn keychain_backend_where_one_answers() {
     let mut c = plugin.client().await;
     let name = json!({"name": "kc-test"});
     let put = json!({"name": "kc-test", "value": VALUE});
-    c.call(routes::SECRET_PUT, None, put).await.unwrap();
+    c.call(routes::secret::Put::NAME, None, put).await.unwrap();
     let got = c
-        .call(routes::SECRET_GET, None, name.clone())
+        .call(routes::secret::Get::NAME, None, name.clone())
         .await
         .unwrap();
     assert_eq!(got, json!({"value": VALUE}));
@@ -162,11 +177,14 @@ async fn keychain_backend_where_one_answers() {
         "no files with a keychain"
     );
     let deleted = c
-        .call(routes::SECRET_DELETE, None, name.clone())
+        .call(routes::secret::Delete::NAME, None, name.clone())
         .await
         .unwrap();
     assert_eq!(deleted, json!({"deleted": true}));
-    let err = c.call(routes::SECRET_GET, None, name).await.unwrap_err();
+    let err = c
+        .call(routes::secret::Get::NAME, None, name)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");
     drop(c);
     assert!(plugin.terminate().success());

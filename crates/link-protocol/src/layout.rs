@@ -1,7 +1,8 @@
 //! Where things live under a state root, and the rules a root must satisfy.
 //!
 //! ```text
-//! <root>/run/            sockets (host.sock, connection.sock, <plugin>.sock), host.lock
+//! <root>/run/            sockets (host.sock, connection.sock, <plugin>.sock), host.lock,
+//!                        pids.json (the running host's plugins)
 //! <root>/log/<p>.log     each plugin's stderr
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
 //! <root>/data/<p>/       each plugin's own state area (the only place it may write)
@@ -65,6 +66,10 @@ impl StateLayout {
     }
     pub fn lock_file(&self) -> PathBuf {
         self.run_dir().join("host.lock")
+    }
+    /// The plugins a running host started, with their start times; removed on a clean exit.
+    pub fn pids_file(&self) -> PathBuf {
+        self.run_dir().join("pids.json")
     }
     /// The socket a plugin serves its routes on.
     pub fn plugin_socket(&self, plugin: &str) -> PathBuf {

@@ -2,35 +2,54 @@
 //!
 //! This crate owns, in one place each:
 //! - [`agent`]: the agent id rule, checked once where an id enters;
-//! - [`frame`]: length-prefixed JSON frames over Unix stream sockets, with a size limit;
+//! - `frame`: length-prefixed JSON frames over Unix stream sockets, with a size limit;
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
 //! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
-//! - [`plugin`]: the contract between the host and a plugin (environment, readiness);
-//! - [`server`] and [`client`]: serving and calling routes over the frames;
-//! - [`http`]: a small HTTP/1.1 client over a Unix socket;
+//! - `plugin`: the contract between the host and a plugin (environment, readiness);
+//! - `server` and `client`: serving and calling routes over the frames;
+//! - `http`: a small HTTP/1.1 client over a Unix socket;
 //! - [`files`]: replacing a file atomically (temp file, fsync, rename, fsync of the directory);
+//! - [`text`]: cutting text on a character boundary;
 //! - [`clock`]: milliseconds since the Unix epoch.
+//!
+//! # The `runtime` feature
+//!
+//! `frame`, `client`, `server`, `plugin` and `http` (and the `Client` re-export and
+//! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
+//! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
+//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `layout`,
+//! `paths`, `tokens`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
+//! only; that is how the xtask depends on it (`default-features = false`), so `cargo xtask`
+//! never builds the async stack.
 //!
 //! It never spawns processes and never decides policy: the host owns the grant table.
 
 pub mod agent;
+#[cfg(feature = "runtime")]
 pub mod client;
 pub mod clock;
 pub mod files;
+#[cfg(feature = "runtime")]
 pub mod frame;
+#[cfg(feature = "runtime")]
 pub mod http;
 pub mod layout;
 pub mod message;
 pub mod paths;
+#[cfg(feature = "runtime")]
 pub mod plugin;
 pub mod routes;
+pub mod say;
+#[cfg(feature = "runtime")]
 pub mod server;
+pub mod text;
 pub mod tokens;
 
 pub use agent::AgentId;
+#[cfg(feature = "runtime")]
 pub use client::Client;
 pub use message::{ErrorCode, RemoteError, Request, Response};
 
@@ -39,6 +58,8 @@ pub use message::{ErrorCode, RemoteError, Request, Response};
 pub enum Error {
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// A frame longer than `frame::MAX_FRAME`; only frames produce it.
+    #[cfg(feature = "runtime")]
     #[error("frame of {0} bytes exceeds the {max} byte limit", max = frame::MAX_FRAME)]
     FrameTooLarge(usize),
     #[error("malformed message: {0}")]

@@ -215,7 +215,10 @@ pub fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr full or closed) is dropped: the default
+        // writer's fallback is `eprintln!`, which panics in exactly that case.
+        .with_writer(|| crate::say::QuietStderr)
+        .log_internal_errors(false)
         .with_ansi(false)
         .try_init();
 }

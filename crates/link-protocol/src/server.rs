@@ -154,7 +154,12 @@ impl<S: Send + Sync + 'static> Service<S> {
         let typed: Typed<S> = Arc::new(move |state, req| {
             let f = f.clone();
             Box::pin(async move {
-                let body: R::Body = serde_json::from_value(req.body).map_err(|e| {
+                // An absent body is an empty one.
+                let raw = match req.body {
+                    Value::Null => Value::Object(Default::default()),
+                    raw => raw,
+                };
+                let body: R::Body = serde_json::from_value(raw).map_err(|e| {
                     let why = if R::REDACT {
                         "the body's fields are missing or not strings".to_owned()
                     } else {

@@ -164,6 +164,26 @@ pub fn one_of(words: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Mini is the baseline the comparison divides by: no router-side plugin, no tool, no
+    /// sandbox, no store of full Link's; every one of its plugins is one full Link does not run
+    /// or one both share.
+    #[test]
+    fn mini_runs_no_tool_and_no_full_link_domain() {
+        let shared = ["link-plugin-measure", "link-plugin-model"];
+        for p in Profile::Mini.plugins() {
+            assert!(
+                shared.contains(p) || !Profile::Link.plugins().contains(p),
+                "Mini runs full Link's {p}"
+            );
+            assert!(
+                !p.contains("run") && !p.contains("tool") && !p.contains("code"),
+                "{p}"
+            );
+            assert!(!p.contains("sandbox") && !p.contains("store"), "{p}");
+        }
+        assert_eq!(Profile::Mini.plugins().len(), 4);
+    }
+
     use super::*;
     use serde::de::DeserializeOwned;
     use serde::Serialize;

@@ -9,6 +9,7 @@ use super::IDLE_SAMPLES;
 use crate::client::host_call;
 use link_plugin_measure::{CheckName, MonitorStatus, SampleRound};
 use link_protocol::routes;
+use link_protocol::routes::Route as _;
 use std::time::{Duration, Instant};
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
@@ -18,13 +19,12 @@ pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), S
     let (first, last) = waited?;
     let samples = s
         .guarded(
-            routes::MONITOR_SAMPLES,
+            routes::host::MonitorSamples::NAME,
             30,
-            host_call(&s.layout, routes::MONITOR_SAMPLES),
+            host_call::<routes::host::MonitorSamples>(&s.layout),
         )
         .await?;
-    let rounds: Vec<SampleRound> = serde_json::from_value(samples["rounds"].clone())
-        .map_err(|e| format!("monitor.samples answered an unexpected shape: {e}"))?;
+    let rounds: Vec<SampleRound> = samples.rounds;
     let count = rounds.len();
     rec.samples(rounds);
     rec.judge(
@@ -35,7 +35,7 @@ pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), S
 
 /// Polls `monitor.status` until [`IDLE_SAMPLES`] more samples completed.
 async fn wait_samples(s: &Session<'_>) -> Result<(MonitorStatus, MonitorStatus), String> {
-    let first = s.monitor(routes::MONITOR_STATUS).await?;
+    let first = s.monitor::<routes::host::MonitorStatus>().await?;
     if first.stopped {
         return Err("the monitor is already stopped".into());
     }
@@ -48,7 +48,7 @@ async fn wait_samples(s: &Session<'_>) -> Result<(MonitorStatus, MonitorStatus),
             Ok::<(), String>(())
         })
         .await?;
-        let now = s.monitor(routes::MONITOR_STATUS).await?;
+        let now = s.monitor::<routes::host::MonitorStatus>().await?;
         if now.completed_samples >= first.completed_samples + IDLE_SAMPLES {
             return Ok((first, now));
         }

@@ -10,7 +10,9 @@
 //! One module per phase, in run order: [`prepare`] (probes, hashes), [`startup`], [`turns`]
 //! (cold and warm), [`second_agent`], [`refusals`], [`tools`] (confined full Link) or
 //! [`scheduler`] (diagnostic full Link), [`idle`], [`status_series`], [`shutdown`] (with the
-//! orphan check). Each phase hands the next what it needs ([`session::Session`] after start-up,
+//! orphan check). [`scope`] is what a run counts as its own: it holds the process's exclusive
+//! turn (see [`crate::runtime_process::exclusive`]) and considers only the processes it
+//! started. Each phase hands the next what it needs ([`session::Session`] after start-up,
 //! [`turns::Alpha`] after the cold turn). [`plan`] says which phases and skips a run has,
 //! [`judge`] decides each check from what a phase observed, and [`report`] is the one place
 //! records are written.
@@ -22,6 +24,7 @@ mod prepare;
 mod refusals;
 mod report;
 mod scheduler;
+mod scope;
 mod second_agent;
 mod session;
 mod shutdown;
@@ -37,16 +40,15 @@ pub use text::ms;
 use crate::fixture::{FixtureError, StateRoot};
 use crate::interrupt;
 use crate::programs::{self, ProgramsError};
-use crate::reaper;
 use crate::runtime_process::RuntimeProcess;
 use link_plugin_measure::{CheckName, Report};
 use link_protocol::plugin::{Mode, Profile};
 use plan::Step;
 use report::Recorder;
+use scope::Scope;
 use session::Session;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// The monitor interval the idle phase asks for.
 pub const MONITOR_INTERVAL_SECS: u64 = 1;
@@ -174,16 +176,14 @@ pub fn check_output(path: &Path) -> Result<(), InputError> {
     std::fs::remove_file(path).map_err(|e| fail(e.to_string()))
 }
 
-/// Scenarios of one process run one at a time: the no-orphan check looks at every
-/// descendant of this process.
-static RUN_LOCK: Mutex<()> = Mutex::new(());
-
 /// Runs one scenario and returns its report (also written to `config.output` if set).
+///
+/// It waits for the process's exclusive turn: scenarios of one process run one at a time, and
+/// never while a [`RuntimeProcess`] of it is up.
 pub fn run_scenario(config: &ScenarioConfig) -> Report {
-    let _one_at_a_time = RUN_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let reaped_before = reaper::global().reaped().len();
-    let mut rec = Recorder::new(config);
-    if let Some(root) = execute(&mut rec, config, reaped_before) {
+    let scope = Scope::begin();
+    let mut rec = Recorder::new(config, &scope);
+    if let Some(root) = execute(&mut rec, config) {
         let path = root.path().to_path_buf();
         if let Err(e) = root.remove() {
             rec.fail(
@@ -195,8 +195,10 @@ pub fn run_scenario(config: &ScenarioConfig) -> Report {
     let report = rec.finish();
     if let Some(out) = &config.output {
         match write_report(out, &report) {
-            Ok(()) => eprintln!("[{}] report written to {}", config.label(), out.display()),
-            Err(e) => eprintln!(
+            Ok(()) => {
+                link_protocol::errln!("[{}] report written to {}", config.label(), out.display())
+            }
+            Err(e) => link_protocol::errln!(
                 "[{}] error: cannot write the report to {}: {e}",
                 config.label(),
                 out.display()
@@ -208,11 +210,7 @@ pub fn run_scenario(config: &ScenarioConfig) -> Report {
 
 /// The whole run up to its report: preflight, state root, probes, hashes, phases, shutdown
 /// and the orphan check. The state root it made, for the caller to remove.
-fn execute(
-    rec: &mut Recorder<'_>,
-    config: &ScenarioConfig,
-    reaped_before: usize,
-) -> Option<StateRoot> {
+fn execute(rec: &mut Recorder<'_>, config: &ScenarioConfig) -> Option<StateRoot> {
     if let Some(sig) = interrupt::interrupted() {
         rec.fail(
             CheckName::Startup,
@@ -259,11 +257,11 @@ fn execute(
     match host {
         Some(mut host) => {
             shutdown::run(rec, &mut host, config.scale());
-            shutdown::verify_no_orphans(rec, config.scale(), reaped_before);
+            shutdown::verify_no_orphans(rec, config.scale());
         }
         None => {
             rec.skip(CheckName::ProcessesStopped, "the runtime never started");
-            shutdown::verify_no_orphans(rec, config.scale(), reaped_before);
+            shutdown::verify_no_orphans(rec, config.scale());
         }
     }
     Some(root)

@@ -4,6 +4,7 @@
 
 use super::judge;
 use super::plan::Step;
+use super::scope::Scope;
 use super::text::ms;
 use super::{ScenarioConfig, MONITOR_INTERVAL_SECS};
 use crate::fixture::StateRoot;
@@ -39,6 +40,8 @@ impl Timer {
 /// The report of one run while it is being written.
 pub(super) struct Recorder<'a> {
     config: &'a ScenarioConfig,
+    /// The run's turn and which processes are its own.
+    scope: &'a Scope,
     label: String,
     report: Report,
     checks: BTreeMap<CheckName, Check>,
@@ -51,7 +54,7 @@ pub(super) struct Recorder<'a> {
 }
 
 impl<'a> Recorder<'a> {
-    pub(super) fn new(config: &'a ScenarioConfig) -> Recorder<'a> {
+    pub(super) fn new(config: &'a ScenarioConfig, scope: &'a Scope) -> Recorder<'a> {
         let mut report = Report::new(config.profile, config.mode);
         report.source = config.source.clone();
         report.platform = platform();
@@ -62,6 +65,7 @@ impl<'a> Recorder<'a> {
         report.roots.output = config.output.as_deref().map(absolute).unwrap_or_default();
         Recorder {
             config,
+            scope,
             label: config.label(),
             report,
             checks: BTreeMap::new(),
@@ -78,7 +82,7 @@ impl<'a> Recorder<'a> {
 
     /// A progress line: `[label] msg`.
     pub(super) fn say(&self, msg: impl Display) {
-        eprintln!("[{}] {msg}", self.label);
+        link_protocol::errln!("[{}] {msg}", self.label);
     }
 
     fn decorate(&self, detail: impl Into<String>) -> String {
@@ -215,9 +219,13 @@ impl<'a> Recorder<'a> {
         self.roles.extend(roles);
     }
 
-    /// Records every live descendant as a process identity seen in `phase`.
+    pub(super) fn scope(&self) -> &'a Scope {
+        self.scope
+    }
+
+    /// Records every live descendant the run started as a process identity seen in `phase`.
     pub(super) fn observe(&mut self, phase: &str) {
-        for p in reaper::snapshot() {
+        for p in self.scope.snapshot() {
             let key = (p.pid, p.start_time_ticks);
             let idx = match self.seen.get(&key) {
                 Some(&i) => i,

@@ -8,6 +8,7 @@ use crate::interrupt;
 use link_plugin_measure::MonitorStatus;
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::{Empty, Route};
 use std::fmt::Display;
 use std::future::Future;
 use std::time::Duration;
@@ -67,10 +68,11 @@ impl Session<'_> {
     }
 
     /// A monitor route on the host's control socket, parsed.
-    pub(super) async fn monitor(&self, route: &str) -> Result<MonitorStatus, String> {
-        let v = self
-            .guarded(route, 30, host_call(&self.layout, route))
-            .await?;
-        serde_json::from_value(v.clone()).map_err(|e| format!("{route} answered {v}: {e}"))
+    pub(super) async fn monitor<R>(&self) -> Result<MonitorStatus, String>
+    where
+        R: Route<Body = Empty, Reply = MonitorStatus>,
+    {
+        self.guarded(R::NAME, 30, host_call::<R>(&self.layout))
+            .await
     }
 }

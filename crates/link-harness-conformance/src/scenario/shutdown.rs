@@ -1,6 +1,7 @@
 //! Stopping and verifying: `link down` (then SIGTERM, then SIGKILL of the host's process
 //! group) until every recorded host and plugin process is gone, and afterwards no descendant
-//! of the runner left (orphans adopted by the subreaper are reaped and named).
+//! of the runner that the run started left (orphans adopted by the subreaper are reaped and
+//! named).
 
 use super::report::{Recorder, Timer};
 use super::startup::log_tail;
@@ -8,7 +9,6 @@ use super::text::{ms, one_line};
 use crate::reaper;
 use crate::runtime_process::RuntimeProcess;
 use link_plugin_measure::CheckName;
-use std::collections::HashSet;
 use std::time::Duration;
 
 /// The `shutdown` phase and the `processes_stopped` check.
@@ -86,24 +86,25 @@ pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32)
     }
 }
 
-/// The `no_orphans` check: nothing recorded and no descendant remains; what does is killed.
-/// `reaped_before` is how many orphans the reaper had collected before this run.
-pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32, reaped_before: usize) {
+/// The `no_orphans` check: nothing recorded and no descendant the run started remains; what
+/// does is killed. Processes that were there before the run are not its own ([`Scope`]).
+///
+/// [`Scope`]: super::scope::Scope
+pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32) {
+    let scope = rec.scope();
     let recorded: Vec<(i32, u64)> = rec
         .processes()
         .iter()
         .map(|p| (p.pid, p.start_time_ticks))
         .collect();
-    let none = HashSet::new();
     reaper::wait_until(Duration::from_secs(10 * scale as u64), || {
         reaper::global().reap_orphans();
-        reaper::leftovers(&recorded, &none).is_empty()
+        scope.leftovers(&recorded).is_empty()
     });
-    let left = reaper::leftovers(&recorded, &none);
-    let reaped: Vec<String> = reaper::global()
+    let left = scope.leftovers(&recorded);
+    let reaped: Vec<String> = scope
         .reaped()
         .into_iter()
-        .skip(reaped_before)
         .map(|r| format!("{} ({}, {})", r.pid, r.comm, r.status))
         .collect();
     let adopted = if reaped.is_empty() {

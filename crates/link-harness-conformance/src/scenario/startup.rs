@@ -4,23 +4,29 @@
 use super::judge::{self, Startup};
 use super::report::{Recorder, Timer};
 use super::session::{guarded, Session};
-use super::text::{ms, one_line, tail, tail_file};
+use super::text::{ms, tail, tail_file};
 use super::{ScenarioConfig, MONITOR_INTERVAL_SECS};
 use crate::client::{host_call, Connection};
 use crate::fixture::StateRoot;
 use crate::interrupt;
-use crate::reaper;
-use crate::runtime_process::{NotReady, RuntimeProcess, RuntimeSpec};
+use crate::runtime_process::{Exclusive, NotReady, RuntimeProcess, RuntimeSpec};
 use link_plugin_measure::CheckName;
 use link_protocol::routes;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How the scenario runs `link`: the root's isolated environment only, its own process group
-/// (a terminal's Ctrl-C reaches the runner, which stops it in order), owned by the reaper.
-pub(super) fn spec(config: &ScenarioConfig, root: &StateRoot, programs: &Path) -> RuntimeSpec {
+/// (a terminal's Ctrl-C reaches the runner, which stops it in order), owned by the reaper,
+/// within the run's exclusive `turn`.
+pub(super) fn spec(
+    config: &ScenarioConfig,
+    root: &StateRoot,
+    programs: &Path,
+    turn: &Exclusive,
+) -> RuntimeSpec {
     let scale = config.scale() as u64;
     RuntimeSpec::new(programs, config.profile, config.mode)
+        .within(turn)
         .isolated_by(root)
         .monitor_interval(MONITOR_INTERVAL_SECS)
         .supervised()
@@ -36,7 +42,7 @@ pub(super) struct Launched {
     pub timer: Timer,
 }
 
-/// `link token create` (before start-up, so start-up timing does not include it), then
+/// A bearer token (before start-up, so start-up timing does not include it), then
 /// `link up`. An error means no host was started.
 pub(super) fn launch(
     rec: &mut Recorder<'_>,
@@ -44,8 +50,8 @@ pub(super) fn launch(
     root: &StateRoot,
     programs: &Path,
 ) -> Result<Launched, String> {
-    let spec = spec(config, root, programs);
-    let token = create_token(&spec, root.path())?;
+    let spec = spec(config, root, programs, rec.scope().turn());
+    let token = create_token(root)?;
     let timer = Timer::start();
     let host = spec
         .spawn_in(root.path())
@@ -54,22 +60,12 @@ pub(super) fn launch(
     Ok(Launched { host, token, timer })
 }
 
-fn create_token(spec: &RuntimeSpec, root: &Path) -> Result<String, String> {
-    let mut cmd = spec
-        .cli(root, &["token", "create"])
-        .map_err(|e| format!("link token create: {e}"))?;
-    let out = reaper::global()
-        .output(&mut cmd, Duration::from_secs(60))
-        .map_err(|e| format!("link token create: {e}"))?;
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if !out.status.success() || token.is_empty() {
-        return Err(format!(
-            "link token create failed ({}): {}",
-            out.status,
-            one_line(&String::from_utf8_lossy(&out.stderr))
-        ));
-    }
-    Ok(token)
+/// The run's bearer token, stored straight into the root's token file before the host starts:
+/// `link token create` refuses a root `link up` has not prepared yet.
+fn create_token(root: &StateRoot) -> Result<String, String> {
+    let file = root.layout().tokens_file();
+    link_protocol::tokens::create(&file)
+        .map_err(|e| format!("cannot create a token in {}: {e}", file.display()))
 }
 
 /// Waits for the ready line (the `startup` phase ends there), then judges `host.status`.
@@ -89,9 +85,11 @@ pub(super) async fn ready<'a>(
         config.scale(),
         "host.status",
         30,
-        host_call(&layout, routes::HOST_STATUS),
+        host_call::<routes::host::Status>(&layout),
     )
     .await?;
+    // The judges read it as a client reads `link status`.
+    let status = serde_json::to_value(status).map_err(|e| e.to_string())?;
     rec.roles(judge::roles(&status));
     let result = judge::startup(&Startup {
         profile: config.profile,

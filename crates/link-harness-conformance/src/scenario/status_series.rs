@@ -9,7 +9,7 @@ use link_protocol::routes;
 use std::time::Instant;
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
-    let stopped = s.monitor(routes::MONITOR_STOP).await?;
+    let stopped = s.monitor::<routes::host::MonitorStop>().await?;
     let t = Timer::start();
     let mut points = Vec::new();
     let mut error = None;
@@ -34,7 +34,7 @@ pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), S
     if let Some(e) = error {
         return Err(e);
     }
-    let after = s.monitor(routes::MONITOR_STATUS).await?;
+    let after = s.monitor::<routes::host::MonitorStatus>().await?;
     rec.judge(
         CheckName::StatusSeries,
         judge::status_series(&points, &stopped, &after),

@@ -1,10 +1,9 @@
 //! Every internal route, defined once: its name, its owner, whether it acts for an agent, and
 //! the types of its body and its reply (in the spirit of lsp-types' `Request` trait).
 //!
-//! Callers use [`Client::request`](crate::Client::request) / [`Pool::request`](crate::Pool::request)
-//! with a route type; owners register a handler per route type on a
-//! [`Service`](crate::server::Service), which also yields the ready line's route list. No body
-//! is built or picked apart by hand. The host's grant table lives in the host (`link-cli`),
+//! Callers use `Client::request` / `Pool::request` (module `client`) with a route type;
+//! owners register a handler per route type on a `server::Service`, which also yields the
+//! ready line's route list. No body is built or picked apart by hand. The host's grant table lives in the host (`link-cli`),
 //! checked against [`ALL`] by its tests.
 //!
 //! `agent` is [`Request::agent`](crate::Request), never a body field.
@@ -183,41 +182,6 @@ pub fn short_name(plugin: &str) -> &str {
         .or_else(|| plugin.strip_prefix("link-"))
         .unwrap_or(plugin)
 }
-
-// Transitional: the names as constants, derived from the route types, until every caller
-// uses the types.
-pub const AGENT_CREATE: &str = <agent::Create as Route>::NAME;
-pub const AGENT_GET: &str = <agent::Get as Route>::NAME;
-pub const AGENT_LIST: &str = <agent::List as Route>::NAME;
-pub const AGENT_DELETE: &str = <agent::Delete as Route>::NAME;
-pub const TURN_RUN: &str = <agent::Turn as Route>::NAME;
-pub const AUTH_ISSUE: &str = <auth::Issue as Route>::NAME;
-pub const AUTH_VERIFY: &str = <auth::Verify as Route>::NAME;
-pub const AUTH_REVOKE: &str = <auth::Revoke as Route>::NAME;
-pub const SECRET_GET: &str = <secret::Get as Route>::NAME;
-pub const SECRET_PUT: &str = <secret::Put as Route>::NAME;
-pub const SECRET_DELETE: &str = <secret::Delete as Route>::NAME;
-pub const STORE_CONVERSATION_APPEND: &str = <store::ConversationAppend as Route>::NAME;
-pub const STORE_CONVERSATION_READ: &str = <store::ConversationRead as Route>::NAME;
-pub const STORE_FILE_READ: &str = <store::FileRead as Route>::NAME;
-pub const STORE_FILE_WRITE: &str = <store::FileWrite as Route>::NAME;
-pub const STORE_FILE_LIST: &str = <store::FileList as Route>::NAME;
-pub const STORE_AGENT_CREATE: &str = <store::AgentCreate as Route>::NAME;
-pub const STORE_AGENT_DELETE: &str = <store::AgentDelete as Route>::NAME;
-pub const TOOL_RUN: &str = <tool::Run as Route>::NAME;
-pub const TOOL_FILE: &str = <tool::File as Route>::NAME;
-pub const TOOL_CODE: &str = <tool::Code as Route>::NAME;
-pub const SANDBOX_EXEC: &str = <sandbox::Exec as Route>::NAME;
-pub const SCHEDULE_CREATE: &str = <schedule::Create as Route>::NAME;
-pub const SCHEDULE_LIST: &str = <schedule::List as Route>::NAME;
-pub const SCHEDULE_CANCEL: &str = <schedule::Cancel as Route>::NAME;
-pub const SCHEDULE_DELETE_AGENT: &str = <schedule::DeleteAgent as Route>::NAME;
-pub const MONITOR_STATUS: &str = <host::MonitorStatus as Route>::NAME;
-pub const MONITOR_STOP: &str = <host::MonitorStop as Route>::NAME;
-pub const MONITOR_SAMPLES: &str = <host::MonitorSamples as Route>::NAME;
-pub const HOST_STATUS: &str = <host::Status as Route>::NAME;
-pub const HOST_DOWN: &str = <host::Down as Route>::NAME;
-pub const HOST_DEBUG_CALL: &str = <host::DebugCall as Route>::NAME;
 
 #[cfg(test)]
 mod tests {

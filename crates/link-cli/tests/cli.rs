@@ -1,0 +1,157 @@
+//! The client verbs through the real `link` binary: `token create` refuses a directory `link
+//! up` never prepared, and `agent create|list|delete` and `turn` work on a running Mini with
+//! the token from `--token`/`LNK_TOKEN`, never minting one of their own.
+
+use crate::support::{self, state_root};
+use std::path::Path;
+use std::process::Output;
+
+/// `link ARGS... --state STATE` with `LNK_TOKEN` set to `token` (unset when `None`).
+fn link(args: &[&str], state: &Path, token: Option<&str>) -> Output {
+    let mut cmd = support::link(args, state);
+    cmd.env_remove("LNK_TOKEN");
+    if let Some(t) = token {
+        cmd.env("LNK_TOKEN", t);
+    }
+    cmd.output().expect("running link")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+}
+
+/// The stored token hashes, one a line.
+fn token_lines(state: &Path) -> Vec<String> {
+    std::fs::read_to_string(state.join("auth/tokens"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn token_create_refuses_a_directory_link_up_never_prepared() {
+    let root = state_root();
+    let plain = root.path().join("not-a-runtime");
+    std::fs::create_dir(&plain).unwrap();
+    let out = link(&["token", "create", "--state"], &plain, None);
+    assert!(!out.status.success(), "token create succeeded on {plain:?}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("is not a Link runtime state root")
+            && err.contains("no run/ directory")
+            && err.contains(&format!(
+                "link up --profile mini --state {}",
+                plain.display()
+            )),
+        "the error does not name the problem and the command: {err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "printed a token: {}",
+        text(&out.stdout)
+    );
+    let left: Vec<_> = std::fs::read_dir(&plain).unwrap().flatten().collect();
+    assert!(left.is_empty(), "token create wrote {left:?}");
+
+    // A directory that does not exist stays that way.
+    let missing = root.path().join("typo");
+    let out = link(&["token", "create", "--state"], &missing, None);
+    assert!(!out.status.success());
+    assert!(!missing.exists(), "token create made {missing:?}");
+}
+
+#[test]
+fn agent_verbs_and_turns_work_on_mini_with_one_token() {
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let state = root.path();
+
+    let out = link(&["token", "create", "--state"], state, None);
+    assert!(out.status.success(), "token create: {}", text(&out.stderr));
+    let token = text(&out.stdout).trim().to_owned();
+    assert!(token.starts_with("lnk_"), "{token}");
+    let tokens = token_lines(state);
+
+    // Without a token the connection verbs refuse and say how to get one; nothing is minted.
+    for args in [
+        &["turn", "alpha", "hi", "--state"][..],
+        &["agent", "list", "--state"][..],
+    ] {
+        let out = link(args, state, None);
+        assert!(!out.status.success(), "{args:?} ran without a token");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("LNK_TOKEN") && err.contains("link token create --state"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(token_lines(state), tokens, "a token was minted without one");
+
+    let out = link(
+        &["agent", "create", "alpha", "--state"],
+        state,
+        Some(&token),
+    );
+    assert!(out.status.success(), "agent create: {}", text(&out.stderr));
+    assert_eq!(json(&out)["id"], "alpha", "{}", text(&out.stdout));
+
+    // `--token` works as well as LNK_TOKEN.
+    let out = link(
+        &["agent", "list", "--token", &token, "--state"],
+        state,
+        None,
+    );
+    assert!(out.status.success(), "agent list: {}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert!(
+        listed.contains("\"alpha\""),
+        "alpha is not listed: {listed}"
+    );
+
+    for n in 1..=3 {
+        let out = link(&["turn", "alpha", "hello", "--state"], state, Some(&token));
+        assert!(out.status.success(), "turn {n}: {}", text(&out.stdout));
+        let reply = json(&out)["reply"].as_str().unwrap_or_default().to_owned();
+        assert!(reply.contains(&format!("#{n}")), "turn {n}: {reply}");
+    }
+    assert_eq!(
+        token_lines(state),
+        tokens,
+        "`link turn` changed the token file"
+    );
+
+    let out = link(
+        &["agent", "delete", "alpha", "--state"],
+        state,
+        Some(&token),
+    );
+    assert!(out.status.success(), "agent delete: {}", text(&out.stdout));
+    let out = link(&["agent", "list", "--state"], state, Some(&token));
+    assert!(out.status.success());
+    assert!(
+        !text(&out.stdout).contains("\"alpha\""),
+        "alpha is still listed: {}",
+        text(&out.stdout)
+    );
+    // A refusal is printed and is a failure exit.
+    let out = link(
+        &["agent", "delete", "alpha", "--state"],
+        state,
+        Some(&token),
+    );
+    assert!(!out.status.success(), "deleting a deleted agent succeeded");
+    let out = link(
+        &["turn", "alpha", "hi", "--state"],
+        state,
+        Some("lnk_wrong"),
+    );
+    assert!(!out.status.success(), "a wrong token was accepted");
+    assert_eq!(token_lines(state), tokens);
+    rt.down();
+}

@@ -1,0 +1,146 @@
+//! Every routed call has a deadline: a stopped plugin (SIGSTOP) costs the calls that need it
+//! a `timeout` (504) naming it, shows `unresponsive` in the host's status until it answers
+//! again, and stalls nothing else.
+
+use crate::support::state_root;
+use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
+use link_protocol::plugin::ENV_TEST_HOOKS;
+use link_protocol::routes::{host, Route as _};
+use serde_json::Value;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The default deadline under test (`LNK_TEST_DEADLINE_MS`, honoured with test hooks only).
+const DEADLINE: Duration = Duration::from_millis(3000);
+
+/// Sends `signal` (a name: STOP, CONT) to `pid`.
+fn signal(pid: i32, signal: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A plugin stopped with SIGSTOP; continued (SIGCONT) on drop, so a failing test leaves
+/// nothing stopped.
+struct Stopped(i32);
+
+impl Stopped {
+    fn new(pid: i32) -> Stopped {
+        assert!(signal(pid, "STOP"), "cannot stop {pid}");
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+/// Full Link, diagnostic mode, test hooks on, the default deadline cut to [`DEADLINE`].
+fn up(root: &link_harness_conformance::fixture::StateRoot) -> RuntimeProcess {
+    let spec = RuntimeSpec::new(
+        runtime_process::test_programs(),
+        "link".parse().unwrap(),
+        "diagnostic".parse().unwrap(),
+    )
+    .env(ENV_TEST_HOOKS, "1")
+    .env("LNK_TEST_DEADLINE_MS", &DEADLINE.as_millis().to_string());
+    spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"))
+}
+
+/// `plugin`'s state in a host status.
+fn state_of<'a>(status: &'a Value, plugin: &str) -> &'a str {
+    status["plugins"]
+        .as_array()
+        .expect("plugins")
+        .iter()
+        .find(|p| p["name"] == plugin)
+        .and_then(|p| p["state"].as_str())
+        .unwrap_or_else(|| panic!("no {plugin} in {status}"))
+}
+
+#[test]
+fn a_stopped_plugin_times_out_its_routes_is_marked_unresponsive_and_recovers() {
+    let victim = "link-plugin-agent";
+    let root = state_root();
+    let mut rt = up(&root);
+    let token = rt.create_token();
+    assert_eq!(rt.get("/v1/agents", Some(&token)).status, 200);
+    let pid = rt
+        .plugin_pids()
+        .into_iter()
+        .find(|(n, _)| n == victim)
+        .unwrap()
+        .1;
+    let stopped = Stopped::new(pid);
+
+    // GET /v1/agents needs agent.list → the agent plugin; it is held in a thread while the
+    // status, which does not need the agent, answers meanwhile.
+    let socket = root.path().join("run/connection.sock");
+    let started = Instant::now();
+    let stuck = std::thread::spawn({
+        let token = token.clone();
+        move || {
+            let resp = runtime_process::block_on(|| {
+                link_protocol::http::request(&socket, "GET", "/v1/agents", Some(&token), None)
+            })
+            .expect("GET /v1/agents must be answered, not dropped");
+            (resp, started.elapsed())
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let status = rt.get("/v1/status", Some(&token));
+    assert_eq!(status.status, 200, "{:?}", status.json());
+    assert!(
+        !stuck.is_finished(),
+        "the status must answer while the agent's call waits for its deadline"
+    );
+
+    let (resp, took) = stuck.join().unwrap();
+    assert_eq!(resp.status, 504, "{:?}", resp.json());
+    let error = &resp.json()["error"];
+    assert_eq!(error["code"], "timeout", "{error}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(victim)
+            && message.contains("agent.list")
+            && message.contains("unresponsive"),
+        "{message}"
+    );
+    assert!(
+        took >= DEADLINE - Duration::from_millis(100) && took < DEADLINE + Duration::from_secs(15),
+        "answered after {took:?}; the deadline is {DEADLINE:?}"
+    );
+
+    // `link status` and host.status show it unresponsive, the runtime still ready.
+    let cli = rt.status();
+    assert_eq!(state_of(&cli, victim), "unresponsive", "{cli}");
+    assert_eq!(cli["state"], "ready", "{cli}");
+    assert_eq!(state_of(&cli, "link-plugin-auth"), "ready", "{cli}");
+    let hs = rt
+        .host_call(host::Status::NAME, serde_json::json!({}))
+        .unwrap();
+    assert_eq!(state_of(&hs, victim), "unresponsive", "{hs}");
+    let http = rt.get("/v1/status", Some(&token));
+    assert_eq!(http.status, 200);
+    assert!(
+        http.json().to_string().contains("unresponsive"),
+        "{:?}",
+        http.json()
+    );
+
+    // Continued, it answers the next call, and is ready again.
+    drop(stopped);
+    let again = rt.get("/v1/agents", Some(&token));
+    assert_eq!(again.status, 200, "{:?}", again.json());
+    let cli = rt.status();
+    assert_eq!(state_of(&cli, victim), "ready", "{cli}");
+    assert!(
+        rt.stderr().contains("did not answer agent.list"),
+        "the timeout must be logged"
+    );
+    rt.down();
+}

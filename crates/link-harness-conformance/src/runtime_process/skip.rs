@@ -1,0 +1,53 @@
+//! A plugin's runtime test: full Link from the programs beside the test executable, or a loud
+//! skip when they are not all built, unless [`ENV_REQUIRE_RUNTIME`] makes that a failure.
+
+use super::{RuntimeProcess, RuntimeSpec};
+use crate::programs::HOST;
+use link_protocol::plugin::{Mode, Profile, ENV_TEST_HOOKS};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Set to `1`, a runtime test that cannot start the runtime fails instead of skipping.
+pub const ENV_REQUIRE_RUNTIME: &str = "LNK_REQUIRE_RUNTIME";
+
+/// `target/<profile>/`, where cargo puts every program of the workspace: a test executable
+/// runs from its `deps/` directory.
+pub fn test_programs() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
+}
+
+/// Full Link in `mode` for a plugin's runtime test, with test hooks on and the programs
+/// beside the test. `None` (skipped loudly) when it cannot come up because a program is
+/// missing or still a placeholder, unless `LNK_REQUIRE_RUNTIME=1` makes that a failure; any
+/// other start-up failure fails the test with the host's output.
+pub fn up_or_skip(mode: Mode) -> Option<RuntimeProcess> {
+    let programs = test_programs();
+    if !programs.join(HOST).is_file() {
+        return skip(&format!(
+            "no `link` in {}; build it with `cargo build -p link-cli`",
+            programs.display()
+        ));
+    }
+    let spec = RuntimeSpec::new(programs, Profile::Link, mode)
+        .env(ENV_TEST_HOOKS, "1")
+        .ready_within(Duration::from_secs(180));
+    match spec.up() {
+        Ok(rt) => Some(rt),
+        Err(f) if f.output().contains("missing programs") || !f.placeholders.is_empty() => skip(
+            &format!("{} {}", f.output().trim(), f.placeholders.join(" ")),
+        ),
+        Err(f) => panic!("link up failed:\n{}", f.output()),
+    }
+}
+
+fn skip(reason: &str) -> Option<RuntimeProcess> {
+    if std::env::var(ENV_REQUIRE_RUNTIME).is_ok_and(|v| v == "1") {
+        panic!("{ENV_REQUIRE_RUNTIME}=1 but the runtime cannot start: {reason}");
+    }
+    eprintln!("SKIPPED (runtime not available): {reason}");
+    None
+}

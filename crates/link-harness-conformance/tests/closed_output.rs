@@ -1,0 +1,203 @@
+//! Fault injection on the runner's own output: the built `runtime` example runs Mini with its
+//! stdout and stderr both on a pipe whose read end is already closed (what `runtime … 2>&1 |
+//! head -4` becomes once `head` has exited), so every line it prints fails with `EPIPE`. It
+//! must neither abort nor panic, and must still stop everything it started and remove its
+//! state root.
+//!
+//! It needs the debug (or release) programs beside the test executable:
+//! `cargo build -p link-cli -p link-plugin-measure -p link-plugin-model -p link-mini-harness
+//! -p link-mini-connection -p link-plugin-sandbox --bins --examples -p link-harness-conformance`.
+//! When they are missing it is skipped loudly, or fails under `LNK_REQUIRE_RUNTIME=1`.
+
+use link_harness_conformance::programs;
+use link_harness_conformance::runtime_process::{test_programs, ENV_REQUIRE_RUNTIME};
+use link_protocol::plugin::Profile;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The programs and the `runtime` example, or why they cannot be used.
+fn built() -> Result<(PathBuf, PathBuf), String> {
+    let dir = test_programs();
+    let runner = dir.join("examples").join("runtime");
+    let mut missing: Vec<String> = programs::required(Profile::Mini)
+        .into_iter()
+        .filter(|p| !dir.join(p).is_file())
+        .map(str::to_owned)
+        .collect();
+    if !runner.is_file() {
+        missing.push("examples/runtime".to_owned());
+    }
+    if missing.is_empty() {
+        Ok((dir, runner))
+    } else {
+        Err(format!(
+            "not built in {}: {}; build them with `cargo build -p link-cli -p link-plugin-measure \
+             -p link-plugin-model -p link-mini-harness -p link-mini-connection \
+             -p link-plugin-sandbox --bins --examples -p link-harness-conformance`",
+            dir.display(),
+            missing.join(", ")
+        ))
+    }
+}
+
+/// Processes whose command line, environment or working directory mention `needle`, other
+/// than this test itself: (pid, exe, command line).
+fn mentioning(needle: &str) -> Vec<(i32, String, String)> {
+    let me = std::process::id() as i32;
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let proc_dir = entry.path();
+        let read = |name: &str| {
+            std::fs::read(proc_dir.join(name))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default()
+        };
+        let cmdline = read("cmdline");
+        let environ = read("environ");
+        let cwd = std::fs::read_link(proc_dir.join("cwd"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        if [&cmdline, &environ, &cwd]
+            .iter()
+            .any(|s| s.contains(needle))
+        {
+            let exe = std::fs::read_link(proc_dir.join("exe"))
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            found.push((pid, exe, cmdline));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_runner_whose_output_is_closed_still_cleans_up() {
+    let (dir, runner) = match built() {
+        Ok(found) => found,
+        Err(reason) => {
+            assert!(
+                std::env::var(ENV_REQUIRE_RUNTIME).as_deref() != Ok("1"),
+                "{ENV_REQUIRE_RUNTIME}=1 but the runtime cannot run: {reason}"
+            );
+            eprintln!("SKIPPED (runtime not available): {reason}");
+            return;
+        }
+    };
+    // A parent of its own for the runner's state root, so "removed" is "the parent is empty"
+    // and every process of the run mentions it.
+    let home = PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let base = home.join(".cache/lnk-t");
+    let parent = base.join(format!("c{}", std::process::id()));
+    let out_dir = base.join(format!("c{}-out", std::process::id()));
+    for d in [&parent, &out_dir] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let report = out_dir.join("report.json");
+
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let started = Instant::now();
+    let mut child = Command::new(&runner)
+        .arg(&dir)
+        .arg(&report)
+        .args(["mini", "diagnostic", "closed-output-test", "1"])
+        .env("LNK_TEST_STATE_DIR", &parent)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("a second write end"))
+        .stderr(writer)
+        .spawn()
+        .expect("starting the runtime example");
+    let deadline = started + Duration::from_secs(600);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the runner did not finish within 600 s with its output closed");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    eprintln!(
+        "runner exited {status:?} after {:?} with stdout and stderr closed",
+        started.elapsed()
+    );
+
+    // Nothing of the run may be left: give stragglers a moment, then name (and kill) them.
+    let needle = parent.display().to_string();
+    let wait_until = Instant::now() + Duration::from_secs(10);
+    let left = loop {
+        let left = mentioning(&needle);
+        if left.is_empty() || Instant::now() > wait_until {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for (pid, _, _) in &left {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let remaining: Vec<_> = std::fs::read_dir(&parent)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    let report_text = std::fs::read_to_string(&report).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&parent);
+    let _ = std::fs::remove_dir_all(&out_dir);
+
+    assert!(
+        status.signal().is_none() && !status.core_dumped(),
+        "the runner was killed by signal {:?} (6 is the abort of a panic in a panic) when its \
+         output was closed",
+        status.signal()
+    );
+    assert!(
+        status.code() == Some(0),
+        "the runner exited {status:?} (101 is a panic; 1 a failed run) when its output was \
+         closed; its report's outcome: {}",
+        report_text
+            .find("\"outcome\"")
+            .map(|at| report_text[at..].chars().take(400).collect::<String>())
+            .unwrap_or_else(|| "(no report)".to_owned())
+    );
+    assert!(
+        left.is_empty(),
+        "processes of the run are still running after the runner exited: {left:#?}"
+    );
+    assert!(
+        remaining.is_empty(),
+        "the runner left its state root behind: {remaining:?}"
+    );
+    assert!(
+        report_text.contains("\"outcome\""),
+        "the runner wrote no report to {} with its output closed",
+        report.display()
+    );
+    assert_report_is_this_runs(&report_text, &dir);
+}
+
+/// The report is the runner's own, not a leftover: it names these programs.
+fn assert_report_is_this_runs(report: &str, dir: &Path) {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let shown = serde_json::to_string(&dir.display().to_string()).unwrap();
+    assert!(
+        report.contains(shown.trim_matches('"')),
+        "the report does not name the programs directory {}",
+        dir.display()
+    );
+}
