@@ -6,6 +6,11 @@
 //! the firing count and the last result. One timer task sleeps until the next due time and
 //! is woken whenever the schedules change. Schedules survive a restart: on start, the due
 //! ones fire; one-shots that already fired are never fired again.
+//!
+//! Exactly once: it is the only writer of `schedules.json` (an exclusive lock for its whole
+//! life; a second scheduler on the same data refuses to start), a fire is made durable as
+//! in flight before `turn.run` is called, and a fire found in flight on start — its
+//! scheduler died during the turn — is recorded as failed with the reason, not fired again.
 
 mod store;
 
@@ -18,11 +23,10 @@ use link_protocol::routes::schedule::{
 use link_protocol::routes::Empty;
 use link_protocol::server::{Call, Peers, Service};
 use link_protocol::{client, AgentId, ErrorCode, RemoteError};
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use store::{Book, BookFile, Create, Firing, LastResult, Schedule};
+use store::{Book, BookFile, Create, LastResult, Schedule, WriterLock};
 use tokio::sync::Notify;
 
 /// The timer wakes at least this often, so a changed wall clock is noticed.
@@ -32,12 +36,19 @@ const TURN_TIMEOUT: Duration = Duration::from_secs(600);
 /// Waits between attempts to reach the router. Right after start the host may not have
 /// registered us yet, and drops our connection; a few short retries cover that.
 const RETRY_WAITS_MS: &[u64] = &[200, 400, 800, 1600];
+/// When a fire could not be recorded (a full disk, say), due schedules wait this long
+/// before the next attempt; no turn runs that is not recorded first.
+const SAVE_RETRY_MS: u64 = 5_000;
 
 struct Scheduler {
     file: BookFile,
+    /// Held for the process's life: this is the one writer of the file.
+    _lock: WriterLock,
+    /// The schedules; one whose turn is running has a fire in flight and is not fired
+    /// again until it ends.
     book: Mutex<Book>,
-    /// Schedules whose turn is running now; they are not fired again until it ends.
-    busy: Mutex<HashSet<String>>,
+    /// After a failed save of a fire, nothing fires before this time.
+    hold_until_ms: Mutex<u64>,
     wake: Notify,
     router: PathBuf,
 }
@@ -45,7 +56,14 @@ struct Scheduler {
 impl Scheduler {
     fn open(env: &PluginEnv) -> anyhow::Result<Scheduler> {
         std::fs::create_dir_all(&env.data)?;
+        // First, before anything is read or written (and before the socket is bound).
+        let lock = WriterLock::acquire(&env.data).map_err(anyhow::Error::msg)?;
         let file = BookFile::new(&env.data);
+        match file.remove_stale_temps() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("{n} temp files of a killed writer removed"),
+            Err(e) => tracing::warn!("could not remove stale temp files: {e}"),
+        }
         let mut book = file.load().map_err(anyhow::Error::msg)?;
         book.version = 1;
         tracing::info!(
@@ -53,10 +71,24 @@ impl Scheduler {
             book.schedules.len(),
             file.path().display()
         );
+        let recovered = book.recover();
+        for (id, at) in &recovered {
+            tracing::warn!(
+                "schedule {id}: the fire at unix ms {at} was cut short (the scheduler stopped \
+                 during its turn); recorded as failed, not fired again"
+            );
+        }
+        if !recovered.is_empty() {
+            // If this fails, the file still says in flight: the next start records the same.
+            if let Err(e) = file.save(&book) {
+                tracing::error!("could not save {}: {e}", file.path().display());
+            }
+        }
         Ok(Scheduler {
             file,
+            _lock: lock,
             book: Mutex::new(book),
-            busy: Mutex::new(HashSet::new()),
+            hold_until_ms: Mutex::new(0),
             wake: Notify::new(),
             router: env.layout().router_socket(),
         })
@@ -82,8 +114,7 @@ impl Scheduler {
     fn list(&self, agent: Option<&AgentId>) -> Schedules {
         let book = self.book.lock().expect("book");
         let schedules = book
-            .schedules
-            .iter()
+            .listed()
             .filter(|s| agent.is_none_or(|a| &s.agent == a))
             .cloned()
             .collect();
@@ -92,7 +123,7 @@ impl Scheduler {
 
     fn cancel(&self, agent: Option<&AgentId>, Id { id }: Id) -> Result<Empty, RemoteError> {
         let mut book = self.book.lock().expect("book");
-        let owner = book.get_mut(&id).map(|s| s.agent.clone());
+        let owner = book.get_mut(&id).map(|k| k.schedule.agent.clone());
         match (owner, agent) {
             (None, _) => return Err(RemoteError::not_found(format!("no schedule {id}"))),
             (Some(owner), Some(agent)) if &owner != agent => {
@@ -154,33 +185,50 @@ impl Scheduler {
     }
 
     fn next_due(&self) -> Option<u64> {
-        let busy = self.busy.lock().expect("busy");
-        self.book
-            .lock()
-            .expect("book")
-            .next_due(&|id| busy.contains(id))
+        let hold = *self.hold_until_ms.lock().expect("hold");
+        let next = self.book.lock().expect("book").next_due()?;
+        Some(next.max(hold))
     }
 
-    /// Marks every due, idle schedule as fired and saves that before any turn runs, so a
-    /// crash cannot fire a one-shot twice.
+    /// Records a fire of every due schedule with none in flight (fired count, next time,
+    /// `in_flight`) and saves that, fsynced, before any turn runs: after a crash a fire is
+    /// neither run twice nor lost without a word. If the save fails, nothing fires now.
     fn take_due(&self, now: u64) -> Vec<Schedule> {
-        let mut busy = self.busy.lock().expect("busy");
+        let mut hold = self.hold_until_ms.lock().expect("hold");
+        if now < *hold {
+            return Vec::new();
+        }
         let mut book = self.book.lock().expect("book");
-        let mut due = Vec::new();
-        for s in book.schedules.iter_mut() {
-            if s.due(now) && !busy.contains(&s.id) {
-                let fired = s.clone();
-                s.mark_fired(now);
-                busy.insert(s.id.clone());
-                due.push(fired);
+        if !book.schedules.iter().any(|k| k.due(now)) {
+            return Vec::new();
+        }
+        let before = book.clone();
+        let due = book.begin_due(now);
+        let Err(e) = self.file.save(&book) else {
+            return due;
+        };
+        // Back as it was: the fires did not happen, and are tried again shortly.
+        *book = before;
+        *hold = now + SAVE_RETRY_MS;
+        tracing::error!(
+            "could not save {}: {e}; {} due schedules not fired, retried in {SAVE_RETRY_MS} ms",
+            self.file.path().display(),
+            due.len()
+        );
+        for s in &due {
+            if let Some(k) = book.get_mut(&s.id) {
+                k.schedule.last_result = Some(LastResult {
+                    at_unix_ms: now,
+                    ok: false,
+                    reply: None,
+                    error: Some(format!(
+                        "not fired: could not record the fire in {}: {e}; retried in {SAVE_RETRY_MS} ms",
+                        self.file.path().display()
+                    )),
+                });
             }
         }
-        if !due.is_empty() {
-            if let Err(e) = self.file.save(&book) {
-                tracing::error!("could not save {}: {e}", self.file.path().display());
-            }
-        }
-        due
+        Vec::new()
     }
 
     /// Runs the schedule's turn and records what it gave.
@@ -210,18 +258,20 @@ impl Scheduler {
         };
         {
             let mut book = self.book.lock().expect("book");
-            if let Some(s) = book.get_mut(&schedule.id) {
-                s.last_result = Some(last);
+            // Gone if it was cancelled (or its agent deleted) during the turn.
+            if let Some(k) = book.get_mut(&schedule.id) {
+                k.finish_fire(last);
                 // The agent is gone: a recurring schedule would only fail again.
                 if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
-                    s.done = true;
+                    k.schedule.done = true;
                 }
+                // If this fails, the file still says in flight, and the next save (or the
+                // next start) records it.
                 if let Err(e) = self.file.save(&book) {
                     tracing::error!("could not save {}: {e}", self.file.path().display());
                 }
             }
         }
-        self.busy.lock().expect("busy").remove(&schedule.id);
         self.wake.notify_one();
     }
 
