@@ -93,16 +93,23 @@ impl Backend for Link {
         };
         Box::pin(async move { self.json::<agent::Turn>(Some(agent), &body).await })
     }
-    fn get_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
+    /// The agent, one bounded page of its conversation (the file store pages it), and its
+    /// schedules.
+    fn get_agent<'a>(&'a self, id: &'a str, page: store::ReadBody) -> BackendFuture<'a> {
         Box::pin(async move {
-            let info = self.json::<agent::Get>(Some(id), &Empty {}).await?;
+            let info = self.json::<agent::Get>(Some(id), &page).await?;
             let log = self
-                .request::<store::ConversationRead>(Some(id), &Empty {})
+                .request::<store::ConversationRead>(Some(id), &page)
                 .await?;
             let schedules = self.request::<schedule::List>(Some(id), &Empty {}).await?;
             let mut info = info;
             info["conversation"] = json!(log.entries);
             info["conversation_torn"] = json!(log.torn);
+            info["conversation_total"] = json!(log.total);
+            info["conversation_start"] = json!(log.start);
+            if let Some(next) = log.next {
+                info["conversation_next"] = json!(next);
+            }
             info["schedules"] = json!(schedules.schedules);
             Ok(info)
         })

@@ -8,5 +8,6 @@ mod cli;
 mod deadlines;
 mod host_death;
 mod link;
+mod long_conversations;
 mod mini;
 mod support;

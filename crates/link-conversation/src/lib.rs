@@ -25,15 +25,25 @@
 //! trusts it only when the file still matches and its last line is still a complete entry,
 //! which is where a torn tail would be; anything else means a full scan.
 //!
+//! Reads and turns are bounded whatever the log's length ([`page`], [`context_window`]): a
+//! reader gets pages of at most [`PAGE_ENTRIES`] entries (by default) and [`PAGE_BYTES`],
+//! well under the frame limit, and the model gets the last [`CONTEXT_ENTRIES`] entries
+//! within [`CONTEXT_BYTES`], starting at a user entry, in Mini and full Link alike.
+//!
 //! Every agent has its own log, so damage is per agent: [`load_dir`] reads the logs of a
 //! directory of agents and answers each agent's result separately; one corrupt or unreadable
 //! log never stops the others from loading.
 
 mod dir;
 mod log;
+mod window;
 
 pub use dir::{create, load_dir, Loaded};
-pub use log::{check_entries, scan, Appended, Known, Log, Repair, Scan};
+pub use log::{check_entries, scan, Appended, Known, Log, PageRead, Repair, Scan};
+pub use window::{
+    context_window, entry_bytes, page, Page, PageRequest, CONTEXT_BYTES, CONTEXT_ENTRIES,
+    MAX_PAGE_ENTRIES, PAGE_BYTES, PAGE_ENTRIES,
+};
 
 use std::path::PathBuf;
 

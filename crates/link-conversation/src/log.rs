@@ -1,9 +1,11 @@
 //! One agent's log: scanning, reading and appending.
 
+use crate::window::PAGE_ENTRIES;
+use crate::window::{entry_bytes, page, Page, PageRequest, MAX_PAGE_ENTRIES, PAGE_BYTES};
 use crate::{sync, Error};
 use serde_json::{json, Value};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
@@ -195,6 +197,36 @@ impl Log {
         Ok((scan, known))
     }
 
+    /// One page of the log as `req` asks ([`page`]), the torn tail's description if there
+    /// is one, and what the caller may remember of an intact log. When `known` still
+    /// describes the file (nobody else wrote to it since), only the page's lines are read
+    /// and parsed, so the cost of a page does not grow with the log; otherwise the log is
+    /// scanned whole, as [`Log::read`] does. Changes nothing.
+    pub fn read_page(
+        &self,
+        req: PageRequest,
+        known: Option<Known>,
+    ) -> Result<(PageRead, Option<Known>), Error> {
+        if let Some(k) = known {
+            let file = File::open(&self.path).map_err(|e| self.io(e))?;
+            if still(&file, &k) {
+                if let Some(read) = page_of_intact(&file, &k, req) {
+                    return Ok((read, Some(k)));
+                }
+            }
+        }
+        let (mut scan, known) = self.read()?;
+        let page = page(&scan.entries, req);
+        scan.entries.truncate(page.end);
+        let entries = scan.entries.split_off(page.start);
+        let read = PageRead {
+            entries,
+            torn: scan.torn,
+            page,
+        };
+        Ok((read, known))
+    }
+
     /// Appends entries as lines with one write and an `fdatasync`, repairing a torn tail
     /// first; they are durable when this returns. With `expect`, appends only to an intact
     /// log of exactly that many entries and refuses with [`Error::Conflict`] otherwise,
@@ -352,6 +384,115 @@ impl Log {
             path: self.path.clone(),
             why,
         }
+    }
+}
+
+/// One page of a log, as [`Log::read_page`] read it.
+#[derive(Debug, PartialEq)]
+pub struct PageRead {
+    /// The page's entries, `page.start..page.end` of the log's `page.total`.
+    pub entries: Vec<Value>,
+    /// Why the bytes after the intact entries are not a valid entry.
+    pub torn: Option<String>,
+    pub page: Page,
+}
+
+/// The page `req` asks for of an intact log `known` describes, reading only its lines (and,
+/// for a page after the start, the newlines before it); `None` when the file does not read
+/// as `known` says, so the caller scans it whole.
+fn page_of_intact(file: &File, known: &Known, req: PageRequest) -> Option<PageRead> {
+    let total = known.entries;
+    let len = known.stamp.len;
+    let mut fill = Filling {
+        entries: Vec::new(),
+        bytes: 0,
+        limit: req.limit.unwrap_or(PAGE_ENTRIES).min(MAX_PAGE_ENTRIES),
+    };
+    let start = if req.tail {
+        // Lines from the end, in a window of the file that grows until the page is done.
+        let mut window = (2 * PAGE_BYTES as u64).min(len);
+        loop {
+            let from = len - window;
+            let mut buf = vec![0; window as usize];
+            file.read_exact_at(&mut buf, from).ok()?;
+            let lines: Vec<&[u8]> = match buf.strip_suffix(b"\n") {
+                Some(body) => body.rsplit(|&b| b == b'\n').collect(),
+                None if total == 0 => Vec::new(),
+                None => return None,
+            };
+            // The first line of the window may have begun before it.
+            let complete = if from == 0 {
+                lines.len()
+            } else {
+                lines.len() - 1
+            };
+            fill.entries.clear();
+            fill.bytes = 0;
+            let mut full = false;
+            for line in &lines[..complete] {
+                if !fill.take(line)? {
+                    full = true;
+                    break;
+                }
+            }
+            if full || from == 0 {
+                break;
+            }
+            window = (window * 2).min(len);
+        }
+        fill.entries.reverse();
+        total.checked_sub(fill.entries.len())?
+    } else {
+        let start = req.after.unwrap_or(0).min(total);
+        let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+        let mut line = Vec::new();
+        for _ in 0..start {
+            line.clear();
+            reader.read_until(b'\n', &mut line).ok()?;
+        }
+        while start + fill.entries.len() < total {
+            line.clear();
+            reader.read_until(b'\n', &mut line).ok()?;
+            if !fill.take(line.strip_suffix(b"\n")?)? {
+                break;
+            }
+        }
+        start
+    };
+    let end = start + fill.entries.len();
+    Some(PageRead {
+        entries: fill.entries,
+        torn: None,
+        page: Page {
+            start,
+            end,
+            total,
+            next: (end < total).then_some(end),
+        },
+    })
+}
+
+/// A page being filled: at most `limit` entries and [`PAGE_BYTES`] (but at least one).
+struct Filling {
+    entries: Vec<Value>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl Filling {
+    /// Takes the next entry unless the page is full: `Some(false)` when it is, `None` when
+    /// the line is not an entry.
+    fn take(&mut self, line: &[u8]) -> Option<bool> {
+        if self.entries.len() >= self.limit {
+            return Some(false);
+        }
+        let entry = parse_entry(line).ok()?;
+        self.bytes += entry_bytes(&entry);
+        if self.bytes > PAGE_BYTES && !self.entries.is_empty() {
+            return Some(false);
+        }
+        self.entries.push(entry);
+        Some(true)
     }
 }
 

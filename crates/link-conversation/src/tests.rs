@@ -398,3 +398,275 @@ fn missing_logs_and_bad_places() {
         Path::new("/x/conversation.repairs.jsonl")
     );
 }
+
+fn sized(role: &str, bytes: usize) -> Value {
+    json!({"role": role, "content": "x".repeat(bytes)})
+}
+
+#[test]
+fn pages_are_bounded_and_cover_the_log() {
+    let entries: Vec<Value> = (0..1234).map(|i| user(&format!("m{i}"))).collect();
+    let first = page(&entries, PageRequest::default());
+    assert_eq!((first.start, first.end), (0, PAGE_ENTRIES));
+    assert_eq!((first.total, first.next), (1234, Some(PAGE_ENTRIES)));
+    // Following `next` reads every entry exactly once.
+    let mut seen = 0;
+    let mut after = None;
+    loop {
+        let p = page(
+            &entries,
+            PageRequest {
+                after,
+                limit: Some(300),
+                tail: false,
+            },
+        );
+        assert_eq!(p.start, seen);
+        assert!(p.end - p.start <= 300);
+        seen = p.end;
+        match p.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, entries.len());
+    // A limit above the maximum is capped; limit 0 answers only the total; past the end is empty.
+    let big = page(
+        &entries,
+        PageRequest {
+            limit: Some(usize::MAX),
+            ..Default::default()
+        },
+    );
+    assert_eq!(big.end, MAX_PAGE_ENTRIES);
+    let none = page(
+        &entries,
+        PageRequest {
+            limit: Some(0),
+            ..Default::default()
+        },
+    );
+    assert_eq!((none.start, none.end, none.next), (0, 0, Some(0)));
+    let past = page(
+        &entries,
+        PageRequest {
+            after: Some(5000),
+            ..Default::default()
+        },
+    );
+    assert_eq!((past.start, past.end, past.next), (1234, 1234, None));
+    // The tail page ends with the last entry.
+    let tail = page(
+        &entries,
+        PageRequest {
+            tail: true,
+            after: Some(3),
+            limit: Some(10),
+        },
+    );
+    assert_eq!((tail.start, tail.end, tail.next), (1224, 1234, None));
+    assert_eq!(page(&[], PageRequest::default()).next, None);
+}
+
+#[test]
+fn pages_keep_under_the_byte_budget() {
+    // 100 KiB entries: 10 fit in a page, whatever the limit.
+    let entries: Vec<Value> = (0..50).map(|_| sized("user", 100 * 1024)).collect();
+    let p = page(
+        &entries,
+        PageRequest {
+            limit: Some(1000),
+            ..Default::default()
+        },
+    );
+    let bytes: usize = entries[p.start..p.end].iter().map(entry_bytes).sum();
+    assert!(bytes <= PAGE_BYTES, "{bytes}");
+    assert_eq!(p.end, 10);
+    let t = page(
+        &entries,
+        PageRequest {
+            tail: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!((t.start, t.end), (40, 50));
+    // One entry bigger than the budget still comes, alone.
+    let huge = vec![sized("user", 2 * PAGE_BYTES), user("after")];
+    let p = page(&huge, PageRequest::default());
+    assert_eq!((p.end, p.next), (1, Some(1)));
+    let t = page(
+        &huge,
+        PageRequest {
+            tail: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!((t.start, t.end), (1, 2));
+    assert_eq!(
+        entry_bytes(&user("a")),
+        r#"{"content":"a","role":"user"}"#.len() + 1
+    );
+}
+
+#[test]
+fn the_context_window_is_bounded_and_starts_at_a_user_entry() {
+    let mut entries = Vec::new();
+    for i in 0..1000 {
+        entries.push(user(&format!("u{i}")));
+        entries.push(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": format!("c{i}")}]}),
+        );
+        entries.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "ok"}));
+        entries.push(json!({"role": "assistant", "content": format!("a{i}")}));
+    }
+    let w = context_window(&entries);
+    assert!(
+        w.len() <= CONTEXT_ENTRIES && w.len() > CONTEXT_ENTRIES - 4,
+        "{}",
+        w.len()
+    );
+    assert_eq!(w[0]["role"], "user");
+    assert_eq!(w.last(), entries.last());
+    // Short conversations go whole.
+    assert_eq!(context_window(&entries[..8]), &entries[..8]);
+    // Bytes bound it too: 10 KiB entries, at most 25 of them.
+    let big: Vec<Value> = (0..100).map(|_| sized("user", 10 * 1024)).collect();
+    let w = context_window(&big);
+    assert!(w.iter().map(entry_bytes).sum::<usize>() <= CONTEXT_BYTES);
+    assert_eq!(w.len(), CONTEXT_BYTES / (10 * 1024 + 40));
+    // The last entry always goes, however big.
+    let w = context_window(&big[..0]);
+    assert!(w.is_empty());
+    let one = vec![sized("user", 2 * CONTEXT_BYTES)];
+    assert_eq!(context_window(&one).len(), 1);
+    // No user entry in the window: it starts after the tool results, never with one.
+    let mut turn = vec![user("one long turn")];
+    for i in 0..CONTEXT_ENTRIES {
+        turn.push(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": format!("c{i}")}]}),
+        );
+        turn.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": "ok"}));
+    }
+    let w = context_window(&turn);
+    assert_eq!(w[0]["role"], "assistant");
+}
+
+#[test]
+fn the_window_of_a_tail_page_is_the_window_of_the_whole_log() {
+    // Sizes that make the entry count, the context budget and the page budget bind in turn.
+    let sizes = [10, 3_000, 30_000, 300 * 1024, 2 * 1024 * 1024];
+    let roles = [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "tool",
+        "tool",
+    ];
+    let mut entries = Vec::new();
+    for i in 0..400 {
+        let size = sizes[(i * 7 + i / 13) % sizes.len()] * usize::from(i % 11 != 0) + 1;
+        entries.push(sized(
+            roles[(i * 5 + i / 3) % roles.len()],
+            size % (200 * 1024),
+        ));
+        if i % 97 == 96 {
+            entries.push(sized("user", sizes[i % sizes.len()]));
+        }
+        if i % 5 != 0 {
+            continue;
+        }
+        let whole = context_window(&entries);
+        let t = page(
+            &entries,
+            PageRequest {
+                tail: true,
+                limit: Some(CONTEXT_ENTRIES),
+                after: None,
+            },
+        );
+        assert_eq!(t.end, entries.len());
+        assert_eq!(
+            context_window(&entries[t.start..]),
+            whole,
+            "after {} entries",
+            entries.len()
+        );
+        let kept = &entries[entries.len().saturating_sub(CONTEXT_ENTRIES)..];
+        assert_eq!(context_window(kept), whole);
+    }
+}
+
+#[test]
+fn pages_read_from_a_known_log_are_the_pages_of_a_full_scan() {
+    let (_dir, log) = Temp::log("pages");
+    let mut known = log.read().unwrap().1;
+    let reqs = |total: usize| {
+        let mut reqs = vec![PageRequest::default()];
+        for limit in [None, Some(0), Some(1), Some(7), Some(5000)] {
+            for after in [None, Some(1), Some(total / 2), Some(total), Some(total + 9)] {
+                reqs.push(PageRequest {
+                    after,
+                    limit,
+                    tail: false,
+                });
+            }
+            reqs.push(PageRequest {
+                limit,
+                tail: true,
+                after: None,
+            });
+        }
+        reqs
+    };
+    // Small entries, big ones that make the byte budget bind, and one bigger than the
+    // tail's first window of the file.
+    let batches: Vec<Vec<Value>> = vec![
+        vec![],
+        (0..450).map(|i| user(&format!("m{i}"))).collect(),
+        (0..12).map(|_| sized("assistant", 300 * 1024)).collect(),
+        vec![sized("user", 3 * PAGE_BYTES)],
+        (0..3).map(|i| user(&format!("after {i}"))).collect(),
+    ];
+    for batch in batches {
+        let done = log.append(&batch, None, known).unwrap();
+        known = done.known;
+        let k = known.expect("nobody else wrote");
+        let (scan, _) = log.read().unwrap();
+        for req in reqs(k.entries) {
+            let (fast, again) = log.read_page(req, Some(k)).unwrap();
+            assert_eq!(again, Some(k), "{req:?}");
+            let p = page(&scan.entries, req);
+            assert_eq!(fast.page, p, "{req:?} of {}", k.entries);
+            assert_eq!(fast.entries, scan.entries[p.start..p.end], "{req:?}");
+            assert_eq!(fast.torn, None);
+        }
+        let req = PageRequest {
+            tail: true,
+            ..Default::default()
+        };
+        let (full, scanned) = log.read_page(req, None).unwrap();
+        assert_eq!(scanned, Some(k));
+        assert_eq!(full, log.read_page(req, Some(k)).unwrap().0);
+    }
+    // A log changed behind the reader's back is scanned again: torn tails are reported.
+    let k = known.unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log.path)
+        .unwrap();
+    std::io::Write::write_all(&mut file, br#"{"role":"us"#).unwrap();
+    let (read, again) = log
+        .read_page(
+            PageRequest {
+                tail: true,
+                ..Default::default()
+            },
+            Some(k),
+        )
+        .unwrap();
+    assert!(read.torn.is_some());
+    assert_eq!(again, None);
+    assert_eq!(read.page.total, k.entries);
+}

@@ -6,11 +6,12 @@
 //! body is read, so an unauthenticated request changes nothing.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+pub use link_protocol::routes::store::ReadBody;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -36,8 +37,9 @@ pub trait Backend: Send + Sync + 'static {
     fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a>;
     /// One turn → `{reply, tool_calls}`.
     fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a>;
-    /// `{id, name, conversation}`.
-    fn get_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
+    /// `{id, name, conversation, conversation_torn, conversation_total, conversation_start,
+    /// conversation_next?}`: one bounded page of the conversation, as `page` asks.
+    fn get_agent<'a>(&'a self, agent: &'a str, page: ReadBody) -> BackendFuture<'a>;
     /// `{agents: [..]}`.
     fn list_agents(&self) -> BackendFuture<'_>;
     /// Removes the agent and everything it owns → `{}`.
@@ -87,12 +89,56 @@ async fn turn(State(b): Api, Path(id): Path<String>, headers: HeaderMap, body: B
     respond(StatusCode::OK, result.await)
 }
 
-async fn get_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
+async fn get_agent(
+    State(b): Api,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
     let result = async {
         authenticate(b.as_ref(), &headers).await?;
-        b.get_agent(&id).await
+        let page = page_query(query.as_deref().unwrap_or_default())?;
+        b.get_agent(&id, page).await
     };
     respond(StatusCode::OK, result.await)
+}
+
+/// The page `GET /v1/agents/{id}` asks for: `?after=N&limit=N&tail=true|false`, each
+/// optional (none: the first page, of a bounded default size).
+pub fn page_query(query: &str) -> Result<ReadBody, RemoteError> {
+    let mut page = ReadBody::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let number = || {
+            value.parse::<usize>().map_err(|_| {
+                RemoteError::bad_request(format!(
+                    "query parameter `{key}` must be a non-negative integer, not `{value}`"
+                ))
+            })
+        };
+        match key {
+            "after" => page.after = Some(number()?),
+            "limit" => page.limit = Some(number()?),
+            "tail" => {
+                page.tail = match value {
+                    "" | "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return Err(RemoteError::bad_request(format!(
+                            "query parameter `tail` must be true or false, not `{value}`"
+                        )))
+                    }
+                }
+            }
+            _ => {
+                return Err(RemoteError::bad_request(format!(
+                    "unknown query parameter `{key}`; a conversation pages with \
+                     ?after=N&limit=N (or tail=true)"
+                )))
+            }
+        }
+    }
+    Ok(page)
 }
 
 async fn list_agents(State(b): Api, headers: HeaderMap) -> Response {
@@ -184,4 +230,23 @@ pub async fn serve(
 /// `{"message": ...}` helper for backends.
 pub fn message_body(message: &str) -> Value {
     json!({ "message": message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversation_pages_are_parsed_from_the_query() {
+        assert_eq!(page_query("").unwrap(), ReadBody::default());
+        let p = page_query("after=200&limit=50").unwrap();
+        assert_eq!((p.after, p.limit, p.tail), (Some(200), Some(50), false));
+        assert!(page_query("tail=true&limit=10").unwrap().tail);
+        assert!(page_query("tail").unwrap().tail);
+        for bad in ["after=-1", "limit=x", "tail=maybe", "page=2"] {
+            let e = page_query(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::BadRequest, "{bad}");
+            assert!(e.message.contains('`'), "{e}");
+        }
+    }
 }

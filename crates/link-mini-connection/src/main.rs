@@ -47,8 +47,8 @@ impl Backend for Mini {
         let message = message.to_owned();
         self.call::<agent::Turn>(Some(id), agent::TurnBody { message })
     }
-    fn get_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
-        self.call::<agent::Get>(Some(id), Empty {})
+    fn get_agent<'a>(&'a self, id: &'a str, page: agent::ReadBody) -> BackendFuture<'a> {
+        self.call::<agent::Get>(Some(id), page)
     }
     fn list_agents(&self) -> BackendFuture<'_> {
         self.call::<agent::List>(None, Empty {})

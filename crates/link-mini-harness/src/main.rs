@@ -5,14 +5,17 @@
 //! `agents/<id>/agent.json` (see [`store`]: the same conversation log and durability as full
 //! Link's file store, one `fdatasync` per turn); they are loaded at start, so conversations
 //! survive a restart of the runtime, and a damaged agent never stops the others from loading.
-//! A turn sends the whole conversation to the local model service and appends the user
-//! message and the reply together.
+//! A turn sends the conversation's context window (`link_conversation::context_window`, the
+//! same rule as full Link's: the last entries within a byte budget, starting at a user
+//! message) to the local model service and appends the user message and the reply together;
+//! `agent.get` answers one bounded page of the conversation (`link_conversation::page`).
 
 mod store;
 
 use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::agent::{
-    AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, Turn, TurnBody, TurnReply,
+    AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, ReadBody, Turn, TurnBody,
+    TurnReply,
 };
 use link_protocol::routes::{programs, Empty};
 use link_protocol::server::{Call, Peers, Service};
@@ -90,13 +93,25 @@ impl Harness {
             .ok_or_else(|| RemoteError::not_found(format!("no agent {id}")))
     }
 
-    async fn get(&self, id: &AgentId) -> Result<AgentInfo, RemoteError> {
+    /// The agent with one bounded page of its conversation, as the file store pages.
+    async fn get(&self, id: &AgentId, body: ReadBody) -> Result<AgentInfo, RemoteError> {
         let agent = self.agent(id)?;
         let agent = agent.lock().await;
         let (conversation, torn) = agent.conversation()?;
+        let page = link_conversation::page(
+            conversation,
+            link_conversation::PageRequest {
+                after: body.after,
+                limit: body.limit,
+                tail: body.tail,
+            },
+        );
         Ok(AgentInfo {
-            conversation: Some(conversation.to_vec()),
+            conversation: Some(conversation[page.start..page.end].to_vec()),
             conversation_torn: torn.map(|t| t.to_string()),
+            conversation_total: Some(page.total),
+            conversation_start: Some(page.start),
+            conversation_next: page.next,
             ..info(id.clone(), agent.name.clone())
         })
     }
@@ -120,9 +135,16 @@ impl Harness {
             return Err(agent.repair_torn());
         }
         let user = json!({ "role": "user", "content": message });
-        let mut messages = conversation.to_vec();
-        messages.push(user.clone());
-        let reply = self.complete(&messages).await?;
+        // The model's context window depends only on the last entries (the same rule as
+        // full Link's), so only they are copied: a turn costs the same at any length.
+        let recent = conversation
+            .len()
+            .saturating_sub(link_conversation::CONTEXT_ENTRIES);
+        let mut recent = conversation[recent..].to_vec();
+        recent.push(user.clone());
+        let reply = self
+            .complete(link_conversation::context_window(&recent))
+            .await?;
         let assistant = json!({ "role": "assistant", "content": reply });
         agent.append(vec![user, assistant])?;
         Ok(TurnReply {
@@ -167,6 +189,9 @@ fn info(id: AgentId, name: String) -> AgentInfo {
         home: None,
         conversation: None,
         conversation_torn: None,
+        conversation_total: None,
+        conversation_start: None,
+        conversation_next: None,
     }
 }
 
@@ -178,7 +203,7 @@ async fn main() -> anyhow::Result<()> {
     let service = Service::new(harness)
         .on::<Delete, _, _>(|h, call: Call, _| async move { h.delete(call.agent()?).await })
         .on::<Create, _, _>(|h, _, body: CreateBody| async move { h.create(&body.name) })
-        .on::<Get, _, _>(|h, call: Call, _| async move { h.get(call.agent()?).await })
+        .on::<Get, _, _>(|h, call: Call, body| async move { h.get(call.agent()?, body).await })
         .on::<List, _, _>(|h, _, _| async move { h.list() })
         .on::<Turn, _, _>(|h, call: Call, body: TurnBody| async move {
             h.turn(call.agent()?, body.message).await

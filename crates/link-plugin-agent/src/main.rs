@@ -78,6 +78,9 @@ impl Agents {
             home: Some(self.layout.agent_home(&rec.id)),
             conversation: None,
             conversation_torn: None,
+            conversation_total: None,
+            conversation_start: None,
+            conversation_next: None,
         }
     }
 

@@ -9,7 +9,7 @@ use link_protocol::{ErrorCode, RemoteError};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-pub use link_conversation::{Known, Scan};
+pub use link_conversation::Known;
 
 /// One agent's log file.
 pub struct Log(link_conversation::Log);
@@ -30,10 +30,14 @@ impl Log {
         Log(link_conversation::Log::new(path))
     }
 
-    /// Every intact entry, the torn tail's description if there is one, and what the store
-    /// may remember of an intact log.
-    pub fn read(&self) -> Result<(Scan, Option<Known>), RemoteError> {
-        self.0.read().map_err(remote)
+    /// One bounded page of the log; only its lines are read when `known` still describes
+    /// the file (see [`link_conversation::Log::read_page`]).
+    pub fn read_page(
+        &self,
+        req: link_conversation::PageRequest,
+        known: Option<Known>,
+    ) -> Result<(link_conversation::PageRead, Option<Known>), RemoteError> {
+        self.0.read_page(req, known).map_err(remote)
     }
 
     /// Appends entries, durable when this returns, repairing a torn tail first; see

@@ -16,6 +16,10 @@
 //! only the torn bytes and records them in `conversation.repairs.jsonl` (an append of no
 //! entries repairs without adding anything). `store.file.list` also answers `truncated`.
 //!
+//! `store.conversation.read` answers one bounded page, `{entries, torn, total, start,
+//! next?}` for `{after?, limit?, tail?}` (an empty body: the first page), so a log of any
+//! length stays readable under the frame limit; the harness reads only the tail page.
+//!
 //! `store.conversation.append` also answers `total` (intact entries after the append) and
 //! takes an optional `expect_total`: then it appends only to an intact log of exactly that
 //! many entries and otherwise refuses with `conflict`, writing nothing. That lets the
@@ -29,8 +33,8 @@ mod workspace;
 use link_protocol::routes::programs::{AGENT as AGENT_PLUGIN, FILE_STORE, HARNESS};
 use link_protocol::routes::store::{
     AgentCreate, AgentDelete, AppendBody, Appended, Content, Conversation, ConversationAppend,
-    ConversationRead, FileList, FileRead, FileWrite, Listing, PathBody, Workspace, WriteBody,
-    Written,
+    ConversationRead, FileList, FileRead, FileWrite, Listing, PathBody, ReadBody, Workspace,
+    WriteBody, Written,
 };
 use link_protocol::routes::{Empty, Route};
 use link_protocol::server::{Call, Peers, Service};
@@ -49,7 +53,9 @@ async fn main() -> anyhow::Result<()> {
         .on::<AgentCreate, _, _>(|s, call: Call, _| async move { s.create(&call) })
         .on::<AgentDelete, _, _>(|s, call: Call, _| async move { s.delete(&call) })
         .on::<ConversationAppend, _, _>(|s, call: Call, body| async move { s.append(&call, body) })
-        .on::<ConversationRead, _, _>(|s, call: Call, _| async move { s.read(call.agent()?) })
+        .on::<ConversationRead, _, _>(
+            |s, call: Call, body| async move { s.read(call.agent()?, body) },
+        )
         .on::<FileRead, _, _>(|s, call: Call, body: PathBody| async move {
             let content = s.workspace(call.agent()?)?.read(&body.path)?;
             Ok(Content { content })
@@ -120,13 +126,26 @@ impl Store {
         Ok(Empty {})
     }
 
-    fn read(&self, agent: &AgentId) -> Result<Conversation, RemoteError> {
+    /// One bounded page of the log (see [`link_conversation::page`]), so no answer outgrows
+    /// a frame however long the conversation is; while the store knows the log (it scanned
+    /// it or appended to it last), only the page's lines are read.
+    fn read(&self, agent: &AgentId, body: ReadBody) -> Result<Conversation, RemoteError> {
         let mut known = self.known();
-        let (scan, now) = self.log(agent)?.read()?;
+        let req = link_conversation::PageRequest {
+            after: body.after,
+            limit: body.limit,
+            tail: body.tail,
+        };
+        // Taken first: after a failed read only a full scan may be trusted.
+        let before = known.remove(agent.as_str());
+        let (read, now) = self.log(agent)?.read_page(req, before)?;
         remember(&mut known, agent, now);
         Ok(Conversation {
-            entries: scan.entries,
-            torn: scan.torn,
+            entries: read.entries,
+            torn: read.torn,
+            total: read.page.total,
+            start: read.page.start,
+            next: read.page.next,
         })
     }
 

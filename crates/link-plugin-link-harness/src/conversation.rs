@@ -5,13 +5,19 @@
 //! roles in the OpenAI shape. A log may end in the middle of a turn (a dependency died), so
 //! the messages are repaired: every tool call gets an answer, and answers without a call are
 //! dropped, which keeps strict OpenAI-compatible services happy.
+//!
+//! The model gets only the log's context window, [`link_conversation::context_window`]: the
+//! same rule as Mini's (the last [`WINDOW`] entries within a byte budget, starting at a user
+//! message so a tool call is never separated from its answer), so a turn's cost does not grow
+//! with the conversation, and the harness needs only the log's tail page to build it.
 
+use link_conversation::context_window;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-/// At most this many entries of the log go to the model; older ones are left out, starting
-/// the window at a user message so a tool call is never separated from its answer.
-pub const WINDOW: usize = 200;
+/// At most this many entries of the log go to the model (within
+/// [`link_conversation::CONTEXT_BYTES`]); older ones are left out.
+pub const WINDOW: usize = link_conversation::CONTEXT_ENTRIES;
 
 /// What a tool message says when its call never got an answer.
 const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call finished\"}";
@@ -22,18 +28,24 @@ const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call fin
 pub struct Conversation {
     /// Entries in the log.
     pub total: usize,
-    /// The log's last entries: all of them while there are at most [`WINDOW`], else more
-    /// than [`WINDOW`] (so [`window`] picks the same start as on the whole log).
+    /// The log's last entries: all of them, or at least [`WINDOW`] of them, or a tail page
+    /// of the log with entries appended since (so [`context_window`] picks the same start
+    /// as on the whole log).
     tail: Vec<Value>,
 }
 
 impl Conversation {
     /// The conversation whose log holds exactly `entries`.
+    #[cfg(test)]
     pub fn new(entries: Vec<Value>) -> Conversation {
-        let mut c = Conversation {
-            total: entries.len(),
-            tail: entries,
-        };
+        Conversation::from_tail(entries.len(), entries)
+    }
+
+    /// The conversation whose log holds `total` entries and ends with `tail`, a tail page
+    /// of it (`store.conversation.read` with `tail` and a limit of at least [`WINDOW`]).
+    pub fn from_tail(total: usize, tail: Vec<Value>) -> Conversation {
+        debug_assert!(tail.len() <= total);
+        let mut c = Conversation { total, tail };
         c.trim();
         c
     }
@@ -50,10 +62,10 @@ impl Conversation {
         messages(&self.tail)
     }
 
-    /// Keeps memory bounded: drops old entries in batches, keeping `WINDOW + 1`.
+    /// Keeps memory bounded: drops old entries in batches, keeping `WINDOW`.
     fn trim(&mut self) {
         if self.tail.len() > 2 * WINDOW {
-            self.tail.drain(..self.tail.len() - (WINDOW + 1));
+            self.tail.drain(..self.tail.len() - WINDOW);
         }
     }
 }
@@ -88,7 +100,7 @@ pub fn tool_content(ok: bool, output: &Value) -> String {
 
 /// The model messages for a conversation's entries.
 pub fn messages(entries: &[Value]) -> Vec<Value> {
-    let entries = window(entries);
+    let entries = context_window(entries);
     let mut out = Vec::with_capacity(entries.len());
     // Calls of the last assistant message still waiting for their tool answer.
     let mut pending: Vec<String> = Vec::new();
@@ -119,18 +131,6 @@ pub fn messages(entries: &[Value]) -> Vec<Value> {
     }
     close_pending(&mut out, &mut pending);
     out
-}
-
-fn window(entries: &[Value]) -> &[Value] {
-    if entries.len() <= WINDOW {
-        return entries;
-    }
-    let start = entries.len() - WINDOW;
-    let user = entries[start..]
-        .iter()
-        .position(|e| e["role"] == "user")
-        .map_or(start, |i| start + i);
-    &entries[user..]
 }
 
 fn content_of(entry: &Value) -> String {
@@ -244,6 +244,47 @@ mod tests {
         let loaded = Conversation::new(all.clone());
         assert_eq!(loaded.messages(), messages(&all));
         assert_eq!(loaded.total, all.len());
+    }
+
+    /// A conversation loaded from the log's tail page, as [`crate::turn`] loads it, builds
+    /// the messages of the whole log, and keeps doing so as the turn appends; with entries
+    /// big enough that the byte budgets bind.
+    #[test]
+    fn a_tail_page_gives_the_messages_of_the_whole_log() {
+        let big = |i: usize| "x".repeat([10, 5_000, 90_000, 700_000][i % 4]);
+        let mut all = Vec::new();
+        for i in 0..150 {
+            all.push(user_entry(&big(i)));
+            all.push(
+                json!({"role": "assistant", "content": "", "tool_calls": [call(&format!("c{i}"))]}),
+            );
+            all.push(tool_entry(
+                &format!("c{i}"),
+                "file",
+                true,
+                &json!(big(i + 1)),
+            ));
+            all.push(json!({"role": "assistant", "content": big(i + 2)}));
+        }
+        for cut in [3, 40, 200, 401, all.len()] {
+            let log = &all[..cut];
+            let req = link_conversation::PageRequest {
+                tail: true,
+                limit: Some(WINDOW),
+                after: None,
+            };
+            let page = link_conversation::page(log, req);
+            let mut kept = Conversation::from_tail(page.total, log[page.start..].to_vec());
+            assert_eq!(kept.messages(), messages(log), "at {cut}");
+            let mut grown = log.to_vec();
+            for i in 0..30 {
+                let entry = user_entry(&big(i * 3));
+                grown.push(entry.clone());
+                kept.push(entry);
+                assert_eq!(kept.total, grown.len());
+                assert_eq!(kept.messages(), messages(&grown), "at {cut} + {i}");
+            }
+        }
     }
 
     #[test]

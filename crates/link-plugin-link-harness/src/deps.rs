@@ -163,14 +163,16 @@ impl Deps {
 mod tests {
     use super::*;
     use link_protocol::routes::agent;
-    use link_protocol::routes::Empty;
 
     #[tokio::test]
     async fn dead_dependencies_are_named() {
         let dir = std::env::temp_dir().join(format!("lnk-harness-deps-{}", std::process::id()));
         let deps = Deps::new(dir.join("router.sock"), dir.join("model.sock"));
         let a = AgentId::parse("a").unwrap();
-        let e = deps.call::<agent::Get>(&a, &Empty {}).await.unwrap_err();
+        let e = deps
+            .call::<agent::Get>(&a, &Default::default())
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(
             e.message.contains("link-plugin-agent") && e.message.contains("router"),

@@ -9,7 +9,7 @@ use crate::deps::Deps;
 use crate::tools::{self, ToolCall};
 use link_protocol::plugin::Mode;
 use link_protocol::routes::agent::{self, ToolCallReport, TurnReply};
-use link_protocol::routes::{owner_of, store, Empty};
+use link_protocol::routes::{owner_of, store};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde_json::Value;
 
@@ -87,16 +87,20 @@ async fn begin(
     Ok(turn)
 }
 
-/// The agent's conversation from the file store, after checking the agent exists.
+/// The agent's conversation from the file store, after checking the agent exists: only the
+/// log's tail page, which holds the model's context window, however long the log is.
 async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError> {
-    deps.call::<agent::Get>(agent, &Empty {}).await?;
-    let log = deps
-        .call::<store::ConversationRead>(agent, &Empty {})
-        .await?;
+    deps.call::<agent::Get>(agent, &Default::default()).await?;
+    let tail = store::ReadBody {
+        tail: true,
+        limit: Some(conversation::WINDOW),
+        after: None,
+    };
+    let log = deps.call::<store::ConversationRead>(agent, &tail).await?;
     if let Some(reason) = log.torn {
         return Err(repair_torn(deps, agent, &reason).await);
     }
-    Ok(Conversation::new(log.entries))
+    Ok(Conversation::from_tail(log.total, log.entries))
 }
 
 /// The model ↔ tools loop, after the user entry.

@@ -253,6 +253,9 @@ mod tests {
                     home: None,
                     conversation: None,
                     conversation_torn: None,
+                    conversation_total: None,
+                    conversation_start: None,
+                    conversation_next: None,
                 })
             });
         assert_eq!(service.routes(), ["agent.get"]);

@@ -1,6 +1,7 @@
 //! Agents and their turns. Full Link: the agent registry owns `agent.*`, the link harness
 //! `turn.run`. Mini's harness serves all five itself (no router).
 
+pub use super::store::ReadBody;
 use super::{programs, route, Empty};
 use crate::AgentId;
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,15 @@ pub struct AgentInfo {
     /// Mini: why the conversation log's tail is damaged, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conversation_torn: Option<String>,
+    /// Mini: entries in the whole conversation; `conversation` is one page of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_total: Option<usize>,
+    /// Mini: how many entries come before the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_start: Option<usize>,
+    /// Mini: the `after` of the next page, when entries are left after this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation_next: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -58,7 +68,11 @@ route!(
     /// Registers an agent named `name` (the name is its id).
     Create = "agent.create", owner programs::AGENT, for_agent false, CreateBody => AgentInfo
 );
-route!(Get = "agent.get", owner programs::AGENT, for_agent true, Empty => AgentInfo);
+route!(
+    /// The agent. Mini also answers one page of its conversation, as `store.conversation.read`
+    /// pages (the body; the registry of full Link ignores it).
+    Get = "agent.get", owner programs::AGENT, for_agent true, ReadBody => AgentInfo
+);
 route!(List = "agent.list", owner programs::AGENT, for_agent false, Empty => AgentList);
 route!(
     /// Removes the agent, its files and its schedules.

@@ -27,11 +27,37 @@ pub struct Appended {
     pub repaired: Option<String>,
 }
 
+/// Which page of a conversation to read; an absent or empty body is the first page. The
+/// owner bounds every page (by default 200 entries, at most 1000, and about 1 MiB of them:
+/// `link_conversation::page`), so no read outgrows a frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadBody {
+    /// How many entries come before the page: a previous page's `next`. 0 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<usize>,
+    /// The most entries wanted (the owner's default when absent; 0 answers only `total`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// The last page instead: it ends with the log's last entry (`after` is ignored).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tail: bool,
+}
+
+/// One page of a conversation: entries `start..start + entries.len()` of `total`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Conversation {
     pub entries: Vec<serde_json::Value>,
     /// Why the log's tail is damaged, when it is.
     pub torn: Option<String>,
+    /// Intact entries in the log.
+    #[serde(default)]
+    pub total: usize,
+    /// How many entries come before this page.
+    #[serde(default)]
+    pub start: usize,
+    /// The `after` of the next page, when entries are left after this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<usize>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +102,10 @@ route!(
     /// Durable once answered; a torn tail is cut and recorded first.
     ConversationAppend = "store.conversation.append", owner programs::FILE_STORE, for_agent true, AppendBody => Appended
 );
-route!(ConversationRead = "store.conversation.read", owner programs::FILE_STORE, for_agent true, Empty => Conversation);
+route!(
+    /// One bounded page of the log (the first one for an empty body).
+    ConversationRead = "store.conversation.read", owner programs::FILE_STORE, for_agent true, ReadBody => Conversation
+);
 route!(FileRead = "store.file.read", owner programs::FILE_STORE, for_agent true, PathBody => Content);
 route!(FileWrite = "store.file.write", owner programs::FILE_STORE, for_agent true, WriteBody => Written);
 route!(FileList = "store.file.list", owner programs::FILE_STORE, for_agent true, PathBody => Listing);
