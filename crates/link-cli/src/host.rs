@@ -61,6 +61,21 @@ impl Shared {
     }
 }
 
+/// The state root and its top directories, owner-only (0700): made so, or made so again if
+/// an earlier run or another program left them open, so nothing beneath them is reachable by
+/// another local user whatever its own mode.
+fn make_private_dirs(layout: &StateLayout) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let root = layout.root();
+    let top = ["run", "log", "auth", "home", "data"].map(|d| root.join(d));
+    for dir in std::iter::once(root.to_path_buf()).chain(top) {
+        link_protocol::plugin::private_dir_all(&dir)
+            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
+            .with_context(|| format!("making {} owner-only", dir.display()))?;
+    }
+    Ok(())
+}
+
 fn confinement_summary(mode: Mode) -> &'static str {
     match mode {
         Mode::Confined => "plugins under Landlock with no_new_privs (the sandbox plugin: no_new_privs; its commands: bubblewrap + Landlock)",
@@ -70,6 +85,9 @@ fn confinement_summary(mode: Mode) -> &'static str {
 
 /// Runs the host in the foreground until it is asked to stop or a plugin dies.
 pub fn up(args: UpArgs) -> Result<i32> {
+    // State is private: everything the host and the plugins it starts (which inherit the
+    // umask) create is owner-only, whatever umask `link up` was started with.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let root = crate::commands::absolute(&args.state)?;
     let layout = StateLayout::new(root);
     layout.check()?;
@@ -88,9 +106,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
             missing.join(", ")
         );
     }
-    for dir in [layout.run_dir(), layout.log_dir(), layout.auth_dir()] {
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    make_private_dirs(&layout)?;
     let _lock = take_lock(&layout)?;
     // A host that was killed may have left plugins serving these sockets: end them first.
     kill_survivors(&layout)?;

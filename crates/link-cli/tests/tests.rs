@@ -6,8 +6,11 @@
 
 mod cli;
 mod deadlines;
+mod endpoint_limits;
+mod full_disk;
 mod host_death;
 mod link;
 mod long_conversations;
 mod mini;
+mod private_state;
 mod support;

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Largest request body accepted; larger ones get 413.
 pub const MAX_BODY: usize = 64 * 1024;
@@ -219,12 +220,141 @@ pub fn error_response(e: &RemoteError) -> Response {
     (status, Json(e.to_http_body())).into_response()
 }
 
-/// Serves the contract on `listener` until it fails.
+/// How long a client may take to send a request's headers, counted from when the server
+/// waits for them: on a new connection, and between requests of a kept-alive one, so it is
+/// also the idle keep-alive limit. Slower or idle connections are closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections served at once; past it a new connection gets a 503 and is closed.
+pub const MAX_CONNECTIONS: usize = 512;
+/// With test hooks on ([`link_protocol::plugin::ENV_TEST_HOOKS`]`=1`) only: the header-read
+/// timeout in milliseconds, so tests need not wait [`HEADER_READ_TIMEOUT`].
+pub use link_protocol::plugin::ENV_TEST_HEADER_TIMEOUT_MS;
+/// With test hooks on only: the connection cap, so tests need not open [`MAX_CONNECTIONS`].
+pub use link_protocol::plugin::ENV_TEST_MAX_CONNECTIONS;
+
+/// What one client may hold of the endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults; with test hooks on, [`ENV_TEST_HEADER_TIMEOUT_MS`] and
+    /// [`ENV_TEST_MAX_CONNECTIONS`] may lower them. Without hooks they are ignored.
+    pub fn from_env() -> Limits {
+        Limits::from_vars(|k| std::env::var(k).ok())
+    }
+
+    fn from_vars(var: impl Fn(&str) -> Option<String>) -> Limits {
+        let mut limits = Limits::default();
+        if var(link_protocol::plugin::ENV_TEST_HOOKS).as_deref() != Some("1") {
+            return limits;
+        }
+        let number = |k: &str| {
+            var(k)
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+        };
+        if let Some(ms) = number(ENV_TEST_HEADER_TIMEOUT_MS) {
+            limits.header_read_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = number(ENV_TEST_MAX_CONNECTIONS) {
+            limits.max_connections = n as usize;
+        }
+        limits
+    }
+}
+
+/// How long a refused connection is kept open for the client to read the refusal.
+const REFUSAL_LINGER: Duration = Duration::from_millis(200);
+
+/// What a connection over the cap is told before it is closed.
+const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+connection: close\r\ncontent-length: 76\r\n\r\n\
+{\"error\":{\"code\":\"unavailable\",\"message\":\"too many connections; try again\"}}";
+
+/// Serves the contract on `listener` with [`Limits::from_env`]; returns only if accepting
+/// fails for good.
 pub async fn serve(
     listener: tokio::net::UnixListener,
     backend: Arc<dyn Backend>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(backend)).await
+    serve_with(listener, backend, Limits::from_env()).await
+}
+
+/// Serves the contract on `listener`: HTTP/1.1 with keep-alive, each connection closed when
+/// its headers do not arrive within `limits.header_read_timeout` (idle kept-alive ones too),
+/// and at most `limits.max_connections` at once.
+pub async fn serve_with(
+    listener: tokio::net::UnixListener,
+    backend: Arc<dyn Backend>,
+    limits: Limits,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = router(backend);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let lingering = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut refused: u64 = 0;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of descriptors or a connection that went away: keep serving the others.
+            Err(e) => {
+                link_protocol::errln!("connection endpoint: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            refused += 1;
+            // A fresh socket's send buffer takes the short answer without blocking. Kept
+            // open a moment (reading what the client sends) so its request write does not
+            // fail before it reads the answer; when too many are already lingering, closed
+            // at once.
+            let _ = stream.try_write(BUSY);
+            if let Ok(linger) = lingering.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    let _linger = linger;
+                    let mut stream = stream;
+                    let _ = stream.shutdown().await;
+                    let mut sink = [0u8; 1024];
+                    let drain = async { while let Ok(1..) = stream.read(&mut sink).await {} };
+                    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+                });
+            }
+            if refused.is_power_of_two() {
+                link_protocol::errln!(
+                    "connection endpoint: refused a connection (503): {} open, the limit; \
+                     {refused} refused so far",
+                    limits.max_connections
+                );
+            }
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let header_read_timeout = limits.header_read_timeout;
+        tokio::spawn(async move {
+            let _slot = slot;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            // A client that goes away or is too slow ends only its own connection.
+            let _ = conn.await;
+        });
+    }
 }
 
 /// `{"message": ...}` helper for backends.
@@ -235,6 +365,35 @@ pub fn message_body(message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_are_lowered_only_with_test_hooks() {
+        let vars = |hooks: &'static str| {
+            move |k: &str| match k {
+                "LNK_TEST_HOOKS" => Some(hooks.to_owned()),
+                ENV_TEST_HEADER_TIMEOUT_MS => Some("250".to_owned()),
+                ENV_TEST_MAX_CONNECTIONS => Some("4".to_owned()),
+                _ => None,
+            }
+        };
+        assert_eq!(Limits::from_vars(vars("0")), Limits::default());
+        assert_eq!(Limits::from_vars(|_| None), Limits::default());
+        let hooked = Limits::from_vars(vars("1"));
+        assert_eq!(hooked.header_read_timeout, Duration::from_millis(250));
+        assert_eq!(hooked.max_connections, 4);
+    }
+
+    #[test]
+    fn the_busy_answer_is_well_formed() {
+        let text = std::str::from_utf8(BUSY).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["error"]["code"], "unavailable");
+    }
 
     #[test]
     fn conversation_pages_are_parsed_from_the_query() {

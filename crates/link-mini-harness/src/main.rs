@@ -29,6 +29,7 @@ use tokio::sync::Mutex;
 
 struct Harness {
     agents_dir: PathBuf,
+    state_root: PathBuf,
     model: PathBuf,
     agents: std::sync::Mutex<HashMap<String, Arc<Mutex<Agent>>>>,
 }
@@ -37,12 +38,14 @@ impl Harness {
     fn open(env: &PluginEnv) -> anyhow::Result<Harness> {
         let agents_dir = env.data.join("agents");
         std::fs::create_dir_all(&agents_dir)?;
-        let agents = store::load(&agents_dir)?
+        let state_root = env.layout().root().to_owned();
+        let agents = store::load(&agents_dir, &state_root)?
             .into_iter()
             .map(|agent| (agent.id.clone(), Arc::new(Mutex::new(agent))))
             .collect();
         Ok(Harness {
             agents_dir,
+            state_root,
             model: env.layout().plugin_socket(programs::MODEL),
             agents: std::sync::Mutex::new(agents),
         })
@@ -58,7 +61,7 @@ impl Harness {
                 format!("agent {name} already exists"),
             ));
         }
-        let agent = store::create(&self.agents_dir, name)?;
+        let agent = store::create(&self.agents_dir, &self.state_root, name)?;
         agents.insert(name.to_owned(), Arc::new(Mutex::new(agent)));
         Ok(info(id, name.to_owned()))
     }

@@ -23,6 +23,8 @@ pub struct Stored {
     pub id: String,
     pub name: String,
     pub dir: PathBuf,
+    /// The runtime's state root, named when the disk holding it is full.
+    state_root: PathBuf,
     /// The conversation, or why the agent is damaged.
     state: Result<Conversation, String>,
 }
@@ -35,9 +37,9 @@ struct Conversation {
     known: Option<Known>,
 }
 
-/// Every agent under `agents_dir`, damaged ones included (each reported in the log). `Err`
-/// only when the directory itself cannot be read.
-pub fn load(agents_dir: &Path) -> std::io::Result<Vec<Stored>> {
+/// Every agent under `agents_dir` (inside `state_root`), damaged ones included (each
+/// reported in the log). `Err` only when the directory itself cannot be read.
+pub fn load(agents_dir: &Path, state_root: &Path) -> std::io::Result<Vec<Stored>> {
     let loaded = link_conversation::load_dir(agents_dir, LOG)?;
     let mut agents = Vec::with_capacity(loaded.len());
     for l in loaded {
@@ -73,6 +75,7 @@ pub fn load(agents_dir: &Path) -> std::io::Result<Vec<Stored>> {
             id: l.id,
             name,
             dir,
+            state_root: state_root.to_owned(),
             state,
         });
     }
@@ -91,22 +94,34 @@ fn read_meta(dir: &Path) -> Result<String, String> {
 }
 
 /// Creates the files of a new agent: an empty log (with its directories, fsync'd) and
-/// `agent.json` (written whole by rename, fsync'd). Nothing is left after a failure.
-pub fn create(agents_dir: &Path, name: &str) -> Result<Stored, RemoteError> {
+/// `agent.json` (written whole by rename, fsync'd). Nothing is left after a failure; a full
+/// disk (or quota) answers [`ErrorCode::InsufficientStorage`] naming `state_root`.
+pub fn create(agents_dir: &Path, state_root: &Path, name: &str) -> Result<Stored, RemoteError> {
     let dir = agents_dir.join(name);
     let log = Log::new(dir.join(LOG));
     let made = link_conversation::create(&log.path)
-        .map_err(|e| e.to_string())
-        .and_then(|()| write_meta(&dir, name).map_err(|e| format!("{}: {e}", dir.display())));
-    if let Err(e) = made {
+        .map_err(|e| (storage_full(&e), e.to_string()))
+        .and_then(|()| {
+            write_meta(&dir, name).map_err(|e| {
+                let full = link_protocol::message::is_storage_full(&e);
+                (full, format!("{}: {e}", dir.display()))
+            })
+        });
+    if let Err((full, e)) = made {
         let _ = std::fs::remove_dir_all(&dir);
-        return Err(RemoteError::internal(format!("creating agent {name}: {e}")));
+        let what = format!("creating agent {name}: {e}");
+        return Err(if full {
+            RemoteError::insufficient_storage(state_root, what)
+        } else {
+            RemoteError::internal(what)
+        });
     }
     let known = log.read().ok().and_then(|(_, known)| known);
     Ok(Stored {
         id: name.to_owned(),
         name: name.to_owned(),
         dir,
+        state_root: state_root.to_owned(),
         state: Ok(Conversation {
             log,
             entries: Vec::new(),
@@ -114,6 +129,11 @@ pub fn create(agents_dir: &Path, name: &str) -> Result<Stored, RemoteError> {
             known,
         }),
     })
+}
+
+/// True when a log error is the disk (or a quota) being full.
+fn storage_full(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if link_protocol::message::is_storage_full(source))
 }
 
 fn write_meta(dir: &Path, name: &str) -> std::io::Result<()> {
@@ -177,8 +197,13 @@ impl Stored {
                     "the conversation log of agent {id} is torn ({reason}) and could not be \
                      repaired: {e}"
                 );
+                let full = storage_full(&e);
                 self.reload();
-                RemoteError::internal(msg)
+                if full {
+                    RemoteError::insufficient_storage(&self.state_root, msg)
+                } else {
+                    RemoteError::internal(msg)
+                }
             }
         }
     }
@@ -206,6 +231,12 @@ impl Stored {
                 self.reload();
                 Err(RemoteError::new(ErrorCode::Conflict, msg))
             }
+            // The log was cut back to what it held (see `Log::append`), so the conversation
+            // in memory still mirrors it and the next turn appends after it.
+            Err(e) if storage_full(&e) => Err(RemoteError::insufficient_storage(
+                &self.state_root,
+                format!("saving the conversation of agent {}: {e}", self.id),
+            )),
             Err(e) => Err(RemoteError::internal(format!(
                 "saving the conversation of agent {}: {e}",
                 self.id
@@ -274,7 +305,7 @@ mod tests {
     #[test]
     fn conversations_survive_a_reload() {
         let t = Temp::new("reload");
-        let mut a = create(&t.0, "a").unwrap();
+        let mut a = create(&t.0, &t.0, "a").unwrap();
         assert_eq!(
             std::fs::read_to_string(t.0.join("a/agent.json")).unwrap(),
             r#"{"name":"a"}"#
@@ -283,7 +314,7 @@ mod tests {
         a.append(turn("two")).unwrap();
         let on_disk = std::fs::read_to_string(t.0.join("a/conversation.jsonl")).unwrap();
         assert_eq!(on_disk.lines().count(), 4, "durable when append returns");
-        let loaded = load(&t.0).unwrap();
+        let loaded = load(&t.0, &t.0).unwrap();
         assert_eq!(loaded.len(), 1);
         let (entries, torn) = loaded[0].conversation().unwrap();
         assert_eq!((entries, torn), a.conversation().unwrap());
@@ -294,7 +325,7 @@ mod tests {
     fn one_damaged_agent_does_not_stop_the_others() {
         let t = Temp::new("damage");
         for id in ["a", "b", "c", "d"] {
-            create(&t.0, id).unwrap().append(turn(id)).unwrap();
+            create(&t.0, &t.0, id).unwrap().append(turn(id)).unwrap();
         }
         let b_log = t.0.join("b/conversation.jsonl");
         let mut corrupt = b"garbage\n".to_vec();
@@ -307,7 +338,7 @@ mod tests {
         torn.extend_from_slice(br#"{"role":"user","con"#);
         std::fs::write(&d_log, &torn).unwrap();
 
-        let mut loaded = load(&t.0).unwrap();
+        let mut loaded = load(&t.0, &t.0).unwrap();
         let ids: Vec<_> = loaded.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
         assert_eq!(loaded[0].conversation().unwrap().0.len(), 2);
@@ -338,13 +369,16 @@ mod tests {
         loaded[3].append(turn("after")).unwrap();
 
         loaded[0].append(turn("more")).unwrap();
-        assert_eq!(load(&t.0).unwrap()[0].conversation().unwrap().0.len(), 4);
+        assert_eq!(
+            load(&t.0, &t.0).unwrap()[0].conversation().unwrap().0.len(),
+            4
+        );
     }
 
     #[test]
     fn a_log_changed_behind_the_harness_is_not_overwritten() {
         let t = Temp::new("conflict");
-        let mut a = create(&t.0, "a").unwrap();
+        let mut a = create(&t.0, &t.0, "a").unwrap();
         a.append(turn("one")).unwrap();
         let log = t.0.join("a/conversation.jsonl");
         let mut other = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
@@ -357,6 +391,9 @@ mod tests {
         assert_eq!(std::fs::read(&log).unwrap(), before);
         assert_eq!(a.conversation().unwrap().0.len(), 3, "loaded again");
         a.append(turn("two")).unwrap();
-        assert_eq!(load(&t.0).unwrap()[0].conversation().unwrap().0.len(), 5);
+        assert_eq!(
+            load(&t.0, &t.0).unwrap()[0].conversation().unwrap().0.len(),
+            5
+        );
     }
 }

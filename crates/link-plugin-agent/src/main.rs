@@ -96,21 +96,32 @@ impl Agents {
                 ));
             }
         }
-        let made = self.make_files(&id).await;
-        let mut st = self.state();
-        st.creating.remove(name);
-        made?;
         let rec = Record {
             id: id.clone(),
             name: name.to_owned(),
             created_unix_ms: link_protocol::clock::unix_ms(),
         };
-        st.registry.agents.insert(rec.id.clone(), rec.clone());
-        if let Err(e) = st.registry.save() {
-            st.registry.agents.remove(name);
-            return Err(RemoteError::internal(format!(
-                "cannot save the agent registry: {e}"
-            )));
+        let made = match self.make_files(&id).await {
+            Ok(()) => {
+                let mut st = self.state();
+                st.registry.agents.insert(rec.id.clone(), rec.clone());
+                let saved = st.registry.save();
+                if saved.is_err() {
+                    st.registry.agents.remove(name);
+                }
+                Ok(saved)
+            }
+            Err(e) => Err(e),
+        };
+        if let Ok(Err(_)) = &made {
+            // A create that failed (a full disk, say) leaves no files behind.
+            self.unmake_files(&id).await;
+        }
+        self.state().creating.remove(name);
+        match made {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(self.io_error("cannot save the agent registry", e)),
+            Err(e) => return Err(e),
         }
         tracing::info!("created agent {name}");
         Ok(self.describe(&rec))
@@ -124,13 +135,27 @@ impl Agents {
             .iter()
             .try_for_each(|sub| std::fs::create_dir_all(home.join(sub)));
         if let Err(e) = made {
-            let _ = std::fs::remove_dir_all(&home);
-            return Err(RemoteError::internal(format!(
-                "cannot create home {}: {e}",
-                home.display()
-            )));
+            self.unmake_files(id).await;
+            return Err(self.io_error(&format!("cannot create home {}", home.display()), e));
         }
         Ok(())
+    }
+
+    /// Removes what [`Self::make_files`] made, after a create that failed later.
+    async fn unmake_files(&self, id: &AgentId) {
+        let _ = std::fs::remove_dir_all(self.layout.agent_home(id));
+        if let Err(e) = self.call::<store::AgentDelete>(id).await {
+            tracing::warn!("could not remove the files of the failed create of {id}: {e}");
+        }
+    }
+
+    /// The wire error for a failed write: a full disk (or quota) names the state root.
+    fn io_error(&self, what: &str, e: std::io::Error) -> RemoteError {
+        if link_protocol::message::is_storage_full(&e) {
+            RemoteError::insufficient_storage(self.layout.root(), format!("{what}: {e}"))
+        } else {
+            RemoteError::internal(format!("{what}: {e}"))
+        }
     }
 
     async fn delete(&self, id: &AgentId) -> Result<Empty, RemoteError> {

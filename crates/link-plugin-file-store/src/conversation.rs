@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 pub use link_conversation::Known;
 
-/// One agent's log file.
-pub struct Log(link_conversation::Log);
+/// One agent's log file, and the state root that holds it (named when the disk is full).
+pub struct Log(link_conversation::Log, PathBuf);
 
 /// What an append did.
 pub struct Appended {
@@ -26,8 +26,8 @@ pub struct Appended {
 }
 
 impl Log {
-    pub fn new(path: PathBuf) -> Self {
-        Log(link_conversation::Log::new(path))
+    pub fn new(path: PathBuf, state_root: &Path) -> Self {
+        Log(link_conversation::Log::new(path), state_root.to_owned())
     }
 
     /// One bounded page of the log; only its lines are read when `known` still describes
@@ -37,7 +37,7 @@ impl Log {
         req: link_conversation::PageRequest,
         known: Option<Known>,
     ) -> Result<(link_conversation::PageRead, Option<Known>), RemoteError> {
-        self.0.read_page(req, known).map_err(remote)
+        self.0.read_page(req, known).map_err(|e| remote(e, &self.1))
     }
 
     /// Appends entries, durable when this returns, repairing a torn tail first; see
@@ -48,7 +48,10 @@ impl Log {
         expect: Option<usize>,
         known: Option<Known>,
     ) -> Result<Appended, RemoteError> {
-        let done = self.0.append(entries, expect, known).map_err(remote)?;
+        let done = self
+            .0
+            .append(entries, expect, known)
+            .map_err(|e| remote(e, &self.1))?;
         if let Some(r) = &done.repaired {
             tracing::warn!(
                 "conversation log {} has a torn tail ({}); truncated {} bytes at offset {}, \
@@ -78,9 +81,12 @@ pub fn create_empty(path: &Path) -> std::io::Result<()> {
     })
 }
 
-/// The store's wire error for a log error.
-fn remote(e: Error) -> RemoteError {
+/// The store's wire error for a log error; a full disk (or quota) names `state_root`.
+fn remote(e: Error, state_root: &Path) -> RemoteError {
     match &e {
+        Error::Io { source, .. } if link_protocol::message::is_storage_full(source) => {
+            RemoteError::insufficient_storage(state_root, &e)
+        }
         Error::NotFound { .. } => RemoteError::not_found(format!(
             "{e}: the agent does not exist in the file store (create it with agent.create)"
         )),
@@ -116,11 +122,29 @@ mod tests {
                 },
                 ErrorCode::Internal,
             ),
+            (
+                Error::Io {
+                    path: path.clone(),
+                    source: std::io::Error::from_raw_os_error(28),
+                },
+                ErrorCode::InsufficientStorage,
+            ),
+            (
+                Error::Io {
+                    path: path.clone(),
+                    source: std::io::Error::from_raw_os_error(5),
+                },
+                ErrorCode::Internal,
+            ),
         ];
         for (e, code) in cases {
-            let r = remote(e);
+            let r = remote(e, Path::new("/s"));
             assert_eq!(r.code, code, "{r}");
             assert!(!r.message.is_empty());
+            if code == ErrorCode::InsufficientStorage {
+                assert_eq!(r.code.http_status(), 507);
+                assert!(r.message.contains("the disk holding /s is full"), "{r}");
+            }
         }
     }
 }

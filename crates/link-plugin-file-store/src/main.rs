@@ -103,11 +103,23 @@ impl Store {
         let mut known = self.known();
         known.remove(agent.as_str());
         let workspace = self.layout.agent_workspace(agent);
+        let dir = self.layout.agent_dir(agent);
+        let fresh = !dir.exists();
         // Idempotent on purpose: the agent plugin may retry after a crash between steps.
-        std::fs::create_dir_all(&workspace).map_err(|e| internal(&workspace, e))?;
-        let log = self.layout.agent_conversation(agent);
-        conversation::create_empty(&log).map_err(|e| internal(&log, e))?;
-        sync_dir(&self.layout.agent_dir(agent));
+        let made = std::fs::create_dir_all(&workspace)
+            .map_err(|e| self.io_error(&workspace, e))
+            .and_then(|()| {
+                let log = self.layout.agent_conversation(agent);
+                conversation::create_empty(&log).map_err(|e| self.io_error(&log, e))
+            });
+        if let Err(e) = made {
+            // A create that failed (a full disk, say) leaves nothing half made behind.
+            if fresh {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            return Err(e);
+        }
+        sync_dir(&dir);
         tracing::info!("created files of agent {agent}");
         Ok(Workspace { workspace })
     }
@@ -121,7 +133,7 @@ impl Store {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => tracing::info!("deleted files of agent {agent}"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(internal(&dir, e)),
+            Err(e) => return Err(self.io_error(&dir, e)),
         }
         Ok(Empty {})
     }
@@ -174,6 +186,7 @@ impl Store {
     fn log(&self, agent: &str) -> Result<conversation::Log, RemoteError> {
         Ok(conversation::Log::new(
             self.layout.agent_conversation(agent),
+            self.layout.root(),
         ))
     }
 
@@ -187,7 +200,21 @@ impl Store {
         Ok(workspace::Workspace {
             agent_dir: self.layout.agent_dir(agent),
             root,
+            state_root: self.layout.root().to_owned(),
         })
+    }
+
+    /// The wire error for a failed file operation: a full disk (or quota) names the state
+    /// root, anything else is internal.
+    fn io_error(&self, path: &Path, e: std::io::Error) -> RemoteError {
+        if link_protocol::message::is_storage_full(&e) {
+            RemoteError::insufficient_storage(
+                self.layout.root(),
+                format!("{}: {e}", path.display()),
+            )
+        } else {
+            internal(path, e)
+        }
     }
 }
 

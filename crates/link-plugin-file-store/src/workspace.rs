@@ -25,6 +25,8 @@ const MAX_SYMLINK_HOPS: usize = 40;
 pub struct Workspace {
     pub agent_dir: PathBuf,
     pub root: PathBuf,
+    /// The runtime's state root, named when the disk holding it is full.
+    pub state_root: PathBuf,
 }
 
 /// Where a path leads: the open directory holding it and its name there (`None`: the
@@ -37,6 +39,19 @@ struct Target {
 pub use link_protocol::routes::store::ListEntry as Entry;
 
 impl Workspace {
+    /// The wire error for a failed file operation: a full disk (or quota) names the state
+    /// root and says nothing was written (writes are atomic); anything else is internal.
+    fn io_error(&self, e: Errno, path: &str) -> RemoteError {
+        if e == Errno::NOSPC || e == Errno::DQUOT {
+            RemoteError::insufficient_storage(
+                &self.state_root,
+                format!("writing {path:?} in the workspace: {e}"),
+            )
+        } else {
+            io_error(e, path)
+        }
+    }
+
     /// Reads a UTF-8 text file of at most [`MAX_FILE`] bytes.
     pub fn read(&self, path: &str) -> Result<String, RemoteError> {
         let target = self.resolve(path, false)?;
@@ -48,7 +63,7 @@ impl Workspace {
             Mode::empty(),
         )
         .map_err(|e| open_error(e, path))?;
-        let stat = rustix::fs::fstat(&fd).map_err(|e| io_error(e, path))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| self.io_error(e, path))?;
         match FileType::from_raw_mode(stat.st_mode) {
             FileType::RegularFile => {}
             FileType::Directory => return Err(is_dir(path)),
@@ -89,7 +104,7 @@ impl Workspace {
             }
             Ok(st) => Mode::from_raw_mode(st.st_mode) & Mode::from_raw_mode(0o777),
             Err(Errno::NOENT) => Mode::from_raw_mode(0o644),
-            Err(e) => return Err(io_error(e, path)),
+            Err(e) => return Err(self.io_error(e, path)),
         };
         // A name taken already (by a command in the workspace, say) just means another try.
         for _ in 0..8 {
@@ -97,10 +112,10 @@ impl Workspace {
             match write_then_rename(&target.dir, &tmp, name, mode, content.as_bytes()) {
                 Ok(()) => return Ok(content.len() as u64),
                 Err(Step::Create(Errno::EXIST)) => continue,
-                Err(Step::Create(e)) => return Err(io_error(e, path)),
+                Err(Step::Create(e)) => return Err(self.io_error(e, path)),
                 Err(Step::Write(e)) => {
                     let _ = rustix::fs::unlinkat(&target.dir, tmp.as_str(), AtFlags::empty());
-                    return Err(io_error(e, path));
+                    return Err(self.io_error(e, path));
                 }
             }
         }
@@ -127,8 +142,8 @@ impl Workspace {
         };
         let mut entries = Vec::new();
         let mut truncated = false;
-        for item in rustix::fs::Dir::read_from(&dir).map_err(|e| io_error(e, path))? {
-            let item = item.map_err(|e| io_error(e, path))?;
+        for item in rustix::fs::Dir::read_from(&dir).map_err(|e| self.io_error(e, path))? {
+            let item = item.map_err(|e| self.io_error(e, path))?;
             let name = item.file_name().to_string_lossy().into_owned();
             if name == "." || name == ".." || paths::is_temp_name(&name) {
                 continue;
@@ -194,7 +209,7 @@ impl Workspace {
                 let kind = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) => Some(FileType::from_raw_mode(st.st_mode)),
                     Err(Errno::NOENT) => None,
-                    Err(e) => return Err(io_error(e, path)),
+                    Err(e) => return Err(self.io_error(e, path)),
                 };
                 match kind {
                     Some(FileType::Symlink) => {
@@ -217,7 +232,7 @@ impl Workspace {
                     None if create_dirs => {
                         match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
                             Ok(()) | Err(Errno::EXIST) => {}
-                            Err(e) => return Err(io_error(e, path)),
+                            Err(e) => return Err(self.io_error(e, path)),
                         }
                         dir = open_dir(&dir, name, path)?;
                     }
@@ -248,7 +263,7 @@ impl Workspace {
         path: &str,
     ) -> Result<Vec<String>, RemoteError> {
         let target = rustix::fs::readlinkat(dir, parts[i].as_str(), Vec::new())
-            .map_err(|e| io_error(e, path))?;
+            .map_err(|e| self.io_error(e, path))?;
         let target = target.to_string_lossy().into_owned();
         let rest = parts[i + 1..].join("/");
         let resolved = if target.starts_with('/') {

@@ -53,6 +53,8 @@ pub enum ErrorCode {
     /// A dependency is not running or a capability is missing.
     Unavailable,
     Timeout,
+    /// The disk (or quota) holding the state root is full: nothing was stored.
+    InsufficientStorage,
     Internal,
 }
 
@@ -68,6 +70,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 413,
             ErrorCode::Unavailable => 503,
             ErrorCode::Timeout => 504,
+            ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
         }
     }
@@ -84,9 +87,17 @@ impl ErrorCode {
             ErrorCode::TooLarge => "too_large",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
+            ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Internal => "internal",
         }
     }
+}
+
+/// True when an I/O error means the disk or the user's quota is full (ENOSPC, EDQUOT).
+pub fn is_storage_full(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(e.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded)
+        || matches!(e.raw_os_error(), Some(28) | Some(122))
 }
 
 /// A typed error travelling over the wire.
@@ -116,6 +127,21 @@ impl RemoteError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
+    /// A write the disk (or a quota) refused, naming the state root that holds it and what
+    /// the user does about it; `detail` says what could not be written.
+    pub fn insufficient_storage(
+        state_root: &std::path::Path,
+        detail: impl std::fmt::Display,
+    ) -> Self {
+        Self::new(
+            ErrorCode::InsufficientStorage,
+            format!(
+                "the disk holding {} is full: {detail}; nothing was stored. Free space and \
+                 send the message again",
+                state_root.display()
+            ),
+        )
+    }
 
     /// The `{"error": {"code", "message"}}` body of the HTTP contract.
     pub fn to_http_body(&self) -> Value {
@@ -129,5 +155,27 @@ impl From<crate::Error> for RemoteError {
             crate::Error::Remote(r) => r,
             other => RemoteError::new(ErrorCode::Unavailable, other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_507_insufficient_storage_naming_the_state_root() {
+        let code = ErrorCode::InsufficientStorage;
+        assert_eq!(code.http_status(), 507);
+        assert_eq!(serde_json::to_value(code).unwrap(), "insufficient_storage");
+        assert_eq!(code.as_str(), "insufficient_storage");
+        let e = RemoteError::insufficient_storage(std::path::Path::new("/s/state"), "log: ENOSPC");
+        assert_eq!(e.code, code);
+        assert!(e
+            .message
+            .starts_with("the disk holding /s/state is full: log: ENOSPC"));
+        assert!(is_storage_full(&std::io::Error::from_raw_os_error(28)));
+        assert!(is_storage_full(&std::io::Error::from_raw_os_error(122)));
+        assert!(is_storage_full(&std::io::ErrorKind::StorageFull.into()));
+        assert!(!is_storage_full(&std::io::Error::from_raw_os_error(5)));
     }
 }

@@ -58,7 +58,8 @@ impl PluginEnv {
     }
 }
 
-/// Variables that pass from the host's environment to plugins; everything else is dropped.
+/// Variables that pass from the host's environment to every plugin; everything else is
+/// dropped, except what [`PLUGIN_PASSTHROUGH`] gives one plugin.
 pub const PASSTHROUGH: &[&str] = &[
     "PATH",
     "LANG",
@@ -66,9 +67,37 @@ pub const PASSTHROUGH: &[&str] = &[
     "RUST_LOG",
     "LNK_KEYCHAIN",
     ENV_TEST_HOOKS,
-    "LNK_MODEL_REMOTE_URL",
-    "LNK_MODEL_REMOTE_KEY",
 ];
+
+/// The remote model's address and key: secrets, so only the model plugin gets them.
+pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
+pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
+
+/// Test hooks only: the connection endpoint's header-read timeout (ms) and connection cap.
+pub const ENV_TEST_HEADER_TIMEOUT_MS: &str = "LNK_TEST_HEADER_TIMEOUT_MS";
+pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
+
+/// Variables that pass from the host's environment to one plugin only, on top of
+/// [`PASSTHROUGH`]: (plugin, its extra variables). The one place a plugin is given more.
+pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
+    (
+        "link-plugin-model",
+        &[ENV_MODEL_REMOTE_URL, ENV_MODEL_REMOTE_KEY],
+    ),
+    (
+        "link-mini-connection",
+        &[ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS],
+    ),
+];
+
+/// Every variable that passes from the host's environment to `plugin`.
+pub fn passthrough_for(plugin: &str) -> impl Iterator<Item = &'static str> + '_ {
+    let own = PLUGIN_PASSTHROUGH
+        .iter()
+        .filter(move |(p, _)| *p == plugin)
+        .flat_map(|(_, vars)| vars.iter());
+    PASSTHROUGH.iter().chain(own).copied()
+}
 
 /// `HOME` and the XDG base directories for a process whose home is `home`.
 pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
@@ -79,6 +108,15 @@ pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
         ("XDG_DATA_HOME", home.join(".local/share")),
         ("XDG_STATE_HOME", home.join(".local/state")),
     ]
+}
+
+/// Creates `dir` and its missing parents owner-only (0700), whatever the umask.
+pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }
 
 /// The host's side of [`PluginEnv`]: what one plugin of one runtime is started with. The
@@ -105,23 +143,31 @@ impl Contract<'_> {
             self.layout.log_dir(),
         ];
         for dir in dirs.iter().chain(&more) {
-            std::fs::create_dir_all(dir).map_err(|e| {
+            private_dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))
             })?;
         }
         Ok(())
     }
 
-    /// Sets `cmd` up as the plugin: a cleared environment with [`PASSTHROUGH`], `HOME`/`XDG_*`
+    /// Sets `cmd` up as the plugin: a cleared environment with [`PASSTHROUGH`] (and the
+    /// plugin's own [`PLUGIN_PASSTHROUGH`] variables), `HOME`/`XDG_*`
     /// inside its own home, the `LNK_*` variables; stdin closed, stdout piped for the ready
     /// line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
     /// plugins in order). The caller sets stderr (the plugin's log) and confinement.
     pub fn apply(&self, cmd: &mut std::process::Command) {
+        self.apply_from(cmd, |k| std::env::var_os(k));
+    }
+
+    /// [`apply`](Self::apply) with the host's environment read through `var`.
+    fn apply_from(
+        &self,
+        cmd: &mut std::process::Command,
+        var: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) {
         use std::os::unix::process::CommandExt;
         let layout = self.layout;
-        let passthrough = PASSTHROUGH
-            .iter()
-            .filter_map(|k| std::env::var_os(k).map(|v| (*k, v)));
+        let passthrough = passthrough_for(self.name).filter_map(|k| var(k).map(|v| (k, v)));
         cmd.env_clear()
             .envs(passthrough)
             .envs(home_env(&layout.home(self.name)))
@@ -303,4 +349,84 @@ fn with_debug_call(router: PathBuf, inner: crate::server::Handler) -> crate::ser
             serde_json::to_value(reply).map_err(|e| crate::RemoteError::internal(e.to_string()))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::ffi::OsString;
+
+    /// The variables `plugin` is started with when the host's environment holds all of
+    /// PATH and the remote model's URL and key.
+    fn started_env(plugin: &str) -> BTreeMap<String, Option<String>> {
+        let layout = crate::layout::StateLayout::new("/lnk-state");
+        let contract = Contract {
+            name: plugin,
+            layout: &layout,
+            programs: Path::new("/programs"),
+            profile: Profile::Mini,
+            mode: Mode::Diagnostic,
+            monitor_interval: 1.0,
+        };
+        let host = |k: &str| -> Option<OsString> {
+            match k {
+                "PATH" => Some("/usr/bin".into()),
+                ENV_MODEL_REMOTE_URL => Some("http://127.0.0.1:9".into()),
+                ENV_MODEL_REMOTE_KEY => Some("sk-secret-4711".into()),
+                _ => None,
+            }
+        };
+        let mut cmd = std::process::Command::new("/bin/true");
+        contract.apply_from(&mut cmd, host);
+        cmd.get_envs()
+            .map(|(k, v)| {
+                let v = v.map(|v| v.to_string_lossy().into_owned());
+                (k.to_string_lossy().into_owned(), v)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_remote_model_key_reaches_only_the_model_plugin() {
+        let model = started_env("link-plugin-model");
+        assert_eq!(
+            model[ENV_MODEL_REMOTE_KEY].as_deref(),
+            Some("sk-secret-4711")
+        );
+        assert_eq!(
+            model[ENV_MODEL_REMOTE_URL].as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(model["PATH"].as_deref(), Some("/usr/bin"));
+        for other in [
+            "link-mini-harness",
+            "link-plugin-link-harness",
+            "link-plugin-secret",
+        ] {
+            let env = started_env(other);
+            assert_eq!(env["PATH"].as_deref(), Some("/usr/bin"), "{other}");
+            assert_eq!(env[ENV_PLUGIN].as_deref(), Some(other));
+            for secret in [ENV_MODEL_REMOTE_KEY, ENV_MODEL_REMOTE_URL] {
+                assert!(!env.contains_key(secret), "{other} gets {secret}: {env:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_extra_variable_belongs_to_a_known_plugin_and_is_not_shared() {
+        for (plugin, vars) in PLUGIN_PASSTHROUGH {
+            assert!(
+                Profile::Link.plugins().contains(plugin)
+                    || Profile::Mini.plugins().contains(plugin),
+                "{plugin} is not a plugin"
+            );
+            for v in *vars {
+                assert!(
+                    !PASSTHROUGH.contains(v),
+                    "{v} is also passed to every plugin"
+                );
+            }
+        }
+    }
 }

@@ -179,7 +179,8 @@ impl RuntimeSpec {
             }
             None => {
                 for (key, dir) in home_env(&StateLayout::new(root)) {
-                    std::fs::create_dir_all(&dir)?;
+                    // Owner-only, like everything under a state root.
+                    link_protocol::plugin::private_dir_all(&dir)?;
                     cmd.env(key, dir);
                 }
             }

@@ -1,0 +1,259 @@
+//! State is private: whatever umask `link up` starts with, what the host and its plugins
+//! create under the state root is owner-only, and a second local user can neither list the
+//! root nor read an agent's conversation. Secrets reach only the plugin that needs them.
+
+use crate::support::{self, state_root};
+use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
+use link_protocol::plugin::{Profile, ENV_MODEL_REMOTE_KEY, ENV_TEST_HOOKS};
+use std::collections::BTreeSet;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every path under `root` (not following symlinks), with `root` itself.
+fn walk(root: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(path) = todo.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue; // removed meanwhile (a temporary file)
+        };
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(&path) {
+                todo.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+            }
+        }
+        out.push((path, meta));
+    }
+    out
+}
+
+/// Mini under the default umask (022, the test process's), with an agent and one turn.
+fn mini_with_a_turn(root: &StateRoot) -> (RuntimeProcess, PathBuf) {
+    let rt = support::up(root, "mini");
+    let token = rt.create_token();
+    let created = rt.post("/v1/agents", &token, serde_json::json!({ "name": "alpha" }));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    let turn = rt.post(
+        "/v1/agents/alpha/turns",
+        &token,
+        serde_json::json!({ "message": "private words" }),
+    );
+    assert_eq!(turn.status, 200, "{:?}", turn.json());
+    let log = walk(root.path())
+        .into_iter()
+        .map(|(p, _)| p)
+        .find(|p| p.ends_with("alpha/conversation.jsonl"))
+        .expect("alpha's conversation log on disk");
+    assert!(std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("private words"));
+    (rt, log)
+}
+
+#[test]
+fn nothing_under_the_state_root_is_readable_by_group_or_others() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .map(|m| u32::from_str_radix(m.trim(), 8).unwrap())
+        .expect("Umask in /proc/self/status");
+    // Under a stricter umask this test would prove nothing about the host.
+    assert_eq!(
+        umask & 0o077,
+        0o022,
+        "the test runs under the default umask"
+    );
+    let root = state_root();
+    // What the kit made before the host ran (the root and `link`'s own HOME) is not the
+    // host's; it must still be unreachable, behind the owner-only top directories.
+    let before: BTreeSet<PathBuf> = walk(root.path()).into_iter().map(|(p, _)| p).collect();
+    let (mut rt, _log) = mini_with_a_turn(&root);
+    let entries = walk(root.path());
+    let open: Vec<String> = entries
+        .iter()
+        .filter(|(p, m)| {
+            !m.file_type().is_symlink() && m.mode() & 0o077 != 0 && !before.contains(p)
+        })
+        .map(|(p, m)| format!("{:o} {}", m.mode() & 0o7777, p.display()))
+        .collect();
+    assert!(
+        open.is_empty(),
+        "group/other bits on what the runtime made:\n{}",
+        open.join("\n")
+    );
+    let top = ["", "run", "log", "auth", "home", "data"];
+    for dir in top {
+        let path = root.path().join(dir);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", path.display());
+    }
+    for (path, _) in entries.iter().filter(|(p, _)| before.contains(p)) {
+        let rel = path.strip_prefix(root.path()).unwrap();
+        assert!(
+            rel.as_os_str().is_empty() || top.iter().any(|t| !t.is_empty() && rel.starts_with(t)),
+            "{} is outside the owner-only top directories",
+            path.display()
+        );
+    }
+    let checked = entries.len() - before.len();
+    assert!(checked > 20, "only {checked} paths made by the runtime");
+    rt.down();
+}
+
+/// A local user made for one test, removed on drop.
+struct TestUser(String);
+
+impl TestUser {
+    fn create() -> Result<TestUser, String> {
+        if !rustix::process::geteuid().is_root() {
+            return Err("not root: cannot create a second local user".into());
+        }
+        let name = format!("lnk-test-{}", std::process::id());
+        let out = Command::new("useradd")
+            .args(["-M", "-s", "/usr/sbin/nologin", &name])
+            .output()
+            .map_err(|e| format!("useradd: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "useradd {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(TestUser(name))
+    }
+
+    /// `ARGS` run as this user: (exit code, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new("runuser")
+            .args(["-u", &self.0, "--"])
+            .args(args)
+            .output()
+            .expect("runuser runs");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        )
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.0).status();
+    }
+}
+
+/// A parent every user can traverse (the usual `$HOME/.cache/lnk` may sit in a 0700 home,
+/// which would deny a second user for the wrong reason); removed on drop.
+struct OpenParent(PathBuf);
+
+impl Drop for OpenParent {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn assert_denied(what: &str, (code, out, err): (i32, String, String)) {
+    assert!(
+        code != 0 && code != 126 && code != 127,
+        "{what}: exit {code} (127/126 would mean a missing tool)\nstdout: {out}\nstderr: {err}"
+    );
+    assert!(
+        err.contains("Permission denied"),
+        "{what}: not refused for permissions (exit {code}): {err}"
+    );
+    assert!(!out.contains("private words"), "{what} leaked: {out}");
+}
+
+#[test]
+fn a_second_local_user_can_neither_list_nor_read_the_state() {
+    let user = match TestUser::create() {
+        Ok(u) => u,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let parent = OpenParent(PathBuf::from(format!(
+        "/var/lib/lnk-private-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&parent.0).unwrap();
+    std::fs::set_permissions(&parent.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The allowed twin: a world-readable file beside the state root, so the path there is
+    // open to the user and a refusal below is the state root's own doing.
+    let twin = parent.0.join("twin.txt");
+    std::fs::write(&twin, "anyone may read this").unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, out, err) = user.run(&["cat", twin.to_str().unwrap()]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "anyone may read this"),
+        "the twin: {err}"
+    );
+    let (code, out, err) = user.run(&["ls", parent.0.to_str().unwrap()]);
+    assert_eq!(code, 0, "listing the open parent: {err}");
+    assert!(out.contains("twin.txt"), "{out}");
+
+    let root = StateRoot::create_in(&parent.0).unwrap();
+    let (mut rt, log) = mini_with_a_turn(&root);
+    assert_denied(
+        "reading the conversation",
+        user.run(&["cat", log.to_str().unwrap()]),
+    );
+    assert_denied(
+        "listing the state root",
+        user.run(&["ls", root.path().to_str().unwrap()]),
+    );
+    assert_denied(
+        "reading a plugin log",
+        user.run(&[
+            "cat",
+            rt.layout().log_file("link-mini-harness").to_str().unwrap(),
+        ]),
+    );
+    rt.down();
+    drop(root);
+}
+
+#[test]
+fn the_remote_model_key_is_in_the_model_plugins_environment_only() {
+    let root = state_root();
+    let secret = "sk-lnk-test-never-elsewhere";
+    let spec = RuntimeSpec::new(
+        runtime_process::test_programs(),
+        Profile::Mini,
+        support::MODE.parse().unwrap(),
+    )
+    .env(ENV_TEST_HOOKS, "1")
+    .env(ENV_MODEL_REMOTE_KEY, secret);
+    let mut rt = spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
+    let plugins = rt.plugin_pids();
+    assert_eq!(plugins.len(), Profile::Mini.plugins().len(), "{plugins:?}");
+    for (name, pid) in &plugins {
+        let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                eprintln!("skipped {name}: /proc/{pid}/environ: {e}");
+                continue;
+            }
+            Err(e) => panic!("/proc/{pid}/environ of {name}: {e}"),
+        };
+        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
+        let has_key = vars
+            .iter()
+            .any(|v| v.starts_with(format!("{ENV_MODEL_REMOTE_KEY}=").as_bytes()));
+        let has_path = vars.iter().any(|v| v.starts_with(b"PATH="));
+        assert!(has_path, "{name} lacks PATH: the environ read is wrong");
+        assert_eq!(
+            has_key,
+            name == "link-plugin-model",
+            "{name}: {ENV_MODEL_REMOTE_KEY} present = {has_key}"
+        );
+    }
+    rt.down();
+}
