@@ -93,7 +93,7 @@ impl Harness {
             .expect("agents lock")
             .get(id)
             .cloned()
-            .ok_or_else(|| RemoteError::not_found(format!("no agent {id}")))
+            .ok_or_else(|| RemoteError::not_found(format!("no agent {id}; create it with `link agent create --state DIR {id}` (POST /v1/agents)")))
     }
 
     /// The agent with one bounded page of its conversation, as the file store pages.

@@ -88,7 +88,7 @@ fn remote(e: Error, state_root: &Path) -> RemoteError {
             RemoteError::insufficient_storage(state_root, &e)
         }
         Error::NotFound { .. } => RemoteError::not_found(format!(
-            "{e}: the agent does not exist in the file store (create it with agent.create)"
+            "{e}: the agent does not exist in the file store (create it with `link agent create --state DIR NAME` (POST /v1/agents))"
         )),
         Error::Conflict { .. } => RemoteError::new(ErrorCode::Conflict, e.to_string()),
         Error::BadEntry { .. } => RemoteError::bad_request(e.to_string()),

@@ -194,7 +194,7 @@ impl Store {
         let root = self.layout.agent_workspace(agent);
         if !root.is_dir() {
             return Err(RemoteError::not_found(format!(
-                "agent {agent} has no workspace in the file store (create it with agent.create)"
+                "agent {agent} has no workspace in the file store (create it with `link agent create --state DIR NAME` (POST /v1/agents))"
             )));
         }
         Ok(workspace::Workspace {
