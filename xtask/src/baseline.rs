@@ -1,24 +1,58 @@
-//! `--baseline FILE`: each phase's change against an earlier `runtime-comparison.json`.
+//! `--baseline FILE --max-regression P`: each phase's Link/Mini ratio against an earlier
+//! `runtime-comparison.json`, judged from the intervals (criterion's idea): a phase regressed
+//! only when its whole 95% interval lies above the baseline ratio × (1 + P/100), improved only
+//! when the whole interval lies below the baseline ratio ÷ (1 + P/100), and otherwise it did
+//! not change, however its point estimate moved.
 
-use crate::compare::{ms, Comparison, Side, SCHEMA_VERSION};
+use crate::compare::{Comparison, SCHEMA_VERSION};
+use crate::stats::Interval;
 use anyhow::{bail, Context, Result};
-use link_report::Profile;
 use std::path::Path;
 
-/// Changes smaller than this never fail: timer and scheduler noise on short phases.
-pub const NOISE_FLOOR_NS: u128 = 5_000_000;
+/// What one phase did against the baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Improved,
+    Regressed,
+    NoChange,
+    /// One of the two comparisons has no ratio for the phase (a side skipped, no such phase).
+    Unmeasured,
+}
 
-/// One phase of one side, then and now.
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Improved => "improved",
+            Kind::Regressed => "REGRESSED",
+            Kind::NoChange => "no change",
+            Kind::Unmeasured => "not measured",
+        }
+    }
+}
+
+/// One phase, then and now.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
-    pub side: Profile,
     pub phase: String,
-    pub round: u32,
-    pub old_ns: u128,
-    pub new_ns: u128,
-    /// (new - old) / old, in percent.
-    pub percent: f64,
-    pub regressed: bool,
+    pub baseline: Option<Interval>,
+    pub now: Option<Interval>,
+    pub kind: Kind,
+}
+
+impl Change {
+    /// `cold_turn: Link/Mini 3.10× [2.90–3.30] vs baseline 2.40× (limit 3.00×)`.
+    pub fn describe_with(&self, limit: f64) -> String {
+        match (self.now, self.baseline) {
+            (Some(n), Some(b)) => format!(
+                "{}: Link/Mini {} vs baseline {:.2}× (limit {:.2}×)",
+                self.phase,
+                n.ratio_text(),
+                b.estimate,
+                b.estimate * (1.0 + limit / 100.0)
+            ),
+            _ => format!("{}: not measured on both", self.phase),
+        }
+    }
 }
 
 /// The verdict against a baseline.
@@ -26,42 +60,56 @@ pub struct Change {
 pub struct Verdict {
     pub max_regression: f64,
     pub changes: Vec<Change>,
-    /// Phases only one of the two comparisons has, as `side phase/round (new|gone)`.
+    /// Phases only one of the two comparisons has, as `phase (new|gone)`.
     pub unmatched: Vec<String>,
+}
+
+/// Judges one phase: only an interval wholly past the margin counts.
+pub fn judge(baseline: Option<Interval>, now: Option<Interval>, max_regression: f64) -> Kind {
+    let (Some(b), Some(n)) = (baseline, now) else {
+        return Kind::Unmeasured;
+    };
+    let factor = 1.0 + max_regression.max(0.0) / 100.0;
+    if n.low > b.estimate * factor {
+        Kind::Regressed
+    } else if n.high < b.estimate / factor {
+        Kind::Improved
+    } else {
+        Kind::NoChange
+    }
 }
 
 impl Verdict {
     pub fn passed(&self) -> bool {
-        !self.changes.iter().any(|c| c.regressed)
+        !self.changes.iter().any(|c| c.kind == Kind::Regressed)
     }
 
     pub fn regressions(&self) -> Vec<&Change> {
-        self.changes.iter().filter(|c| c.regressed).collect()
+        self.changes
+            .iter()
+            .filter(|c| c.kind == Kind::Regressed)
+            .collect()
     }
 
-    /// A table of every change, worst first marked.
+    /// A table of every phase's verdict.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "baseline comparison (fails past +{:.0}% and +{} ms)\n{:<6} {:<16} {:>5} {:>11} {:>11} {:>9}\n",
-            self.max_regression,
-            ms(NOISE_FLOOR_NS),
-            "side",
-            "phase",
-            "round",
-            "before ms",
-            "now ms",
-            "change"
+            "baseline comparison of Link/Mini ratios (a change counts only when the 95% interval \
+             lies wholly beyond the baseline ratio by more than {:.0}%)\n{:<24} {:>10} {:>26} {:>13}\n",
+            self.max_regression, "phase", "baseline", "now [95% CI]", "verdict"
         );
+        let f = |i: Option<Interval>, full: bool| match i {
+            Some(i) if full => i.ratio_text(),
+            Some(i) => format!("{:.2}×", i.estimate),
+            None => "—".into(),
+        };
         for c in &self.changes {
             out.push_str(&format!(
-                "{:<6} {:<16} {:>5} {:>11} {:>11} {:>+8.1}%{}\n",
-                c.side,
+                "{:<24} {:>10} {:>26} {:>13}\n",
                 c.phase,
-                c.round,
-                ms(c.old_ns),
-                ms(c.new_ns),
-                c.percent,
-                if c.regressed { "  REGRESSION" } else { "" }
+                f(c.baseline, false),
+                f(c.now, true),
+                c.kind.as_str()
             ));
         }
         for u in &self.unmatched {
@@ -84,11 +132,12 @@ pub fn load(path: &Path) -> Result<Comparison> {
     Ok(c)
 }
 
-/// Compares `new` with `old`, phase by phase on each side.
+/// Compares `new` with `old`, phase by phase, on the Link/Mini ratio.
 pub fn compare(old: &Comparison, new: &Comparison, max_regression: f64) -> Result<Verdict> {
     if old.schema_version != new.schema_version {
         bail!(
-            "baseline has comparison schema {} but this run writes {}; record a new baseline",
+            "baseline has comparison schema {} but this run writes {} (intervals need repeated \
+             runs); record a new baseline with this version",
             old.schema_version,
             new.schema_version
         );
@@ -105,125 +154,119 @@ pub fn compare(old: &Comparison, new: &Comparison, max_regression: f64) -> Resul
         changes: Vec::new(),
         unmatched: Vec::new(),
     };
-    for (side, o, n) in [
-        (Profile::Mini, &old.mini, &new.mini),
-        (Profile::Link, &old.link, &new.link),
-    ] {
-        compare_side(side, o, n, &mut verdict);
-    }
-    Ok(verdict)
-}
-
-fn compare_side(name: Profile, old: &Side, new: &Side, v: &mut Verdict) {
-    for p in &new.phases {
-        let Some(before) = old
-            .phases
-            .iter()
-            .find(|o| o.name == p.name && o.round == p.round)
-        else {
-            v.unmatched
-                .push(format!("{name} {}/{} (new)", p.name, p.round));
+    for s in &new.stats {
+        let Some(before) = old.stats.iter().find(|o| o.name == s.name) else {
+            verdict.unmatched.push(format!("{} (new)", s.name));
             continue;
         };
-        let (old_ns, new_ns) = (before.duration_ns, p.duration_ns);
-        let percent = if old_ns == 0 {
-            if new_ns == 0 {
-                0.0
-            } else {
-                f64::INFINITY
-            }
-        } else {
-            (new_ns as f64 - old_ns as f64) / old_ns as f64 * 100.0
-        };
-        let regressed =
-            percent > v.max_regression && new_ns.saturating_sub(old_ns) >= NOISE_FLOOR_NS;
-        v.changes.push(Change {
-            side: name,
-            phase: p.name.clone(),
-            round: p.round,
-            old_ns,
-            new_ns,
-            percent,
-            regressed,
+        verdict.changes.push(Change {
+            phase: s.name.clone(),
+            baseline: before.ratio,
+            now: s.ratio,
+            kind: judge(before.ratio, s.ratio, max_regression),
         });
     }
-    for o in &old.phases {
-        if !new
-            .phases
-            .iter()
-            .any(|p| p.name == o.name && p.round == o.round)
-        {
-            v.unmatched
-                .push(format!("{name} {}/{} (gone)", o.name, o.round));
+    for o in &old.stats {
+        if !new.stats.iter().any(|s| s.name == o.name) {
+            verdict.unmatched.push(format!("{} (gone)", o.name));
         }
     }
+    Ok(verdict)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::tests::sample;
+    use crate::compare::tests::{from_runs, runs_of, sample};
+    use link_report::Profile;
 
-    fn scale(side: &mut Side, phase: &str, factor: f64) {
-        let p = side.phases.iter_mut().find(|p| p.name == phase).unwrap();
-        p.duration_ns = (p.duration_ns as f64 * factor) as u128;
+    fn iv(estimate: f64, low: f64, high: f64) -> Option<Interval> {
+        Some(Interval {
+            estimate,
+            low,
+            high,
+        })
     }
 
     #[test]
-    fn identical_runs_pass() {
+    fn the_verdict_follows_the_intervals() {
+        let base = iv(2.0, 1.8, 2.2);
+        assert_eq!(judge(base, base, 25.0), Kind::NoChange);
+        // Wholly above 2.0 × 1.25 = 2.5.
+        assert_eq!(judge(base, iv(3.0, 2.6, 3.4), 25.0), Kind::Regressed);
+        // Point estimate past the limit, but the interval overlaps it: noise, not a change.
+        assert_eq!(judge(base, iv(2.8, 2.3, 3.4), 25.0), Kind::NoChange);
+        // Wholly below 2.0 / 1.25 = 1.6.
+        assert_eq!(judge(base, iv(1.2, 1.1, 1.5), 25.0), Kind::Improved);
+        assert_eq!(judge(None, base, 25.0), Kind::Unmeasured);
+    }
+
+    #[test]
+    fn a_comparison_against_itself_is_no_change_everywhere() {
         let c = sample();
         let v = compare(&c, &c, 25.0).unwrap();
         assert!(v.passed());
-        assert_eq!(v.changes.len(), c.mini.phases.len() + c.link.phases.len());
-        assert!(v.changes.iter().all(|ch| ch.percent == 0.0));
         assert!(v.unmatched.is_empty());
+        for ch in &v.changes {
+            let want = if ch.now.is_some() {
+                Kind::NoChange
+            } else {
+                Kind::Unmeasured
+            };
+            assert_eq!(ch.kind, want, "{}", ch.phase);
+        }
+        assert!(!v.render().contains("REGRESSED"));
     }
 
     #[test]
-    fn a_slower_phase_past_the_limit_fails() {
+    fn a_clear_slowdown_of_link_regresses_and_noise_does_not() {
         let old = sample();
-        let mut new = sample();
-        scale(&mut new.link, "startup", 1.30); // 480 → 624 ms: +30 %
-        scale(&mut new.mini, "idle", 1.20); // +20 %: within 25 %
-        scale(&mut new.mini, "startup", 0.5); // faster is fine
-        let v = compare(&old, &new, 25.0).unwrap();
+        // Link 60% slower in every phase, a little spread: a regression everywhere it is measured.
+        let slow = from_runs(&runs_of(5, |p, i| {
+            let base = 0.88 + 0.04 * i as f64;
+            if p == Profile::Link {
+                base * 1.6
+            } else {
+                base
+            }
+        }));
+        let v = compare(&old, &slow, 25.0).unwrap();
         assert!(!v.passed());
         let bad = v.regressions();
-        assert_eq!(bad.len(), 1);
-        assert_eq!(
-            (bad[0].side.as_str(), bad[0].phase.as_str()),
-            ("link", "startup")
+        assert!(bad.iter().any(|d| d.phase == "startup"));
+        let text = bad[0].describe_with(25.0);
+        assert!(
+            text.contains("vs baseline 4.00×") && text.contains("limit 5.00×"),
+            "{text}"
         );
-        assert!((bad[0].percent - 30.0).abs() < 0.01);
-        assert!(v.render().contains("REGRESSION"));
-        // A looser limit passes the same numbers.
-        assert!(compare(&old, &new, 35.0).unwrap().passed());
-    }
+        assert!(v.render().contains("REGRESSED"));
+        // A looser limit lets the same figures pass.
+        assert!(compare(&old, &slow, 80.0).unwrap().passed());
 
-    #[test]
-    fn tiny_phases_never_fail_on_noise() {
-        let old = sample();
-        let mut new = sample();
-        scale(&mut new.mini, "refusals", 1.8); // 5 → 9 ms: +80 % but only 4 ms
-        let v = compare(&old, &new, 25.0).unwrap();
+        // Within noise: a run of Link at +40%, the others as before; the interval overlaps.
+        let noisy = from_runs(&runs_of(5, |p, i| {
+            let base = 0.88 + 0.04 * i as f64;
+            if p == Profile::Link && i == 5 {
+                base * 1.4
+            } else {
+                base
+            }
+        }));
+        let v = compare(&old, &noisy, 25.0).unwrap();
         assert!(v.passed(), "{}", v.render());
     }
 
     #[test]
-    fn unmatched_phases_and_other_modes() {
+    fn unmatched_phases_old_schemas_and_other_modes() {
         let old = sample();
         let mut new = sample();
-        new.link.phases.retain(|p| p.name != "protected_tools");
-        new.mini.phases.push(link_report::Phase {
-            name: "extra".into(),
-            ..Default::default()
-        });
+        new.stats.retain(|s| s.name != "protected_tools");
         let v = compare(&old, &new, 25.0).unwrap();
-        assert!(v.passed());
-        assert_eq!(
-            v.unmatched,
-            vec!["mini extra/0 (new)", "link protected_tools/0 (gone)"]
-        );
+        assert_eq!(v.unmatched, vec!["protected_tools (gone)"]);
+        let mut legacy = sample();
+        legacy.schema_version = 1;
+        let err = compare(&legacy, &new, 25.0).unwrap_err().to_string();
+        assert!(err.contains("record a new baseline"), "{err}");
         new.mode = link_report::Mode::Diagnostic;
         let err = compare(&old, &new, 25.0).unwrap_err().to_string();
         assert!(err.contains("like with like"), "{err}");

@@ -3,7 +3,7 @@
 //!
 //! Modules: [`outputs`] (build commands, missing/stale programs), [`state`] (the fixture
 //! directory), [`runtime`] (the runs), [`compare`] (comparison JSON/Markdown), [`svg`] (the
-//! timeline picture), [`baseline`] (regressions against an earlier comparison), [`qualify`]
+//! per-phase picture), [`stats`] (medians and bootstrap intervals), [`baseline`] (regressions against an earlier comparison), [`qualify`]
 //! and [`doctor`].
 
 mod baseline;
@@ -13,6 +13,7 @@ mod outputs;
 mod qualify;
 mod runtime;
 mod state;
+mod stats;
 mod svg;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -25,9 +26,10 @@ const COMMANDS: &str = "\
 usage: cargo xtask <command> [options]   (cargo xtask <command> --help for its options)
 
 commands:
-  runtime   run Mini then full Link on the locked release programs and compare them
-            (target/runtime-comparison.{md,json,svg}); --build, --trace, --mode diagnostic,
-            --rounds N, --baseline FILE [--max-regression PCT], --allow-skip
+  runtime   run Mini and full Link, interleaved, --runs N times each on the locked release
+            programs and compare them with intervals (target/runtime-comparison.{md,json,svg});
+            --build, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
+            --baseline FILE [--max-regression PCT], --allow-skip
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
@@ -65,15 +67,23 @@ struct RuntimeArgs {
     /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
     #[arg(long, default_value_t = Mode::Confined, value_parser = mode_parser())]
     mode: Mode,
-    /// ROUNDS for the runner: how often the timed turns repeat.
+    /// ROUNDS for the runner: how often the timed warm turn repeats in each run (default 20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     rounds: Option<u32>,
+    /// Timed runs per side, interleaved Mini, Link, Mini, Link, ...; more runs, tighter intervals.
+    #[arg(long, value_name = "N", default_value_t = runtime::DEFAULT_RUNS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    runs: u32,
     /// After the timed runs, trace a separate run of each side with strace and count execs.
     #[arg(long)]
     trace: bool,
     /// Exit 0 even when a side was skipped (the skip is still printed loudly).
     #[arg(long)]
     allow_skip: bool,
+    /// Measure release programs older than their sources (say so in the comparison's
+    /// caveats) instead of refusing; for a tree others are editing. Missing ones still refuse.
+    #[arg(long)]
+    allow_stale: bool,
     #[command(flatten)]
     baseline: BaselineArgs,
 }
@@ -83,7 +93,8 @@ struct BaselineArgs {
     /// An earlier runtime-comparison.json to compare each phase with.
     #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
-    /// With --baseline: fail when a phase is slower by more than this many percent.
+    /// With --baseline: fail when a phase's Link/Mini ratio interval lies wholly above the
+    /// baseline ratio by more than this many percent.
     #[arg(long, value_name = "PCT", default_value_t = 25.0)]
     max_regression: f64,
 }
@@ -119,8 +130,10 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 build: a.build,
                 mode: a.mode,
                 rounds: a.rounds,
+                runs: a.runs,
                 trace: a.trace,
                 allow_skip: a.allow_skip,
+                allow_stale: a.allow_stale,
                 baseline: a.baseline.baseline,
                 max_regression: a.baseline.max_regression,
             };

@@ -71,8 +71,10 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
             build: false,
             mode: Mode::Confined,
             rounds: None,
+            runs: runtime::DEFAULT_RUNS,
             trace: true,
             allow_skip: false,
+            allow_stale: false,
             baseline,
             max_regression,
         };

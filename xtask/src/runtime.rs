@@ -1,8 +1,9 @@
-//! `cargo xtask runtime`: Mini then full Link on the locked release programs, an optional
-//! separate strace pass, and the comparison under `target/`.
+//! `cargo xtask runtime`: N interleaved Mini and full Link runs on the locked release programs
+//! (Mini, Link, Mini, Link, ...; every run's report kept under `target/runtime-runs/`), an
+//! optional separate strace pass, and the comparison under `target/`.
 
 use crate::baseline::{self, Verdict};
-use crate::compare::{self, status_word, Comparison, Inputs, Loaded};
+use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::outputs::{self, Workspace};
 use crate::{state, svg};
 use anyhow::{anyhow, bail, Context, Result};
@@ -11,6 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 use xshell::{cmd, Shell};
+
+/// Timed runs per side unless `--runs` says otherwise.
+pub const DEFAULT_RUNS: u32 = 5;
+/// ROUNDS per run unless `--rounds` says otherwise: enough warm turns for a distribution.
+pub const DEFAULT_ROUNDS: u32 = 20;
 
 /// How often a long run reports that it is still going.
 const PROGRESS_EVERY: Duration = Duration::from_secs(30);
@@ -29,8 +35,13 @@ pub struct Options {
     pub build: bool,
     pub mode: Mode,
     pub rounds: Option<u32>,
+    /// Timed runs per side (interleaved).
+    pub runs: u32,
     pub trace: bool,
     pub allow_skip: bool,
+    /// Measure programs older than their sources (others are editing the tree); the
+    /// comparison says so in its caveats. Missing programs are still refused.
+    pub allow_stale: bool,
     pub baseline: Option<PathBuf>,
     pub max_regression: f64,
 }
@@ -50,6 +61,13 @@ pub fn files(target: &Path, profile: Profile, mode: Mode) -> Files {
         traced: target.join(format!("{stem}-traced.json")),
         trace: target.join(format!("{stem}.trace")),
     }
+}
+
+/// Run `index` (1-based) of one side: `target/runtime-runs[-diagnostic]/{mini,link}-{index}.json`.
+pub fn run_file(target: &Path, profile: Profile, mode: Mode, index: u32) -> PathBuf {
+    target
+        .join(format!("runtime-runs{}", tag(mode)))
+        .join(format!("{profile}-{index}.json"))
 }
 
 /// `runtime-comparison[-diagnostic].{json,md,svg}`.
@@ -105,7 +123,12 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     if opts.build {
         outputs::build(ws)?;
     }
-    require_outputs(ws)?;
+    let stale = if opts.allow_stale {
+        stale_outputs(ws)?
+    } else {
+        require_outputs(ws)?;
+        Vec::new()
+    };
     let source = source(&ws.root)?;
     let mode = opts.mode;
     link_protocol::errln!(
@@ -113,10 +136,40 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         state.display()
     );
 
-    let mut timed = Vec::new();
-    for (i, profile) in Profile::ALL.into_iter().enumerate() {
-        let step = format!("[{}/2] {profile} {mode}", i + 1);
-        timed.push(timed_run(ws, opts, profile, &source, &state, &step)?);
+    let runs = opts.runs.max(1);
+    let rounds = opts.rounds.unwrap_or(DEFAULT_ROUNDS);
+    let runs_dir = run_file(&ws.target, Profile::Mini, mode, 1);
+    let runs_dir = runs_dir.parent().expect("a run file has a directory");
+    std::fs::create_dir_all(runs_dir)
+        .with_context(|| format!("cannot create {}", runs_dir.display()))?;
+    // Reports of an earlier, longer invocation must not pass for this one's runs.
+    for entry in std::fs::read_dir(runs_dir)?.flatten() {
+        if entry.path().extension().is_some_and(|e| e == "json") {
+            remove_stale(&entry.path())?;
+        }
+    }
+    // Interleaved, Mini before Link in each pair, so slow drift hits both sides alike. A side
+    // that skipped is not run again: a missing capability does not come back.
+    let mut timed: Vec<TimedRun> = Vec::new();
+    let mut stopped: Vec<Profile> = Vec::new();
+    for index in 1..=runs {
+        for (i, profile) in Profile::ALL.into_iter().enumerate() {
+            if stopped.contains(&profile) {
+                continue;
+            }
+            let step = format!("[run {index}/{runs}, {}/2] {profile} {mode}", i + 1);
+            let noise = Noise::sample();
+            let out = run_file(&ws.target, profile, mode, index);
+            let loaded = timed_run(ws, opts, rounds, profile, &source, &state, &out, &step)?;
+            if loaded.report.outcome.status == Status::Skipped {
+                stopped.push(profile);
+            }
+            timed.push(TimedRun {
+                index,
+                loaded,
+                noise,
+            });
+        }
     }
     let mut traced = Vec::new();
     if let Some(strace) = &strace {
@@ -127,14 +180,46 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             )?);
         }
     }
+    // Every report, timed or traced, must name the same programs with the same sha256.
+    compare::same_programs(timed.iter().map(|t| &t.loaded).chain(&traced))?;
+
+    // Each side's median run stands for it as the spec's single-run report.
+    let mut chosen = Vec::new();
+    for profile in Profile::ALL {
+        let rep = compare::representative(&timed, profile)
+            .ok_or_else(|| anyhow!("no {profile} run to compare"))?;
+        let single = files(&ws.target, profile, mode).report;
+        remove_stale(&single)?;
+        if rep.loaded.path != "(none)" {
+            std::fs::copy(&rep.loaded.path, &single).with_context(|| {
+                format!("cannot copy {} to {}", rep.loaded.path, single.display())
+            })?;
+        }
+        chosen.push(rep.loaded.clone());
+    }
 
     let comparison = compare::build(&Inputs {
         mode,
-        mini: &timed[0],
-        link: &timed[1],
+        mini: &chosen[0],
+        link: &chosen[1],
+        runs: &timed,
+        runs_requested: runs,
+        rounds,
         mini_traced: traced.first(),
         link_traced: traced.get(1),
     });
+    let mut comparison = comparison;
+    if !stale.is_empty() {
+        comparison.caveats.insert(
+            0,
+            format!(
+                "--allow-stale: {} of the measured programs are older than a source file (the \
+                 tree was edited after the build); the figures are for the programs as built \
+                 (identical across runs, see their sha256s), not for the working tree",
+                stale.len()
+            ),
+        );
+    }
     let written = write_comparison(ws, opts.mode, &comparison)?;
     let verdict = match &earlier {
         Some(old) => Some(baseline::compare(old, &comparison, opts.max_regression)?),
@@ -167,6 +252,21 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
     )
 }
 
+/// With `--allow-stale`: missing outputs still refuse; stale ones are listed and returned.
+fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
+    let problems = outputs::verify(&ws.release(), &ws.crates())?;
+    if problems
+        .iter()
+        .any(|p| matches!(p, outputs::Problem::Missing { .. }))
+    {
+        return require_outputs(ws).map(|()| Vec::new());
+    }
+    for p in &problems {
+        link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");
+    }
+    Ok(problems.iter().map(|p| p.to_string()).collect())
+}
+
 fn strace() -> Result<PathBuf> {
     which::which("strace").map_err(|_| {
         anyhow!("--trace needs strace, which is not on PATH: apt-get install -y strace (or drop --trace)")
@@ -196,31 +296,29 @@ fn with_dirty(head: &str, porcelain: &str) -> String {
     }
 }
 
-fn rounds_arg(rounds: Option<u32>) -> Vec<String> {
-    rounds.map(|r| vec![r.to_string()]).unwrap_or_default()
-}
-
-/// One timed run: `runtime PROGRAMS OUTPUT.json PROFILE MODE SOURCE [ROUNDS]`.
+/// One timed run: `runtime PROGRAMS OUTPUT.json PROFILE MODE SOURCE ROUNDS`.
+#[allow(clippy::too_many_arguments)]
 fn timed_run(
     ws: &Workspace,
     opts: &Options,
+    rounds: u32,
     profile: Profile,
     source: &str,
     state: &Path,
+    out: &Path,
     step: &str,
 ) -> Result<Loaded> {
-    let out = files(&ws.target, profile, opts.mode).report;
-    remove_stale(&out)?;
+    remove_stale(out)?;
     let sh = runner_shell(ws, state)?;
-    let (runner, programs, output) = (ws.show(&ws.runner()), ws.show(&ws.release()), ws.show(&out));
+    let (runner, programs, output) = (ws.show(&ws.runner()), ws.show(&ws.release()), ws.show(out));
     let (side, mode) = (profile.as_str(), opts.mode.as_str());
-    let rounds = rounds_arg(opts.rounds);
+    let rounds = rounds.to_string();
     let c = cmd!(
         sh,
-        "{runner} {programs} {output} {side} {mode} {source} {rounds...}"
+        "{runner} {programs} {output} {side} {mode} {source} {rounds}"
     );
     let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
-    Ok(read_side(&out, profile, opts.mode, source, status))
+    Ok(read_side(out, profile, opts.mode, source, status))
 }
 
 /// The strace pass of one profile, then `runtime report` on it.
@@ -338,10 +436,16 @@ fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<Pa
     ] {
         std::fs::write(path, body).with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let mut written: Vec<PathBuf> = Vec::new();
+    let mut written: Vec<PathBuf> = c
+        .runs
+        .iter()
+        .filter(|r| r.report != "(none)")
+        .map(|r| PathBuf::from(&r.report))
+        .collect();
     for s in [&c.mini, &c.link] {
-        if s.report != "(none)" {
-            written.push(PathBuf::from(&s.report));
+        let single = files(&ws.target, s.profile, mode).report;
+        if single.exists() {
+            written.push(single);
         }
         if let Some(t) = &s.traced {
             written.push(PathBuf::from(&t.report));
@@ -398,10 +502,10 @@ pub fn summarize(
         let worst: Vec<String> = v
             .regressions()
             .iter()
-            .map(|c| format!("{} {}/{} {:+.0}%", c.side, c.phase, c.round, c.percent))
+            .map(|c| c.describe_with(v.max_regression))
             .collect();
         failures.push(format!(
-            "baseline: {} phase(s) slower than +{:.0}%: {}",
+            "baseline: {} phase(s) significantly worse than the baseline by more than {:.0}%: {}",
             worst.len(),
             v.max_regression,
             worst.join(", ")
@@ -420,12 +524,15 @@ pub fn summarize(
 fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
     let c = &s.comparison;
     let mut out = format!(
-        "\nruntime comparison ({})\n{:<5} {:<8} {:<11} {:>10} {:>9} {:>10} {:>12} {:>7}\n",
+        "\nruntime comparison ({}, {} runs per side, ROUNDS {}; median run per side)\n\
+         {:<5} {:<8} {:<11} {:>16} {:>9} {:>10} {:>12} {:>7}\n",
         c.mode,
+        c.runs_requested,
+        c.rounds,
         "side",
         "outcome",
         "mode",
-        "phases ms",
+        "ms without idle",
         "processes",
         "peak RSS",
         "artifacts",
@@ -445,19 +552,32 @@ fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
                 .map(|t| t.execs)
                 .sum()
         });
+        // A side that did not pass has no figures: dashes, never zeros.
+        let passed = side.outcome == Status::Passed;
+        let fig = |text: String| if passed { text } else { "—".into() };
         out.push_str(&format!(
-            "{:<5} {:<8} {:<11} {:>10} {:>9} {:>10} {:>12} {:>7}\n",
+            "{:<5} {:<8} {:<11} {:>16} {:>9} {:>10} {:>12} {:>7}\n",
             side.profile,
             status_word(side.outcome),
             side.mode,
-            compare::ms(side.total_phase_ns),
-            side.processes,
-            side.peak_rss_bytes
+            fig(compare::ms(side.work_phase_ns)),
+            fig(side.processes.to_string()),
+            fig(side
+                .peak_rss_bytes
                 .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
-                .unwrap_or_else(|| "-".into()),
-            format!("{:.1} MiB", side.artifact_bytes as f64 / 1048576.0),
+                .unwrap_or_else(|| "-".into())),
+            if side.artifacts == 0 {
+                "—".into()
+            } else {
+                format!("{:.1} MiB", side.artifact_bytes as f64 / 1048576.0)
+            },
             execs.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
         ));
+    }
+    out.push('\n');
+    out.push_str(&compare::stats_markdown(c));
+    for w in &c.warnings {
+        out.push_str(&format!("\nWARNING: {w}\n"));
     }
     if let Some(v) = &s.verdict {
         out.push('\n');
@@ -497,6 +617,14 @@ mod tests {
         assert_eq!(diag.report, t.join("runtime-mini-diagnostic.json"));
         assert_eq!(diag.traced, t.join("runtime-mini-diagnostic-traced.json"));
         assert_eq!(diag.trace, t.join("runtime-mini-diagnostic.trace"));
+        assert_eq!(
+            run_file(t, Profile::Link, Mode::Confined, 3),
+            t.join("runtime-runs/link-3.json")
+        );
+        assert_eq!(
+            run_file(t, Profile::Mini, Mode::Diagnostic, 1),
+            t.join("runtime-runs-diagnostic/mini-1.json")
+        );
         let c = comparison_files(t, Mode::Confined);
         let d = comparison_files(t, Mode::Diagnostic);
         assert_eq!(c[0], t.join("runtime-comparison.json"));

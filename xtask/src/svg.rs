@@ -1,187 +1,34 @@
-//! `runtime-comparison.svg`: both runs' phases on one time axis, Mini above full Link.
-//!
-//! Each side's phases are drawn from that side's first phase start, so the two timelines line
-//! up on "time since the run began". Every phase of each side is exactly one `<rect
-//! class="phase">`, labelled, with its exact duration in a `<title>` tooltip.
+//! `runtime-comparison.svg`: one row per phase, Mini and Link side by side on the row's own
+//! scale (0 at the left, the row's largest sample at the right), so a 40 ms phase is as
+//! visible as a 400 ms one. Per side: one `<circle class="run">` per run at that run's median,
+//! the 95% bootstrap interval of the median as a bar and the median as a tick; the Link/Mini
+//! ratio with its interval at the right. The fixed idle wait is drawn apart, below. Every text
+//! fits inside the 1200 px wide picture.
 
-use crate::compare::{ms, status_word, Comparison, Side};
-use link_report::{Phase, Profile};
+use crate::compare::{ms, Comparison, PhaseStats};
+use crate::stats::Spread;
+use link_report::Profile;
 
-const WIDTH: f64 = 1000.0;
-const LEFT: f64 = 170.0;
-const RIGHT: f64 = 20.0;
-const LANE_TOP: [f64; 2] = [60.0, 210.0];
-const BAR: f64 = 34.0;
-const HEIGHT: f64 = 380.0;
-/// Rough width of one 9-10 px sans-serif character, for fitting labels.
-const LABEL_CHAR: f64 = 5.6;
-const LABEL_ROW: f64 = 11.0;
+const WIDTH: f64 = 1200.0;
+const LABEL_X: f64 = 10.0;
+/// Longest phase name shown in full (longer ones are cut with `…`).
+const LABEL_CHARS: usize = 20;
+const SIDE_X: f64 = 192.0;
+const PLOT_L: f64 = 200.0;
+const PLOT_R: f64 = 900.0;
+const RATIO_X: f64 = 920.0;
+const TOP: f64 = 84.0;
+const ROW: f64 = 56.0;
+const LANE: [f64; 2] = [16.0, 34.0];
+const GAP: f64 = 30.0;
+/// Width of one character, as a share of the font size (generous for sans-serif).
+pub const CHAR_EM: f64 = 0.62;
 
-/// The picture as a standalone SVG document.
-pub fn render(c: &Comparison) -> String {
-    let span = [&c.mini, &c.link]
-        .iter()
-        .map(|s| span_ns(&s.phases))
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    let scale = (WIDTH - LEFT - RIGHT) / span as f64;
-    let mut out = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
-         viewBox=\"0 0 {WIDTH} {HEIGHT}\" font-family=\"sans-serif\" font-size=\"11\">\n\
-         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
-        esc(&format!(
-            "Runtime phases: Mini vs full Link ({}), source {}",
-            c.mode,
-            short(&c.link.source)
-        ))
-    );
-    for (lane, side) in [&c.mini, &c.link].into_iter().enumerate() {
-        out.push_str(&lane_svg(side, LANE_TOP[lane], scale));
+fn colour(p: Profile) -> &'static str {
+    match p {
+        Profile::Mini => "#1f77b4",
+        Profile::Link => "#d62728",
     }
-    out.push_str(&axis(span, scale));
-    out.push_str("</svg>\n");
-    out
-}
-
-fn lane_svg(side: &Side, top: f64, scale: f64) -> String {
-    let label = format!(
-        "{} ({}, {})",
-        title_case(side.profile),
-        side.mode,
-        status_word(side.outcome)
-    );
-    let mut out = format!(
-        "<g class=\"lane\" data-side=\"{}\">\n<text x=\"10\" y=\"{:.1}\" font-weight=\"bold\">{}</text>\n\
-         <text x=\"10\" y=\"{:.1}\" fill=\"#555\">{} ms in phases</text>\n",
-        esc(side.profile.as_str()),
-        top + BAR / 2.0,
-        esc(&label),
-        top + BAR / 2.0 + 14.0,
-        ms(side.total_phase_ns)
-    );
-    let origin = side
-        .phases
-        .iter()
-        .map(|p| p.start_unix_ns)
-        .min()
-        .unwrap_or(0);
-    // Where each row of outside labels ends, so labels of short phases never overlap.
-    let mut rows: Vec<f64> = Vec::new();
-    for p in &side.phases {
-        let x = LEFT + (p.start_unix_ns.saturating_sub(origin)) as f64 * scale;
-        let w = (p.duration_ns as f64 * scale).max(1.0);
-        out.push_str(&format!(
-            "<rect class=\"phase\" data-side=\"{side}\" data-phase=\"{name}\" data-round=\"{round}\" \
-             x=\"{x:.2}\" y=\"{top:.1}\" width=\"{w:.2}\" height=\"{BAR}\" fill=\"{fill}\" \
-             stroke=\"#fff\" stroke-width=\"0.5\"><title>{tip}</title></rect>\n",
-            side = esc(side.profile.as_str()),
-            name = esc(&p.name),
-            round = p.round,
-            fill = colour(&p.name),
-            tip = esc(&format!(
-                "{} {} round {}: {} ms",
-                side.profile,
-                p.name,
-                p.round,
-                ms(p.duration_ns)
-            )),
-        ));
-        out.push_str(&phase_label(p, x, w, top, &mut rows));
-    }
-    out.push_str("</g>\n");
-    out
-}
-
-/// The phase's name inside its bar when it fits, else below it on the first free row.
-fn phase_label(p: &Phase, x: f64, w: f64, top: f64, rows: &mut Vec<f64>) -> String {
-    let text = if p.round > 0 {
-        format!("{} #{}", p.name, p.round)
-    } else {
-        p.name.clone()
-    };
-    let width = text.chars().count() as f64 * LABEL_CHAR + 4.0;
-    if width <= w {
-        return format!(
-            "<text x=\"{:.2}\" y=\"{:.1}\" font-size=\"10\" fill=\"#fff\" \
-             text-anchor=\"middle\">{}</text>\n",
-            x + w / 2.0,
-            top + BAR / 2.0 + 4.0,
-            esc(&text)
-        );
-    }
-    let row = match rows.iter().position(|end| *end <= x) {
-        Some(r) => r,
-        None => {
-            rows.push(f64::MIN);
-            rows.len() - 1
-        }
-    };
-    rows[row] = x + width;
-    let y = top + BAR + 12.0 + row as f64 * LABEL_ROW;
-    format!(
-        "<line x1=\"{x:.2}\" y1=\"{:.1}\" x2=\"{x:.2}\" y2=\"{:.1}\" stroke=\"#999\" \
-         stroke-width=\"0.5\"/>\n<text x=\"{x:.2}\" y=\"{y:.1}\" font-size=\"9\">{}</text>\n",
-        top + BAR,
-        y - 8.0,
-        esc(&text)
-    )
-}
-
-fn axis(span: u128, scale: f64) -> String {
-    let y = LANE_TOP[1] + BAR + 100.0;
-    let mut out = format!(
-        "<g class=\"axis\">\n<line x1=\"{LEFT}\" y1=\"{y}\" x2=\"{:.1}\" y2=\"{y}\" stroke=\"#333\"/>\n",
-        WIDTH - RIGHT
-    );
-    for k in 0..=4u32 {
-        let t = span * k as u128 / 4;
-        let x = LEFT + t as f64 * scale;
-        out.push_str(&format!(
-            "<line x1=\"{x:.1}\" y1=\"{y}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#333\"/>\n\
-             <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{:.2} s</text>\n",
-            y + 5.0,
-            y + 18.0,
-            t as f64 / 1e9
-        ));
-    }
-    out.push_str("</g>\n");
-    out
-}
-
-/// From the first phase's start to the last phase's end.
-fn span_ns(phases: &[Phase]) -> u128 {
-    let start = phases.iter().map(|p| p.start_unix_ns).min();
-    let end = phases.iter().map(|p| p.end_unix_ns).max();
-    match (start, end) {
-        (Some(s), Some(e)) => e.saturating_sub(s),
-        _ => 0,
-    }
-}
-
-/// The same phase gets the same colour on both sides.
-fn colour(name: &str) -> &'static str {
-    const KNOWN: [(&str, &str); 10] = [
-        ("startup", "#4e79a7"),
-        ("cold_turn", "#f28e2b"),
-        ("warm_turn", "#e15759"),
-        ("second_agent", "#76b7b2"),
-        ("refusals", "#edc948"),
-        ("protected_tools", "#b07aa1"),
-        ("scheduler", "#ff9da7"),
-        ("idle", "#59a14f"),
-        ("status_series", "#9c755f"),
-        ("shutdown", "#7f7f7f"),
-    ];
-    if let Some((_, c)) = KNOWN.iter().find(|(n, _)| *n == name) {
-        return c;
-    }
-    const OTHERS: [&str; 4] = ["#17becf", "#bcbd22", "#8c564b", "#1f77b4"];
-    let h = name
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32));
-    OTHERS[h as usize % OTHERS.len()]
 }
 
 fn title_case(profile: Profile) -> &'static str {
@@ -191,8 +38,267 @@ fn title_case(profile: Profile) -> &'static str {
     }
 }
 
+/// At most `n` characters, cut with `…`.
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n.saturating_sub(1)).collect::<String>() + "…"
+    }
+}
+
+/// Characters that fit in `px` at `size`.
+fn fits(px: f64, size: f64) -> usize {
+    (px / (size * CHAR_EM)).floor() as usize
+}
+
+fn text(x: f64, y: f64, size: f64, extra: &str, body: &str) -> String {
+    format!(
+        "<text x=\"{x:.1}\" y=\"{y:.1}\" font-size=\"{size}\"{extra}>{}</text>\n",
+        esc(body)
+    )
+}
+
+/// The picture as a standalone SVG document.
+pub fn render(c: &Comparison) -> String {
+    let work: Vec<&PhaseStats> = c.stats.iter().filter(|s| !s.fixed_wait).collect();
+    let fixed: Vec<&PhaseStats> = c.stats.iter().filter(|s| s.fixed_wait).collect();
+    let gap = if fixed.is_empty() { 0.0 } else { GAP };
+    let rows_h = (work.len() + fixed.len()) as f64 * ROW + gap;
+    let height = TOP + rows_h + 60.0;
+    let runs = |p: Profile| c.runs.iter().filter(|r| r.profile == p).count();
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
+         <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
+         viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\" font-size=\"11\">\n\
+         <rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height}\" fill=\"#fff\"/>\n"
+    );
+    let title = format!(
+        "Runtime phases: Mini vs full Link ({}), source {}, {} + {} runs, ROUNDS {}",
+        c.mode,
+        short(&c.link.source),
+        runs(Profile::Mini),
+        runs(Profile::Link),
+        c.rounds
+    );
+    out.push_str(&text(
+        LABEL_X,
+        24.0,
+        15.0,
+        " font-weight=\"bold\"",
+        &cut(&title, fits(WIDTH - 2.0 * LABEL_X, 15.0 * 1.08)),
+    ));
+    out.push_str(&text(
+        LABEL_X,
+        44.0,
+        11.0,
+        " fill=\"#444\"",
+        "Each row has its own scale, 0 ms at the left. Dot: one run's median. Bar: 95% \
+         bootstrap interval of the median; tick: the median over all runs and rounds.",
+    ));
+    out.push_str(&text(LABEL_X, 70.0, 11.0, " font-weight=\"bold\"", "phase"));
+    out.push_str(&text(
+        PLOT_L,
+        70.0,
+        11.0,
+        " font-weight=\"bold\"",
+        "time (ms, per-row scale)",
+    ));
+    out.push_str(&text(
+        RATIO_X,
+        70.0,
+        11.0,
+        " font-weight=\"bold\"",
+        "Link/Mini [95% interval]",
+    ));
+    let mut y = TOP;
+    for (i, s) in work.iter().enumerate() {
+        out.push_str(&row(s, y, i % 2 == 0));
+        y += ROW;
+    }
+    if !fixed.is_empty() {
+        out.push_str(&text(
+            LABEL_X,
+            y + 20.0,
+            11.0,
+            " font-style=\"italic\" fill=\"#444\"",
+            "Fixed wait (the same on both sides by design; not part of any total):",
+        ));
+        y += gap;
+        for s in &fixed {
+            out.push_str(&row(s, y, true));
+            y += ROW;
+        }
+    }
+    // Legend.
+    let ly = y + 24.0;
+    for (i, p) in Profile::ALL.into_iter().enumerate() {
+        let x = LABEL_X + 6.0 + i as f64 * 80.0;
+        out.push_str(&format!(
+            "<circle cx=\"{x:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"{}\"/>\n",
+            ly - 4.0,
+            colour(p)
+        ));
+        out.push_str(&text(x + 10.0, ly, 11.0, "", title_case(p)));
+    }
+    out.push_str(&text(
+        LABEL_X + 170.0,
+        ly,
+        11.0,
+        " fill=\"#444\"",
+        &cut(
+            &format!("Ratio: Link median / Mini median; {}", c.method),
+            fits(WIDTH - LABEL_X - 180.0, 11.0),
+        ),
+    ));
+    out.push_str("</svg>\n");
+    out
+}
+
+/// One phase: its label, both lanes, the ratio.
+fn row(s: &PhaseStats, top: f64, shade: bool) -> String {
+    let mut out = format!("<g class=\"row\" data-phase=\"{}\">\n", esc(&s.name));
+    if shade {
+        out.push_str(&format!(
+            "<rect x=\"0\" y=\"{top:.1}\" width=\"{WIDTH}\" height=\"{ROW}\" fill=\"#f4f4f4\"/>\n"
+        ));
+    }
+    out.push_str(&text(
+        LABEL_X,
+        top + 24.0,
+        12.0,
+        " font-weight=\"bold\"",
+        &cut(&s.name, LABEL_CHARS),
+    ));
+    let n = |sp: &Option<Spread>| sp.as_ref().map_or("—".into(), |s| s.samples.to_string());
+    out.push_str(&text(
+        LABEL_X,
+        top + 40.0,
+        9.0,
+        " fill=\"#555\"",
+        &format!("samples {} / {}", n(&s.mini), n(&s.link)),
+    ));
+    let max = [&s.mini, &s.link]
+        .into_iter()
+        .flatten()
+        .flat_map(|sp| {
+            sp.run_medians_ns
+                .iter()
+                .copied()
+                .chain([sp.max_ns, sp.median_high_ns])
+        })
+        .fold(0.0_f64, f64::max)
+        .max(1.0)
+        * 1.05;
+    let x = |ns: f64| PLOT_L + (ns / max).clamp(0.0, 1.0) * (PLOT_R - PLOT_L);
+    for (lane, (p, sp, absent)) in [
+        (Profile::Mini, &s.mini, &s.mini_absent),
+        (Profile::Link, &s.link, &s.link_absent),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let cy = top + LANE[lane];
+        let col = colour(p);
+        out.push_str(&text(
+            SIDE_X,
+            cy + 3.5,
+            9.0,
+            &format!(" text-anchor=\"end\" fill=\"{col}\""),
+            title_case(p),
+        ));
+        out.push_str(&format!(
+            "<line x1=\"{PLOT_L}\" y1=\"{cy:.1}\" x2=\"{PLOT_R}\" y2=\"{cy:.1}\" stroke=\"#ccc\"/>\n"
+        ));
+        let Some(sp) = sp else {
+            let why = match absent.as_deref() {
+                Some("no such phase") => "— (no such phase in this profile)".to_string(),
+                Some(w) => w.to_string(),
+                None => "—".into(),
+            };
+            out.push_str(&text(
+                PLOT_L + 4.0,
+                cy + 3.5,
+                10.0,
+                " fill=\"#666\" class=\"absent\"",
+                &cut(&why, fits(PLOT_R - PLOT_L - 8.0, 10.0)),
+            ));
+            continue;
+        };
+        let (lo, hi) = (x(sp.median_low_ns), x(sp.median_high_ns));
+        out.push_str(&format!(
+            "<rect class=\"interval\" data-side=\"{p}\" x=\"{lo:.2}\" y=\"{:.1}\" width=\"{:.2}\" \
+             height=\"6\" fill=\"{col}\" fill-opacity=\"0.35\"><title>{}</title></rect>\n",
+            cy - 3.0,
+            (hi - lo).max(1.0),
+            esc(&format!(
+                "{p} {}: median {} ms, 95% interval {}–{} ms, IQR {}–{} ms, {} samples from {} runs",
+                s.name,
+                fms(sp.median_ns),
+                fms(sp.median_low_ns),
+                fms(sp.median_high_ns),
+                fms(sp.q1_ns),
+                fms(sp.q3_ns),
+                sp.samples,
+                sp.runs
+            ))
+        ));
+        let m = x(sp.median_ns);
+        out.push_str(&format!(
+            "<line x1=\"{m:.2}\" y1=\"{:.1}\" x2=\"{m:.2}\" y2=\"{:.1}\" stroke=\"{col}\" stroke-width=\"2\"/>\n",
+            cy - 7.0,
+            cy + 7.0
+        ));
+        for (i, rm) in sp.run_medians_ns.iter().enumerate() {
+            out.push_str(&format!(
+                "<circle class=\"run\" data-side=\"{p}\" data-phase=\"{}\" data-run=\"{}\" \
+                 cx=\"{:.2}\" cy=\"{cy:.1}\" r=\"3.5\" fill=\"{col}\" fill-opacity=\"0.8\">\
+                 <title>{}</title></circle>\n",
+                esc(&s.name),
+                i + 1,
+                x(*rm),
+                esc(&format!(
+                    "{p} {} run {}: median {} ms",
+                    s.name,
+                    i + 1,
+                    fms(*rm)
+                ))
+            ));
+        }
+    }
+    out.push_str(&text(
+        PLOT_R,
+        top + ROW - 4.0,
+        8.0,
+        " text-anchor=\"end\" fill=\"#777\"",
+        &format!("scale 0–{} ms", ms(max as u128)),
+    ));
+    let ratio = s
+        .ratio
+        .map(|r| r.ratio_text())
+        .unwrap_or_else(|| "—".into());
+    out.push_str(&text(
+        RATIO_X,
+        top + 30.0,
+        13.0,
+        " class=\"ratio\"",
+        &cut(&ratio, fits(WIDTH - RATIO_X - 10.0, 13.0)),
+    ));
+    out.push_str("</g>\n");
+    out
+}
+
+fn fms(ns: f64) -> String {
+    format!("{:.1}", ns / 1e6)
+}
+
 fn short(source: &str) -> &str {
-    source.get(..12).unwrap_or(source)
+    let end = source
+        .char_indices()
+        .nth(12)
+        .map(|(i, _)| i)
+        .unwrap_or(source.len());
+    &source[..end]
 }
 
 /// Escapes text and attribute values.
@@ -341,56 +447,111 @@ mod tests {
             .map(|(_, v)| v.as_str())
     }
 
-    #[test]
-    fn svg_is_well_formed_with_one_bar_per_phase_per_side() {
-        let c = sample();
-        let doc = render(&c);
+    /// Every `<text>`: its attributes and its (unescaped-length) body.
+    fn texts(doc: &str) -> Vec<(Tag, String)> {
+        let mut out = Vec::new();
+        let mut rest = doc;
+        while let Some(at) = rest.find("<text ") {
+            rest = &rest[at..];
+            let gt = rest.find('>').unwrap();
+            let t = tag(&rest[1..gt]).unwrap();
+            let end = rest.find("</text>").unwrap();
+            let body = rest[gt + 1..end]
+                .replace("&amp;", "&")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'");
+            out.push((t, body));
+            rest = &rest[end..];
+        }
+        out
+    }
+
+    fn check_picture(c: &Comparison) -> String {
+        let doc = render(c);
         let tags = parse(&doc).unwrap_or_else(|e| panic!("{e}\n{doc}"));
         assert_eq!(tags[0].name, "svg");
-        let rects: Vec<&Tag> = tags
-            .iter()
-            .filter(|t| t.name == "rect" && !t.closing)
-            .collect();
-        assert_eq!(rects.len(), c.mini.phases.len() + c.link.phases.len());
-        for (side, phases) in [("mini", &c.mini.phases), ("link", &c.link.phases)] {
-            let bars: Vec<(&str, &str)> = rects
-                .iter()
-                .filter(|r| attr(r, "data-side") == Some(side))
-                .map(|r| {
-                    (
-                        attr(r, "data-phase").unwrap(),
-                        attr(r, "data-round").unwrap(),
-                    )
-                })
-                .collect();
-            let want: Vec<(&str, String)> = phases
-                .iter()
-                .map(|p| (p.name.as_str(), p.round.to_string()))
-                .collect();
-            let want: Vec<(&str, &str)> = want.iter().map(|(n, r)| (*n, r.as_str())).collect();
-            assert_eq!(bars, want, "{side}");
-            for r in rects.iter().filter(|r| attr(r, "data-side") == Some(side)) {
-                let w: f64 = attr(r, "width").unwrap().parse().unwrap();
-                let x: f64 = attr(r, "x").unwrap().parse().unwrap();
-                assert!(
-                    w >= 1.0 && x >= LEFT && x + w <= WIDTH - RIGHT + 0.01,
-                    "{r:?}"
-                );
+        let height: f64 = attr(&tags[0], "height").unwrap().parse().unwrap();
+        assert_eq!(attr(&tags[0], "width"), Some("1200"));
+        // Every text lies inside the picture, judged with a generous character width.
+        for (t, body) in texts(&doc) {
+            let x: f64 = attr(&t, "x").unwrap().parse().unwrap();
+            let y: f64 = attr(&t, "y").unwrap().parse().unwrap();
+            let size: f64 = attr(&t, "font-size").unwrap_or("11").parse().unwrap();
+            let w = body.chars().count() as f64 * size * CHAR_EM;
+            let (l, r) = match attr(&t, "text-anchor") {
+                Some("end") => (x - w, x),
+                Some("middle") => (x - w / 2.0, x + w / 2.0),
+                _ => (x, x + w),
+            };
+            assert!(
+                l >= 0.0 && r <= WIDTH && y - size >= 0.0 && y <= height,
+                "text outside the picture: {body:?} at {l:.0}..{r:.0}, y {y}"
+            );
+        }
+        // One mark per run per phase per side that has figures, each inside its row's plot.
+        for s in &c.stats {
+            for (side, sp) in [("mini", &s.mini), ("link", &s.link)] {
+                let marks: Vec<&Tag> = tags
+                    .iter()
+                    .filter(|t| {
+                        t.name == "circle"
+                            && attr(t, "class") == Some("run")
+                            && attr(t, "data-side") == Some(side)
+                            && attr(t, "data-phase") == Some(esc(&s.name).as_str())
+                    })
+                    .collect();
+                let want = sp.as_ref().map_or(0, |sp| sp.run_medians_ns.len());
+                assert_eq!(marks.len(), want, "{side} {}", s.name);
+                for m in marks {
+                    let cx: f64 = attr(m, "cx").unwrap().parse().unwrap();
+                    assert!((PLOT_L..=PLOT_R).contains(&cx), "{cx}");
+                }
             }
         }
-        // Every phase is labelled.
-        for p in c.mini.phases.iter().chain(&c.link.phases) {
-            assert!(doc.contains(&format!(">{}</text>", p.name)), "{}", p.name);
+        doc
+    }
+
+    #[test]
+    fn svg_is_well_formed_with_one_mark_per_run_per_phase_per_side() {
+        let c = sample();
+        let doc = check_picture(&c);
+        // Every phase has a row, its label, and its ratio in the picture's own format.
+        for s in &c.stats {
+            assert!(doc.contains(&format!(">{}</text>", s.name)), "{}", s.name);
         }
+        let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
+        assert!(doc.contains(&startup.ratio.unwrap().ratio_text()));
+        // Idle is drawn apart, after every other phase.
+        let idle = doc.find("data-phase=\"idle\"").unwrap();
+        let shutdown = doc
+            .find("<g class=\"row\" data-phase=\"shutdown\"")
+            .unwrap();
+        assert!(shutdown < idle);
+        assert!(doc.contains("Fixed wait"));
+    }
+
+    #[test]
+    fn a_skipped_side_shows_its_reason_not_a_zero() {
+        let mut c = sample();
+        for s in &mut c.stats {
+            s.link = None;
+            s.link_absent = Some("skipped: bubblewrap cannot create a user namespace, which this picture must cut to fit its plot area rather than run past the edge of the picture".into());
+            s.ratio = None;
+        }
+        let doc = check_picture(&c);
+        assert!(doc.contains("skipped: bubblewrap"), "{doc}");
+        assert!(!doc.contains("data-side=\"link\" data-phase"));
+        assert!(doc.contains("class=\"ratio\">—</text>"));
     }
 
     #[test]
     fn odd_names_are_escaped() {
         let mut c = sample();
-        c.mini.phases[0].name = "a<b & \"c\"".into();
+        c.stats[0].name = "a<b & \"c\" and a very long phase name indeed".into();
         c.link.source = "<src>".into();
-        let doc = render(&c);
-        parse(&doc).unwrap_or_else(|e| panic!("{e}\n{doc}"));
+        check_picture(&c);
     }
 
     #[test]

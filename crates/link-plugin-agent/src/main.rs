@@ -208,5 +208,7 @@ impl Agents {
 }
 
 fn unknown(id: &str) -> RemoteError {
-    RemoteError::not_found(format!("no agent {id:?}; create it with `link agent create --state DIR NAME` (POST /v1/agents)"))
+    RemoteError::not_found(format!(
+        "no agent {id:?}; create it with `link agent create --state DIR NAME` (POST /v1/agents)"
+    ))
 }
