@@ -222,12 +222,20 @@ async fn start_all(
             pid: plugin.pid,
             state: "ready".into(),
         });
-        shared.router.register(
-            name,
-            plugin.pid,
-            &plugin.routes,
-            launch.layout.plugin_socket(name),
-        );
+        // Only full Link routes calls; Mini's harness serves the agent routes itself.
+        if launch.profile == Profile::Link {
+            let socket = launch.layout.plugin_socket(name);
+            if let Err(e) = shared
+                .router
+                .register(name, plugin.pid, &plugin.routes, socket)
+            {
+                started.push(plugin);
+                bail!(
+                    "{e}; refusing to start (is {} the program of this release?)",
+                    name
+                );
+            }
+        }
         started.push(plugin);
         record_pids(launch.layout, started)?;
     }

@@ -245,12 +245,23 @@ pub struct Router {
 
 impl Router {
     /// Records a started plugin and the routes its ready line claimed.
-    pub fn register(&self, name: &'static str, pid: i32, routes: &[String], socket: PathBuf) {
+    /// Records a started plugin and the routes its ready line claimed. A claim of a route the
+    /// route table gives another owner (or of no known route) is refused, so a plugin cannot
+    /// take over, say, `auth.verify`.
+    pub fn register(
+        &self,
+        name: &'static str,
+        pid: i32,
+        routes: &[String],
+        socket: PathBuf,
+    ) -> Result<(), String> {
+        check_claims(name, routes)?;
         let mut t = self.table.lock().expect("lock");
         t.by_pid.insert(pid, name);
         for route in routes {
             t.owners.insert(route.clone(), (name, socket.clone()));
         }
+        Ok(())
     }
 
     fn caller_of(&self, pid: Option<i32>) -> Option<&'static str> {
@@ -433,9 +444,49 @@ async fn serve_caller(
     link_protocol::server::serve_connection(stream, |req| call(shared, caller, req)).await
 }
 
+/// Every route `plugin` claims is one the route table gives it.
+fn check_claims(plugin: &str, routes: &[String]) -> Result<(), String> {
+    for route in routes {
+        match r::find(route) {
+            Some(info) if info.owner == plugin => {}
+            Some(info) => {
+                return Err(format!(
+                    "{plugin} claimed route {route}, which belongs to {}",
+                    info.owner
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "{plugin} claimed {route}, which is no route of Link"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claims_of_other_owners_routes_are_refused() {
+        let own = vec![r::auth::Verify::NAME.to_owned()];
+        assert!(check_claims(programs::AUTH, &own).is_ok());
+        let e = check_claims(programs::FILE_TOOL, &own).unwrap_err();
+        assert!(e.contains("belongs to link-plugin-auth"), "{e}");
+        let e = check_claims(programs::AUTH, &["auth.everything".to_owned()]).unwrap_err();
+        assert!(e.contains("no route"), "{e}");
+        let router = Router::default();
+        let socket = PathBuf::from("/nonexistent.sock");
+        assert!(router
+            .register(programs::FILE_TOOL, 7, &own, socket)
+            .is_err());
+        assert!(
+            router.table.lock().unwrap().owners.is_empty(),
+            "nothing registered"
+        );
+    }
 
     #[test]
     fn grants_are_exact() {
