@@ -170,20 +170,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
         201
     );
     let socket = root.path().join("run/connection.sock");
-    let turn = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let body = json!({ "message": "run: sleep 30" });
-        rt.block_on(link_protocol::http::json(
-            &socket,
-            "POST",
-            "/v1/agents/k/turns",
-            Some(&token),
-            Some(&body),
-        ))
-    });
+    let turn = support::turn_in_thread(socket, token, "run: sleep 30");
     support::wait_for_process("sleep", rt.host_pid());
     let host = rt.host_pid();
     let started: Vec<_> = support::tree(host)

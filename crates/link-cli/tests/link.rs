@@ -282,23 +282,7 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
             .unwrap()
             .1;
         let socket = root.path().join("run/connection.sock");
-        let turn = std::thread::spawn({
-            let token = token.clone();
-            move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                let body = json!({ "message": "run: sleep 30" });
-                rt.block_on(link_protocol::http::json(
-                    &socket,
-                    "POST",
-                    "/v1/agents/k/turns",
-                    Some(&token),
-                    Some(&body),
-                ))
-            }
-        });
+        let turn = support::turn_in_thread(socket, token.clone(), "run: sleep 30");
         support::wait_for_process("sleep", rt.host_pid());
         let started = support::tree(rt.host_pid());
         support::kill(pid, 9);

@@ -146,3 +146,26 @@ pub fn sandbox_available() -> bool {
     println!("SKIPPED: sandbox unavailable: {reason}");
     false
 }
+
+/// Sends one turn of agent `k` with `message` on `socket` from a thread of its own, so the test
+/// can act on the runtime (kill, stop) while the turn is in flight.
+pub fn turn_in_thread(
+    socket: PathBuf,
+    token: String,
+    message: &str,
+) -> std::thread::JoinHandle<Result<link_protocol::http::HttpResponse, link_protocol::Error>> {
+    let body = serde_json::json!({ "message": message });
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(link_protocol::http::json(
+            &socket,
+            "POST",
+            "/v1/agents/k/turns",
+            Some(&token),
+            Some(&body),
+        ))
+    })
+}
