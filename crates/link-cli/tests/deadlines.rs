@@ -69,12 +69,7 @@ fn a_stopped_plugin_times_out_its_routes_is_marked_unresponsive_and_recovers() {
     let mut rt = up(&root);
     let token = rt.create_token();
     assert_eq!(rt.get("/v1/agents", Some(&token)).status, 200);
-    let pid = rt
-        .plugin_pids()
-        .into_iter()
-        .find(|(n, _)| n == victim)
-        .unwrap()
-        .1;
+    let pid = rt.plugin_pid(victim);
     let stopped = Stopped::new(pid);
 
     // GET /v1/agents needs agent.list → the agent plugin; it is held in a thread while the

@@ -275,12 +275,7 @@ fn a_plugin_killed_mid_turn_ends_the_turn_and_the_runtime_cleanly() {
             rt.post("/v1/agents", &token, json!({ "name": "k" })).status,
             201
         );
-        let pid = rt
-            .plugin_pids()
-            .into_iter()
-            .find(|(n, _)| n == victim)
-            .unwrap()
-            .1;
+        let pid = rt.plugin_pid(victim);
         let socket = root.path().join("run/connection.sock");
         let turn = support::turn_in_thread(socket, token.clone(), "run: sleep 30");
         support::wait_for_process("sleep", rt.host_pid());

@@ -63,14 +63,14 @@ impl Harness {
         }
         let agent = store::create(&self.agents_dir, &self.state_root, name)?;
         agents.insert(name.to_owned(), Arc::new(Mutex::new(agent)));
-        Ok(info(id, name.to_owned()))
+        Ok(AgentInfo::new(id, name.to_owned()))
     }
 
     fn list(&self) -> Result<AgentList, RemoteError> {
         let agents = self
             .ids()
             .into_iter()
-            .map(|id| Ok(info(AgentId::parse(id.clone())?, id)))
+            .map(|id| Ok(AgentInfo::new(AgentId::parse(id.clone())?, id)))
             .collect::<Result<_, RemoteError>>()?;
         Ok(AgentList { agents })
     }
@@ -115,7 +115,7 @@ impl Harness {
             conversation_total: Some(page.total),
             conversation_start: Some(page.start),
             conversation_next: page.next,
-            ..info(id.clone(), agent.name.clone())
+            ..AgentInfo::new(id.clone(), agent.name.clone())
         })
     }
 
@@ -181,20 +181,6 @@ impl Harness {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| RemoteError::internal("model reply has no content"))
-    }
-}
-
-fn info(id: AgentId, name: String) -> AgentInfo {
-    AgentInfo {
-        id,
-        name,
-        workspace: None,
-        home: None,
-        conversation: None,
-        conversation_torn: None,
-        conversation_total: None,
-        conversation_start: None,
-        conversation_next: None,
     }
 }
 

@@ -72,15 +72,9 @@ impl Agents {
 
     fn describe(&self, rec: &Record) -> AgentInfo {
         AgentInfo {
-            id: rec.id.clone(),
-            name: rec.name.clone(),
             workspace: Some(self.layout.agent_workspace(&rec.id)),
             home: Some(self.layout.agent_home(&rec.id)),
-            conversation: None,
-            conversation_torn: None,
-            conversation_total: None,
-            conversation_start: None,
-            conversation_next: None,
+            ..AgentInfo::new(rec.id.clone(), rec.name.clone())
         }
     }
 

@@ -246,17 +246,7 @@ mod tests {
         let service =
             Service::new(state.clone()).on::<agent::Get, _, _>(|s, call: Call, _| async move {
                 s.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                Ok(agent::AgentInfo {
-                    id: call.agent()?.clone(),
-                    name: "n".into(),
-                    workspace: None,
-                    home: None,
-                    conversation: None,
-                    conversation_torn: None,
-                    conversation_total: None,
-                    conversation_start: None,
-                    conversation_next: None,
-                })
+                Ok(agent::AgentInfo::new(call.agent()?.clone(), "n".into()))
             });
         assert_eq!(service.routes(), ["agent.get"]);
         let handler = service.handler("test-owner");

@@ -246,6 +246,15 @@ impl RuntimeProcess {
             .collect()
     }
 
+    /// The pid of plugin `name`; panics, naming the plugins that run, when it is not one.
+    pub fn plugin_pid(&self, name: &str) -> i32 {
+        let pids = self.plugin_pids();
+        pids.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, pid)| *pid)
+            .unwrap_or_else(|| panic!("no plugin {name} runs: {pids:?}"))
+    }
+
     /// The host and its plugins with their start times, read from /proc now.
     pub fn started_processes(&self) -> Vec<(i32, u64)> {
         let mut pids = vec![self.host_pid()];

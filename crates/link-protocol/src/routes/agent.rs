@@ -39,6 +39,23 @@ pub struct AgentInfo {
     pub conversation_next: Option<usize>,
 }
 
+impl AgentInfo {
+    /// An agent with only its id and name; the other fields are filled where they exist.
+    pub fn new(id: AgentId, name: String) -> AgentInfo {
+        AgentInfo {
+            id,
+            name,
+            workspace: None,
+            home: None,
+            conversation: None,
+            conversation_torn: None,
+            conversation_total: None,
+            conversation_start: None,
+            conversation_next: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentList {
     pub agents: Vec<AgentInfo>,

@@ -57,20 +57,13 @@ impl RouteInfo {
 
 /// Declares a route type: `Name = "wire.name", owner OWNER, for_agent BOOL, Body => Reply`.
 macro_rules! route {
-    ($(#[$doc:meta])* redacted $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
-        $(#[$doc])*
-        #[derive(Debug)]
-        pub enum $ty {}
-        impl $crate::routes::Route for $ty {
-            const NAME: &'static str = $name;
-            const OWNER: &'static str = $owner;
-            const FOR_AGENT: bool = $agent;
-            const REDACT: bool = true;
-            type Body = $body;
-            type Reply = $reply;
-        }
+    ($(#[$doc:meta])* redacted $ty:ident = $($rest:tt)*) => {
+        route!(@define true, $(#[$doc])* $ty = $($rest)*);
     };
-    ($(#[$doc:meta])* $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
+    ($(#[$doc:meta])* $ty:ident = $($rest:tt)*) => {
+        route!(@define false, $(#[$doc])* $ty = $($rest)*);
+    };
+    (@define $redact:literal, $(#[$doc:meta])* $ty:ident = $name:literal, owner $owner:expr, for_agent $agent:literal, $body:ty => $reply:ty) => {
         $(#[$doc])*
         #[derive(Debug)]
         pub enum $ty {}
@@ -78,6 +71,7 @@ macro_rules! route {
             const NAME: &'static str = $name;
             const OWNER: &'static str = $owner;
             const FOR_AGENT: bool = $agent;
+            const REDACT: bool = $redact;
             type Body = $body;
             type Reply = $reply;
         }
