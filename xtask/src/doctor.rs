@@ -58,7 +58,7 @@ pub fn render(findings: &[Finding]) -> String {
 }
 
 fn programs(ws: &Workspace) -> Finding {
-    match outputs::verify(&ws.release(), &ws.crates()) {
+    match outputs::verify(&ws.release(), &ws.root) {
         Ok(p) if p.is_empty() => Finding::ok(
             "release programs",
             format!(
@@ -99,43 +99,66 @@ fn brief(problems: &[outputs::Problem]) -> String {
     parts.join("; ")
 }
 
+/// What `link-plugin-sandbox probe` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    /// Exit 0, with the probe's fields.
+    Enforced(String),
+    /// Exit 2, with the probe's reason.
+    Unavailable(String),
+    /// Exit 1, or an answer the probe never gives.
+    Broken(String),
+    /// The program is not built or cannot be started.
+    NotRun(String),
+}
+
 /// `link-plugin-sandbox probe`: exit 0 enforced, 2 unavailable, 1 broken; JSON on stdout.
-fn sandbox_probe(ws: &Workspace) -> Finding {
-    let what = "confinement (sandbox probe)";
+pub fn probe_sandbox(ws: &Workspace) -> Probe {
     let bin = ws.release().join("link-plugin-sandbox");
     if !bin.exists() {
-        return Finding::fix(
-            what,
-            format!("{} is not built", ws.show(&bin).display()),
-            vec!["cargo xtask build".into()],
-        );
+        return Probe::NotRun(format!("{} is not built", ws.show(&bin).display()));
     }
     let out = match Command::new(&bin).arg("probe").output() {
         Ok(o) => o,
-        Err(e) => return Finding::fix(what, format!("cannot run {}: {e}", bin.display()), vec![]),
+        Err(e) => return Probe::NotRun(format!("cannot run {}: {e}", bin.display())),
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let (status, reason) = probe_fields(&stdout);
     let reason = reason.unwrap_or_else(|| first_line(&stderr));
     match out.status.code() {
-        Some(0) => Finding::ok(what, format!("enforced ({})", summary(&stdout))),
-        Some(2) => Finding::fix(what, format!("unavailable: {reason}"), hints(&reason)),
-        Some(1) => Finding::fix(
+        Some(0) => Probe::Enforced(summary(&stdout)),
+        Some(2) => Probe::Unavailable(reason),
+        Some(1) => Probe::Broken(reason),
+        other => Probe::Broken(format!(
+            "the probe ended unexpectedly ({}), status {status:?}: {reason}",
+            other.map_or("killed".into(), |c| format!("exit {c}"))
+        )),
+    }
+}
+
+fn sandbox_probe(ws: &Workspace) -> Finding {
+    let what = "confinement (sandbox probe)";
+    match probe_sandbox(ws) {
+        Probe::Enforced(fields) => Finding::ok(what, format!("enforced ({fields})")),
+        Probe::Unavailable(reason) => {
+            let fixes = hints(&reason);
+            Finding::fix(what, format!("unavailable: {reason}"), fixes)
+        }
+        Probe::Broken(reason) if reason.starts_with("the probe ended unexpectedly") => {
+            Finding::fix(what, reason, vec![])
+        }
+        Probe::Broken(reason) => Finding::fix(
             what,
             format!("the probe is broken: {reason}"),
             vec![
                 "rebuild with `cargo xtask build`; if it persists, report the probe output".into(),
             ],
         ),
-        other => Finding::fix(
-            what,
-            format!(
-                "the probe ended unexpectedly ({}), status {status:?}: {reason}",
-                other.map_or("killed".into(), |c| format!("exit {c}"))
-            ),
-            vec![],
-        ),
+        Probe::NotRun(why) if why.ends_with("is not built") => {
+            Finding::fix(what, why, vec!["cargo xtask build".into()])
+        }
+        Probe::NotRun(why) => Finding::fix(what, why, vec![]),
     }
 }
 

@@ -3,10 +3,12 @@
 //!
 //! Modules: [`outputs`] (build commands, missing/stale programs), [`state`] (the fixture
 //! directory), [`runtime`] (the runs), [`compare`] (comparison JSON/Markdown), [`svg`] (the
-//! per-phase picture), [`stats`] (medians and bootstrap intervals), [`baseline`] (regressions against an earlier comparison), [`qualify`]
+//! per-phase picture), [`stats`] (medians and bootstrap intervals), [`baseline`] (regressions
+//! against an earlier comparison), [`ci`] (JUnit XML, the GitHub step summary), [`qualify`]
 //! and [`doctor`].
 
 mod baseline;
+mod ci;
 mod compare;
 mod doctor;
 mod outputs;
@@ -29,7 +31,8 @@ commands:
   runtime   run Mini and full Link, interleaved, --runs N times each on the locked release
             programs and compare them with intervals (target/runtime-comparison.{md,json,svg});
             --build, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
-            --baseline FILE [--max-regression PCT], --allow-skip
+            --baseline FILE [--max-regression PCT], --allow-skip, --allow-stale,
+            --junit FILE; exit 0 passed, 1 failed, 2 skipped, 3 confinement unavailable
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
@@ -84,6 +87,10 @@ struct RuntimeArgs {
     /// caveats) instead of refusing; for a tree others are editing. Missing ones still refuse.
     #[arg(long)]
     allow_stale: bool,
+    /// Also write JUnit XML here: a testsuite per side, a testcase per check (skipped and
+    /// failed checks say why). `$GITHUB_STEP_SUMMARY`, when set, gets the Markdown appended.
+    #[arg(long, value_name = "FILE")]
+    junit: Option<PathBuf>,
     #[command(flatten)]
     baseline: BaselineArgs,
 }
@@ -136,8 +143,18 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 allow_stale: a.allow_stale,
                 baseline: a.baseline.baseline,
                 max_regression: a.baseline.max_regression,
+                junit: a.junit,
             };
-            Ok(runtime::run(&ws, &opts)?.exit_code(opts.allow_skip))
+            match runtime::run(&ws, &opts) {
+                Ok(summary) => Ok(summary.exit_code(opts.allow_skip)),
+                Err(e) => match e.downcast_ref::<runtime::Unconfinable>() {
+                    Some(u) => {
+                        link_protocol::errln!("xtask: {u}");
+                        Ok(runtime::EXIT_UNCONFINABLE)
+                    }
+                    None => Err(e),
+                },
+            }
         }
         Cmd::Build => {
             outputs::build(&ws)?;

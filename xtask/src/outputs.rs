@@ -30,10 +30,6 @@ impl Workspace {
         self.target.join("release")
     }
 
-    pub fn crates(&self) -> PathBuf {
-        self.root.join("crates")
-    }
-
     pub fn runner(&self) -> PathBuf {
         self.release().join(RUNNER)
     }
@@ -129,6 +125,13 @@ pub fn build(ws: &Workspace) -> Result<()> {
             .run()
             .with_context(|| format!("the locked release build failed: `{text}`"))?;
     }
+    // Written after both commands succeeded, so it is newer than the configuration they read.
+    let stamp = ws.release().join(BUILT_STAMP);
+    std::fs::write(
+        &stamp,
+        "written by `cargo xtask build` after the locked release build succeeded\n",
+    )
+    .with_context(|| format!("cannot write {}", stamp.display()))?;
     Ok(())
 }
 
@@ -156,9 +159,18 @@ impl std::fmt::Display for Problem {
 /// Checks each output exists in `release` and is not older than the sources it was built from.
 ///
 /// The sources of an output are the files cargo lists in its dep-info (`<output>.d`, which
-/// covers the package and its path dependencies). Without one, every source under `crates`
-/// counts. A newer source or a listed source that is gone makes the output stale.
-pub fn verify(release: &Path, crates: &Path) -> Result<Vec<Problem>> {
+/// covers the package and its path dependencies). Without one, every source under
+/// `root/crates` counts. A newer source or a listed source that is gone makes the output stale.
+///
+/// Every output is also built from the workspace's configuration ([`workspace_config`]: every
+/// `Cargo.toml`, `Cargo.lock`, `.cargo/config.toml`), which dep-info never lists. Cargo does
+/// not relink a program for a manifest edit that changes nothing it builds, so a successful
+/// `cargo xtask build` leaves [`BUILT_STAMP`]; configuration older than the output or the
+/// stamp is current.
+pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
+    let crates = root.join("crates");
+    let config = newest_existing(&workspace_config(root));
+    let stamp = modified(&release.join(BUILT_STAMP));
     let mut problems = Vec::new();
     let mut fallback: Option<Option<(SystemTime, PathBuf)>> = None;
     for rel in expected_outputs() {
@@ -170,16 +182,56 @@ pub fn verify(release: &Path, crates: &Path) -> Result<Vec<Problem>> {
         let newest = match dep_info_sources(&output)? {
             Some(sources) => newest_of(&sources),
             None => fallback
-                .get_or_insert_with(|| newest_source_under(crates))
+                .get_or_insert_with(|| newest_source_under(&crates))
                 .clone(),
         };
-        if let Some((when, newer)) = newest {
-            if when > built {
-                problems.push(Problem::Stale { output, newer });
-            }
+        let confirmed = stamp.map_or(built, |s| s.max(built));
+        let newer = newest
+            .filter(|(when, _)| *when > built)
+            .or_else(|| config.clone().filter(|(when, _)| *when > confirmed));
+        if let Some((_, newer)) = newer {
+            problems.push(Problem::Stale { output, newer });
         }
     }
     Ok(problems)
+}
+
+/// Left in the release directory by a successful [`build`]: every output is current with the
+/// workspace configuration as of this file's modification time.
+pub const BUILT_STAMP: &str = ".xtask-built";
+
+/// The workspace configuration every output is built from: the root manifest, each member's
+/// (`crates/*`, `xtask`), `Cargo.lock`, and `.cargo/config.toml` (or the older `.cargo/config`).
+pub fn workspace_config(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![
+        root.join("Cargo.toml"),
+        root.join("Cargo.lock"),
+        root.join(".cargo/config.toml"),
+        root.join(".cargo/config"),
+        root.join("xtask/Cargo.toml"),
+    ];
+    if let Ok(members) = std::fs::read_dir(root.join("crates")) {
+        let mut members: Vec<PathBuf> = members
+            .flatten()
+            .map(|e| e.path().join("Cargo.toml"))
+            .collect();
+        members.sort();
+        out.extend(members);
+    }
+    out
+}
+
+/// The newest of the files in `paths` that exist (an absent optional file is no source).
+fn newest_existing(paths: &[PathBuf]) -> Option<(SystemTime, PathBuf)> {
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    for p in paths {
+        if let Some(when) = modified(p).filter(|_| p.is_file()) {
+            if newest.as_ref().is_none_or(|(n, _)| when > *n) {
+                newest = Some((when, p.clone()));
+            }
+        }
+    }
+    newest
 }
 
 fn modified(path: &Path) -> Option<SystemTime> {
@@ -333,7 +385,7 @@ mod tests {
         for rel in expected_outputs() {
             touch(&release.join(rel), new);
         }
-        assert_eq!(verify(&release, &crates).unwrap(), vec![]);
+        assert_eq!(verify(&release, &root).unwrap(), vec![]);
 
         std::fs::remove_file(release.join("link-plugin-auth")).unwrap();
         std::fs::remove_file(release.join("examples/runtime")).unwrap();
@@ -355,7 +407,7 @@ mod tests {
             format!("x: {}\n", crates.join("gone.rs").display()),
         )
         .unwrap();
-        let problems = verify(&release, &crates).unwrap();
+        let problems = verify(&release, &root).unwrap();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
         // 2 missing, 2 stale by their dep-info, 12 stale by the fallback.
         assert_eq!(problems.len(), 16, "{text:#?}");
@@ -377,6 +429,67 @@ mod tests {
         assert!(problems.contains(&Problem::Stale {
             output: release.join("link"),
             newer: model_src
+        }));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn workspace_configuration_newer_than_an_output_makes_it_stale() {
+        let root = scratch("config");
+        let release = root.join("release");
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        let built = SystemTime::now() - Duration::from_secs(600);
+        let later = SystemTime::now();
+        touch(&root.join("crates/link-cli/src/main.rs"), old);
+        touch(&root.join("crates/link-cli/Cargo.toml"), old);
+        touch(&root.join("Cargo.toml"), old);
+        touch(&root.join("Cargo.lock"), old);
+        for rel in expected_outputs() {
+            touch(&release.join(rel), built);
+        }
+        // No `.cargo/config.toml` here: an absent optional file is no source.
+        assert_eq!(verify(&release, &root).unwrap(), vec![]);
+
+        // `cargo update` after the build: every output is stale, naming Cargo.lock.
+        touch(&root.join("Cargo.lock"), later);
+        let problems = verify(&release, &root).unwrap();
+        assert_eq!(problems.len(), expected_outputs().len(), "{problems:#?}");
+        assert!(problems.contains(&Problem::Stale {
+            output: release.join("link"),
+            newer: root.join("Cargo.lock")
+        }));
+        // Dep-info that lists only current sources does not hide it.
+        std::fs::write(
+            release.join("link.d"),
+            format!(
+                "x: {}\n",
+                root.join("crates/link-cli/src/main.rs").display()
+            ),
+        )
+        .unwrap();
+        assert!(verify(&release, &root)
+            .unwrap()
+            .iter()
+            .any(|p| p.to_string().contains("Cargo.lock")));
+
+        // A successful `cargo xtask build` after the edit confirms the outputs (cargo need not
+        // relink a program for a lock or manifest change that does not touch it).
+        touch(&release.join(BUILT_STAMP), later + Duration::from_secs(5));
+        assert_eq!(verify(&release, &root).unwrap(), vec![]);
+
+        // A member manifest and `.cargo/config.toml` edited after that are sources too.
+        let member = root.join("crates/link-cli/Cargo.toml");
+        touch(&member, later + Duration::from_secs(10));
+        let problems = verify(&release, &root).unwrap();
+        assert!(problems.contains(&Problem::Stale {
+            output: release.join("examples/runtime"),
+            newer: member
+        }));
+        let config = root.join(".cargo/config.toml");
+        touch(&config, later + Duration::from_secs(20));
+        assert!(verify(&release, &root).unwrap().contains(&Problem::Stale {
+            output: release.join("link"),
+            newer: config
         }));
         std::fs::remove_dir_all(&root).unwrap();
     }

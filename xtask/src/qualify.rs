@@ -77,6 +77,7 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
             allow_stale: false,
             baseline,
             max_regression,
+            junit: None,
         };
         match runtime::run(ws, &opts) {
             Ok(s) => {

@@ -4,12 +4,14 @@
 
 use crate::baseline::{self, Verdict};
 use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
+use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
-use crate::{state, svg};
+use crate::{ci, state, svg};
 use anyhow::{anyhow, bail, Context, Result};
-use link_report::{Mode, Outcome as RunOutcome, Profile, Report, Status};
+use link_report::{CheckName, Mode, Outcome as RunOutcome, Profile, Report, Status};
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use xshell::{cmd, Shell};
 
@@ -44,6 +46,49 @@ pub struct Options {
     pub allow_stale: bool,
     pub baseline: Option<PathBuf>,
     pub max_regression: f64,
+    /// `--junit FILE`: JUnit XML, a testsuite per side, a testcase per check.
+    pub junit: Option<PathBuf>,
+}
+
+/// Exit status: both sides passed, and no significant regression against `--baseline`.
+pub const EXIT_PASSED: u8 = 0;
+/// Exit status: a side failed, the trace pass was unusable, a phase regressed significantly,
+/// or nothing could be compared (an error).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status: a side was skipped (0 with `--allow-skip`).
+pub const EXIT_SKIPPED: u8 = 2;
+/// Exit status: confined mode, and the sandbox probe says confinement is unavailable here;
+/// nothing was measured (`--allow-skip` does not change it).
+pub const EXIT_UNCONFINABLE: u8 = 3;
+
+/// Confined mode where the sandbox probe says confinement is unavailable: said once, with the
+/// probe's reason, before any run (or after the first run that skipped for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unconfinable {
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unconfinable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "confinement is unavailable on this machine: {}; nothing was measured (no timed \
+             runs, no trace pass). `cargo xtask doctor` says what to install or change; \
+             `--mode diagnostic` measures unconfined, explicitly",
+            self.reason
+        )
+    }
+}
+
+impl std::error::Error for Unconfinable {}
+
+/// A skip whose reason is the runner's own sandbox probe finding confinement unavailable.
+fn unconfinable_skip(mode: Mode, report: &Report) -> Option<Unconfinable> {
+    let reason = report.outcome.reason.as_deref()?;
+    let rest = reason.strip_prefix("confinement unavailable")?;
+    (mode == Mode::Confined && report.outcome.status == Status::Skipped).then(|| Unconfinable {
+        reason: rest.trim_start_matches([':', ' ']).to_string(),
+    })
 }
 
 /// The files one profile's runs write.
@@ -94,11 +139,11 @@ impl Summary {
     /// 0 when both sides passed; 2 when the only problem is a skip; 1 otherwise.
     pub fn exit_code(&self, allow_skip: bool) -> u8 {
         if !self.failures.is_empty() {
-            1
+            EXIT_FAILED
         } else if !self.skips.is_empty() && !allow_skip {
-            2
+            EXIT_SKIPPED
         } else {
-            0
+            EXIT_PASSED
         }
     }
 }
@@ -131,6 +176,17 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     };
     let source = source(&ws.root)?;
     let mode = opts.mode;
+    // Where confined mode cannot run, every run would skip: say so once and stop.
+    if mode == Mode::Confined {
+        match doctor::probe_sandbox(ws) {
+            Probe::Enforced(_) => {}
+            Probe::Unavailable(reason) => return Err(Unconfinable { reason }.into()),
+            Probe::Broken(reason) | Probe::NotRun(reason) => bail!(
+                "the sandbox probe is broken: {reason}; nothing was measured (`cargo xtask \
+                 doctor` says more)"
+            ),
+        }
+    }
     link_protocol::errln!(
         "xtask: runtime comparison, {mode}, source {source}, state under {}",
         state.display()
@@ -161,6 +217,9 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             let noise = Noise::sample();
             let out = run_file(&ws.target, profile, mode, index);
             let loaded = timed_run(ws, opts, rounds, profile, &source, &state, &out, &step)?;
+            if let Some(u) = unconfinable_skip(mode, &loaded.report) {
+                return Err(u.into());
+            }
             if loaded.report.outcome.status == Status::Skipped {
                 stopped.push(profile);
             }
@@ -171,17 +230,34 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             });
         }
     }
-    let mut traced = Vec::new();
+    // Each side's checks once, over all its runs (the runner's per-run lists are not shown).
+    for profile in Profile::ALL {
+        print_checks(profile, &timed);
+    }
+    // A side that skipped is not traced either: the capability it lacked is still missing.
+    let mut traced: Vec<(Profile, Loaded)> = Vec::new();
     if let Some(strace) = &strace {
         for (i, profile) in Profile::ALL.into_iter().enumerate() {
+            if stopped.contains(&profile) {
+                link_protocol::errln!(
+                    "xtask: [trace {}/2] {profile} {mode}: not traced, its timed run skipped",
+                    i + 1
+                );
+                continue;
+            }
             let step = format!("[trace {}/2] {profile} {mode}", i + 1);
-            traced.push(traced_run(
-                ws, opts, profile, &source, &state, strace, &step,
-            )?);
+            let loaded = traced_run(ws, opts, profile, &source, &state, strace, &step)?;
+            traced.push((profile, loaded));
         }
     }
+    let traced_of = |p: Profile| traced.iter().find(|(q, _)| *q == p).map(|(_, l)| l);
     // Every report, timed or traced, must name the same programs with the same sha256.
-    compare::same_programs(timed.iter().map(|t| &t.loaded).chain(&traced))?;
+    compare::same_programs(
+        timed
+            .iter()
+            .map(|t| &t.loaded)
+            .chain(traced.iter().map(|(_, l)| l)),
+    )?;
 
     // Each side's median run stands for it as the spec's single-run report.
     let mut chosen = Vec::new();
@@ -205,8 +281,8 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         runs: &timed,
         runs_requested: runs,
         rounds,
-        mini_traced: traced.first(),
-        link_traced: traced.get(1),
+        mini_traced: traced_of(Profile::Mini),
+        link_traced: traced_of(Profile::Link),
     });
     let mut comparison = comparison;
     if !stale.is_empty() {
@@ -220,7 +296,19 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             ),
         );
     }
-    let written = write_comparison(ws, opts.mode, &comparison)?;
+    let mut written = write_comparison(ws, opts.mode, &comparison)?;
+    if let Some(path) = &opts.junit {
+        ci::write_junit(path, &comparison, &timed)?;
+        written.push(path.clone());
+    }
+    if let Some(path) = ci::step_summary_file(std::env::var_os(ci::STEP_SUMMARY)) {
+        ci::append_step_summary(&path, &compare::markdown(&comparison))?;
+        link_protocol::errln!(
+            "xtask: appended the comparison to the step summary {} (${})",
+            path.display(),
+            ci::STEP_SUMMARY
+        );
+    }
     let verdict = match &earlier {
         Some(old) => Some(baseline::compare(old, &comparison, opts.max_regression)?),
         None => None,
@@ -232,7 +320,7 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
 
 /// Fails with every missing or stale output listed and the exact build commands.
 pub fn require_outputs(ws: &Workspace) -> Result<()> {
-    let problems = outputs::verify(&ws.release(), &ws.crates())?;
+    let problems = outputs::verify(&ws.release(), &ws.root)?;
     if problems.is_empty() {
         return Ok(());
     }
@@ -254,7 +342,7 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
 
 /// With `--allow-stale`: missing outputs still refuse; stale ones are listed and returned.
 fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
-    let problems = outputs::verify(&ws.release(), &ws.crates())?;
+    let problems = outputs::verify(&ws.release(), &ws.root)?;
     if problems
         .iter()
         .any(|p| matches!(p, outputs::Problem::Missing { .. }))
@@ -369,12 +457,30 @@ fn remove_stale(path: &Path) -> Result<()> {
 
 /// Runs a child with inherited output (the runner's phase lines go straight to the terminal)
 /// and says, now and then, that it is still going.
+///
+/// The runner's stderr passes through a filter that drops its per-run check list (`[mini]
+/// startup  Passed`): each side's checks are printed once, over all runs ([`print_checks`]).
 fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<ExitStatus> {
     link_protocol::errln!("xtask: {step}: $ {shown}");
     let start = Instant::now();
     let mut child = command
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start `{shown}`"))?;
+    let relay = child.stderr.take().map(|stderr| {
+        std::thread::spawn(move || {
+            let mut reader = std::io::BufReader::new(stderr);
+            let mut line = Vec::new();
+            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
+                let text = String::from_utf8_lossy(&line);
+                let text = text.trim_end_matches(['\n', '\r']);
+                if !is_check_line(text) {
+                    link_protocol::errln!("{text}");
+                }
+                line.clear();
+            }
+        })
+    });
     let mut next = PROGRESS_EVERY;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -386,11 +492,63 @@ fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<Ex
         }
         std::thread::sleep(Duration::from_millis(200));
     };
+    // A process the child left behind may hold its stderr open: wait a little, then go on.
+    if let Some(relay) = relay {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !relay.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if relay.is_finished() {
+            let _ = relay.join();
+        }
+    }
     link_protocol::errln!(
         "xtask: {step}: finished in {:.1} s ({status})",
         start.elapsed().as_secs_f64()
     );
     Ok(status)
+}
+
+/// `[mini] startup                     Passed` (or `[link diagnostic] ...`): one line of the
+/// runner's check list, which it prints after every run.
+fn is_check_line(line: &str) -> bool {
+    let Some(rest) = line.strip_prefix('[') else {
+        return false;
+    };
+    let Some((label, rest)) = rest.split_once("] ") else {
+        return false;
+    };
+    let side = label.strip_suffix(" diagnostic").unwrap_or(label);
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    side.parse::<Profile>().is_ok()
+        && matches!(words[..], [name, "Passed" | "Failed" | "Skipped"] if name.parse::<CheckName>().is_ok())
+}
+
+/// One side's checks over all its timed runs, printed once.
+fn print_checks(profile: Profile, timed: &[TimedRun]) {
+    let runs: Vec<&TimedRun> = timed
+        .iter()
+        .filter(|t| t.loaded.report.profile == profile)
+        .collect();
+    let cases = ci::check_cases(&runs);
+    if cases.is_empty() {
+        return;
+    }
+    let mut out = format!("xtask: {profile} checks over {} run(s):\n", runs.len());
+    for c in &cases {
+        let word = match c.status {
+            Status::Passed => "passed".to_string(),
+            Status::Skipped => "SKIPPED".to_string(),
+            Status::Failed => "FAILED".to_string(),
+        };
+        let why = if c.message.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", c.message)
+        };
+        out.push_str(&format!("  {:<27} {word}{why}\n", c.name));
+    }
+    link_protocol::err!("{out}");
 }
 
 /// The report a run wrote; without one, a failed stand-in that says why.
@@ -632,6 +790,36 @@ mod tests {
             assert_ne!(c, d);
             assert!(d.to_string_lossy().contains("diagnostic"));
         }
+    }
+
+    #[test]
+    fn only_the_runners_check_lines_are_dropped() {
+        assert!(is_check_line("[mini] startup                     Passed"));
+        assert!(is_check_line("[link diagnostic] no_orphans       Failed"));
+        assert!(is_check_line("[link] run_tool_confined           Skipped"));
+        assert!(!is_check_line("[link] SKIPPED — NOT a pass: no bwrap"));
+        assert!(!is_check_line("[mini] startup 120 ms"));
+        assert!(!is_check_line(
+            "[mini] capabilities: sandbox Available, native Available"
+        ));
+        assert!(!is_check_line("[other] startup Passed"));
+        assert!(!is_check_line(
+            "xtask: [run 1/5, 1/2] mini confined: $ runner"
+        ));
+    }
+
+    #[test]
+    fn confinement_unavailable_is_recognised_in_a_skip() {
+        let mut r = failed_report(Profile::Mini, Mode::Confined, "abc", String::new());
+        r.outcome = RunOutcome {
+            status: Status::Skipped,
+            reason: Some("confinement unavailable: bwrap: no user namespaces".into()),
+        };
+        let u = unconfinable_skip(Mode::Confined, &r).unwrap();
+        assert_eq!(u.reason, "bwrap: no user namespaces");
+        assert!(u.to_string().contains("nothing was measured"), "{u}");
+        r.outcome.reason = Some("pidfd_open is not supported".into());
+        assert_eq!(unconfinable_skip(Mode::Confined, &r), None);
     }
 
     #[test]

@@ -1,0 +1,361 @@
+//! Comparisons built from the recorded reports under `tests/data`; shared with the other
+//! modules' tests.
+
+use super::build::merge_order;
+use super::noise::{parse_loadavg, parse_pressure};
+use super::*;
+use crate::stats;
+use std::path::PathBuf;
+
+pub(crate) fn fixture(name: &str) -> Loaded {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name);
+    load(&path).unwrap()
+}
+
+pub(crate) fn timed(index: u32, loaded: &Loaded) -> TimedRun {
+    TimedRun {
+        index,
+        loaded: loaded.clone(),
+        noise: Noise {
+            cpus: 2,
+            load1: Some(0.5),
+            load5: Some(0.4),
+            load15: Some(0.3),
+            cpu_pressure_some_avg10: Some(1.0),
+        },
+    }
+}
+
+/// `runs` interleaved runs per side, phase durations scaled by `scale(profile, run)`.
+pub(crate) fn runs_of(runs: u32, scale: impl Fn(Profile, u32) -> f64) -> Vec<TimedRun> {
+    let (mini, link) = (fixture("runtime-mini.json"), fixture("runtime-link.json"));
+    let mut out = Vec::new();
+    for i in 1..=runs {
+        for base in [&mini, &link] {
+            let mut t = timed(i, base);
+            let f = scale(base.report.profile, i);
+            for p in &mut t.loaded.report.phases {
+                p.duration_ns = (p.duration_ns as f64 * f) as u128;
+            }
+            t.loaded.path = format!("target/runtime-runs/{}-{i}.json", base.report.profile);
+            // The fixtures' made-up digests differ between sides; real runs share programs.
+            for a in &mut t.loaded.report.artifacts {
+                a.sha256 = format!("{:064x}", stats::seed(&a.name));
+            }
+            out.push(t);
+        }
+    }
+    out
+}
+
+pub(crate) fn from_runs(runs: &[TimedRun]) -> Comparison {
+    let (mt, lt) = (
+        fixture("runtime-mini-traced.json"),
+        fixture("runtime-link-traced.json"),
+    );
+    let mini = &representative(runs, Profile::Mini).unwrap().loaded;
+    let link = &representative(runs, Profile::Link).unwrap().loaded;
+    build(&Inputs {
+        mode: Mode::Confined,
+        mini,
+        link,
+        runs,
+        runs_requested: (runs.len() / 2) as u32,
+        rounds: 1,
+        mini_traced: Some(&mt),
+        link_traced: Some(&lt),
+    })
+}
+
+pub(crate) fn sample() -> Comparison {
+    // Five runs each, ±4% apart, so every phase has a small, real spread.
+    from_runs(&runs_of(5, |_, i| 0.88 + 0.04 * i as f64))
+}
+
+#[test]
+fn comparison_from_two_recorded_reports() {
+    let c = sample();
+    assert_eq!(c.mini.outcome, Status::Passed);
+    assert_eq!(c.link.outcome, Status::Passed);
+    assert_eq!((c.mini.mode, c.link.mode), (Mode::Confined, Mode::Confined));
+    assert_eq!((c.mini.processes, c.link.processes), (5, 13));
+    // Host 8 + model 8 + connection 4 + harness 8 + measure 4 MiB, plus the host's 512 KiB.
+    assert_eq!(c.mini.peak_rss_bytes, Some(32 * 1_048_576 + 524_288));
+    assert_eq!(c.mini.artifacts, 5);
+
+    let names: Vec<&str> = c.phases.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "startup",
+            "cold_turn",
+            "warm_turn",
+            "second_agent",
+            "refusals",
+            "protected_tools",
+            "idle",
+            "status_series",
+            "shutdown"
+        ]
+    );
+    let tools = c
+        .phases
+        .iter()
+        .find(|p| p.name == "protected_tools")
+        .unwrap();
+    assert_eq!((tools.mini_ns, tools.ratio), (None, None));
+    let startup = &c.phases[0];
+    assert_eq!(startup.mini_ns, Some(120_000_000));
+    assert_eq!(startup.link_ns, Some(480_000_000));
+    assert_eq!(startup.ratio, Some(4.0));
+
+    assert_eq!(c.execs.len(), 9);
+    let tools = c
+        .execs
+        .iter()
+        .find(|r| r.name == "protected_tools")
+        .unwrap();
+    assert!(tools.mini.is_none());
+    assert_eq!(tools.link.as_ref().unwrap().execs, 6);
+    assert!(c
+        .caveats
+        .iter()
+        .any(|cv| cv.contains("separate traced runs")));
+    assert!(c
+        .caveats
+        .iter()
+        .any(|cv| cv.contains("not evidence of: memory totals")));
+    assert!(!c.caveats.iter().any(|cv| cv.starts_with("diagnostic")));
+
+    // The vocabulary is written as the same words as before it was typed.
+    let v = serde_json::to_value(&c).unwrap();
+    assert_eq!(v["mode"], "confined");
+    assert_eq!(
+        (&v["mini"]["profile"], &v["link"]["profile"]),
+        (&"mini".into(), &"link".into())
+    );
+    assert_eq!(
+        (&v["mini"]["mode"], &v["mini"]["outcome"]),
+        (&"confined".into(), &"passed".into())
+    );
+    assert_eq!(v["link"]["traced"]["outcome"], "passed");
+
+    // The JSON round-trips.
+    let json = serde_json::to_string_pretty(&c).unwrap();
+    let back: Comparison = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, c);
+}
+
+#[test]
+fn markdown_names_both_sides_and_every_phase() {
+    let c = sample();
+    let md = markdown(&c);
+    for p in &c.phases {
+        assert!(
+            md.contains(&format!("| {} | {} |", p.name, p.round)),
+            "{}",
+            p.name
+        );
+    }
+    assert!(
+        md.contains("| startup | 120.0 (IQR 115.2–124.8) | 5 (5 runs) | 480.0 (IQR 460.8–499.2) | 5 (5 runs) | 4.00× ["),
+        "{md}"
+    );
+    assert!(md.contains("| idle (fixed wait) |"), "{md}");
+    assert!(md.contains("Method: median of all samples"), "{md}");
+    assert!(md.contains("all phases except the fixed idle wait"), "{md}");
+    assert!(md.contains("| outcome | passed | passed |"), "{md}");
+    assert!(md.contains("## Exec counts"));
+    assert!(md.contains("## Caveats"));
+}
+
+#[test]
+fn skipped_side_and_missing_trace_are_caveats() {
+    let mini = fixture("runtime-mini.json");
+    let mut link = fixture("runtime-link.json");
+    link.report.outcome = link_report::Outcome {
+        status: Status::Skipped,
+        reason: Some("bubblewrap cannot create a user namespace".into()),
+    };
+    let mut lt = fixture("runtime-link-traced.json");
+    lt.report.trace = Some(link_report::TraceSection {
+        available: false,
+        reason: Some("trace is empty".into()),
+        phases: vec![],
+    });
+    let runs = vec![timed(1, &mini), timed(1, &link)];
+    let c = build(&Inputs {
+        mode: Mode::Confined,
+        mini: &mini,
+        link: &link,
+        runs: &runs,
+        runs_requested: 1,
+        rounds: 1,
+        mini_traced: None,
+        link_traced: Some(&lt),
+    });
+    assert!(c
+        .caveats
+        .iter()
+        .any(|cv| cv == "link skipped: bubblewrap cannot create a user namespace"));
+    assert!(c
+        .caveats
+        .iter()
+        .any(|cv| cv == "link exec counts unavailable: trace is empty"));
+    assert!(c.execs.is_empty(), "no available trace on either side");
+    let md = markdown(&c);
+    assert!(md.contains("**skipped**: bubblewrap"), "{md}");
+    // A skipped side has no figures: no zero, no ratio.
+    assert!(
+        md.contains("| startup | 120.0 (IQR 120.0–120.0) | 1 (1 runs) | skipped: bubblewrap cannot create a user namespace | — | — |"),
+        "{md}"
+    );
+    assert!(md.contains("| processes started | 5 | — | — |"), "{md}");
+    assert!(!md.contains("| 0.0 |") && !md.contains("| 0 |"), "{md}");
+    let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
+    assert!(startup.link.is_none() && startup.ratio.is_none());
+    assert!(md.contains("trace **unavailable**: trace is empty"), "{md}");
+}
+
+#[test]
+fn intervals_contain_the_medians_and_runs_are_kept() {
+    let c = sample();
+    assert_eq!(c.schema_version, 2);
+    assert_eq!(c.runs.len(), 10);
+    let order: Vec<(Profile, u32)> = c.runs.iter().map(|r| (r.profile, r.index)).collect();
+    assert_eq!(
+        order[..4],
+        [
+            (Profile::Mini, 1),
+            (Profile::Link, 1),
+            (Profile::Mini, 2),
+            (Profile::Link, 2)
+        ]
+    );
+    // The median run (scale 1.0 is run 3) stands for each side.
+    assert!(c.mini.report.ends_with("mini-3.json"), "{}", c.mini.report);
+    assert_eq!(c.mini.phases[0].duration_ns, 120_000_000);
+    for s in &c.stats {
+        if let Some(r) = s.ratio {
+            assert!(
+                r.low <= r.estimate && r.estimate <= r.high,
+                "{}: {r:?}",
+                s.name
+            );
+        }
+        for sp in [&s.mini, &s.link].into_iter().flatten() {
+            assert!(sp.median_low_ns <= sp.median_ns && sp.median_ns <= sp.median_high_ns);
+            assert_eq!(sp.run_medians_ns.len(), 5);
+        }
+    }
+    let tools = c
+        .stats
+        .iter()
+        .find(|s| s.name == "protected_tools")
+        .unwrap();
+    assert_eq!(tools.mini_absent.as_deref(), Some("no such phase"));
+    assert!(tools.ratio.is_none());
+    let idle = c.stats.iter().find(|s| s.name == "idle").unwrap();
+    assert!(idle.fixed_wait);
+    // Same scale on both sides: each ratio is the fixture's, exactly.
+    let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
+    assert_eq!(startup.ratio.unwrap().estimate, 4.0);
+    // A deterministic figure: building again gives the same intervals.
+    assert_eq!(sample().stats, c.stats);
+}
+
+#[test]
+fn mismatched_programs_are_refused_by_name() {
+    let runs = runs_of(2, |_, _| 1.0);
+    same_programs(runs.iter().map(|r| &r.loaded)).unwrap();
+    let mut runs = runs;
+    runs[3].loaded.report.artifacts[0].sha256 = "ff".repeat(32);
+    let name = runs[3].loaded.report.artifacts[0].name.clone();
+    let err = same_programs(runs.iter().map(|r| &r.loaded))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&format!("program `{name}` differs")), "{err}");
+    assert!(err.contains("link-2.json"), "{err}");
+}
+
+#[test]
+fn noise_is_parsed_and_called_out() {
+    assert_eq!(
+        parse_loadavg("0.52 1.10 2.00 1/234 5678\n"),
+        (Some(0.52), Some(1.10), Some(2.0))
+    );
+    let psi = "some avg10=12.50 avg60=3.00 avg300=1.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    assert_eq!(parse_pressure(psi), Some(12.5));
+    let busy = Noise {
+        cpus: 2,
+        load1: Some(3.5),
+        cpu_pressure_some_avg10: Some(12.5),
+        ..Noise::default()
+    };
+    let why = busy.complaint().unwrap();
+    assert!(
+        why.contains("load average 3.50 on 2 CPUs") && why.contains("12.5%"),
+        "{why}"
+    );
+    assert!(Noise {
+        cpus: 2,
+        load1: Some(0.3),
+        ..Noise::default()
+    }
+    .complaint()
+    .is_none());
+
+    let mut runs = runs_of(3, |p, i| {
+        if p == Profile::Link && i == 2 {
+            3.0
+        } else {
+            1.0
+        }
+    });
+    runs[0].noise = busy;
+    let c = from_runs(&runs);
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("busy before mini run 1")),
+        "{:?}",
+        c.warnings
+    );
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.starts_with("phase startup:") && w.contains("raise --runs")),
+        "{:?}",
+        c.warnings
+    );
+    assert!(markdown(&c).contains("**warning**: phase startup"));
+}
+
+#[test]
+fn one_failed_run_fails_its_side_and_leaves_the_figures() {
+    let mut runs = runs_of(3, |_, _| 1.0);
+    runs[3].loaded.report.outcome = link_report::Outcome {
+        status: Status::Failed,
+        reason: Some("cold_turn timed out".into()),
+    };
+    let c = from_runs(&runs);
+    assert_eq!(c.link.outcome, Status::Failed);
+    assert_eq!(c.link.reason.as_deref(), Some("run 2: cold_turn timed out"));
+    let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
+    assert_eq!(startup.link.as_ref().unwrap().samples, 2);
+    assert_eq!(startup.mini.as_ref().unwrap().samples, 3);
+}
+
+#[test]
+fn merge_keeps_run_order() {
+    let k = |s: &str| (s.to_string(), 0u32);
+    let merged = merge_order(
+        &[k("a"), k("b"), k("d")],
+        &[k("a"), k("b"), k("c"), k("d"), k("e")],
+    );
+    assert_eq!(merged, vec![k("a"), k("b"), k("c"), k("d"), k("e")]);
+    let merged = merge_order(&[k("b")], &[k("a"), k("b")]);
+    assert_eq!(merged, vec![k("a"), k("b")]);
+}
