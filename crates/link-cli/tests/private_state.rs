@@ -3,13 +3,12 @@
 //! root nor read an agent's conversation. Secrets reach only the plugin that needs them.
 
 use crate::support::{self, state_root};
-use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
 use link_protocol::plugin::{Profile, ENV_MODEL_REMOTE_KEY, ENV_TEST_HOOKS};
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Every path under `root` (not following symlinks), with `root` itself.
 fn walk(root: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
@@ -103,60 +102,6 @@ fn nothing_under_the_state_root_is_readable_by_group_or_others() {
     rt.down();
 }
 
-/// A local user made for one test, removed on drop.
-struct TestUser(String);
-
-impl TestUser {
-    fn create() -> Result<TestUser, String> {
-        if !rustix::process::geteuid().is_root() {
-            return Err("not root: cannot create a second local user".into());
-        }
-        let name = format!("lnk-test-{}", std::process::id());
-        let out = Command::new("useradd")
-            .args(["-M", "-s", "/usr/sbin/nologin", &name])
-            .output()
-            .map_err(|e| format!("useradd: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "useradd {name}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(TestUser(name))
-    }
-
-    /// `ARGS` run as this user: (exit code, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new("runuser")
-            .args(["-u", &self.0, "--"])
-            .args(args)
-            .output()
-            .expect("runuser runs");
-        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        (
-            out.status.code().unwrap_or(-1),
-            text(&out.stdout),
-            text(&out.stderr),
-        )
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.0).status();
-    }
-}
-
-/// A parent every user can traverse (the usual `$HOME/.cache/lnk` may sit in a 0700 home,
-/// which would deny a second user for the wrong reason); removed on drop.
-struct OpenParent(PathBuf);
-
-impl Drop for OpenParent {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn assert_denied(what: &str, (code, out, err): (i32, String, String)) {
     assert!(
         code != 0 && code != 126 && code != 127,
@@ -171,19 +116,14 @@ fn assert_denied(what: &str, (code, out, err): (i32, String, String)) {
 
 #[test]
 fn a_second_local_user_can_neither_list_nor_read_the_state() {
-    let user = match TestUser::create() {
+    let user = match TestUser::create("lnk-test") {
         Ok(u) => u,
         Err(why) => {
             eprintln!("skipped: {why}");
             return;
         }
     };
-    let parent = OpenParent(PathBuf::from(format!(
-        "/var/lib/lnk-private-{}",
-        std::process::id()
-    )));
-    std::fs::create_dir_all(&parent.0).unwrap();
-    std::fs::set_permissions(&parent.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let parent = OpenParent::create("lnk-private").unwrap();
     // The allowed twin: a world-readable file beside the state root, so the path there is
     // open to the user and a refusal below is the state root's own doing.
     let twin = parent.0.join("twin.txt");

@@ -362,3 +362,104 @@ mod tests {
         assert!(!path.as_os_str().is_empty() && !path.exists(), "{path:?}");
     }
 }
+
+/// A local user made for one test (`useradd`, no home), removed on drop: the tests that must
+/// also hold for an ordinary user run their programs as it.
+#[derive(Debug)]
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl TestUser {
+    /// A new user; `Err` says why not (not root, no `useradd`).
+    pub fn create(prefix: &str) -> Result<TestUser, String> {
+        if !rustix::process::geteuid().is_root() {
+            return Err("not root: cannot create a second local user".into());
+        }
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        let out = std::process::Command::new("useradd")
+            .args(["-M", "-s", "/usr/sbin/nologin", &name])
+            .output()
+            .map_err(|e| format!("useradd: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "useradd {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        // Made first, so a failure below still removes it on drop.
+        let mut user = TestUser {
+            name,
+            uid: 0,
+            gid: 0,
+        };
+        user.uid = user.id("-u")?;
+        user.gid = user.id("-g")?;
+        Ok(user)
+    }
+
+    fn id(&self, flag: &str) -> Result<u32, String> {
+        let out = std::process::Command::new("id")
+            .args([flag, &self.name])
+            .output()
+            .map_err(|e| format!("id: {e}"))?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| format!("id {flag} {} printed no number", self.name))
+    }
+
+    /// `args` as this user (`runuser`), with the environment `runuser` gives.
+    pub fn command(&self, args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Command {
+        let mut cmd = std::process::Command::new("runuser");
+        cmd.args(["-u", &self.name, "--"]).args(args);
+        cmd
+    }
+
+    /// `args` as this user: (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.command(args).output().expect("runuser runs");
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (
+            out.status.code().unwrap_or(-1),
+            text(&out.stdout),
+            text(&out.stderr),
+        )
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("userdel")
+            .arg(&self.name)
+            .status();
+    }
+}
+
+/// A directory every user can traverse, outside temporary folders and any 0700 home (where
+/// a second user would be refused for the wrong reason); removed on drop.
+#[derive(Debug)]
+pub struct OpenParent(pub PathBuf);
+
+impl OpenParent {
+    /// `/var/lib/<prefix>-<pid>-<n>`, mode 0755.
+    pub fn create(prefix: &str) -> std::io::Result<OpenParent> {
+        use std::os::unix::fs::PermissionsExt;
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let path = PathBuf::from(format!("/var/lib/{prefix}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+        Ok(OpenParent(path))
+    }
+}
+
+impl Drop for OpenParent {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

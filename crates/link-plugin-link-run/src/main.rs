@@ -50,6 +50,7 @@ impl State {
             timeout_ms: Some(timeout * 1000),
             output_cap: Some(OUTPUT_CAP),
             env: Default::default(),
+            limits: Default::default(),
         };
         let router = self.layout.router_socket();
         let r = client::request_once::<Exec>(&router, Some(agent), &exec).await?;
@@ -63,6 +64,7 @@ impl State {
             duration_ms: r.duration_ms,
             missing_command: r.missing_command,
             timed_out: r.timed_out,
+            limit_hit: r.limit_hit,
         })
     }
 }

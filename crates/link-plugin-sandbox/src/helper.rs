@@ -7,7 +7,10 @@
 //! enforced, so nothing runs; `missing <cmd>` (exit 127) or `noexec <reason>` (exit 126) when
 //! the command cannot be executed.
 
+use crate::limits::Limits;
 use crate::rules::Rules;
+use rustix::fs::Mode;
+use rustix::process::{Gid, Uid};
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write;
@@ -56,10 +59,16 @@ impl Status {
     }
 }
 
-/// The arguments of `landlock-exec [--status-fd N] [--rw DIR]... -- COMMAND...`.
+/// The arguments of `landlock-exec [--status-fd N] [--drop-to UID:GID] [--limits L]
+/// [--chdir DIR] [--rw DIR]... -- COMMAND...`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Args {
     pub status_fd: Option<RawFd>,
+    /// The dedicated identity to become (when bwrap runs as root).
+    pub drop_to: Option<(u32, u32)>,
+    pub limits: Option<Limits>,
+    /// The working directory, entered once the identity is the command's.
+    pub chdir: Option<PathBuf>,
     pub rw: Vec<PathBuf>,
     pub command: Vec<OsString>,
 }
@@ -72,6 +81,22 @@ pub fn parse_args(mut args: impl Iterator<Item = OsString>) -> Result<Args, Stri
             Some("--status-fd") => {
                 let fd = args.next().and_then(|v| v.to_str()?.parse().ok());
                 parsed.status_fd = Some(fd.ok_or("--status-fd needs a descriptor number")?);
+            }
+            Some("--drop-to") => {
+                let v = args.next().and_then(|v| v.into_string().ok());
+                let ids = v.as_deref().and_then(|v| {
+                    let (u, g) = v.split_once(':')?;
+                    Some((u.parse().ok()?, g.parse().ok()?))
+                });
+                parsed.drop_to = Some(ids.ok_or("--drop-to needs UID:GID")?);
+            }
+            Some("--limits") => {
+                let v = args.next().and_then(|v| v.into_string().ok());
+                let limits = v.as_deref().and_then(Limits::parse_helper_arg);
+                parsed.limits = Some(limits.ok_or("--limits needs four numbers")?);
+            }
+            Some("--chdir") => {
+                parsed.chdir = Some(args.next().ok_or("--chdir needs a directory")?.into())
             }
             Some("--rw") => parsed
                 .rw
@@ -86,8 +111,17 @@ pub fn parse_args(mut args: impl Iterator<Item = OsString>) -> Result<Args, Stri
     Err("missing `-- COMMAND...`".into())
 }
 
-/// Applies Landlock with `rw` writable, then executes `argv`. Never returns.
-pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsString>) -> ! {
+/// Sets the limits, drops to the dedicated identity, applies Landlock with `rw` writable,
+/// then executes the command. Never returns.
+pub fn landlock_exec(args: Args) -> ! {
+    let Args {
+        status_fd,
+        drop_to,
+        limits,
+        chdir,
+        rw,
+        command: argv,
+    } = args;
     // SAFETY: the fd number was passed by our parent for us alone.
     let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
     close_inherited_on_exec();
@@ -101,6 +135,26 @@ pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsStr
         report("err no command".into());
         std::process::exit(EXIT_SETUP);
     }
+    if let Some(limits) = limits {
+        if let Err(e) = limits.apply() {
+            refuse(&mut report, format!("cannot set the limits: {e}"));
+        }
+    }
+    if let Some((uid, gid)) = drop_to {
+        if let Err(e) = drop_identity(uid, gid) {
+            refuse(
+                &mut report,
+                format!("cannot drop to uid {uid} gid {gid}: {e}"),
+            );
+        }
+    }
+    if let Some(dir) = chdir {
+        if let Err(e) = std::env::set_current_dir(&dir) {
+            refuse(&mut report, format!("cannot enter {}: {e}", dir.display()));
+        }
+    }
+    // What the command creates is its own alone, as the state root's files are.
+    rustix::process::umask(Mode::from_raw_mode(0o077));
     match Rules::inside(&rw).restrict_self() {
         Ok(abi) => report(format!("ok {abi}")),
         Err(e) => {
@@ -119,6 +173,49 @@ pub fn landlock_exec(status_fd: Option<RawFd>, rw: Vec<PathBuf>, argv: Vec<OsStr
     link_protocol::errln!("link-plugin-sandbox: cannot execute {name}: {err}");
     report(format!("noexec {name}: {err}"));
     std::process::exit(EXIT_NOEXEC);
+}
+
+/// Says why nothing runs, and exits [`EXIT_SETUP`].
+fn refuse(report: &mut impl FnMut(String), reason: String) -> ! {
+    link_protocol::errln!("link-plugin-sandbox: refusing to run: {reason}");
+    report(format!("err {reason}"));
+    std::process::exit(EXIT_SETUP);
+}
+
+/// Becomes `uid`/`gid` with no supplementary group and no capability left in any set,
+/// including the bounding set, and checks that it is so. The helper is single-threaded, so
+/// the per-thread calls change the whole process.
+fn drop_identity(uid: u32, gid: u32) -> std::io::Result<()> {
+    for cap in 0..64 {
+        // SAFETY: PR_CAPBSET_DROP takes a capability number; past the last one it fails with
+        // EINVAL, which ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(e);
+        }
+    }
+    let (u, g) = (Uid::from_raw(uid), Gid::from_raw(gid));
+    rustix::thread::set_thread_groups(&[])?;
+    rustix::thread::set_thread_res_gid(g, g, g)?;
+    rustix::thread::set_thread_res_uid(u, u, u)?;
+    let none = rustix::thread::CapabilitySet::empty();
+    rustix::thread::set_capabilities(
+        None,
+        rustix::thread::CapabilitySets {
+            effective: none,
+            permitted: none,
+            inheritable: none,
+        },
+    )?;
+    let caps = rustix::thread::capabilities(None)?;
+    let ids = (rustix::process::getuid(), rustix::process::geteuid());
+    if ids != (u, u) || !caps.permitted.is_empty() || !caps.effective.is_empty() {
+        return Err(std::io::Error::other("the identity did not change"));
+    }
+    Ok(())
 }
 
 /// Marks every inherited descriptor above stderr close-on-exec, so the command gets only
@@ -153,6 +250,14 @@ pub fn probe_inside(port: u16, outside_name: &str) -> ! {
         "tcp_connect": tcp_result(port),
         "status": proc_status(),
         "namespaces": namespace_ids(),
+        "syscalls": syscall_results(),
+        "identity": {
+            "uid": rustix::process::getuid().as_raw(),
+            "gid": rustix::process::getgid().as_raw(),
+            "groups": rustix::process::getgroups().map_or(usize::MAX, |g| g.len()),
+        },
+        "limits": rlimits(),
+        "init_cmdline": String::from_utf8_lossy(&std::fs::read("/proc/1/cmdline").unwrap_or_default()),
     });
     link_protocol::outln!("{report}");
     std::process::exit(0);
@@ -179,12 +284,93 @@ fn proc_status() -> serde_json::Value {
     let mut map = serde_json::Map::new();
     for line in text.lines() {
         if let Some((k, v)) = line.split_once(':') {
-            if matches!(k, "CapEff" | "CapPrm" | "CapBnd" | "NoNewPrivs") {
+            if matches!(
+                k,
+                "CapEff"
+                    | "CapPrm"
+                    | "CapBnd"
+                    | "CapInh"
+                    | "NoNewPrivs"
+                    | "Seccomp"
+                    | "Seccomp_filters"
+            ) {
                 map.insert(k.into(), v.trim().into());
             }
         }
     }
     map.into()
+}
+
+/// What the seccomp filter answers, each call beside a twin it must let through. Every refused
+/// call is one that would succeed, or fail otherwise, without the filter.
+fn syscall_results() -> serde_json::Value {
+    let errno = |r: libc::c_long| {
+        if r >= 0 {
+            "ok".to_owned()
+        } else {
+            errno_name(std::io::Error::last_os_error().raw_os_error())
+        }
+    };
+    // SAFETY: each call passes no pointer the kernel writes through (NULL or none), and the
+    // descriptors returned are closed at exit.
+    let results = unsafe {
+        [
+            (
+                "unshare_user",
+                errno(libc::unshare(libc::CLONE_NEWUSER) as libc::c_long),
+            ),
+            (
+                "unshare_mount",
+                errno(libc::unshare(libc::CLONE_NEWNS) as libc::c_long),
+            ),
+            ("keyctl", errno(libc::syscall(libc::SYS_keyctl, 0, -3, 0))),
+            (
+                "io_uring_setup",
+                errno(libc::syscall(libc::SYS_io_uring_setup, 1, 0)),
+            ),
+            ("bpf", errno(libc::syscall(libc::SYS_bpf, 9999, 0, 0))),
+            ("clone3", errno(libc::syscall(libc::SYS_clone3, 0, 0))),
+            (
+                "socket_netlink",
+                errno(libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 0) as libc::c_long),
+            ),
+            (
+                "socket_packet",
+                errno(libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) as libc::c_long),
+            ),
+            ("getpid", errno(libc::getpid() as libc::c_long)),
+            (
+                "socket_unix",
+                errno(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) as libc::c_long),
+            ),
+            (
+                "socket_inet",
+                errno(libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) as libc::c_long),
+            ),
+            #[cfg(target_arch = "x86_64")]
+            (
+                "x32_getpid",
+                errno(libc::syscall(0x4000_0000 | libc::SYS_getpid)),
+            ),
+        ]
+    };
+    results
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.into()))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// The rlimits the command runs under.
+fn rlimits() -> serde_json::Value {
+    use rustix::process::{getrlimit, Resource};
+    let get = |r| getrlimit(r).current;
+    serde_json::json!({
+        "processes": get(Resource::Nproc),
+        "memory_bytes": get(Resource::As),
+        "cpu_seconds": get(Resource::Cpu),
+        "file_size_bytes": get(Resource::Fsize),
+    })
 }
 
 /// The namespace identities of the calling process (`/proc/self/ns/*` link targets).
@@ -217,6 +403,14 @@ pub fn errno_name(raw: Option<i32>) -> String {
         (Errno::EXIST, "EEXIST"),
         (Errno::NOTDIR, "ENOTDIR"),
         (Errno::ISDIR, "EISDIR"),
+        (Errno::NOSYS, "ENOSYS"),
+        (Errno::AFNOSUPPORT, "EAFNOSUPPORT"),
+        (Errno::INVAL, "EINVAL"),
+        (Errno::FAULT, "EFAULT"),
+        (Errno::NOSPC, "ENOSPC"),
+        (Errno::AGAIN, "EAGAIN"),
+        (Errno::FBIG, "EFBIG"),
+        (Errno::NOMEM, "ENOMEM"),
     ];
     known
         .iter()

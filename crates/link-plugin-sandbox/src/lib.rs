@@ -2,10 +2,14 @@
 //!
 //! This crate owns, in one place each:
 //! - [`policy::Policy`]: the one description of a confined command, yielding both the
-//!   bubblewrap arguments (`--new-session --die-with-parent --unshare-user --cap-drop ALL
-//!   --unshare-pid --unshare-net --unshare-ipc --unshare-uts`, system paths read-only, the
+//!   bubblewrap arguments (`--new-session --die-with-parent --unshare-pid --unshare-net
+//!   --unshare-ipc --unshare-uts`, a user namespace or a dropped identity, a seccomp filter, system paths read-only, the
 //!   state root not bound at all, the workspace the only writable bind, an isolated home) and
 //!   the Landlock rules applied inside the namespace before the command is executed;
+//! - [`identity`]: who the command is on the host (never root), and the workspace walks that
+//!   hand files to that identity and clear setuid/setgid bits;
+//! - [`seccomp`]: the system-call filter handed to bwrap;
+//! - [`limits`]: processes, memory, CPU time, file size and tmpfs sizes per command;
 //! - [`rules`]: Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully enforced;
 //! - [`host`]: the ruleset the host applies to the plugins it starts (in `pre_exec`);
 //! - [`run`]: running one confined command with a time limit that kills its whole tree, and
@@ -19,10 +23,13 @@
 
 pub mod helper;
 pub mod host;
+pub mod identity;
+pub mod limits;
 pub mod policy;
 pub mod probe;
 pub mod rules;
 pub mod run;
+pub mod seccomp;
 pub mod service;
 
 pub use policy::Policy;

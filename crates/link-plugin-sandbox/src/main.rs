@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use link_plugin_sandbox::identity::{Identity, Slots};
 use link_plugin_sandbox::{helper, policy::Policy, run, service::Service};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,7 +22,8 @@ enum Cmd {
     Probe,
     /// Run one command confined (for diagnosing a machine); exits with its status.
     Exec {
-        /// Host directory bound read-write at /workspace.
+        /// Host directory bound read-write at /workspace. As root, its files are handed to the
+        /// sandbox's dedicated identity (chown), which the command runs as.
         #[arg(long)]
         workspace: PathBuf,
         /// Host directory bound read-write at /home/agent (an empty tmpfs otherwise).
@@ -50,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     match args.get(1).and_then(|a| a.to_str()) {
         Some(link_plugin_sandbox::policy::LANDLOCK_EXEC) => {
             match helper::parse_args(args.into_iter().skip(2)) {
-                Ok(a) => helper::landlock_exec(a.status_fd, a.rw, a.command),
+                Ok(a) => helper::landlock_exec(a),
                 Err(e) => {
                     link_protocol::errln!("link-plugin-sandbox landlock-exec: {e}");
                     std::process::exit(helper::EXIT_SETUP);
@@ -180,9 +182,13 @@ fn exec_status(a: ExecArgs) -> i32 {
         Ok(env) => env,
         Err(e) => return fail(anyhow::anyhow!(e)),
     };
+    let identity = match Identity::for_slot(0) {
+        Ok(i) => i,
+        Err(e) => return fail(anyhow::anyhow!(e)),
+    };
     let spec = run::Spec {
         bwrap,
-        policy: Policy::new(workspace, home, helper),
+        policy: Policy::new(workspace, home, helper, identity),
         argv: a.command,
         env,
         timeout: Duration::from_secs(a.timeout),
@@ -222,11 +228,19 @@ fn plugin() -> anyhow::Result<()> {
     if bwrap.is_none() {
         tracing::warn!("bwrap is not on PATH: every sandbox.exec will be refused as unavailable");
     }
+    let layout = env.layout();
+    let slots = Slots::load(
+        layout
+            .data(link_protocol::routes::programs::SANDBOX)
+            .join("identities.json"),
+    )
+    .map_err(anyhow::Error::msg)?;
     let service = std::sync::Arc::new(Service {
-        layout: env.layout(),
+        layout,
         mode: env.mode,
         helper: self_exe()?,
         bwrap,
+        slots: std::sync::Mutex::new(slots),
     });
     let service = link_protocol::server::Service::new(service)
         .on::<link_protocol::routes::sandbox::Exec, _, _>(Service::exec);

@@ -1,6 +1,8 @@
 //! The confinement policy of one command: the bubblewrap arguments and the Landlock rules the
 //! helper applies inside, derived from one value so they can never disagree.
 
+use crate::identity::Identity;
+use crate::limits::Limits;
 use crate::rules::Rules;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -44,14 +46,36 @@ pub struct Policy {
     pub home: Option<PathBuf>,
     /// Host path of this binary, bound read-only at [`HELPER`].
     pub helper: PathBuf,
+    /// Who the command is on the host.
+    pub identity: Identity,
+    pub limits: Limits,
+}
+
+/// The descriptors bwrap is given, by number in the child.
+#[derive(Debug, Clone, Default)]
+pub struct Fds {
+    /// Receives bwrap's JSON with the namespace's init pid.
+    pub info: Option<i32>,
+    /// Receives the helper's status lines.
+    pub status: Option<i32>,
+    /// The seccomp programs, first to last ([`crate::seccomp`]).
+    pub seccomp: Vec<i32>,
 }
 
 impl Policy {
-    pub fn new(workspace: impl Into<PathBuf>, home: Option<PathBuf>, helper: PathBuf) -> Self {
+    /// A policy with the default limits, for `identity`.
+    pub fn new(
+        workspace: impl Into<PathBuf>,
+        home: Option<PathBuf>,
+        helper: PathBuf,
+        identity: Identity,
+    ) -> Self {
         Policy {
             workspace: workspace.into(),
             home,
             helper,
+            identity,
+            limits: Limits::DEFAULT,
         }
     }
 
@@ -68,51 +92,74 @@ impl Policy {
             .collect()
     }
 
-    /// Arguments of `bwrap` running `command` confined. `info_fd` receives bwrap's JSON with
-    /// the namespace's init pid; `status_fd` receives the helper's one-line status.
-    pub fn bwrap_args(
-        &self,
-        info_fd: Option<i32>,
-        status_fd: Option<i32>,
-        command: &[OsString],
-    ) -> Vec<OsString> {
+    /// Arguments of `bwrap` running `command` confined (handed over with `--args`, so no
+    /// process inside sees them on a command line).
+    pub fn bwrap_args(&self, fds: &Fds, command: &[OsString]) -> Vec<OsString> {
         let mut a = Args::default();
         a.flags(&[
             "--new-session",
             "--die-with-parent",
-            "--unshare-user",
-            "--cap-drop",
-            "ALL",
             "--unshare-pid",
             "--unshare-net",
             "--unshare-ipc",
             "--unshare-uts",
         ]);
-        if let Some(fd) = info_fd {
+        match self.identity {
+            // A user namespace of its own, in which no further one can be made.
+            Identity::Caller { .. } => {
+                a.flags(&["--unshare-user", "--disable-userns", "--cap-drop", "ALL"])
+            }
+            // bwrap is root outside any user namespace; the helper keeps only what it needs
+            // to drop to the dedicated identity, and then drops that too.
+            Identity::Dedicated { .. } => a.flags(&[
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_SETPCAP",
+            ]),
+        }
+        if let Some(fd) = fds.info {
             a.flags(&["--info-fd"]);
             a.push(fd.to_string());
         }
+        // `--add-seccomp-fd` (repeatable) rather than `--seccomp` (one program only).
+        for fd in &fds.seccomp {
+            a.flags(&["--add-seccomp-fd"]);
+            a.push(fd.to_string());
+        }
         system_binds(&mut a);
-        a.flags(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+        let tmp = self.limits.tmp_bytes.to_string();
+        a.flags(&["--proc", "/proc", "--dev", "/dev"]);
+        for dir in PRIVATE_TMP {
+            a.tmpfs(&tmp, dir);
+        }
         a.op("--bind", &self.workspace, WORKSPACE);
+        // bwrap as root makes a bind's missing parents 0700: the dedicated uid could not
+        // reach the home below.
+        a.flags(&["--perms", "0755", "--dir", "/home"]);
         match &self.home {
             Some(home) => a.op("--bind", home, HOME),
-            None => a.flags(&["--tmpfs", HOME]),
+            None => a.tmpfs(&tmp, HOME),
         }
         a.op("--ro-bind", &self.helper, HELPER);
-        a.flags(&[
-            "--remount-ro",
-            "/",
-            "--chdir",
-            WORKSPACE,
-            "--",
-            HELPER,
-            LANDLOCK_EXEC,
-        ]);
-        if let Some(fd) = status_fd {
+        // No `--chdir`: bwrap would enter the workspace as root without capabilities, which
+        // a workspace owned by the dedicated uid refuses; the helper enters it afterwards.
+        a.flags(&["--remount-ro", "/", "--", HELPER, LANDLOCK_EXEC]);
+        if let Some(fd) = fds.status {
             a.flags(&["--status-fd"]);
             a.push(fd.to_string());
         }
+        if let Identity::Dedicated { uid, gid } = self.identity {
+            a.flags(&["--drop-to"]);
+            a.push(format!("{uid}:{gid}"));
+        }
+        a.flags(&["--limits"]);
+        a.push(self.limits.helper_arg());
+        a.flags(&["--chdir", WORKSPACE]);
         for dir in self.landlock_rules().read_write {
             a.flags(&["--rw"]);
             a.push(dir);
@@ -169,6 +216,10 @@ impl Args {
         self.push(src);
         self.push(dest);
     }
+    /// A private tmpfs of `size` bytes every identity may write (sticky, like `/tmp`).
+    fn tmpfs(&mut self, size: &str, dest: &str) {
+        self.flags(&["--size", size, "--perms", "01777", "--tmpfs", dest]);
+    }
 }
 
 /// System directories read-only; a top-level symlink (`/bin -> usr/bin`) is recreated as the
@@ -205,24 +256,47 @@ mod tests {
 
     #[test]
     fn arguments_hold_the_isolation_flags_and_one_writable_bind() {
-        let p = Policy::new("/w", None, "/h/sandbox".into());
+        let caller = Identity::Caller {
+            uid: 1000,
+            gid: 1000,
+        };
+        let p = Policy::new("/w", None, "/h/sandbox".into(), caller);
+        let fds = Fds {
+            info: Some(5),
+            status: Some(6),
+            seccomp: vec![7, 8],
+        };
         let args: Vec<String> = p
-            .bwrap_args(Some(5), Some(6), &["true".into()])
+            .bwrap_args(&fds, &["true".into()])
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
         let joined = args.join(" ");
         assert!(joined.starts_with(
-            "--new-session --die-with-parent --unshare-user --cap-drop ALL --unshare-pid \
-             --unshare-net --unshare-ipc --unshare-uts --info-fd 5"
+            "--new-session --die-with-parent --unshare-pid --unshare-net --unshare-ipc \
+             --unshare-uts --unshare-user --disable-userns --cap-drop ALL --info-fd 5 \
+             --add-seccomp-fd 7 --add-seccomp-fd 8"
         ));
         assert_eq!(args.iter().filter(|a| *a == "--bind").count(), 1);
         assert!(joined.contains("--bind /w /workspace"));
-        assert!(joined.contains("--tmpfs /home/agent"));
+        assert!(joined.contains("--size 268435456 --perms 01777 --tmpfs /home/agent"));
+        assert!(joined.contains("--size 268435456 --perms 01777 --tmpfs /tmp"));
         assert!(joined.ends_with(
-            "/.lnk-sandbox landlock-exec --status-fd 6 --rw /workspace --rw /home/agent \
-             --rw /tmp --rw /dev/shm -- true"
+            "/.lnk-sandbox landlock-exec --status-fd 6 --limits 256,4294967296,600,1073741824 \
+             --chdir /workspace --rw /workspace --rw /home/agent --rw /tmp --rw /dev/shm -- true"
         ));
+
+        let dedicated = Identity::Dedicated { uid: 7, gid: 8 };
+        let p = Policy::new("/w", None, "/h/sandbox".into(), dedicated);
+        let joined = p
+            .bwrap_args(&fds, &["true".into()])
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(!joined.contains("--unshare-user"), "{joined}");
+        assert!(joined.contains("--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID"));
+        assert!(joined.contains("landlock-exec --status-fd 6 --drop-to 7:8 --limits"));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!    on the host: the inside write landed, the outside write left nothing, no connection came.
 
 use crate::helper::Status;
+use crate::identity::Identity;
+use crate::limits::Limits;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
 use serde::{Deserialize, Serialize};
@@ -66,9 +68,42 @@ pub struct ProbeReport {
     pub network_blocked: Option<bool>,
     pub bwrap: Option<PathBuf>,
     pub bwrap_version: Option<String>,
+    /// Who a confined command is on the host.
+    pub identity: Option<Identity>,
+    /// The seccomp filter every confined command runs under.
+    pub seccomp: Option<FilterInfo>,
+    /// The default limits of a confined command.
+    pub limits: Option<Limits>,
     /// Each check: name → `ok` or what was seen instead.
     pub checks: std::collections::BTreeMap<String, String>,
 }
+
+/// The seccomp filter, as a report names it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FilterInfo {
+    pub name: String,
+    pub sha256: String,
+    pub programs: usize,
+    pub instructions: usize,
+}
+
+/// Calls the filter must refuse, with the errno it answers, then the twins it must allow.
+const SYSCALLS: &[(&str, &str)] = &[
+    ("unshare_user", "EPERM"),
+    ("unshare_mount", "EPERM"),
+    ("keyctl", "EPERM"),
+    ("io_uring_setup", "EPERM"),
+    ("bpf", "EPERM"),
+    ("clone3", "ENOSYS"),
+    ("socket_netlink", "EAFNOSUPPORT"),
+    ("socket_packet", "EAFNOSUPPORT"),
+    ("getpid", "ok"),
+    ("socket_unix", "ok"),
+    ("socket_inet", "ok"),
+    // The x32 ABI would reach the kernel past the filter's rules: it must be off.
+    #[cfg(target_arch = "x86_64")]
+    ("x32_getpid", "ENOSYS"),
+];
 
 impl ProbeReport {
     fn new() -> Self {
@@ -81,6 +116,9 @@ impl ProbeReport {
             network_blocked: None,
             bwrap: None,
             bwrap_version: None,
+            identity: None,
+            seccomp: None,
+            limits: None,
             checks: Default::default(),
         }
     }
@@ -121,6 +159,25 @@ pub fn probe_blocking(helper: &Path) -> ProbeReport {
     let report = ProbeReport {
         bwrap_version: bwrap_version(&bwrap),
         bwrap: Some(bwrap.clone()),
+        ..report
+    };
+    let filter = match crate::seccomp::filter() {
+        Ok(f) => f,
+        Err(e) => return report.fail(ProbeStatus::Unavailable, e),
+    };
+    let identity = match Identity::for_slot(0) {
+        Ok(i) => i,
+        Err(e) => return report.fail(ProbeStatus::Broken, e),
+    };
+    let report = ProbeReport {
+        identity: Some(identity),
+        seccomp: Some(FilterInfo {
+            name: crate::seccomp::NAME.into(),
+            sha256: filter.sha256.clone(),
+            programs: filter.programs.len(),
+            instructions: filter.instructions,
+        }),
+        limits: Some(Limits::DEFAULT),
         ..report
     };
     let dir = match ProbeDir::create() {
@@ -240,7 +297,12 @@ fn production_run(
     let inside = Path::new(crate::policy::HELPER);
     let spec = Spec {
         bwrap: bwrap.to_path_buf(),
-        policy: Policy::new(dir.workspace(), None, helper.to_path_buf()),
+        policy: Policy::new(
+            dir.workspace(),
+            None,
+            helper.to_path_buf(),
+            report.identity.expect("set before the run"),
+        ),
         argv: vec![
             inside.into(),
             "probe-inside".into(),
@@ -279,15 +341,23 @@ fn production_run(
     let outside_etc = Path::new("/etc").join(&dir.name);
     let connection_arrived = listener.set_nonblocking(true).is_ok() && listener.accept().is_ok();
     let host_ns = crate::helper::namespace_ids();
+    let dedicated = matches!(report.identity, Some(Identity::Dedicated { .. }));
     for ns in NAMESPACES {
         let separate = inside["namespaces"][ns] != host_ns[ns] && inside["namespaces"][ns] != "";
         report.namespaces.insert((*ns).into(), separate);
-        check(
-            &mut report,
-            &format!("namespace_{ns}"),
-            separate,
-            "shared with the host",
-        );
+        let name = format!("namespace_{ns}");
+        if *ns == "user" && dedicated {
+            // As root the command is an unprivileged uid in the host's user namespace: a
+            // namespace of its own would map it to root's uid outside.
+            let seen = if separate {
+                "separate, want shared"
+            } else {
+                "ok (shared: dedicated identity)"
+            };
+            report.checks.insert(name, seen.into());
+            continue;
+        }
+        check(&mut report, &name, separate, "shared with the host");
     }
     let ws_written = std::fs::read(dir.workspace().join(&dir.name)).is_ok_and(|b| b == b"probe");
     check_value(
@@ -332,11 +402,19 @@ fn production_run(
         let seen = format!("ok ({})", inside["tcp_connect"].as_str().unwrap_or("?"));
         report.checks.insert("tcp_loopback_blocked".into(), seen);
     }
-    for (key, want) in [("CapEff", "0"), ("CapPrm", "0"), ("NoNewPrivs", "1")] {
+    for (key, want) in [
+        ("CapEff", "0"),
+        ("CapPrm", "0"),
+        ("CapBnd", "0"),
+        ("CapInh", "0"),
+        ("NoNewPrivs", "1"),
+        ("Seccomp", "2"),
+    ] {
         let got = inside["status"][key].as_str().unwrap_or("?");
         let ok = got.trim_start_matches('0') == want.trim_start_matches('0');
         check(&mut report, key, ok, &format!("{key} is {got}"));
     }
+    check_inside(&mut report, &inside, helper, dir);
     if let Some(abi) = outcome.landlock_abi {
         report.landlock_abi = Some(abi);
     }
@@ -351,6 +429,77 @@ fn production_run(
         return report.fail(ProbeStatus::Broken, reason);
     }
     report
+}
+
+/// The filter, the identity, the limits and what the namespace's init shows, from inside.
+fn check_inside(
+    report: &mut ProbeReport,
+    inside: &serde_json::Value,
+    helper: &Path,
+    dir: &ProbeDir,
+) {
+    let filters: usize = inside["status"]["Seccomp_filters"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let programs = report.seccomp.as_ref().map_or(0, |f| f.programs);
+    check(
+        report,
+        "seccomp_filters",
+        filters >= programs,
+        &format!("{filters} filters loaded, want {programs}"),
+    );
+    for (call, want) in SYSCALLS {
+        check_value(
+            report,
+            &format!("syscall_{call}"),
+            &inside["syscalls"][call],
+            &[want],
+        );
+    }
+    let identity = report.identity.expect("set before the run");
+    let uid = inside["identity"]["uid"].as_u64();
+    check(
+        report,
+        "identity_uid",
+        uid == Some(identity.uid().into()) && uid != Some(0),
+        &format!("uid inside is {uid:?}, want {}", identity.describe()),
+    );
+    if let Identity::Dedicated { .. } = identity {
+        let groups = inside["identity"]["groups"].as_u64();
+        check(
+            report,
+            "identity_groups",
+            groups == Some(0),
+            &format!("{groups:?} supplementary groups"),
+        );
+    }
+    let l = Limits::DEFAULT;
+    for (key, want) in [
+        ("processes", l.processes),
+        ("memory_bytes", l.memory_bytes),
+        ("cpu_seconds", l.cpu_seconds),
+        ("file_size_bytes", l.file_size_bytes),
+    ] {
+        let got = inside["limits"][key].as_u64();
+        check(
+            report,
+            &format!("limit_{key}"),
+            got == Some(want),
+            &format!("{got:?}, want {want}"),
+        );
+    }
+    let cmdline = inside["init_cmdline"].as_str().unwrap_or("");
+    let leaks = [helper.to_string_lossy(), dir.root.to_string_lossy()]
+        .into_iter()
+        .filter(|p| cmdline.contains(p.as_ref()))
+        .collect::<Vec<_>>();
+    check(
+        report,
+        "init_cmdline_hides_host_paths",
+        leaks.is_empty() && !cmdline.is_empty(),
+        &format!("/proc/1/cmdline is {cmdline:?}"),
+    );
 }
 
 fn check(report: &mut ProbeReport, name: &str, ok: bool, otherwise: &str) {

@@ -17,7 +17,9 @@
 //! runtime; the plugin runs it on tokio's blocking pool ([`run`]).
 
 use crate::helper::Status;
-use crate::policy::Policy;
+use crate::identity::Identity;
+use crate::policy::{Fds, Policy};
+use link_protocol::routes::sandbox::LimitHit;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 use rustix::process::{Pid, PidfdFlags, Signal, WaitId, WaitIdOptions};
@@ -72,6 +74,8 @@ pub struct Outcome {
     pub missing_command: bool,
     /// The kernel Landlock ABI the helper enforced.
     pub landlock_abi: Option<u32>,
+    /// The limit that ended it, when the time limit or a signal names one.
+    pub limit_hit: Option<LimitHit>,
 }
 
 /// Why a command did not run confined.
@@ -83,6 +87,15 @@ pub enum RunError {
     /// The helper refused: Landlock could not be fully enforced. Nothing ran.
     #[error("Landlock not enforced inside the sandbox: {0}")]
     Landlock(String),
+    /// The workspace or home could not be handed to the dedicated identity; nothing ran.
+    #[error("cannot hand {} to the sandbox identity: {error}", dir.display())]
+    Prepare { dir: PathBuf, error: std::io::Error },
+    /// The command ran, but setuid or setgid bits could not be cleared after it.
+    #[error("cannot clear setuid/setgid bits under {}: {error}", dir.display())]
+    Cleanup { dir: PathBuf, error: std::io::Error },
+    /// No seccomp filter for this machine: nothing runs without one.
+    #[error("{0}")]
+    Seccomp(String),
     #[error("cannot start bubblewrap {0}: {1}")]
     Spawn(PathBuf, std::io::Error),
     /// [`stop_all`] was called: the process is shutting down and starts nothing more.
@@ -101,17 +114,66 @@ pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
 }
 
 /// Runs `spec` to completion or its time limit; returns once bwrap and the namespace's init
-/// are gone (and reaped, when they were ours to reap).
+/// are gone (and reaped, when they were ours to reap). Before, the workspace and home are
+/// handed to a dedicated identity; after, no file there is left setuid or setgid.
 pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
+    let dirs: Vec<&std::path::Path> = std::iter::once(spec.policy.workspace.as_path())
+        .chain(spec.policy.home.as_deref())
+        .collect();
+    if let Identity::Dedicated { uid, gid } = spec.policy.identity {
+        for dir in &dirs {
+            crate::identity::hand_over(dir, uid, gid).map_err(|e| RunError::Prepare {
+                dir: dir.to_path_buf(),
+                error: e,
+            })?;
+        }
+    }
+    let outcome = run_confined(spec);
+    for dir in &dirs {
+        match crate::identity::clear_setid(dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(n, dir = %dir.display(), "cleared setuid/setgid bits"),
+            Err(e) => {
+                return Err(RunError::Cleanup {
+                    dir: dir.to_path_buf(),
+                    error: e,
+                })
+            }
+        }
+    }
+    outcome
+}
+
+fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let stop = &stop_pipe()?.0;
     if STOPPED.load(Ordering::SeqCst) {
         return Err(RunError::Stopped);
     }
     let (info_r, info_w) = cloexec_pipe()?;
     let (status_r, status_w) = cloexec_pipe()?;
-    let (iw, sw) = (info_w.as_raw_fd(), status_w.as_raw_fd());
+    let filter = crate::seccomp::filter().map_err(RunError::Seccomp)?;
+    let seccomp = filter
+        .programs
+        .iter()
+        .map(|p| memfd("lnk-seccomp", p))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let fds = Fds {
+        info: Some(info_w.as_raw_fd()),
+        status: Some(status_w.as_raw_fd()),
+        seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
+    };
+    // bwrap reads its options (the host's paths among them) from a descriptor, so they
+    // never appear on the command line of the namespace's init, which every process inside
+    // can read; only `--` and the helper's command line, inside paths alone, follow.
+    let mut options = spec.policy.bwrap_args(&fds, &spec.argv);
+    let command = options.split_off(options.iter().position(|a| a == "--").unwrap_or(0));
+    let args = memfd("lnk-bwrap-args", &nul_separated(&options)?)?;
+    let mut inherited = vec![info_w.as_raw_fd(), status_w.as_raw_fd(), args.as_raw_fd()];
+    inherited.extend(&fds.seccomp);
     let mut cmd = std::process::Command::new(&spec.bwrap);
-    cmd.args(spec.policy.bwrap_args(Some(iw), Some(sw), &spec.argv))
+    cmd.arg("--args")
+        .arg(args.as_raw_fd().to_string())
+        .args(&command)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -125,22 +187,22 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
         Output::Inherit => None,
     };
     if SINGLE_THREADED.load(Ordering::Relaxed) {
-        // No other thread can spawn meanwhile: the two write ends may be inheritable for the
+        // No other thread can spawn meanwhile: the descriptors may be inheritable for the
         // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.
         // bwrap's own `--die-with-parent` ties it to this command-line process.
-        inherit(iw)?;
-        inherit(sw)?;
+        for fd in &inherited {
+            inherit(*fd)?;
+        }
     } else {
         // The plugin: bwrap dies with it from the fork on, not only once bwrap has run its
         // own `--die-with-parent` (this thread outlives bwrap: it waits for it below).
         let parent = rustix::process::getpid();
-        // SAFETY: prctl, getppid and fcntl on two descriptors we own; no allocation between
+        // SAFETY: prctl, getppid and fcntl on descriptors we own; no allocation between
         // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
                 die_with_parent(parent)?;
-                inherit(iw)?;
-                inherit(sw)
+                inherited.iter().try_for_each(|fd| inherit(*fd))
             })
         };
     }
@@ -148,7 +210,7 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     let mut child = cmd
         .spawn()
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
-    drop((info_w, status_w));
+    drop((info_w, status_w, args, seccomp));
     let pidfd = match pidfd_of(child.id() as i32) {
         Ok(fd) => fd,
         Err(e) => {
@@ -192,11 +254,11 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
         return Err(e);
     }
     let duration = started.elapsed();
-    outcome(watch, duration)
+    outcome(watch, duration, spec)
 }
 
 /// Turns what was watched into the outcome or the reason nothing ran confined.
-fn outcome(w: Watch, duration: Duration) -> Result<Outcome, RunError> {
+fn outcome(w: Watch, duration: Duration, spec: &Spec) -> Result<Outcome, RunError> {
     let status_text = String::from_utf8_lossy(&w.status.kept).into_owned();
     let (landlock_abi, status) = Status::parse(&status_text);
     let code = w.exit.and_then(|s| s.code());
@@ -220,6 +282,14 @@ fn outcome(w: Watch, duration: Duration) -> Result<Outcome, RunError> {
                 .map(|c| c - 128)
         })
     };
+    let timed_out = killed && !w.stopped;
+    let limit_hit = if timed_out {
+        Some(LimitHit::Time {
+            ms: spec.timeout.as_millis() as u64,
+        })
+    } else {
+        signal.and_then(|s| spec.policy.limits.hit_by_signal(s))
+    };
     Ok(Outcome {
         exit_code: if killed { None } else { code },
         signal,
@@ -228,9 +298,10 @@ fn outcome(w: Watch, duration: Duration) -> Result<Outcome, RunError> {
         stdout_truncated: w.stdout.truncated,
         stderr_truncated: w.stderr.truncated,
         duration,
-        timed_out: killed && !w.stopped,
+        timed_out,
         missing_command: !killed && code == Some(crate::helper::EXIT_MISSING),
         landlock_abi,
+        limit_hit,
     })
 }
 
@@ -476,6 +547,32 @@ fn init_pid(info: &[u8]) -> Option<i32> {
 fn pidfd_of(pid: i32) -> rustix::io::Result<OwnedFd> {
     let pid = Pid::from_raw(pid).ok_or(Errno::SRCH)?;
     rustix::process::pidfd_open(pid, PidfdFlags::empty())
+}
+
+/// A sealed-off anonymous file holding `bytes`, read from its start by bwrap.
+fn memfd(name: &str, bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes)?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(file.into())
+}
+
+/// Arguments as `--args` reads them: each one followed by a NUL (so none may hold one).
+fn nul_separated(args: &[OsString]) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for a in args {
+        if a.as_bytes().contains(&0) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("an argument holds a NUL byte: {a:?}"),
+            ));
+        }
+        out.extend_from_slice(a.as_bytes());
+        out.push(0);
+    }
+    Ok(out)
 }
 
 fn cloexec_pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {

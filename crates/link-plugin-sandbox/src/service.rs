@@ -5,12 +5,15 @@
 //! `<state>/data/agent/homes/<agent>`, for the agent named in `Request::agent`, after
 //! resolving symlinks and `..`. Anything else is `forbidden`.
 
+use crate::identity::{Identity, Slots};
+use crate::limits::Limits;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::Mode;
 use link_protocol::routes::sandbox::{ExecBody, ExecReply};
 use link_protocol::server::Call;
+use link_protocol::AgentId;
 use link_protocol::{ErrorCode, RemoteError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,7 +25,7 @@ pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
 pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
 
 /// The plugin's state: where agents live, the mode, and the programs it runs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Service {
     pub layout: StateLayout,
     pub mode: Mode,
@@ -30,6 +33,8 @@ pub struct Service {
     pub helper: PathBuf,
     /// bwrap, located once at start; `None` makes every call `unavailable`.
     pub bwrap: Option<PathBuf>,
+    /// Each agent's dedicated identity when Link runs as root ([`crate::identity`]).
+    pub slots: std::sync::Mutex<Slots>,
 }
 
 impl Service {
@@ -71,6 +76,13 @@ impl Service {
         let overrides: Vec<(String, String)> = body.env.into_iter().collect();
         let env =
             Policy::env(|k| std::env::var_os(k), &overrides).map_err(RemoteError::bad_request)?;
+        if body.argv.iter().any(|a| a.contains('\0')) {
+            return Err(RemoteError::bad_request(
+                "sandbox.exec: an argument holds a NUL byte",
+            ));
+        }
+        let limits = Limits::with(&body.limits).map_err(RemoteError::bad_request)?;
+        let identity = self.identity(agent)?;
         let bwrap = self.bwrap.clone().ok_or_else(|| {
             unavailable(
                 "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)",
@@ -78,7 +90,10 @@ impl Service {
         })?;
         let spec = Spec {
             bwrap,
-            policy: Policy::new(workspace, home, self.helper.clone()),
+            policy: Policy {
+                limits,
+                ..Policy::new(workspace, home, self.helper.clone(), identity)
+            },
             argv: body.argv.iter().map(Into::into).collect(),
             env,
             timeout: Duration::from_millis(timeout_ms),
@@ -102,7 +117,19 @@ impl Service {
             duration_ms: outcome.duration.as_millis() as u64,
             missing_command: outcome.missing_command,
             timed_out: outcome.timed_out,
+            limit_hit: outcome.limit_hit,
         })
+    }
+
+    /// The agent's identity: its own dedicated uid as root, the caller's otherwise.
+    fn identity(&self, agent: &AgentId) -> Result<Identity, RemoteError> {
+        let slot = if rustix::process::geteuid().is_root() {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            slots.slot(agent.as_str()).map_err(RemoteError::internal)?
+        } else {
+            0
+        };
+        Identity::for_slot(slot).map_err(unavailable)
     }
 }
 
@@ -119,6 +146,9 @@ fn run_error(e: RunError) -> RemoteError {
             "Landlock not enforced inside the sandbox, nothing ran: {reason}"
         )),
         RunError::Stopped => unavailable("the sandbox plugin is stopping; nothing ran"),
+        RunError::Seccomp(reason) => {
+            unavailable(format!("no seccomp filter, nothing ran: {reason}"))
+        }
         other => RemoteError::internal(other.to_string()),
     }
 }

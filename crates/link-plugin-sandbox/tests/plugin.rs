@@ -6,6 +6,7 @@ use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::plugin::Mode;
 use link_protocol::{Client, ErrorCode};
 use serde_json::{json, Value};
+use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 struct Plugin {
@@ -104,6 +105,7 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
         .await
         .unwrap();
     assert_eq!(r["timed_out"], true, "{r}");
+    assert_eq!(r["limit_hit"], json!({"limit": "time", "ms": 1500}), "{r}");
     assert_eq!(r["signal"], 9);
     assert_eq!(r["exit_code"], Value::Null);
     assert!(r["duration_ms"].as_u64().unwrap() >= 1500);
@@ -207,6 +209,133 @@ async fn diagnostic_mode_refuses_sandbox_exec() {
         e.to_string()
             .contains("run tool disabled in diagnostic mode"),
         "{e}"
+    );
+    p.stop();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn limits_end_or_refuse_what_exceeds_them_and_say_which() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let mut p = start(&root, Mode::Confined).await;
+    let exec =
+        |argv: Value, limits: Value| json!({"argv": argv, "workspace": ws, "limits": limits});
+
+    // Memory: an allocation past the limit fails, a small twin succeeds.
+    let alloc = "import sys\ntry:\n  b = bytearray(int(sys.argv[1]))\n  print('ok')\nexcept MemoryError:\n  print('MemoryError')";
+    for (bytes, want) in [(8 << 20, "ok\n"), (512 << 20, "MemoryError\n")] {
+        let argv = json!([PYTHON, "-I", "-S", "-c", alloc, bytes.to_string()]);
+        let r = p
+            .exec("a1", exec(argv, json!({"memory_bytes": 256u64 << 20})))
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], want, "{bytes} bytes: {r}");
+    }
+
+    // File size: writing past it kills the writer (SIGXFSZ), and the result names the limit;
+    // on the host the file stopped at the limit. The twin below the limit is whole.
+    let write = |n: u32, name: &str| sh(&format!("head -c {n} /dev/zero > {name}"));
+    let limits = json!({"file_size_bytes": 1u64 << 20});
+    let r = p
+        .exec("a1", exec(write(512 << 10, "small"), limits.clone()))
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(
+        std::fs::metadata(ws.join("small")).unwrap().len(),
+        512 << 10
+    );
+    let r = p
+        .exec("a1", exec(write(4 << 20, "big"), limits))
+        .await
+        .unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "file_size", "bytes": 1u64 << 20}),
+        "{r}"
+    );
+    assert_eq!(r["signal"], libc::SIGXFSZ, "{r}");
+    assert!(std::fs::metadata(ws.join("big")).unwrap().len() <= 1 << 20);
+
+    // CPU time: a busy loop is stopped at its CPU limit (SIGXCPU), a short one is not.
+    let r = p
+        .exec("a1", exec(sh("true"), json!({"cpu_seconds": 1})))
+        .await
+        .unwrap();
+    assert_eq!(r["limit_hit"], Value::Null, "{r}");
+    let r = p
+        .exec(
+            "a1",
+            exec(sh("while :; do :; done"), json!({"cpu_seconds": 1})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "cpu_time", "seconds": 1}),
+        "{r}"
+    );
+
+    // A request past a maximum, or a misspelt limit, is refused before anything runs.
+    for bad in [json!({"processes": 1_000_000}), json!({"cpu": 1})] {
+        let e = p
+            .exec("a1", exec(json!(["true"]), bad.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::BadRequest), "{bad}: {e}");
+    }
+    p.stop();
+}
+
+/// As root every agent has its own uid, so one agent's fork bomb, held at its process limit,
+/// leaves another agent's commands running normally.
+#[tokio::test(flavor = "current_thread")]
+async fn one_agents_fork_bomb_leaves_another_agent_running() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let (ws, other) = (root.workspace("a1"), root.workspace("a2"));
+    let mut p = start(&root, Mode::Confined).await;
+    let mut second = p.process.client().await;
+    let token = unique("bomb");
+    let bomb = format!(
+        "# {token}\nimport os, time, errno, json\nn, err = 0, None\nwhile n < 5000:\n  try:\n    if os.fork() == 0:\n      time.sleep(30)\n      os._exit(0)\n    n += 1\n  except OSError as e:\n    err = errno.errorcode.get(e.errno)\n    break\nopen('held', 'w').write(str(n))\ntime.sleep(3)\nprint(json.dumps({{'started': n, 'error': err}}))"
+    );
+    let body = json!({"argv": [PYTHON, "-I", "-S", "-c", bomb], "workspace": ws, "limits": {"processes": 64}});
+    let held = ws.join("held");
+    let fine = async {
+        while !held.exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let body = json!({"argv": sh("echo fine; /bin/true && id -u"), "workspace": other});
+        second.call("sandbox.exec", Some("a2"), body).await.unwrap()
+    };
+    let (bombed, fine) = tokio::join!(p.exec("a1", body), fine);
+    let bombed = bombed.unwrap();
+    let got: Value = serde_json::from_str(bombed["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(got["error"], "EAGAIN", "{bombed}");
+    assert!(
+        (30..64).contains(&got["started"].as_u64().unwrap()),
+        "{got}"
+    );
+    assert_eq!(fine["exit_code"], 0, "{fine}");
+    let lines: Vec<&str> = fine["stdout"].as_str().unwrap().lines().collect();
+    assert_eq!(lines[0], "fine", "{fine}");
+    if rustix::process::geteuid().is_root() {
+        let uid_a2: u32 = lines[1].parse().unwrap();
+        let uid_a1 = std::fs::metadata(&held).unwrap().uid();
+        assert!(
+            uid_a1 != uid_a2 && uid_a1 != 0 && uid_a2 != 0,
+            "a1 {uid_a1}, a2 {uid_a2}"
+        );
+    }
+    assert!(
+        wait_for(10, || processes_with(&token).is_empty()),
+        "the bomb's processes outlived it"
     );
     p.stop();
 }

@@ -6,5 +6,6 @@
 
 mod common;
 mod confinement;
+mod hardening;
 mod host_confine;
 mod plugin;

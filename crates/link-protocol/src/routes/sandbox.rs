@@ -20,6 +20,70 @@ pub struct ExecBody {
     /// Only the names the sandbox policy allows; any other is a `bad_request`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Per-command limits; each `None` takes the sandbox's documented default.
+    #[serde(default)]
+    pub limits: ExecLimits,
+}
+
+/// Requested limits of one command (the sandbox refuses values above its maxima).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecLimits {
+    /// Processes and threads the command may have at once.
+    #[serde(default)]
+    pub processes: Option<u64>,
+    /// Address space of each process (RLIMIT_AS).
+    #[serde(default)]
+    pub memory_bytes: Option<u64>,
+    /// CPU time of each process (RLIMIT_CPU).
+    #[serde(default)]
+    pub cpu_seconds: Option<u64>,
+    /// Largest file a process may write (RLIMIT_FSIZE).
+    #[serde(default)]
+    pub file_size_bytes: Option<u64>,
+    /// Size of the private `/tmp` (and of `/dev/shm`, and of the home when it is a tmpfs).
+    #[serde(default)]
+    pub tmp_bytes: Option<u64>,
+}
+
+/// The limit that ended a command, when the kernel's signal names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "limit")]
+pub enum LimitHit {
+    /// The wall-clock time limit: the whole process tree was killed.
+    Time { ms: u64 },
+    /// A process used up its CPU time (SIGXCPU).
+    CpuTime { seconds: u64 },
+    /// A process wrote past the file size limit (SIGXFSZ).
+    FileSize { bytes: u64 },
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Time { ms } => write!(f, "killed: time limit {}", seconds(*ms)),
+            LimitHit::CpuTime { seconds } => write!(f, "killed: CPU time limit {seconds} s"),
+            LimitHit::FileSize { bytes } => write!(f, "killed: file size limit {}", size(*bytes)),
+        }
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// Bytes in the largest binary unit that divides them (`1 GiB`, `64 MiB`, `1000 B`).
+pub fn size(bytes: u64) -> String {
+    for (unit, name) in [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
+            return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} B")
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +98,33 @@ pub struct ExecReply {
     /// The command was not found (exit 127 from the shell's or exec's search).
     pub missing_command: bool,
     pub timed_out: bool,
+    /// The limit that ended it, when one did; its `Display` is the line to show.
+    #[serde(default)]
+    pub limit_hit: Option<LimitHit>,
 }
 
 route!(Exec = "sandbox.exec", owner programs::SANDBOX, for_agent true, ExecBody => ExecReply);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_as_a_person_would_say_them() {
+        assert_eq!(
+            LimitHit::FileSize { bytes: 1 << 30 }.to_string(),
+            "killed: file size limit 1 GiB"
+        );
+        assert_eq!(
+            LimitHit::Time { ms: 1500 }.to_string(),
+            "killed: time limit 1500 ms"
+        );
+        assert_eq!(
+            LimitHit::CpuTime { seconds: 5 }.to_string(),
+            "killed: CPU time limit 5 s"
+        );
+        assert_eq!(size(1000), "1000 B");
+        let unknown = serde_json::from_str::<ExecLimits>(r#"{"cpu": 1}"#);
+        assert!(unknown.is_err(), "a misspelt limit is refused, not ignored");
+    }
+}

@@ -22,6 +22,9 @@ pub struct RunReply {
     pub missing_command: bool,
     /// Killed at its timeout, so a kill is not mistaken for a crash.
     pub timed_out: bool,
+    /// The limit that ended it (time, CPU time, file size), when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_hit: Option<super::sandbox::LimitHit>,
 }
 
 /// `tool.file`: one operation inside the agent's workspace.

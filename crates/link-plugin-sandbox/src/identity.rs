@@ -1,0 +1,289 @@
+//! Who a confined command is on the host, and what it leaves behind in the workspace.
+//!
+//! As an ordinary user, a command runs as that user inside a user namespace of its own
+//! ([`Identity::Caller`]). As root it must never be root: every agent gets a dedicated uid and
+//! gid ([`Identity::Dedicated`], `base + slot`, the slot allocated once per agent in the
+//! plugin's data directory), bubblewrap runs as root *without* a user namespace to set up the
+//! mounts, and the helper inside drops to that identity (groups, gid, uid, the capability
+//! bounding set) before Landlock and the command. Root-only files are then unreadable, files
+//! the command creates are that uid's, and a setuid file it could make would give nobody more
+//! than that uid. DESIGN.md §4 gives the reasons.
+//!
+//! Because the workspace and home are written by the file tool as root too, [`hand_over`]
+//! gives every entry to the agent's identity before a command, and [`clear_setid`] removes
+//! setuid and setgid bits after one. Both walk with directory descriptors and never follow a
+//! symlink, so nothing a command plants can redirect them outside the directory.
+
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// First uid (and gid) of the dedicated range: `0x6C6E0000`, far from the ranges distributions
+/// allocate and from `/etc/subuid`'s usual `100000`. `LNK_SANDBOX_UID_BASE` overrides it.
+pub const DEFAULT_BASE: u32 = 0x6C6E_0000;
+/// The environment variable naming another base.
+pub const ENV_BASE: &str = "LNK_SANDBOX_UID_BASE";
+/// Slots per base: agents beyond it are refused rather than made to share.
+pub const SLOTS: u32 = 65_536;
+
+/// The identity a confined command has on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Identity {
+    /// Link is not root: the command runs as the caller, in a user namespace of its own.
+    Caller { uid: u32, gid: u32 },
+    /// Link is root: the command runs as this uid and gid, set by the helper.
+    Dedicated { uid: u32, gid: u32 },
+}
+
+impl Identity {
+    /// The identity of slot `slot` (0 for the probe and the `exec` command, agents from 1).
+    pub fn for_slot(slot: u32) -> Result<Identity, String> {
+        if !rustix::process::geteuid().is_root() {
+            return Ok(Identity::Caller {
+                uid: rustix::process::getuid().as_raw(),
+                gid: rustix::process::getgid().as_raw(),
+            });
+        }
+        let base = base()?;
+        let id = base
+            .checked_add(slot)
+            .filter(|_| slot < SLOTS)
+            .ok_or_else(|| format!("sandbox identity slot {slot} is outside {ENV_BASE}'s range"))?;
+        Ok(Identity::Dedicated { uid: id, gid: id })
+    }
+
+    pub fn uid(&self) -> u32 {
+        match *self {
+            Identity::Caller { uid, .. } | Identity::Dedicated { uid, .. } => uid,
+        }
+    }
+
+    pub fn gid(&self) -> u32 {
+        match *self {
+            Identity::Caller { gid, .. } | Identity::Dedicated { gid, .. } => gid,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Identity::Caller { uid, .. } => format!("uid {uid} (the caller, in a user namespace)"),
+            Identity::Dedicated { uid, gid } => format!("dedicated uid {uid} gid {gid}"),
+        }
+    }
+}
+
+fn base() -> Result<u32, String> {
+    let Some(v) = std::env::var_os(ENV_BASE) else {
+        return Ok(DEFAULT_BASE);
+    };
+    let base: u32 = v
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{ENV_BASE} must be a number, got {v:?}"))?;
+    if base < 1000 || base.checked_add(SLOTS).is_none() {
+        return Err(format!(
+            "{ENV_BASE}={base} must leave the system range (>= 1000) and fit {SLOTS} slots"
+        ));
+    }
+    Ok(base)
+}
+
+/// The agents' slots, kept in one JSON file (`{"agent": slot}`); slot 0 is never given out.
+#[derive(Debug)]
+pub struct Slots {
+    path: PathBuf,
+    slots: BTreeMap<String, u32>,
+}
+
+impl Slots {
+    /// Loads `path` (absent: no agent has a slot yet).
+    pub fn load(path: PathBuf) -> Result<Slots, String> {
+        let slots = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                format!("{} is damaged ({e}): restore or remove it", path.display())
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        Ok(Slots { path, slots })
+    }
+
+    /// The agent's slot, allocating and saving the next free one on its first command.
+    pub fn slot(&mut self, agent: &str) -> Result<u32, String> {
+        if let Some(&s) = self.slots.get(agent) {
+            return Ok(s);
+        }
+        let next = self.slots.values().max().map_or(1, |m| m + 1);
+        if next >= SLOTS {
+            return Err(format!(
+                "every one of the {SLOTS} sandbox identities is taken"
+            ));
+        }
+        self.slots.insert(agent.to_owned(), next);
+        if let Err(e) = self.save() {
+            self.slots.remove(agent);
+            return Err(e);
+        }
+        Ok(next)
+    }
+
+    /// Written beside and renamed over, so a crash leaves the old table or the new one.
+    fn save(&self) -> Result<(), String> {
+        let tmp = self.path.with_extension("json.tmp");
+        let write = || -> std::io::Result<()> {
+            let bytes = serde_json::to_vec_pretty(&self.slots)?;
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &bytes)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.path)
+        };
+        write().map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            format!("cannot save {}: {e}", self.path.display())
+        })
+    }
+}
+
+/// Gives every entry under `dir` (and `dir`) not already the identity's to `uid`/`gid`.
+pub fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    let (uid, gid) = (
+        rustix::fs::Uid::from_raw(uid),
+        rustix::fs::Gid::from_raw(gid),
+    );
+    let root = open_dir(rustix::fs::CWD, dir)?;
+    rustix::fs::fchown(&root, Some(uid), Some(gid))?;
+    walk(&root, &mut |parent, name, stat| {
+        if stat.st_uid != uid.as_raw() || stat.st_gid != gid.as_raw() {
+            rustix::fs::chownat(
+                parent,
+                name,
+                Some(uid),
+                Some(gid),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// Clears setuid and setgid on every file and directory under `dir`; returns how many had
+/// either bit.
+pub fn clear_setid(dir: &Path) -> std::io::Result<usize> {
+    let root = open_dir(rustix::fs::CWD, dir)?;
+    let mut cleared = 0;
+    walk(&root, &mut |parent, name, stat| {
+        let kind = stat.st_mode & libc::S_IFMT;
+        if stat.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
+            || (kind != libc::S_IFREG && kind != libc::S_IFDIR)
+        {
+            return Ok(());
+        }
+        // Opened without following, then changed through the descriptor: the entry cannot be
+        // swapped for a symlink between the look and the change.
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let keep = Mode::from_raw_mode(stat.st_mode & 0o1777);
+        match rustix::fs::openat(parent, name, flags | OFlags::NOCTTY, Mode::empty()) {
+            Ok(fd) => {
+                let now = rustix::fs::fstat(&fd)?;
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(now.st_mode & 0o1777))?;
+            }
+            // A file its owner may not read (mode 4000, say) cannot be opened by an ordinary
+            // user: changed by name, which `statat` just saw is not a symlink.
+            Err(rustix::io::Errno::ACCESS) => {
+                rustix::fs::chmodat(parent, name, keep, AtFlags::empty())?
+            }
+            Err(e) => return Err(e.into()),
+        }
+        cleared += 1;
+        Ok(())
+    })?;
+    Ok(cleared)
+}
+
+type Visit<'a> =
+    dyn FnMut(BorrowedFd<'_>, &std::ffi::CStr, &rustix::fs::Stat) -> std::io::Result<()> + 'a;
+
+/// Depth-first over `dir`, calling `visit` for every entry before descending into it.
+fn walk(dir: &OwnedFd, visit: &mut Visit<'_>) -> std::io::Result<()> {
+    let mut entries = rustix::fs::Dir::read_from(dir)?;
+    let mut subdirs = Vec::new();
+    while let Some(entry) = entries.read() {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let stat = match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(s) => s,
+            // Removed meanwhile: nothing to do for it.
+            Err(rustix::io::Errno::NOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        visit(dir.as_fd(), name, &stat)?;
+        if stat.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            subdirs.push(name.to_owned());
+        }
+    }
+    for name in subdirs {
+        let sub = open_dir(dir.as_fd(), &name)?;
+        walk(&sub, visit)?;
+    }
+    Ok(())
+}
+
+fn open_dir<P: rustix::path::Arg>(at: impl AsFd, path: P) -> std::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(at, path, flags, Mode::empty())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    #[test]
+    fn setid_bits_are_cleared_and_symlinks_not_followed() {
+        let dir = std::env::temp_dir().join(format!("lnk-setid-{}", std::process::id()));
+        let outside = dir.with_extension("outside");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(&outside, b"x").unwrap();
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let file = dir.join("sub/tool");
+        std::fs::write(&file, b"x").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o6755)).unwrap();
+        symlink(&outside, dir.join("link")).unwrap();
+        let plain = dir.join("plain");
+        std::fs::write(&plain, b"x").unwrap();
+        std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+        assert_eq!(clear_setid(&dir).unwrap(), 1);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&file), 0o755);
+        assert_eq!(mode(&plain), 0o755);
+        assert_eq!(
+            mode(&outside),
+            0o4755,
+            "the symlink's target is not the walk's"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&outside).unwrap();
+    }
+
+    #[test]
+    fn slots_are_allocated_once_and_kept() {
+        let path = std::env::temp_dir().join(format!("lnk-slots-{}.json", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let mut s = Slots::load(path.clone()).unwrap();
+        assert_eq!((s.slot("a").unwrap(), s.slot("b").unwrap()), (1, 2));
+        assert_eq!(s.slot("a").unwrap(), 1);
+        let mut again = Slots::load(path.clone()).unwrap();
+        assert_eq!(again.slot("b").unwrap(), 2);
+        assert_eq!(again.slot("c").unwrap(), 3);
+        std::fs::write(&path, b"{").unwrap();
+        assert!(Slots::load(path.clone()).unwrap_err().contains("damaged"));
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -1,0 +1,192 @@
+//! Resource limits of one confined command: defaults, maxima, the request's values, and
+//! applying them inside the sandbox.
+//!
+//! Processes, memory, CPU time and file size are rlimits the helper sets inside the sandbox
+//! just before the command, hard and soft alike (CPU's hard one a second later), so the
+//! command cannot raise them. The
+//! process count is per user namespace and uid (Linux counts `RLIMIT_NPROC` per namespace
+//! since 5.14): each sandbox of an ordinary user has its own namespace, and as root each
+//! agent has its own uid ([`crate::identity`]), so one agent's fork bomb never starves
+//! another's commands. The tmpfs sizes are bwrap's `--size`.
+
+use link_protocol::routes::sandbox::{size, ExecLimits, LimitHit};
+use rustix::process::{Resource, Rlimit};
+use serde::{Deserialize, Serialize};
+
+/// The limits a command runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    pub processes: u64,
+    pub memory_bytes: u64,
+    pub cpu_seconds: u64,
+    pub file_size_bytes: u64,
+    pub tmp_bytes: u64,
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+impl Limits {
+    /// What a command gets when the request names no limit.
+    pub const DEFAULT: Limits = Limits {
+        processes: 256,
+        memory_bytes: 4 * GIB,
+        cpu_seconds: 600,
+        file_size_bytes: GIB,
+        tmp_bytes: 256 * MIB,
+    };
+    /// The most a request may ask for.
+    pub const MAX: Limits = Limits {
+        processes: 4096,
+        memory_bytes: 64 * GIB,
+        cpu_seconds: 24 * 3600,
+        file_size_bytes: 64 * GIB,
+        tmp_bytes: 8 * GIB,
+    };
+
+    /// The defaults with the request's values, each checked against [`Limits::MAX`].
+    pub fn with(requested: &ExecLimits) -> Result<Limits, String> {
+        let d = Limits::DEFAULT;
+        let m = Limits::MAX;
+        Ok(Limits {
+            processes: pick("processes", requested.processes, d.processes, m.processes)?,
+            memory_bytes: pick(
+                "memory_bytes",
+                requested.memory_bytes,
+                d.memory_bytes,
+                m.memory_bytes,
+            )?,
+            cpu_seconds: pick(
+                "cpu_seconds",
+                requested.cpu_seconds,
+                d.cpu_seconds,
+                m.cpu_seconds,
+            )?,
+            file_size_bytes: pick(
+                "file_size_bytes",
+                requested.file_size_bytes,
+                d.file_size_bytes,
+                m.file_size_bytes,
+            )?,
+            tmp_bytes: pick("tmp_bytes", requested.tmp_bytes, d.tmp_bytes, m.tmp_bytes)?,
+        })
+    }
+
+    /// The helper's `--limits` value: `processes,memory,cpu,file_size`.
+    pub fn helper_arg(&self) -> String {
+        format!(
+            "{},{},{},{}",
+            self.processes, self.memory_bytes, self.cpu_seconds, self.file_size_bytes
+        )
+    }
+
+    /// Parses [`Limits::helper_arg`] (the tmpfs size is not the helper's).
+    pub fn parse_helper_arg(s: &str) -> Option<Limits> {
+        let v: Vec<u64> = s
+            .split(',')
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        let [processes, memory_bytes, cpu_seconds, file_size_bytes] = v[..] else {
+            return None;
+        };
+        Some(Limits {
+            processes,
+            memory_bytes,
+            cpu_seconds,
+            file_size_bytes,
+            tmp_bytes: 0,
+        })
+    }
+
+    /// Inside the sandbox: sets every rlimit, soft and hard.
+    pub fn apply(&self) -> std::io::Result<()> {
+        for (resource, value) in [
+            (Resource::Nproc, self.processes),
+            (Resource::As, self.memory_bytes),
+            (Resource::Cpu, self.cpu_seconds),
+            (Resource::Fsize, self.file_size_bytes),
+        ] {
+            // CPU: at the soft limit the kernel sends SIGXCPU, which names the limit; the
+            // hard one, a second later, is SIGKILL for a process that ignores it.
+            let hard = if resource == Resource::Cpu {
+                value.saturating_add(1)
+            } else {
+                value
+            };
+            let limit = Rlimit {
+                current: Some(value),
+                maximum: Some(hard),
+            };
+            rustix::process::setrlimit(resource, limit)?;
+        }
+        Ok(())
+    }
+
+    /// The limit a signal names: SIGXCPU for CPU time, SIGXFSZ for file size.
+    pub fn hit_by_signal(&self, signal: i32) -> Option<LimitHit> {
+        match signal {
+            libc::SIGXCPU => Some(LimitHit::CpuTime {
+                seconds: self.cpu_seconds,
+            }),
+            libc::SIGXFSZ => Some(LimitHit::FileSize {
+                bytes: self.file_size_bytes,
+            }),
+            _ => None,
+        }
+    }
+
+    /// One line for logs and the probe.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} processes, {} memory, {} s CPU, {} per file, {} /tmp",
+            self.processes,
+            size(self.memory_bytes),
+            self.cpu_seconds,
+            size(self.file_size_bytes),
+            size(self.tmp_bytes)
+        )
+    }
+}
+
+fn pick(name: &str, requested: Option<u64>, default: u64, max: u64) -> Result<u64, String> {
+    match requested {
+        None => Ok(default),
+        Some(0) => Err(format!("limits.{name} must be at least 1")),
+        Some(v) if v > max => Err(format!("limits.{name} {v} exceeds the maximum {max}")),
+        Some(v) => Ok(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_checked_and_round_trip_to_the_helper() {
+        let l = Limits::with(&ExecLimits {
+            processes: Some(10),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(l.processes, 10);
+        assert_eq!(l.memory_bytes, Limits::DEFAULT.memory_bytes);
+        let back = Limits::parse_helper_arg(&l.helper_arg()).unwrap();
+        assert_eq!((back.processes, back.file_size_bytes), (10, GIB));
+        let too_many = ExecLimits {
+            processes: Some(Limits::MAX.processes + 1),
+            ..Default::default()
+        };
+        assert!(Limits::with(&too_many).unwrap_err().contains("processes"));
+        let zero = ExecLimits {
+            cpu_seconds: Some(0),
+            ..Default::default()
+        };
+        assert!(Limits::with(&zero).unwrap_err().contains("at least 1"));
+        assert!(Limits::parse_helper_arg("1,2,3").is_none());
+        assert_eq!(
+            l.hit_by_signal(libc::SIGXFSZ).unwrap().to_string(),
+            "killed: file size limit 1 GiB"
+        );
+        assert_eq!(l.hit_by_signal(libc::SIGKILL), None);
+    }
+}
