@@ -17,7 +17,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long `up` waits for a previous run's surviving plugins to die once SIGKILLed.
 const SURVIVOR_WAIT: Duration = Duration::from_secs(10);
 
-pub use link_protocol::routes::host::{HostStatus, PluginStatus};
+pub use link_protocol::routes::host::{HostStatus, PluginStatus, SandboxStatus};
 
 /// State shared by the control socket, the router and the supervisor.
 pub struct Shared {
@@ -30,6 +30,8 @@ pub struct Shared {
     /// Set, with the reason, when the runtime starts stopping.
     pub stopping: tokio::sync::watch::Sender<Option<String>>,
     pub router: crate::router::Router,
+    /// Set once the sandbox probe proved confinement.
+    pub sandbox: Mutex<Option<SandboxStatus>>,
 }
 
 impl Shared {
@@ -41,6 +43,7 @@ impl Shared {
             state: (*self.phase.lock().expect("lock")).to_owned(),
             confinement: confinement_summary(self.mode).to_owned(),
             plugins: self.plugins.lock().expect("lock").clone(),
+            sandbox: self.sandbox.lock().expect("lock").clone(),
         }
     }
 
@@ -139,6 +142,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         stop: Notify::new(),
         stopping: tokio::sync::watch::channel(None).0,
         router: crate::router::Router::default(),
+        sandbox: Mutex::new(None),
     });
     tokio::spawn(crate::control::serve(
         shared.clone(),
@@ -172,7 +176,9 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     .await
     {
         Ok(()) => match probe {
-            Some(probe) => probe.await,
+            Some(probe) => probe.await.map(|found| {
+                *shared.sandbox.lock().expect("lock") = Some(found);
+            }),
             None => Ok(()),
         },
         Err(e) => Err(e),
@@ -433,8 +439,8 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
 }
 
 /// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
-/// with the probe's reason.
-fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<()>> {
+/// with the probe's reason. Returns what `link status` shows of it.
+fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<SandboxStatus>> {
     let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
     cmd.arg("probe")
         .stdin(std::process::Stdio::null())
@@ -443,10 +449,14 @@ fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<()
     let run = cmd.output();
     async move {
         let out = run.await.context("running link-plugin-sandbox probe")?;
-        if out.status.success() {
-            return Ok(());
-        }
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if out.status.success() {
+            return Ok(SandboxStatus {
+                identity: report["identity"].clone(),
+                seccomp: report["seccomp"].clone(),
+                limits: report["limits"].clone(),
+            });
+        }
         bail!(
             "confined mode is unavailable: the sandbox probe says {} ({}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic",
             report["status"].as_str().unwrap_or("broken"),
@@ -484,15 +494,21 @@ pub struct Allowance<'a> {
     pub sockets: Vec<PathBuf>,
 }
 
-/// Confines a plugin command: Landlock per `allow` and no_new_privs, applied between fork and
-/// exec so the plugin never runs a single instruction unconfined. `landlock: false` (the
-/// sandbox plugin) sets no_new_privs only.
+/// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
+/// no_new_privs and the baseline seccomp filter, applied between fork and exec so the plugin
+/// never runs a single instruction unconfined. `landlock: false` (the sandbox plugin) gets
+/// its capabilities shed and no_new_privs only: its bwrap needs mounts and namespaces.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
+    name: &str,
     allow: Allowance<'_>,
     landlock: bool,
 ) -> Result<()> {
     use link_plugin_sandbox::host;
+    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name)?);
+    let caps = shedding.clone();
+    // SAFETY: prctl and capset calls only; nothing is allocated.
+    unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
     if !landlock {
         // SAFETY: set_no_new_privs is one prctl call; it allocates nothing.
         unsafe { cmd.pre_exec(host::set_no_new_privs) };
@@ -503,5 +519,7 @@ pub fn confine_command(
     let mut ruleset = host::prepare(&rules)?;
     // SAFETY: restrict_child makes two system calls and allocates nothing on success.
     unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
+    // SAFETY: seccomp(2) calls on programs built before the fork; nothing is allocated.
+    unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
     Ok(())
 }

@@ -171,7 +171,7 @@ impl Launch<'_> {
         // Landlock forbids mount(2), which bwrap needs: the sandbox plugin gets no_new_privs
         // only, and every command it runs is confined by bwrap + Landlock inside.
         let landlock = name != "link-plugin-sandbox";
-        crate::host::confine_command(cmd, allow, landlock)
+        crate::host::confine_command(cmd, name, allow, landlock)
             .with_context(|| format!("confining {name}"))
     }
 }

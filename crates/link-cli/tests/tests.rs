@@ -12,5 +12,6 @@ mod host_death;
 mod link;
 mod long_conversations;
 mod mini;
+mod plugin_privileges;
 mod private_state;
 mod support;

@@ -15,6 +15,7 @@
 use crate::rules::Rules;
 use crate::SandboxError;
 use landlock::{CompatLevel, RulesetCreated, RulesetStatus};
+use rustix::thread::CapabilitySet;
 use std::io;
 use std::path::PathBuf;
 
@@ -110,4 +111,101 @@ impl PluginRuleset {
 /// the sandbox plugin itself can take (see the module docs).
 pub fn set_no_new_privs() -> io::Result<()> {
     rustix::thread::set_no_new_privs(true).map_err(io::Error::from)
+}
+
+/// The capabilities a plugin keeps when Link runs as root; every other one is dropped from
+/// all its sets, the bounding set included, before it starts.
+///
+/// - The sandbox plugin runs bwrap as root without a user namespace: mounts and namespaces
+///   (`SYS_ADMIN`, and `SYS_CHROOT` for its chroot into the new root), the loopback of the new network namespace (`NET_ADMIN`), what the helper
+///   inside needs to become the agent's uid (`SETUID`, `SETGID`, `SETPCAP`), and handing the
+///   workspace to that uid and clearing setuid bits there (`CHOWN`, `FOWNER`,
+///   `DAC_OVERRIDE`, `DAC_READ_SEARCH`).
+/// - The file store reads and writes workspaces the agents' uids own (`DAC_OVERRIDE`,
+///   `FOWNER`).
+pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
+    use link_protocol::routes::programs;
+    let files = CapabilitySet::DAC_OVERRIDE | CapabilitySet::FOWNER;
+    match plugin {
+        programs::SANDBOX => {
+            files
+                | CapabilitySet::SYS_ADMIN
+                | CapabilitySet::NET_ADMIN
+                | CapabilitySet::SETUID
+                | CapabilitySet::SETGID
+                | CapabilitySet::SETPCAP
+                | CapabilitySet::CHOWN
+                | CapabilitySet::DAC_READ_SEARCH
+                | CapabilitySet::SYS_CHROOT
+        }
+        programs::FILE_STORE => files,
+        _ => CapabilitySet::empty(),
+    }
+}
+
+/// What a plugin sheds between fork and exec, prepared before the fork so nothing is
+/// allocated after it: capabilities (as root), and the seccomp filter (all but the sandbox).
+#[derive(Debug)]
+pub struct Shedding {
+    keep: CapabilitySet,
+    root: bool,
+    filter: Option<&'static [seccompiler::BpfProgram]>,
+}
+
+impl Shedding {
+    pub fn for_plugin(plugin: &str) -> Result<Shedding, SandboxError> {
+        let filter = if plugin == link_protocol::routes::programs::SANDBOX {
+            None
+        } else {
+            let f = crate::seccomp::filter().map_err(SandboxError::Unavailable)?;
+            Some(f.bpf.as_slice())
+        };
+        Ok(Shedding {
+            keep: kept_capabilities(plugin),
+            root: rustix::process::geteuid().is_root(),
+            filter,
+        })
+    }
+
+    /// Keeps only [`kept_capabilities`]: the bounding set first (which needs `SETPCAP`), then
+    /// the permitted, effective and inheritable sets. An ordinary user has none to shed.
+    pub fn drop_capabilities(&self) -> io::Result<()> {
+        if !self.root {
+            return Ok(());
+        }
+        for cap in 0..64u32 {
+            if self.keep.bits() & (1 << cap) != 0 {
+                continue;
+            }
+            // SAFETY: PR_CAPBSET_DROP takes a capability number; past the last one the kernel
+            // answers EINVAL, which ends the loop.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINVAL) {
+                    break;
+                }
+                return Err(e);
+            }
+        }
+        rustix::thread::set_capabilities(
+            None,
+            rustix::thread::CapabilitySets {
+                effective: self.keep,
+                permitted: self.keep,
+                inheritable: CapabilitySet::empty(),
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Loads the seccomp filter; after `no_new_privs`, which the kernel requires.
+    pub fn apply_filter(&self) -> io::Result<()> {
+        for program in self.filter.unwrap_or_default() {
+            seccompiler::apply_filter(program).map_err(|e| match e {
+                seccompiler::Error::Seccomp(io) => io,
+                other => io::Error::other(other.to_string()),
+            })?;
+        }
+        Ok(())
+    }
 }

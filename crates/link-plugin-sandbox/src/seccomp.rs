@@ -13,6 +13,9 @@
 //!   back to `clone`, which the first program checks;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
 //!
+//! The host applies the same filter to every plugin but the sandbox plugin (whose bwrap needs
+//! namespaces and mounts): [`crate::host::Shedding`].
+//!
 //! Each program starts with seccompiler's architecture check, which kills a process that
 //! switches to another system-call ABI (i386 on x86_64). The x32 ABI shares x86_64's
 //! architecture value; the probe checks that the kernel refuses it.
@@ -31,7 +34,10 @@ pub const NAME: &str = "link-seccomp-v1";
 /// The compiled filter: its programs as bwrap reads them, and their hash.
 #[derive(Debug)]
 pub struct Filter {
+    /// As bwrap reads them (`struct sock_filter` bytes).
     pub programs: Vec<Vec<u8>>,
+    /// As `seccompiler::apply_filter` takes them: the host applies them to plugins.
+    pub bpf: Vec<BpfProgram>,
     /// sha256 of every program's bytes, in order: what a cached probe is keyed on.
     pub sha256: String,
     pub instructions: usize,
@@ -52,6 +58,7 @@ fn build() -> Result<Filter, String> {
         (other_sockets(), libc::EAFNOSUPPORT),
     ];
     let mut out = Vec::new();
+    let mut bpf = Vec::new();
     let mut instructions = 0;
     let mut hash = Sha256::new();
     for (rules, errno) in programs {
@@ -67,9 +74,11 @@ fn build() -> Result<Filter, String> {
         let bytes = to_bytes(&program);
         hash.update(&bytes);
         out.push(bytes);
+        bpf.push(program);
     }
     Ok(Filter {
         programs: out,
+        bpf,
         sha256: format!("{:x}", hash.finalize()),
         instructions,
     })

@@ -28,6 +28,18 @@ pub struct HostStatus {
     pub state: String,
     pub confinement: String,
     pub plugins: Vec<PluginStatus>,
+    /// What the sandbox probe proved at start-up (confined full Link only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxStatus>,
+}
+
+/// The probe's words on how tool commands run: who they are on the host, the seccomp filter
+/// and the default limits, as `link-plugin-sandbox probe` reported them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SandboxStatus {
+    pub identity: serde_json::Value,
+    pub seccomp: serde_json::Value,
+    pub limits: serde_json::Value,
 }
 
 /// Test hooks only: make `plugin` call `route` through the router as itself.

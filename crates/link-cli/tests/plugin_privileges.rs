@@ -1,0 +1,93 @@
+//! What each plugin of a confined full Link keeps, read from `/proc/PID/status`: no_new_privs
+//! and the baseline seccomp filter everywhere but the sandbox plugin, and as root no
+//! capability but the few the sandbox plugin and the file store are documented to keep. Then
+//! a turn that needs those few: a file written by the file tool is read by a confined command
+//! (which runs as the agent's own uid), and a file that command made is read back by the file
+//! tool.
+
+use crate::support::{self, state_root};
+use link_plugin_sandbox::host::kept_capabilities;
+use link_protocol::routes::programs;
+use serde_json::json;
+
+fn status_field(pid: i32, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
+    if !support::sandbox_available() {
+        return;
+    }
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "confined");
+    let root_user = rustix::process::geteuid().is_root();
+    let pids = rt.plugin_pids();
+    assert!(pids.len() >= 10, "{pids:?}");
+    for (name, pid) in &pids {
+        assert_eq!(status_field(*pid, "NoNewPrivs"), "1", "{name}");
+        let want_seccomp = if name == programs::SANDBOX { "0" } else { "2" };
+        assert_eq!(status_field(*pid, "Seccomp"), want_seccomp, "{name}");
+        let eff = u64::from_str_radix(&status_field(*pid, "CapEff"), 16).unwrap();
+        let bnd = u64::from_str_radix(&status_field(*pid, "CapBnd"), 16).unwrap();
+        let kept = if root_user {
+            kept_capabilities(name).bits()
+        } else {
+            0
+        };
+        assert_eq!(eff, kept, "{name}: CapEff {eff:x}, want {kept:x}");
+        if root_user {
+            assert_eq!(bnd, kept, "{name}: CapBnd {bnd:x}, want {kept:x}");
+        }
+    }
+    // Allowed twin of the empty sets: the two exceptions really keep something as root.
+    if root_user {
+        assert_ne!(kept_capabilities(programs::SANDBOX).bits(), 0);
+        assert_ne!(kept_capabilities(programs::FILE_STORE).bits(), 0);
+    }
+
+    // `link status` names who tool commands run as, the filter and the limits.
+    let out = support::link(&["status", "--state"], root.path()).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sandbox = &status["sandbox"];
+    let kind = if root_user { "dedicated" } else { "caller" };
+    assert_eq!(sandbox["identity"]["kind"], kind, "{status:#}");
+    assert_ne!(sandbox["identity"]["uid"], 0, "{status:#}");
+    assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v1", "{status:#}");
+    assert_eq!(sandbox["limits"]["processes"], 256, "{status:#}");
+
+    let token = rt.create_token();
+    assert_eq!(
+        rt.post("/v1/agents", &token, json!({ "name": "k" })).status,
+        201
+    );
+    let turn =
+        "write given.txt: from the file tool\nrun: cat given.txt; id -u > made.txt\nread made.txt";
+    let resp = rt.post("/v1/agents/k/turns", &token, json!({ "message": turn }));
+    assert_eq!(resp.status, 200, "{:?}", resp.json());
+    let reply = resp.json().to_string();
+    assert!(
+        reply.contains("from the file tool"),
+        "the command read the tool's file: {reply}"
+    );
+    let layout = link_protocol::layout::StateLayout::new(root.path());
+    let made = layout.agent_workspace("k").join("made.txt");
+    let uid: u32 = std::fs::read_to_string(&made)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        reply.contains(&uid.to_string()),
+        "the tool read the command's file: {reply}"
+    );
+    if root_user {
+        assert_ne!(uid, 0, "the command ran as root");
+    }
+    rt.down();
+}
