@@ -52,13 +52,15 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
     }
 
     // `link status` names who tool commands run as, the filter and the limits.
-    let out = support::link(&["status", "--state"], root.path()).output().unwrap();
+    let out = support::link(&["status", "--state"], root.path())
+        .output()
+        .unwrap();
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let sandbox = &status["sandbox"];
     let kind = if root_user { "dedicated" } else { "caller" };
     assert_eq!(sandbox["identity"]["kind"], kind, "{status:#}");
     assert_ne!(sandbox["identity"]["uid"], 0, "{status:#}");
-    assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v1", "{status:#}");
+    assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v2", "{status:#}");
     assert_eq!(sandbox["limits"]["processes"], 256, "{status:#}");
 
     let token = rt.create_token();

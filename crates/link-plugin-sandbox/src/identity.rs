@@ -18,6 +18,7 @@ use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 
 /// First uid (and gid) of the dedicated range: `0x6C6E0000`, far from the ranges distributions
@@ -155,7 +156,7 @@ pub fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     );
     let root = open_dir(rustix::fs::CWD, dir)?;
     rustix::fs::fchown(&root, Some(uid), Some(gid))?;
-    walk(&root, &mut |parent, name, stat| {
+    walk(root, &mut |parent, name, stat| {
         if stat.st_uid != uid.as_raw() || stat.st_gid != gid.as_raw() {
             rustix::fs::chownat(
                 parent,
@@ -174,7 +175,7 @@ pub fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 pub fn clear_setid(dir: &Path) -> std::io::Result<usize> {
     let root = open_dir(rustix::fs::CWD, dir)?;
     let mut cleared = 0;
-    walk(&root, &mut |parent, name, stat| {
+    walk(root, &mut |parent, name, stat| {
         let kind = stat.st_mode & libc::S_IFMT;
         if stat.st_mode & (libc::S_ISUID | libc::S_ISGID) == 0
             || (kind != libc::S_IFREG && kind != libc::S_IFDIR)
@@ -203,13 +204,60 @@ pub fn clear_setid(dir: &Path) -> std::io::Result<usize> {
     Ok(cleared)
 }
 
-type Visit<'a> =
-    dyn FnMut(BorrowedFd<'_>, &std::ffi::CStr, &rustix::fs::Stat) -> std::io::Result<()> + 'a;
+type Visit<'a> = dyn FnMut(BorrowedFd<'_>, &CStr, &rustix::fs::Stat) -> std::io::Result<()> + 'a;
 
-/// Depth-first over `dir`, calling `visit` for every entry before descending into it.
-fn walk(dir: &OwnedFd, visit: &mut Visit<'_>) -> std::io::Result<()> {
+/// A directory of the walk: which one it is (so coming back up through `..` can be checked)
+/// and its subdirectories not visited yet.
+struct Frame {
+    id: (u64, u64),
+    pending: Vec<CString>,
+}
+
+/// Depth-first over `root`, calling `visit` for every entry. Iterative and holding two
+/// descriptors at most, whatever the depth: it goes down by name and comes back up through
+/// `..`, checked to be the directory it came from. An entry that fails is recorded and the
+/// walk goes on, so one bad entry never leaves the rest unvisited; the first error is
+/// returned at the end.
+fn walk(root: OwnedFd, visit: &mut Visit<'_>) -> std::io::Result<()> {
+    let mut first_error = None;
+    let mut cur = root;
+    let mut frame = scan(&cur, visit, &mut first_error)?;
+    let mut stack: Vec<Frame> = Vec::new();
+    loop {
+        if let Some(name) = frame.pending.pop() {
+            match open_dir(&cur, name.as_c_str()) {
+                Ok(child) => {
+                    let child_frame = scan(&child, visit, &mut first_error)?;
+                    stack.push(std::mem::replace(&mut frame, child_frame));
+                    cur = child;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+            continue;
+        }
+        let Some(parent) = stack.pop() else { break };
+        let up = open_dir(&cur, c"..")?;
+        if id_of(&rustix::fs::fstat(&up)?) != parent.id {
+            return Err(std::io::Error::other("a directory moved during the walk"));
+        }
+        cur = up;
+        frame = parent;
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// Visits every entry of `dir`; returns its frame with the subdirectories to descend into.
+fn scan(
+    dir: &OwnedFd,
+    visit: &mut Visit<'_>,
+    first_error: &mut Option<std::io::Error>,
+) -> std::io::Result<Frame> {
+    let id = id_of(&rustix::fs::fstat(dir)?);
+    let mut pending = Vec::new();
     let mut entries = rustix::fs::Dir::read_from(dir)?;
-    let mut subdirs = Vec::new();
     while let Some(entry) = entries.read() {
         let entry = entry?;
         let name = entry.file_name();
@@ -220,18 +268,23 @@ fn walk(dir: &OwnedFd, visit: &mut Visit<'_>) -> std::io::Result<()> {
             Ok(s) => s,
             // Removed meanwhile: nothing to do for it.
             Err(rustix::io::Errno::NOENT) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => {
+                first_error.get_or_insert(e.into());
+                continue;
+            }
         };
-        visit(dir.as_fd(), name, &stat)?;
+        if let Err(e) = visit(dir.as_fd(), name, &stat) {
+            first_error.get_or_insert(e);
+        }
         if stat.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            subdirs.push(name.to_owned());
+            pending.push(name.to_owned());
         }
     }
-    for name in subdirs {
-        let sub = open_dir(dir.as_fd(), &name)?;
-        walk(&sub, visit)?;
-    }
-    Ok(())
+    Ok(Frame { id, pending })
+}
+
+fn id_of(stat: &rustix::fs::Stat) -> (u64, u64) {
+    (stat.st_dev, stat.st_ino)
 }
 
 fn open_dir<P: rustix::path::Arg>(at: impl AsFd, path: P) -> std::io::Result<OwnedFd> {
@@ -270,6 +323,47 @@ mod tests {
         );
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_file(&outside).unwrap();
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_descriptor_limit_is_walked_whole() {
+        let dir = std::env::temp_dir().join(format!("lnk-deep-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Built by descriptor: the path itself would pass PATH_MAX long before the bottom.
+        let mut fd = open_dir(rustix::fs::CWD, &dir).unwrap();
+        for _ in 0..500 {
+            rustix::fs::mkdirat(&fd, "d", Mode::from_raw_mode(0o755)).unwrap();
+            fd = open_dir(&fd, "d").unwrap();
+        }
+        let bottom = rustix::fs::openat(
+            &fd,
+            "tool",
+            OFlags::CREATE | OFlags::WRONLY,
+            Mode::from_raw_mode(0o755),
+        )
+        .unwrap();
+        rustix::fs::fchmod(&bottom, Mode::from_raw_mode(0o4755)).unwrap();
+        // 500 levels under a limit of 64 descriptors: only a walk that does not hold one per
+        // level gets to the bottom.
+        use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+        let before = getrlimit(Resource::Nofile);
+        let low = Rlimit {
+            current: Some(64),
+            maximum: before.maximum,
+        };
+        setrlimit(Resource::Nofile, low).unwrap();
+        let cleared = clear_setid(&dir);
+        setrlimit(Resource::Nofile, before).unwrap();
+        assert_eq!(cleared.unwrap(), 1);
+        let mode = rustix::fs::fstat(&bottom).unwrap().st_mode & 0o7777;
+        assert_eq!(mode, 0o755);
+        drop((fd, bottom));
+        // remove_dir_all goes by path, too deep for it; GNU rm walks by descriptor.
+        let rm = std::process::Command::new("rm")
+            .arg("-rf")
+            .arg(&dir)
+            .status();
+        assert!(rm.unwrap().success());
     }
 
     #[test]

@@ -241,6 +241,7 @@ fn plugin() -> anyhow::Result<()> {
         helper: self_exe()?,
         bwrap,
         slots: std::sync::Mutex::new(slots),
+        running: Default::default(),
     });
     let service = link_protocol::server::Service::new(service)
         .on::<link_protocol::routes::sandbox::Exec, _, _>(Service::exec);

@@ -8,7 +8,8 @@
 //! - `EPERM`: new namespaces (`unshare`, `setns`, namespace flags of `clone`), mounting,
 //!   keyrings, ptrace and `process_vm_*`, io_uring, bpf, perf events, userfaultfd, kexec and
 //!   modules, swap, reboot, the kernel log, handle-based opens, terminal injection
-//!   (`TIOCSTI`, `TIOCLINUX`) and making a file setuid or setgid with any `chmod`;
+//!   (`TIOCSTI`, `TIOCLINUX`) and making a file setuid or setgid with any `chmod`, or creating
+//!   one so with `open`, `openat`, `creat` or `mknod`;
 //! - `ENOSYS` for `clone3`, whose flags sit in memory a filter cannot read: glibc then falls
 //!   back to `clone`, which the first program checks;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
@@ -29,7 +30,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// The filter's name in reports; changed whenever the rules change.
-pub const NAME: &str = "link-seccomp-v1";
+pub const NAME: &str = "link-seccomp-v2";
 
 /// The compiled filter: its programs as bwrap reads them, and their hash.
 #[derive(Debug)]
@@ -178,9 +179,34 @@ fn denied() -> Rules {
     #[cfg(target_arch = "x86_64")]
     chmods.push((libc::SYS_chmod, 1));
     chmods.push((FCHMODAT2, 2));
+    let setid = [libc::S_ISUID as u64, libc::S_ISGID as u64];
     for (nr, arg) in chmods {
-        let setid = [libc::S_ISUID, libc::S_ISGID];
-        rules.insert(nr, setid.iter().map(|&b| masked(arg, b as u64)).collect());
+        rules.insert(nr, setid.iter().map(|&b| masked(arg, b)).collect());
+    }
+    // Creating a file already setuid or setgid: the mode of `creat` and `mknodat`, and of
+    // `open`/`openat` with O_CREAT. (`openat2` passes its mode in memory: the walk after the
+    // command clears what it makes.)
+    let mut creates = vec![(libc::SYS_mknodat, 2, None)];
+    creates.push((libc::SYS_openat, 3, Some(2)));
+    #[cfg(target_arch = "x86_64")]
+    creates.extend([
+        (libc::SYS_open, 2, Some(1)),
+        (libc::SYS_creat, 1, None),
+        (libc::SYS_mknod, 1, None),
+    ]);
+    for (nr, mode_arg, flags_arg) in creates {
+        let rules_for = setid
+            .iter()
+            .map(|&b| {
+                let mut conditions = vec![cond(mode_arg, Len::Qword, Op::MaskedEq(b), b)];
+                if let Some(flags) = flags_arg {
+                    let creat = libc::O_CREAT as u64;
+                    conditions.push(cond(flags, Len::Qword, Op::MaskedEq(creat), creat));
+                }
+                rule(conditions)
+            })
+            .collect();
+        rules.insert(nr, rules_for);
     }
     rules
 }

@@ -1,9 +1,14 @@
 //! The `sandbox.exec` route: one confined command for the agent a request acts for.
 //!
-//! The owner re-check: the workspace must lie inside
-//! `<state>/data/file-store/agents/<agent>/workspace` and the home inside
-//! `<state>/data/agent/homes/<agent>`, for the agent named in `Request::agent`, after
-//! resolving symlinks and `..`. Anything else is `forbidden`.
+//! The owner re-check: the workspace must be `<state>/data/file-store/agents/<agent>/workspace`
+//! and the home `<state>/data/agent/homes/<agent>`, for the agent named in `Request::agent`,
+//! after resolving symlinks and `..`. Anything else is `forbidden`. Not a directory *inside*
+//! them: the agent controls what is inside, and a path through it could be swapped for a
+//! symlink between this check and bwrap's bind (or the walks that hand the files to the
+//! agent's uid). Every component of the two accepted paths belongs to Link.
+//!
+//! One agent's commands run one at a time, so no command of an agent is running while the
+//! workspace is walked before or after another.
 
 use crate::identity::{Identity, Slots};
 use crate::limits::Limits;
@@ -15,7 +20,9 @@ use link_protocol::routes::sandbox::{ExecBody, ExecReply};
 use link_protocol::server::Call;
 use link_protocol::AgentId;
 use link_protocol::{ErrorCode, RemoteError};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
@@ -35,6 +42,8 @@ pub struct Service {
     pub bwrap: Option<PathBuf>,
     /// Each agent's dedicated identity when Link runs as root ([`crate::identity`]).
     pub slots: std::sync::Mutex<Slots>,
+    /// One lock per agent: its commands run one at a time.
+    pub running: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Service {
@@ -99,6 +108,8 @@ impl Service {
             timeout: Duration::from_millis(timeout_ms),
             output: Output::Capture { cap },
         };
+        let turn = self.agent_lock(agent);
+        let _one_at_a_time = turn.lock().await;
         let outcome = crate::run::run(&spec).await.map_err(run_error)?;
         tracing::info!(
             agent = %agent,
@@ -119,6 +130,11 @@ impl Service {
             timed_out: outcome.timed_out,
             limit_hit: outcome.limit_hit,
         })
+    }
+
+    fn agent_lock(&self, agent: &AgentId) -> Arc<tokio::sync::Mutex<()>> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.entry(agent.clone()).or_default().clone()
     }
 
     /// The agent's identity: its own dedicated uid as root, the caller's otherwise.
@@ -173,8 +189,12 @@ fn owned_path(requested: &Path, allowed: &Path, what: &str) -> Result<PathBuf, R
         .canonicalize()
         .map_err(|e| RemoteError::not_found(format!("{what} {}: {e}", requested.display())))?;
     let allowed_resolved = allowed.canonicalize().map_err(|_| outside())?;
-    if !resolved.starts_with(&allowed_resolved) {
-        return Err(outside());
+    if resolved != allowed_resolved {
+        return Err(RemoteError::forbidden(format!(
+            "{what} {} is not the agent's own {what} {} (a directory inside it is refused too)",
+            requested.display(),
+            allowed.display()
+        )));
     }
     if !resolved.is_dir() {
         return Err(RemoteError::bad_request(format!(

@@ -172,25 +172,38 @@ fn root_only_files_are_unreadable_inside() {
 fn no_setuid_or_root_file_survives_a_command() {
     for_both(|who| {
         let ws = who.workspace("a1");
-        let got = who.exec_py(
-            &ws,
+        let script = format!(
             r#"
-import shutil
+import ctypes, shutil, struct
+libc = ctypes.CDLL(None, use_errno=True)
 shutil.copy("/usr/bin/id", "suid")
-print(json.dumps({
+def openat2(name, mode):
+    how = struct.pack("QQQ", os.O_CREAT | os.O_WRONLY, mode, 0)
+    fd = libc.syscall({openat2}, -100, name.encode(), how, len(how))
+    if fd < 0:
+        return errno.errorcode.get(ctypes.get_errno(), "?")
+    os.close(fd)
+    return "ok"
+print(json.dumps({{
     "chmod_setuid": _e(lambda: os.chmod("suid", 0o4755)),
     "chmod_setgid": _e(lambda: os.chmod("suid", 0o2755)),
     "chmod_plain": _e(lambda: os.chmod("suid", 0o755)),
-    "create_setuid": _e(lambda: os.close(os.open("planted", os.O_CREAT | os.O_WRONLY, 0o4755))),
+    "open_setuid": _e(lambda: os.close(os.open("opened", os.O_CREAT | os.O_WRONLY, 0o4755))),
+    "open_plain": _e(lambda: os.close(os.open("opened", os.O_CREAT | os.O_WRONLY, 0o755))),
+    "openat2_setuid": openat2("planted", 0o4755),
     "planted_mode": os.stat("planted").st_mode & 0o7777,
-    "mkdir_setgid": _e(lambda: os.mkdir("d", 0o2755)),
-}))"#,
+}}))"#,
+            openat2 = libc::SYS_openat2
         );
+        let got = who.exec_py(&ws, &script);
         assert_eq!(got["chmod_setuid"], "EPERM", "{got}");
         assert_eq!(got["chmod_setgid"], "EPERM", "{got}");
         assert_eq!(got["chmod_plain"], "ok", "{got}");
-        assert_eq!(got["create_setuid"], "ok", "{got}");
-        // Made setuid by open(2), which no filter sees: the walk after the command clears it.
+        assert_eq!(got["open_setuid"], "EPERM", "{got}");
+        assert_eq!(got["open_plain"], "ok", "{got}");
+        // Made setuid by openat2(2), whose mode no filter can read: the walk after the
+        // command clears it.
+        assert_eq!(got["openat2_setuid"], "ok", "{got}");
         assert_ne!(got["planted_mode"].as_u64().unwrap() & 0o4000, 0, "{got}");
         let mut seen = 0;
         for entry in walk(&ws) {
@@ -372,7 +385,7 @@ fn the_probe_names_identity_filter_and_limits() {
             }
             None => assert_eq!(identity["kind"], "caller"),
         }
-        assert_eq!(report["seccomp"]["name"], "link-seccomp-v1");
+        assert_eq!(report["seccomp"]["name"], "link-seccomp-v2");
         assert_eq!(report["seccomp"]["sha256"].as_str().map(str::len), Some(64));
         assert_eq!(report["limits"]["processes"], 256);
         for check in [

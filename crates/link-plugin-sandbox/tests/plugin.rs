@@ -132,6 +132,7 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
     // Refused: workspaces and homes that are not the agent's own.
     let outside = root.path().join("elsewhere");
     std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
     std::os::unix::fs::symlink(&other_ws, ws.join("escape")).unwrap();
     for (what, body) in [
         (
@@ -149,6 +150,10 @@ async fn sandbox_exec_runs_caps_times_out_and_refuses() {
         (
             "dot-dot",
             json!({"argv": ["true"], "workspace": ws.join("../../a2/workspace")}),
+        ),
+        (
+            "a directory inside its own workspace",
+            json!({"argv": ["true"], "workspace": ws.join("sub")}),
         ),
         (
             "another agent's home",
@@ -337,5 +342,54 @@ async fn one_agents_fork_bomb_leaves_another_agent_running() {
         wait_for(10, || processes_with(&token).is_empty()),
         "the bomb's processes outlived it"
     );
+    p.stop();
+}
+
+/// Two commands of one agent never overlap (the walks before and after each must not race a
+/// running command of the same workspace); another agent's do.
+#[tokio::test(flavor = "current_thread")]
+async fn one_agents_commands_run_one_at_a_time() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let (ws, other) = (root.workspace("a1"), root.workspace("a2"));
+    let mut p = start(&root, Mode::Confined).await;
+    let mut second = p.process.client().await;
+    let mut third = p.process.client().await;
+    // Fails with 9 if another command of the workspace holds the directory.
+    let exclusive = sh("mkdir held || exit 9; sleep 0.5; rmdir held");
+    let body = json!({"argv": exclusive, "workspace": ws});
+    let (a, b) = tokio::join!(
+        p.exec("a1", body.clone()),
+        second.call("sandbox.exec", Some("a1"), body.clone())
+    );
+    assert_eq!(
+        (
+            a.unwrap()["exit_code"].clone(),
+            b.unwrap()["exit_code"].clone()
+        ),
+        (json!(0), json!(0))
+    );
+    // The twin: another agent's command runs while a1's is still running — it finishes
+    // first, though it starts after a1's and a1's never ends by itself (its time limit does).
+    let long = json!({"argv": sh("touch started; sleep 30"), "workspace": ws, "timeout_ms": 4000});
+    let started = ws.join("started");
+    let a1 = async {
+        let r = p.exec("a1", long).await.unwrap();
+        (r, std::time::Instant::now())
+    };
+    let a2 = async {
+        while !started.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let body = json!({"argv": ["true"], "workspace": other});
+        let r = third.call("sandbox.exec", Some("a2"), body).await.unwrap();
+        (r, std::time::Instant::now())
+    };
+    let ((r1, done1), (r2, done2)) = tokio::join!(a1, a2);
+    assert_eq!(r1["timed_out"], true, "{r1}");
+    assert_eq!(r2["exit_code"], 0, "{r2}");
+    assert!(done2 < done1, "a2 waited for a1's command");
     p.stop();
 }
