@@ -12,6 +12,7 @@ mod host_death;
 mod link;
 mod long_conversations;
 mod mini;
+mod ordinary_user;
 mod plugin_privileges;
 mod private_state;
 mod support;

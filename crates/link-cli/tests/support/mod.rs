@@ -169,3 +169,15 @@ pub fn turn_in_thread(
         ))
     })
 }
+
+/// Live processes whose real uid is `uid`.
+pub fn processes_of_user(uid: u32) -> Vec<i32> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.flatten()
+        .filter(|p| p.uid().is_ok_and(|u| u == uid))
+        .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
+        .map(|p| p.pid())
+        .collect()
+}

@@ -1,0 +1,123 @@
+//! A confined full Link run by an ordinary user (made for the test): it comes up, a turn's
+//! `run` command runs as that user inside the sandbox and cannot read what only root can, and
+//! the runtime goes down leaving nothing running.
+
+use crate::support;
+use link_harness_conformance::fixture::{OpenParent, TestUser};
+use link_harness_conformance::runtime_process::test_programs;
+use link_protocol::plugin::Profile;
+use serde_json::json;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+fn post(
+    socket: &Path,
+    path: &str,
+    token: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let resp = rt
+        .block_on(link_protocol::http::json(
+            socket,
+            "POST",
+            path,
+            Some(token),
+            Some(&body),
+        ))
+        .expect("an answer");
+    (resp.status, resp.json())
+}
+
+#[test]
+fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
+    if !support::sandbox_available() {
+        return;
+    }
+    let user = match TestUser::create("lnk-up") {
+        Ok(u) => u,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return;
+        }
+    };
+    // The programs where the user can reach them (the build may sit under a 0700 home).
+    let parent = OpenParent::create("lnk-user-up").unwrap();
+    let bin = parent.0.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let from = test_programs();
+    for name in Profile::Link.plugins().iter().copied().chain(["link"]) {
+        let to = bin.join(name);
+        std::fs::copy(from.join(name), &to).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let state = parent.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    rustix::fs::chown(
+        &state,
+        Some(rustix::fs::Uid::from_raw(user.uid)),
+        Some(rustix::fs::Gid::from_raw(user.gid)),
+    )
+    .unwrap();
+    let link = bin.join("link");
+    let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
+    let mut up = user
+        .command(&[link_s, "up", "--profile", "link", "--state", state_s])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    if !ready.starts_with("ready ") {
+        let _ = up.kill();
+        let out = up.wait_with_output().unwrap();
+        panic!(
+            "link up as {}: {ready:?} {}",
+            user.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim();
+    let socket = state.join("run/connection.sock");
+    assert_eq!(
+        post(&socket, "/v1/agents", token, json!({"name": "k"})).0,
+        201
+    );
+    let secret = Path::new("/etc").join(format!("lnk-user-up-{}.key", std::process::id()));
+    std::fs::write(&secret, "private words").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let message = format!("run: id -u; cat {} || echo refused", secret.display());
+    let (status, reply) = post(
+        &socket,
+        "/v1/agents/k/turns",
+        token,
+        json!({"message": message}),
+    );
+    let _ = std::fs::remove_file(&secret);
+    assert_eq!(status, 200, "{reply}");
+    let text = reply.to_string();
+    assert!(
+        text.contains(&user.uid.to_string()),
+        "not the user's uid: {text}"
+    );
+    assert!(
+        text.contains("refused") && text.contains("Permission denied"),
+        "{text}"
+    );
+    assert!(!text.contains("private words"), "{text}");
+    let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    let status = up.wait().unwrap();
+    assert!(status.success(), "link up exited {status:?}");
+    let left = support::processes_of_user(user.uid);
+    assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
+}
