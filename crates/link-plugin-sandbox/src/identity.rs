@@ -9,7 +9,7 @@
 //! the command creates are that uid's, and a setuid file it could make would give nobody more
 //! than that uid. DESIGN.md §4 gives the reasons.
 //!
-//! Because the workspace and home are written by the file tool as root too, [`hand_over`]
+//! Because the workspace and home are written by the file tool as root too, [`prepare`]
 //! gives every entry to the agent's identity before a command, and [`clear_setid`] removes
 //! setuid and setgid bits after one. Both walk with directory descriptors and never follow a
 //! symlink, so nothing a command plants can redirect them outside the directory.
@@ -148,26 +148,33 @@ impl Slots {
     }
 }
 
-/// Gives every entry under `dir` (and `dir`) not already the identity's to `uid`/`gid`.
-pub fn hand_over(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
-    let (uid, gid) = (
-        rustix::fs::Uid::from_raw(uid),
-        rustix::fs::Gid::from_raw(gid),
-    );
+/// Measures the disk space under `dir` (allocated blocks, so a sparse file counts what it
+/// uses) and, given an identity, gives every entry not already its own to it.
+pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<u64> {
     let root = open_dir(rustix::fs::CWD, dir)?;
-    rustix::fs::fchown(&root, Some(uid), Some(gid))?;
+    if let Some((uid, gid)) = owner {
+        rustix::fs::fchown(
+            &root,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        )?;
+    }
+    let mut bytes = 0u64;
     walk(root, &mut |parent, name, stat| {
-        if stat.st_uid != uid.as_raw() || stat.st_gid != gid.as_raw() {
-            rustix::fs::chownat(
-                parent,
-                name,
-                Some(uid),
-                Some(gid),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )?;
+        bytes = bytes.saturating_add((stat.st_blocks as u64).saturating_mul(512));
+        let Some((uid, gid)) = owner else {
+            return Ok(());
+        };
+        if stat.st_uid != uid || stat.st_gid != gid {
+            let (u, g) = (
+                rustix::fs::Uid::from_raw(uid),
+                rustix::fs::Gid::from_raw(gid),
+            );
+            rustix::fs::chownat(parent, name, Some(u), Some(g), AtFlags::SYMLINK_NOFOLLOW)?;
         }
         Ok(())
-    })
+    })?;
+    Ok(bytes)
 }
 
 /// Clears setuid and setgid on every file and directory under `dir`; returns how many had

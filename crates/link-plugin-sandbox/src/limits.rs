@@ -8,6 +8,11 @@
 //! since 5.14): each sandbox of an ordinary user has its own namespace, and as root each
 //! agent has its own uid ([`crate::identity`]), so one agent's fork bomb never starves
 //! another's commands. The tmpfs sizes are bwrap's `--size`.
+//!
+//! The workspace quota is kept between commands: the walk before a command measures what the
+//! workspace uses, and what is left of the quota becomes the command's file size limit (so
+//! one file cannot pass it, and a full workspace takes no write, only removals). Several
+//! files of one command can together pass it; the next command then gets nothing to write.
 
 use link_protocol::routes::sandbox::{size, ExecLimits, LimitHit};
 use rustix::process::{Resource, Rlimit};
@@ -21,6 +26,7 @@ pub struct Limits {
     pub cpu_seconds: u64,
     pub file_size_bytes: u64,
     pub tmp_bytes: u64,
+    pub workspace_bytes: u64,
 }
 
 const GIB: u64 = 1 << 30;
@@ -34,6 +40,7 @@ impl Limits {
         cpu_seconds: 600,
         file_size_bytes: GIB,
         tmp_bytes: 256 * MIB,
+        workspace_bytes: 4 * GIB,
     };
     /// The most a request may ask for.
     pub const MAX: Limits = Limits {
@@ -42,6 +49,7 @@ impl Limits {
         cpu_seconds: 24 * 3600,
         file_size_bytes: 64 * GIB,
         tmp_bytes: 8 * GIB,
+        workspace_bytes: 1024 * GIB,
     };
 
     /// The defaults with the request's values, each checked against [`Limits::MAX`].
@@ -69,6 +77,12 @@ impl Limits {
                 m.file_size_bytes,
             )?,
             tmp_bytes: pick("tmp_bytes", requested.tmp_bytes, d.tmp_bytes, m.tmp_bytes)?,
+            workspace_bytes: pick(
+                "workspace_bytes",
+                requested.workspace_bytes,
+                d.workspace_bytes,
+                m.workspace_bytes,
+            )?,
         })
     }
 
@@ -95,6 +109,7 @@ impl Limits {
             cpu_seconds,
             file_size_bytes,
             tmp_bytes: 0,
+            workspace_bytes: 0,
         })
     }
 
@@ -138,12 +153,13 @@ impl Limits {
     /// One line for logs and the probe.
     pub fn describe(&self) -> String {
         format!(
-            "{} processes, {} memory, {} s CPU, {} per file, {} /tmp",
+            "{} processes, {} memory, {} s CPU, {} per file, {} /tmp, {} workspace",
             self.processes,
             size(self.memory_bytes),
             self.cpu_seconds,
             size(self.file_size_bytes),
-            size(self.tmp_bytes)
+            size(self.tmp_bytes),
+            size(self.workspace_bytes)
         )
     }
 }

@@ -87,8 +87,9 @@ pub enum RunError {
     /// The helper refused: Landlock could not be fully enforced. Nothing ran.
     #[error("Landlock not enforced inside the sandbox: {0}")]
     Landlock(String),
-    /// The workspace or home could not be handed to the dedicated identity; nothing ran.
-    #[error("cannot hand {} to the sandbox identity: {error}", dir.display())]
+    /// The workspace or home could not be measured or handed to the dedicated identity;
+    /// nothing ran.
+    #[error("cannot prepare {} for the command: {error}", dir.display())]
     Prepare { dir: PathBuf, error: std::io::Error },
     /// The command ran, but setuid or setgid bits could not be cleared after it.
     #[error("cannot clear setuid/setgid bits under {}: {error}", dir.display())]
@@ -115,20 +116,47 @@ pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
 
 /// Runs `spec` to completion or its time limit; returns once bwrap and the namespace's init
 /// are gone (and reaped, when they were ours to reap). Before, the workspace and home are
-/// handed to a dedicated identity; after, no file there is left setuid or setgid.
+/// measured and handed to a dedicated identity; after, no file there is left setuid or setgid.
 pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     let dirs: Vec<&std::path::Path> = std::iter::once(spec.policy.workspace.as_path())
         .chain(spec.policy.home.as_deref())
         .collect();
-    if let Identity::Dedicated { uid, gid } = spec.policy.identity {
-        for dir in &dirs {
-            crate::identity::hand_over(dir, uid, gid).map_err(|e| RunError::Prepare {
-                dir: dir.to_path_buf(),
-                error: e,
-            })?;
+    let owner = match spec.policy.identity {
+        Identity::Dedicated { uid, gid } => Some((uid, gid)),
+        Identity::Caller { .. } => None,
+    };
+    let mut used = 0;
+    for (i, dir) in dirs.iter().enumerate() {
+        let bytes = crate::identity::prepare(dir, owner).map_err(|e| RunError::Prepare {
+            dir: dir.to_path_buf(),
+            error: e,
+        })?;
+        if i == 0 {
+            used = bytes;
         }
     }
-    let outcome = run_confined(spec);
+    // What is left of the workspace quota bounds every file the command writes.
+    let limits = spec.policy.limits;
+    let left = limits.workspace_bytes.saturating_sub(used);
+    let by_quota = left < limits.file_size_bytes;
+    let mut spec = spec.clone();
+    spec.policy.limits.file_size_bytes = left.min(limits.file_size_bytes);
+    let mut outcome = run_confined(&spec);
+    for _ in 0..2 {
+        match &outcome {
+            Err(RunError::Bwrap { stderr, .. }) if raced_a_replaced_file(stderr) => {
+                outcome = run_confined(&spec);
+            }
+            _ => break,
+        }
+    }
+    if let Ok(o) = &mut outcome {
+        if by_quota && o.signal == Some(libc::SIGXFSZ) {
+            o.limit_hit = Some(LimitHit::WorkspaceQuota {
+                bytes: limits.workspace_bytes,
+            });
+        }
+    }
     for dir in &dirs {
         match crate::identity::clear_setid(dir) {
             Ok(0) => {}
@@ -142,6 +170,13 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
         }
     }
     outcome
+}
+
+/// bwrap failed to remount a file it had just bound over a masked file (`/etc/shadow`)
+/// because the file was replaced meanwhile (`useradd`, `passwd` rename a new one into place):
+/// nothing ran, and a second attempt sees the new file.
+fn raced_a_replaced_file(stderr: &str) -> bool {
+    stderr.contains("Can't bind mount") && stderr.contains("Unable to remount destination")
 }
 
 fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {

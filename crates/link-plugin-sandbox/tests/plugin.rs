@@ -284,6 +284,34 @@ async fn limits_end_or_refuse_what_exceeds_them_and_say_which() {
         "{r}"
     );
 
+    // Workspace quota: what is left of it bounds each write; once full, nothing more can be
+    // written (the result names the quota) while removing still works.
+    let quota = json!({"workspace_bytes": 2u64 << 20});
+    let q = root.workspace("q1");
+    let in_q = |argv: Value| json!({"argv": argv, "workspace": q, "limits": quota});
+    let r = p.exec("q1", in_q(write(1 << 20, "first"))).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = p.exec("q1", in_q(write(4 << 20, "second"))).await.unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "workspace_quota", "bytes": 2u64 << 20}),
+        "{r}"
+    );
+    let used: u64 = ["first", "second"]
+        .iter()
+        .map(|f| std::fs::metadata(q.join(f)).unwrap().len())
+        .sum();
+    assert!(
+        used <= (2 << 20) + (64 << 10),
+        "{used} bytes in a 2 MiB quota"
+    );
+    let r = p.exec("q1", in_q(write(1 << 10, "third"))).await.unwrap();
+    assert_eq!(r["limit_hit"]["limit"], "workspace_quota", "full: {r}");
+    let r = p.exec("q1", in_q(sh("rm second third"))).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "removal is still allowed: {r}");
+    let r = p.exec("q1", in_q(write(1 << 10, "fourth"))).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "room again after the removal: {r}");
+
     // A request past a maximum, or a misspelt limit, is refused before anything runs.
     for bad in [json!({"processes": 1_000_000}), json!({"cpu": 1})] {
         let e = p

@@ -44,6 +44,10 @@ pub struct ExecLimits {
     /// Size of the private `/tmp` (and of `/dev/shm`, and of the home when it is a tmpfs).
     #[serde(default)]
     pub tmp_bytes: Option<u64>,
+    /// Disk space the workspace may use: what is left of it bounds every file the command
+    /// writes there.
+    #[serde(default)]
+    pub workspace_bytes: Option<u64>,
 }
 
 /// The limit that ended a command, when the kernel's signal names it.
@@ -56,6 +60,8 @@ pub enum LimitHit {
     CpuTime { seconds: u64 },
     /// A process wrote past the file size limit (SIGXFSZ).
     FileSize { bytes: u64 },
+    /// A process wrote past what was left of the workspace quota (SIGXFSZ).
+    WorkspaceQuota { bytes: u64 },
 }
 
 impl std::fmt::Display for LimitHit {
@@ -64,6 +70,9 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Time { ms } => write!(f, "killed: time limit {}", seconds(*ms)),
             LimitHit::CpuTime { seconds } => write!(f, "killed: CPU time limit {seconds} s"),
             LimitHit::FileSize { bytes } => write!(f, "killed: file size limit {}", size(*bytes)),
+            LimitHit::WorkspaceQuota { bytes } => {
+                write!(f, "killed: workspace quota {}", size(*bytes))
+            }
         }
     }
 }
