@@ -141,3 +141,34 @@ fn past_the_connection_cap_new_connections_get_a_quick_refusal() {
     assert_eq!(ok.status, 200, "{:?}", ok.json());
     rt.down();
 }
+
+/// A client that sends its headers and then withholds the body is answered 408 after the
+/// timeout and closed, while a real client is answered at once.
+#[test]
+fn a_withheld_body_is_answered_408_after_the_timeout() {
+    let root = state_root();
+    let mut rt = up(&root);
+    let token = rt.create_token();
+    let started = Instant::now();
+    let mut slow = connect(&rt);
+    write!(
+        slow,
+        "POST /v1/agents HTTP/1.1\r\nhost: link\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"na"
+    )
+    .unwrap();
+    let status = rt.get("/v1/status", Some(&token));
+    assert_eq!(status.status, 200, "{:?}", status.json());
+    let (got, _) = until_closed(&mut slow);
+    let held = started.elapsed();
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("did not arrive"), "{got}");
+    assert!(
+        held >= TIMEOUT * 9 / 10 && held < TIMEOUT * 4,
+        "closed after {held:?}, the timeout is {TIMEOUT:?}"
+    );
+    // The allowed twin: the same request with its whole body is served.
+    let created = rt.post("/v1/agents", &token, serde_json::json!({"name": "whole"}));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    rt.down();
+}

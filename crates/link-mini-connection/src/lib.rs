@@ -294,7 +294,8 @@ pub async fn serve(
 
 /// Serves the contract on `listener`: HTTP/1.1 with keep-alive, each connection closed when
 /// its headers do not arrive within `limits.header_read_timeout` (idle kept-alive ones too),
-/// and at most `limits.max_connections` at once.
+/// a request answered 408 when its body does not arrive within the same time, and at most
+/// `limits.max_connections` connections at once.
 pub async fn serve_with(
     listener: tokio::net::UnixListener,
     backend: Arc<dyn Backend>,
@@ -302,7 +303,12 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let app = router(backend);
+    let body_timeout = limits.header_read_timeout;
+    let app = router(backend).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            body_within(req, next, body_timeout)
+        },
+    ));
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let lingering = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut refused: u64 = 0;
@@ -354,6 +360,37 @@ pub async fn serve_with(
             // A client that goes away or is too slow ends only its own connection.
             let _ = conn.await;
         });
+    }
+}
+
+/// Reads the request's body in full within `timeout` before any handler runs: a client that
+/// sends its headers and then trickles or withholds the body gets a 408 and loses its
+/// connection slot, as one that withholds its headers does.
+async fn body_within(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+    timeout: Duration,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(bytes)) => {
+            next.run(axum::extract::Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(_)) => error_response(&RemoteError::new(
+            ErrorCode::TooLarge,
+            format!("request body exceeds {MAX_BODY} bytes"),
+        )),
+        Err(_) => {
+            let message = format!("the request body did not arrive within {timeout:?}");
+            let body = json!({"error": {"code": "timeout", "message": message}});
+            let mut resp = (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response();
+            resp.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            resp
+        }
     }
 }
 

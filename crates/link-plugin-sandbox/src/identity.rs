@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 /// First uid (and gid) of the dedicated range: `0x6C6E0000`, far from the ranges distributions
 /// allocate and from `/etc/subuid`'s usual `100000`. `LNK_SANDBOX_UID_BASE` overrides it.
 pub const DEFAULT_BASE: u32 = 0x6C6E_0000;
-/// The environment variable naming another base.
-pub const ENV_BASE: &str = "LNK_SANDBOX_UID_BASE";
+/// The environment variable naming another base (the host passes it to this plugin alone).
+pub const ENV_BASE: &str = link_protocol::plugin::ENV_SANDBOX_UID_BASE;
 /// Slots per base: agents beyond it are refused rather than made to share.
 pub const SLOTS: u32 = 65_536;
 

@@ -401,3 +401,37 @@ fn the_probe_names_identity_filter_and_limits() {
         }
     });
 }
+
+/// As root the dedicated identities start at `LNK_SANDBOX_UID_BASE`; a value that is not a
+/// usable base is refused, naming the variable, and nothing runs.
+#[test]
+fn the_identity_base_is_configurable_and_checked() {
+    if !sandbox_or_skip() || !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let run = |base: &str| {
+        Command::new(BIN)
+            .env(link_protocol::plugin::ENV_SANDBOX_UID_BASE, base)
+            .args(["exec", "--workspace"])
+            .arg(&ws)
+            .args(["--", "/bin/sh", "-c", "id -u; touch ran"])
+            .output()
+            .unwrap()
+    };
+    let out = run("1900000000");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1900000000\n");
+    assert_eq!(
+        std::fs::metadata(ws.join("ran")).unwrap().uid(),
+        1_900_000_000
+    );
+    std::fs::remove_file(ws.join("ran")).unwrap();
+    for bad in ["0", "root", "4294967000"] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(125), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("LNK_SANDBOX_UID_BASE"), "{bad}: {err}");
+        assert!(!ws.join("ran").exists(), "{bad}: the command ran");
+    }
+}

@@ -69,6 +69,10 @@ pub const PASSTHROUGH: &[&str] = &[
     ENV_TEST_HOOKS,
 ];
 
+/// The first uid of the sandbox's dedicated identities (as root): only the sandbox plugin
+/// reads it.
+pub const ENV_SANDBOX_UID_BASE: &str = "LNK_SANDBOX_UID_BASE";
+
 /// The remote model's address and key: secrets, so only the model plugin gets them.
 pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
 pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
@@ -88,6 +92,7 @@ pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
         "link-mini-connection",
         &[ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS],
     ),
+    ("link-plugin-sandbox", &[ENV_SANDBOX_UID_BASE]),
 ];
 
 /// Every variable that passes from the host's environment to `plugin`.
