@@ -1,8 +1,9 @@
 //! The bearer-token store shared by both connection services and the auth plugin.
 //!
 //! Only the sha256 of a token is written, one per line: `<hex> active|revoked`. Writes
-//! replace the file atomically ([`crate::files::write_atomic`]); comparisons are
-//! constant-time.
+//! replace the file atomically ([`crate::files::write_atomic`]) under an exclusive lock on
+//! `<file>.lock`, so two writers (`link token create` and the auth plugin, or two of either)
+//! never lose each other's token; comparisons are constant-time.
 
 use sha2::{Digest, Sha256};
 use std::io;
@@ -29,6 +30,7 @@ pub fn generate() -> io::Result<String> {
 /// Generates a token, stores its hash, and returns the token (shown once, never stored).
 pub fn create(file: &Path) -> io::Result<String> {
     let token = generate()?;
+    let _lock = lock(file)?;
     let mut lines = read_lines(file)?;
     lines.push(format!("{} active", hash(&token)));
     write_atomic(file, &lines)?;
@@ -55,6 +57,7 @@ pub fn verify(file: &Path, token: &str) -> io::Result<bool> {
 pub fn revoke(file: &Path, token: &str) -> io::Result<bool> {
     let want = hash(token);
     let mut hit = false;
+    let _lock = lock(file)?;
     let lines = read_lines(file)?
         .into_iter()
         .map(|line| match line.split_whitespace().next() {
@@ -69,6 +72,22 @@ pub fn revoke(file: &Path, token: &str) -> io::Result<bool> {
         write_atomic(file, &lines)?;
     }
     Ok(hit)
+}
+
+/// Holds `<file>.lock` exclusively until dropped (the read-modify-write of one writer).
+fn lock(file: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(file.parent().unwrap_or(Path::new(".")))?;
+    let mut name = file.as_os_str().to_owned();
+    name.push(".lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(name)?;
+    f.lock()?;
+    Ok(f)
 }
 
 fn read_lines(file: &Path) -> io::Result<Vec<String>> {
@@ -89,6 +108,33 @@ fn write_atomic(file: &Path, lines: &[String]) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// Many writers at once, each with its own descriptor on the lock (as separate processes
+    /// have): no token is lost.
+    #[test]
+    fn concurrent_creates_keep_every_token() {
+        let dir = std::env::temp_dir().join(format!("lnk-tok-many-{}", std::process::id()));
+        let file = dir.join("tokens");
+        let writers: Vec<_> = (0..8)
+            .map(|_| {
+                let file = file.clone();
+                std::thread::spawn(move || {
+                    (0..10)
+                        .map(|_| super::create(&file).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let made: Vec<String> = writers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        assert_eq!(made.len(), 80);
+        for t in &made {
+            assert!(super::verify(&file, t).unwrap(), "a token was lost");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn create_verify_revoke() {
         let dir = std::env::temp_dir().join(format!("lnk-tok-{}", std::process::id()));
