@@ -131,7 +131,11 @@ fn confined_tests(ws: &Workspace) -> Result<Mark> {
     let sh = Shell::new()?;
     sh.change_dir(&ws.root);
     sh.set_var("LNK_TEST_STATE_DIR", &state);
-    for var in ["LNK_REQUIRE_SANDBOX", "LNK_REQUIRE_NATIVE"] {
+    for var in [
+        "LNK_REQUIRE_SANDBOX",
+        "LNK_REQUIRE_NATIVE",
+        "LNK_REQUIRE_RUNTIME",
+    ] {
         if std::env::var_os(var).is_none() {
             sh.set_var(var, "1");
         }
@@ -139,14 +143,44 @@ fn confined_tests(ws: &Workspace) -> Result<Mark> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let args = TEST_ARGS;
     link_protocol::errln!(
-        "xtask: $ LNK_REQUIRE_SANDBOX=1 LNK_REQUIRE_NATIVE=1 cargo {}",
+        "xtask: $ LNK_REQUIRE_SANDBOX=1 LNK_REQUIRE_NATIVE=1 LNK_REQUIRE_RUNTIME=1 cargo {}",
         args.join(" ")
     );
-    cmd!(sh, "{cargo} {args...}")
+    let out = cmd!(sh, "{cargo} {args...}")
         .quiet()
-        .run()
-        .context("the confined tests failed (output above)")?;
-    Ok(Mark::Passed)
+        .ignore_status()
+        .output()
+        .context("cannot run the confined tests")?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    link_protocol::out!("{stdout}");
+    link_protocol::errln!("{stderr}");
+    if !out.status.success() {
+        anyhow::bail!("the confined tests failed (output above)");
+    }
+    Ok(tests_mark(&format!("{stdout}\n{stderr}")))
+}
+
+/// A passing test run is `[pass]` only if its cases ran: any `SKIPPED` line, or no case run at
+/// all, makes it a skip with the reasons.
+fn tests_mark(output: &str) -> Mark {
+    let skips: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("SKIPPED") || l.contains("] outcome SKIPPED"))
+        .collect();
+    if !skips.is_empty() {
+        return Mark::Skipped(skips.join("; "));
+    }
+    let ran = output
+        .lines()
+        .any(|l| l.starts_with("test result: ok.") && !l.starts_with("test result: ok. 0 passed"));
+    if !ran {
+        return Mark::Skipped("no test case ran".into());
+    }
+    Mark::Passed
 }
 
 fn item(name: &str, result: Result<Mark>) -> Item {
@@ -215,5 +249,24 @@ mod tests {
             TEST_ARGS.join(" "),
             "test --locked --release -p link-plugin-link-harness --test harness runtime:: -- --nocapture"
         );
+    }
+
+    #[test]
+    fn a_step_whose_cases_skipped_is_not_a_pass() {
+        let ran = "running 3 tests\ntest result: ok. 3 passed; 0 failed; 0 ignored\n";
+        assert_eq!(tests_mark(ran), Mark::Passed);
+        let skipped = "running 3 tests\nSKIPPED (sandbox not available): no userns\n\
+                       test result: ok. 3 passed; 0 failed\n";
+        assert_eq!(
+            tests_mark(skipped),
+            Mark::Skipped("SKIPPED (sandbox not available): no userns".into())
+        );
+        let none = "running 0 tests\ntest result: ok. 0 passed; 0 failed; 3 filtered out\n";
+        assert_eq!(tests_mark(none), Mark::Skipped("no test case ran".into()));
+        assert!(render(&[Item {
+            name: "confined tests".into(),
+            mark: tests_mark(skipped)
+        }])
+        .contains("[SKIP] confined tests"));
     }
 }

@@ -273,6 +273,57 @@ pub fn judge_with(
     }
 }
 
+/// What one test does about one capability: run when it is available; fail when the probe is
+/// broken (never a skip), or when it is unavailable but `require_var=1`; skip otherwise.
+pub fn decide(status: ProbeStatus, reason: &str, require_var: &str, required: bool) -> Verdict {
+    match status {
+        ProbeStatus::Available => Verdict::Run,
+        ProbeStatus::Broken => Verdict::Fail(format!("the probe is broken: {reason}")),
+        ProbeStatus::Unavailable if required => {
+            Verdict::Fail(format!("{require_var}=1 but it is unavailable: {reason}"))
+        }
+        ProbeStatus::Unavailable => Verdict::Skip(reason.to_owned()),
+    }
+}
+
+/// The one place a test decides ([`decide`], with `require_var` read from the environment):
+/// true to run, false after printing `SKIPPED (what): reason`; panics on a failure.
+pub fn require_or_skip(what: &str, status: ProbeStatus, reason: &str, require_var: &str) -> bool {
+    match decide(status, reason, require_var, required(require_var)) {
+        Verdict::Run => true,
+        Verdict::Skip(why) => {
+            eprintln!("SKIPPED ({what} not available): {why}");
+            false
+        }
+        Verdict::Fail(why) => panic!("{what}: {why}"),
+    }
+}
+
+/// For a test that needs confinement: runs `PROGRAMS/link-plugin-sandbox probe`; true when it
+/// is enforced (exit 0), a skip when unavailable (exit 2) or not built, a failure when the
+/// probe is broken (exit 1, a signal, unreadable) or `LNK_REQUIRE_SANDBOX=1`.
+pub fn sandbox_or_skip(programs: &Path) -> bool {
+    let program = programs.join("link-plugin-sandbox");
+    if !program.is_file() {
+        return require_or_skip(
+            "sandbox",
+            ProbeStatus::Unavailable,
+            &format!(
+                "{} is not built (cargo build -p link-plugin-sandbox)",
+                program.display()
+            ),
+            ENV_REQUIRE_SANDBOX,
+        );
+    }
+    let cap = sandbox_probe(programs, |_| {});
+    require_or_skip(
+        "sandbox",
+        cap.status,
+        cap.reason.as_deref().unwrap_or(""),
+        ENV_REQUIRE_SANDBOX,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,5 +395,57 @@ mod tests {
             judge_with(true, &broken, &ok, false, false),
             Verdict::Fail(_)
         ));
+    }
+
+    #[test]
+    fn a_broken_probe_fails_a_test_never_skips_it() {
+        let var = ENV_REQUIRE_SANDBOX;
+        for required in [false, true] {
+            assert_eq!(
+                decide(ProbeStatus::Broken, "exit status 1", var, required),
+                Verdict::Fail("the probe is broken: exit status 1".into())
+            );
+            assert_eq!(
+                decide(ProbeStatus::Available, "", var, required),
+                Verdict::Run
+            );
+        }
+        assert_eq!(
+            decide(ProbeStatus::Unavailable, "no userns", var, false),
+            Verdict::Skip("no userns".into())
+        );
+        assert!(matches!(
+            decide(ProbeStatus::Unavailable, "no userns", var, true),
+            Verdict::Fail(w) if w.contains("LNK_REQUIRE_SANDBOX=1")
+        ));
+    }
+
+    #[test]
+    #[should_panic(expected = "the probe is broken")]
+    fn require_or_skip_panics_on_a_broken_probe() {
+        require_or_skip(
+            "sandbox",
+            ProbeStatus::Broken,
+            "exit status 1",
+            ENV_REQUIRE_SANDBOX,
+        );
+    }
+
+    #[test]
+    fn a_sandbox_probe_exiting_1_fails_the_test() {
+        let dir = std::env::temp_dir().join(format!("lnk-probe-broken-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fake = dir.join("link-plugin-sandbox");
+        std::fs::write(&fake, "#!/bin/sh\necho 'probe crashed' >&2\nexit 1\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let result = std::panic::catch_unwind(|| sandbox_or_skip(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = result.expect_err("a broken probe must fail, not skip");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(
+            msg.contains("broken") && msg.contains("exit status 1"),
+            "{msg}"
+        );
     }
 }

@@ -86,22 +86,12 @@ fn sandbox_bin() -> Option<PathBuf> {
 
 #[tokio::test(flavor = "current_thread")]
 async fn runs_through_the_router_and_the_real_sandbox() {
-    let Some(sandbox) = sandbox_bin() else {
-        println!("SKIPPED: link-plugin-sandbox is not built (cargo build -p link-plugin-sandbox)");
-        return;
-    };
-    let probe = std::process::Command::new(&sandbox)
-        .arg("probe")
-        .output()
-        .unwrap();
-    if probe.status.code() != Some(0) {
-        let reason = String::from_utf8_lossy(&probe.stdout).into_owned();
-        if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
-            panic!("LNK_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {reason}");
-        }
-        println!("SKIPPED: {reason}");
+    // Not built or unavailable: a skip; a broken probe (exit 1): a failure.
+    let programs = Path::new(BIN).parent().expect("the programs directory");
+    if !link_harness_conformance::probe::sandbox_or_skip(programs) {
         return;
     }
+    let sandbox = sandbox_bin().expect("sandbox_or_skip found it");
     let root = fresh_root();
     let layout = root.layout().clone();
     let ws = layout.agent_workspace("a1");

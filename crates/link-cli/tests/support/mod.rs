@@ -127,24 +127,12 @@ pub fn wait_for_process(comm: &str, root: i32) {
     }
 }
 
-/// True when the sandbox probe says confinement is enforced; otherwise prints SKIPPED (or
-/// fails under `LNK_REQUIRE_SANDBOX=1`).
+/// True when the sandbox probe says confinement is enforced; a skip when it is unavailable
+/// (exit 2); a failure when the probe is broken (exit 1) or `LNK_REQUIRE_SANDBOX=1`. The kit's
+/// `probe::sandbox_or_skip` decides, as for every test.
 pub fn sandbox_available() -> bool {
-    let probe = Path::new(env!("CARGO_BIN_EXE_link"))
-        .parent()
-        .unwrap()
-        .join("link-plugin-sandbox");
-    let out = Command::new(probe).arg("probe").output().unwrap();
-    if out.status.success() {
-        return true;
-    }
-    let reason = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        std::env::var("LNK_REQUIRE_SANDBOX").as_deref() != Ok("1"),
-        "sandbox required but unavailable: {reason}"
-    );
-    println!("SKIPPED: sandbox unavailable: {reason}");
-    false
+    let programs = Path::new(env!("CARGO_BIN_EXE_link")).parent().unwrap();
+    link_harness_conformance::probe::sandbox_or_skip(programs)
 }
 
 /// Sends one turn of agent `k` with `message` on `socket` from a thread of its own, so the test

@@ -45,9 +45,14 @@ pub fn up_or_skip(mode: Mode) -> Option<RuntimeProcess> {
 }
 
 fn skip(reason: &str) -> Option<RuntimeProcess> {
-    if std::env::var(ENV_REQUIRE_RUNTIME).is_ok_and(|v| v == "1") {
-        panic!("{ENV_REQUIRE_RUNTIME}=1 but the runtime cannot start: {reason}");
-    }
-    eprintln!("SKIPPED (runtime not available): {reason}");
+    // Not starting is a skip (or, with `LNK_REQUIRE_RUNTIME=1`, a failure), decided where
+    // every probe's is.
+    let run = crate::probe::require_or_skip(
+        "runtime",
+        crate::probe::ProbeStatus::Unavailable,
+        reason,
+        ENV_REQUIRE_RUNTIME,
+    );
+    debug_assert!(!run, "an unavailable runtime never runs");
     None
 }

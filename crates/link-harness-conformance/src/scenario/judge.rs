@@ -4,6 +4,7 @@
 
 use super::text::{ms, short};
 use crate::client::{AgentView, ToolCall, TurnReply};
+use crate::reaper::{ProcInfo, Reaped};
 use link_plugin_measure::{Check, MonitorStatus, Outcome, Status, StatusPoint};
 use link_protocol::plugin::{Mode, Profile};
 use serde_json::Value;
@@ -194,12 +195,17 @@ pub(super) fn on_disk(
     Ok("separate workspaces and conversation logs on disk".into())
 }
 
-/// Beta's `read alpha-only.txt` was refused without alpha's secret.
+/// Beta's read of alpha's file through the file tool (by a path that reaches it from beta's
+/// workspace) was refused as leaving the workspace, without alpha's secret.
 pub(super) fn cross_read_refused(a: &str, b: &str, call: &ToolCall) -> Result<(), String> {
-    if call.ok || call.output_text().contains("alpha-secret") {
+    let out = call.output_text();
+    if call.ok || out.contains("alpha-secret") {
+        return Err(format!("agent {b} read agent {a}'s file: {out}"));
+    }
+    if !(out.contains("forbidden") || out.contains("leaves the agent workspace")) {
         return Err(format!(
-            "agent {b} read agent {a}'s file: {}",
-            call.output_text()
+            "agent {b}'s read of agent {a}'s file failed, but not as leaving the workspace: {}",
+            short(&out)
         ));
     }
     Ok(())
@@ -230,10 +236,25 @@ pub(super) fn files_in_own_workspace(w: &Workspaces) -> Result<String, String> {
     )
 }
 
-/// Beta's `run: cat alpha-only.txt` did not see alpha's secret.
+/// Beta's `run: cat <alpha's file by its host path>` did not see alpha's secret, and failed
+/// because the path does not exist in beta's sandbox (the state root is hidden).
 pub(super) fn run_cat_refused(a: &str, b: &str, cat: &ToolCall) -> Result<(), String> {
     if cat.output_text().contains("alpha-secret") {
         return Err(format!("agent {b}'s run tool read agent {a}'s file"));
+    }
+    let exit = cat.output.get("exit_code").and_then(Value::as_i64);
+    let stderr = cat
+        .output
+        .get("stderr")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let hidden =
+        stderr.contains("No such file or directory") || stderr.contains("Permission denied");
+    if matches!(exit, Some(0) | None) || !hidden {
+        return Err(format!(
+            "agent {b}'s run tool did not fail as if agent {a}'s file were out of sight: {}",
+            short(&cat.summary())
+        ));
     }
     Ok(())
 }
@@ -246,6 +267,53 @@ pub(super) fn run_lists_own_workspace(a: &str, listing: &str) -> Result<(), Stri
         ));
     }
     Ok(())
+}
+
+/// The `no_orphans` verdict after shutdown: `recorded` processes were recorded, the runner
+/// (`runner`, a subreaper) adopted and reaped `reaped` since the run began, and `left` were
+/// still running (and have been killed). The detail names each adopted orphan with how it
+/// ended, and each survivor with whether the runner had adopted it.
+pub(super) fn no_orphans(
+    recorded: usize,
+    reaped: &[Reaped],
+    left: &[ProcInfo],
+    runner: i32,
+) -> Result<String, String> {
+    let adopted = if reaped.is_empty() {
+        "the runner adopted and reaped no orphan of this run".to_owned()
+    } else {
+        let list: Vec<String> = reaped
+            .iter()
+            .map(|r| format!("pid {} ({}, {})", r.pid, r.comm, r.status))
+            .collect();
+        format!(
+            "the runner adopted and reaped {} orphan{} of this run: {}",
+            reaped.len(),
+            if reaped.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        )
+    };
+    if left.is_empty() {
+        return Ok(format!(
+            "no descendant of the runner and none of the {recorded} recorded processes (by pid and start time) remain; {adopted}"
+        ));
+    }
+    let names: Vec<String> = left
+        .iter()
+        .map(|p| {
+            let how = if p.ppid == runner {
+                "adopted by the runner"
+            } else {
+                "not adopted"
+            };
+            format!("{} [{how}]", p.describe())
+        })
+        .collect();
+    Err(format!(
+        "{} still running after shutdown (now killed): {}; {adopted}",
+        left.len(),
+        names.join("; ")
+    ))
 }
 
 /// Every request without a valid token answered 401 without conversation content, and the

@@ -322,23 +322,7 @@ impl<'a> Recorder<'a> {
                 }
             }
         }
-        let mut not_evidence_of = Vec::new();
-        if self.diagnostic() || skipped_run {
-            not_evidence_of.push(if self.diagnostic() {
-                "production confinement: this diagnostic run was explicitly unconfined".to_owned()
-            } else {
-                "production confinement: the run was skipped".to_owned()
-            });
-        }
-        not_evidence_of.extend(
-            [
-                "root-secret service behaviour: the secret plugin ran with LNK_KEYCHAIN=off (file backend)",
-                "real OS service managers: the runner started the host itself, no systemd or launchd",
-                "memory totals: samples cover the runtime's processes at 1 s intervals only",
-                "shipped bytes: artifacts are local release builds, not a packaged distribution",
-            ]
-            .map(String::from),
-        );
+        let not_evidence_of = not_evidence_of(self.config.profile, self.diagnostic(), skipped_run);
         Coverage {
             exercised,
             not_evidence_of,
@@ -354,6 +338,35 @@ impl<'a> Recorder<'a> {
         let reason = self.report.outcome.reason.as_deref().unwrap_or("");
         self.say(format!("outcome {status} {reason}"));
     }
+}
+
+/// What a run's report is not evidence of. Every run is a fixture run started by the runner,
+/// not a production deployment, so every report says it is not evidence of production
+/// confinement (with the reason that applies); only full Link has a secret plugin.
+fn not_evidence_of(profile: Profile, diagnostic: bool, skipped_run: bool) -> Vec<String> {
+    let confinement = if diagnostic {
+        "production confinement: this diagnostic run was explicitly unconfined"
+    } else if skipped_run {
+        "production confinement: the run was skipped"
+    } else {
+        "production confinement: a fixture run on a fresh state root, not a production deployment"
+    };
+    let mut out = vec![confinement.to_owned()];
+    if profile == Profile::Link {
+        out.push(
+            "root-secret service behaviour: the secret plugin ran with LNK_KEYCHAIN=off (file backend)"
+                .to_owned(),
+        );
+    }
+    out.extend(
+        [
+            "real OS service managers: the runner started the host itself, no systemd or launchd",
+            "memory totals: samples cover the runtime's processes at 1 s intervals only",
+            "shipped bytes: artifacts are local release builds, not a packaged distribution",
+        ]
+        .map(String::from),
+    );
+    out
 }
 
 fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
@@ -415,5 +428,42 @@ fn platform() -> Platform {
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         sandbox: Value::Null,
         native: Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_evidence_of;
+    use link_protocol::plugin::Profile;
+
+    #[test]
+    fn every_report_is_not_evidence_of_production_confinement() {
+        for profile in [Profile::Mini, Profile::Link] {
+            for (diagnostic, skipped) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let list = not_evidence_of(profile, diagnostic, skipped);
+                assert!(
+                    list.iter()
+                        .any(|s| s.starts_with("production confinement:")),
+                    "{profile:?} diagnostic={diagnostic} skipped={skipped}: {list:?}"
+                );
+            }
+        }
+        let confined = not_evidence_of(Profile::Link, false, false);
+        assert!(
+            confined[0].contains("not a production deployment"),
+            "{confined:?}"
+        );
+    }
+
+    #[test]
+    fn only_full_link_mentions_the_secret_plugin() {
+        for (diagnostic, skipped) in [(false, false), (true, false), (false, true)] {
+            let mini = not_evidence_of(Profile::Mini, diagnostic, skipped);
+            assert!(!mini.iter().any(|s| s.contains("secret")), "{mini:?}");
+            let link = not_evidence_of(Profile::Link, diagnostic, skipped);
+            assert!(link.iter().any(|s| s.contains("secret plugin")), "{link:?}");
+        }
     }
 }

@@ -80,7 +80,9 @@ async fn through_tools(s: &Session<'_>, a: &str, b: &str) -> Result<String, Stri
     };
     judge::tool_ok(&ra?, "file")?;
     judge::tool_ok(&rb?, "file")?;
-    let cross = s.turn(b, "read alpha-only.txt").await?;
+    // From beta's workspace this path reaches alpha's file, were the file tool to let `..`
+    // leave the workspace.
+    let cross = s.turn(b, &cross_read_message(a)).await?;
     judge::cross_read_refused(a, b, judge::tool_call(&cross, "file")?)?;
     let file = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
     let mut detail = judge::files_in_own_workspace(&Workspaces {
@@ -90,7 +92,9 @@ async fn through_tools(s: &Session<'_>, a: &str, b: &str) -> Result<String, Stri
         beta_in_a: file(&wa, "beta-only.txt"),
     })?;
     if s.config.concurrent_agents {
-        let run = s.turn(b, "run: cat alpha-only.txt").await?;
+        // Alpha's file by its host path: a command in beta's sandbox reaches it if the state
+        // root is not hidden.
+        let run = s.turn(b, &cross_cat_message(&wa)).await?;
         judge::run_cat_refused(a, b, judge::tool_call(&run, "run")?)?;
         let ls = s.turn(a, "run: ls").await?;
         judge::run_lists_own_workspace(a, &judge::tool_call(&ls, "run")?.output_text())?;
@@ -99,4 +103,18 @@ async fn through_tools(s: &Session<'_>, a: &str, b: &str) -> Result<String, Stri
         );
     }
     Ok(detail)
+}
+
+/// Beta's file-tool read of alpha's file: relative to beta's workspace
+/// (`<agents>/<b>/workspace`), `../../<a>/workspace/alpha-only.txt` is alpha's file.
+pub(super) fn cross_read_message(a: &str) -> String {
+    format!("read ../../{a}/workspace/alpha-only.txt")
+}
+
+/// Beta's run-tool read of alpha's file by its absolute host path (`alpha_workspace`).
+pub(super) fn cross_cat_message(alpha_workspace: &Path) -> String {
+    format!(
+        "run: cat '{}'",
+        alpha_workspace.join("alpha-only.txt").display()
+    )
 }

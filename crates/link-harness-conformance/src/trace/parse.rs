@@ -143,9 +143,15 @@ fn parse_body(body: &str) -> Result<Event<'_>, String> {
             .ok_or("a `<...` line without `resumed>`")?;
         return call(name, Part::Resumed, tail, false);
     }
-    let name_len = body
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(body.len());
+    // strace writes `???` for a call it could not decode: strace 6.1 does for a process
+    // killed right after its exec (`???( <unfinished ...>`, `<... ??? resumed>) = ?`, then
+    // `+++ killed by SIGKILL +++`). It is neither an exec nor a clone, so nothing counts it.
+    let name_len = if body.starts_with(UNDECODED) {
+        UNDECODED.len()
+    } else {
+        body.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(body.len())
+    };
     let (name, tail) = body.split_at(name_len);
     if name.is_empty() || !tail.starts_with('(') {
         return Err("not a system call, signal or exit line".into());
@@ -166,6 +172,9 @@ fn parse_body(body: &str) -> Result<Event<'_>, String> {
     }
     call(name, Part::Whole, tail, thread)
 }
+
+/// The name strace gives a system call it could not decode.
+const UNDECODED: &str = "???";
 
 fn parse_exit(inner: &str) -> Result<Event<'static>, String> {
     if inner.starts_with("exited with ") || inner.starts_with("killed by ") {

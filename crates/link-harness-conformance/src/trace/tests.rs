@@ -163,6 +163,43 @@ fn pid_namespace_threads_and_early_children() {
 }
 
 #[test]
+fn a_call_strace_could_not_decode_is_counted_around() {
+    // A real capture: each `true` is killed through its pidfd right after its exec, and
+    // strace wrote one of them as `???( <unfinished ...>` / `<... ??? resumed>) = ?`.
+    let text = read("killed_after_exec.trace");
+    assert!(text.contains(" ???( <unfinished ...>\n"));
+    assert!(text.contains(" <... ??? resumed>) = ?\n"));
+    let trace = Trace::parse(&text).expect("an undecoded call is not malformed");
+    let execs = text
+        .lines()
+        .filter(|l| {
+            (l.contains(" execve(") && l.ends_with(") = 0"))
+                || l.ends_with("<... execve resumed>) = 0")
+        })
+        .count();
+    assert_eq!(trace.execs.len(), execs);
+    assert_eq!(execs, 13, "python and twelve `true`");
+    // python and the twelve children, every one ended (by its exit or SIGKILL).
+    assert_eq!(trace.processes.len(), 13);
+    assert!(trace.processes.iter().all(|p| p.ended_ns.is_some()));
+    let whole = phase("whole", "1796137160.383750", "1796137161.016090");
+    assert_eq!(
+        counts("killed_after_exec.trace", &[whole]),
+        vec![(13, 13, 0)]
+    );
+
+    // Without the kill line the call stays unfinished: still a truncated trace.
+    let cut: String = text
+        .lines()
+        .filter(|l| !l.starts_with("26871 ") || !l.contains("+++ killed"))
+        .filter(|l| !l.contains("<... ??? resumed>"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let reason = unavailable(&cut, &[phase("a", "1796137160.383750", "1796137161.0")]);
+    assert!(reason.contains("never completed"), "{reason}");
+}
+
+#[test]
 fn empty_traces_are_unavailable() {
     let phases = pipeline_phases();
     for text in ["", "\n", "  \n\n"] {

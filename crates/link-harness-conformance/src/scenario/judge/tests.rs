@@ -156,9 +156,19 @@ fn disk_logs_and_workspaces_stay_apart() {
 
 #[test]
 fn tools_keep_each_agent_in_its_workspace() {
-    let refused: ToolCall =
-        serde_json::from_value(call("file", false, json!("not found"))).unwrap();
+    let refused: ToolCall = serde_json::from_value(call(
+        "file",
+        false,
+        json!("forbidden: path \"../../a/workspace/alpha-only.txt\" leaves the agent workspace"),
+    ))
+    .unwrap();
     assert!(cross_read_refused("a", "b", &refused).is_ok());
+    // A read that failed for another reason (the file was simply not there) proves nothing.
+    let missing: ToolCall =
+        serde_json::from_value(call("file", false, json!("not found"))).unwrap();
+    assert!(cross_read_refused("a", "b", &missing)
+        .unwrap_err()
+        .contains("not as leaving the workspace"));
     let read: ToolCall = serde_json::from_value(call("file", true, json!("alpha-secret"))).unwrap();
     assert_eq!(
         cross_read_refused("a", "b", &read).unwrap_err(),
@@ -179,8 +189,26 @@ fn tools_keep_each_agent_in_its_workspace() {
     assert!(files_in_own_workspace(&w)
         .unwrap_err()
         .contains("is not in its agent's workspace"));
-    let cat: ToolCall = serde_json::from_value(call("run", true, json!({"exit_code": 1}))).unwrap();
+    let cat: ToolCall = serde_json::from_value(call(
+        "run",
+        true,
+        json!({"exit_code": 1, "stdout": "", "stderr": "cat: '/s/a/workspace/alpha-only.txt': No such file or directory\n"}),
+    ))
+    .unwrap();
     assert!(run_cat_refused("a", "b", &cat).is_ok());
+    // Failing for some other reason (no stderr, a zero exit) is not evidence.
+    let silent: ToolCall =
+        serde_json::from_value(call("run", true, json!({"exit_code": 1}))).unwrap();
+    assert!(run_cat_refused("a", "b", &silent)
+        .unwrap_err()
+        .contains("out of sight"));
+    let empty: ToolCall = serde_json::from_value(call(
+        "run",
+        true,
+        json!({"exit_code": 0, "stdout": "", "stderr": ""}),
+    ))
+    .unwrap();
+    assert!(run_cat_refused("a", "b", &empty).is_err());
     let leak: ToolCall = serde_json::from_value(call("run", true, json!("alpha-secret"))).unwrap();
     assert_eq!(
         run_cat_refused("a", "b", &leak).unwrap_err(),
@@ -453,4 +481,90 @@ fn the_outcome_is_the_first_failure_or_a_pass() {
     assert_eq!(o.reason.as_deref(), Some("cold_turn: no reply"));
     let o = outcome(&failed, Some("startup: first"), false);
     assert_eq!(o.reason.as_deref(), Some("startup: first"));
+}
+
+#[test]
+fn cross_agent_reads_name_a_path_that_reaches_the_other_file() {
+    use super::super::second_agent::{cross_cat_message, cross_read_message};
+    // Resolved naively from beta's workspace, the file tool's path is alpha's file.
+    let agents = Path::new("/s/data/link-plugin-file-store/agents");
+    let msg = cross_read_message("a1");
+    let rel = msg.strip_prefix("read ").unwrap();
+    let resolved = agents.join("b1/workspace").join(rel);
+    let mut norm = std::path::PathBuf::new();
+    for c in resolved.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                norm.pop();
+            }
+            other => norm.push(other),
+        }
+    }
+    assert_eq!(norm, agents.join("a1/workspace/alpha-only.txt"));
+    assert_eq!(
+        cross_cat_message(&agents.join("a1/workspace")),
+        "run: cat '/s/data/link-plugin-file-store/agents/a1/workspace/alpha-only.txt'"
+    );
+}
+
+#[test]
+fn no_orphans_names_what_was_adopted_and_reaped() {
+    let none = no_orphans(13, &[], &[], 100).unwrap();
+    assert!(none.contains("13 recorded processes"), "{none}");
+    assert!(none.contains("adopted and reaped no orphan"), "{none}");
+    let reaped = vec![
+        Reaped {
+            pid: 41,
+            comm: "sleep".into(),
+            status: "killed by signal 9".into(),
+        },
+        Reaped {
+            pid: 42,
+            comm: "sh".into(),
+            status: "exit status 0".into(),
+        },
+    ];
+    let two = no_orphans(13, &reaped, &[], 100).unwrap();
+    assert!(
+        two.ends_with(
+            "the runner adopted and reaped 2 orphans of this run: pid 41 (sleep, killed by signal 9), pid 42 (sh, exit status 0)"
+        ),
+        "{two}"
+    );
+    let left = vec![
+        ProcInfo {
+            pid: 43,
+            ppid: 100,
+            start_time_ticks: 7,
+            comm: "sleep".into(),
+            exe: "/usr/bin/sleep".into(),
+            argv: vec!["sleep".into(), "300".into()],
+            state: 'S',
+        },
+        ProcInfo {
+            pid: 44,
+            ppid: 43,
+            start_time_ticks: 8,
+            comm: "cat".into(),
+            exe: "/usr/bin/cat".into(),
+            argv: vec![],
+            state: 'S',
+        },
+    ];
+    let err = no_orphans(13, &reaped[..1], &left, 100).unwrap_err();
+    assert!(
+        err.starts_with("2 still running after shutdown (now killed): pid 43 (sleep 300; ppid 100"),
+        "{err}"
+    );
+    assert!(
+        err.contains("[adopted by the runner]; pid 44 (cat;"),
+        "{err}"
+    );
+    assert!(err.contains("[not adopted]"), "{err}");
+    assert!(
+        err.ends_with(
+            "adopted and reaped 1 orphan of this run: pid 41 (sleep, killed by signal 9)"
+        ),
+        "{err}"
+    );
 }
