@@ -186,17 +186,7 @@ fn refuse(report: &mut impl FnMut(String), reason: String) -> ! {
 /// including the bounding set, and checks that it is so. The helper is single-threaded, so
 /// the per-thread calls change the whole process.
 fn drop_identity(uid: u32, gid: u32) -> std::io::Result<()> {
-    for cap in 0..64 {
-        // SAFETY: PR_CAPBSET_DROP takes a capability number; past the last one it fails with
-        // EINVAL, which ends the loop.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
-                break;
-            }
-            return Err(e);
-        }
-    }
+    crate::host::keep_only_in_bounding_set(rustix::thread::CapabilitySet::empty())?;
     let (u, g) = (Uid::from_raw(uid), Gid::from_raw(gid));
     rustix::thread::set_thread_groups(&[])?;
     rustix::thread::set_thread_res_gid(g, g, g)?;

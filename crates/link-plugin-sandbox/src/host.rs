@@ -143,6 +143,26 @@ pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
     }
 }
 
+/// Drops every capability but `keep` from the bounding set (which needs `SETPCAP`): what
+/// the host does for a plugin and the sandbox's helper (keeping nothing) for a command.
+pub fn keep_only_in_bounding_set(keep: CapabilitySet) -> io::Result<()> {
+    for cap in 0..64u32 {
+        if keep.bits() & (1 << cap) != 0 {
+            continue;
+        }
+        // SAFETY: PR_CAPBSET_DROP takes a capability number; past the last one the kernel
+        // answers EINVAL, which ends the loop.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 /// What a plugin sheds between fork and exec, prepared before the fork so nothing is
 /// allocated after it: capabilities (as root), and the seccomp filter (all but the sandbox).
 #[derive(Debug)]
@@ -173,20 +193,7 @@ impl Shedding {
         if !self.root {
             return Ok(());
         }
-        for cap in 0..64u32 {
-            if self.keep.bits() & (1 << cap) != 0 {
-                continue;
-            }
-            // SAFETY: PR_CAPBSET_DROP takes a capability number; past the last one the kernel
-            // answers EINVAL, which ends the loop.
-            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    break;
-                }
-                return Err(e);
-            }
-        }
+        keep_only_in_bounding_set(self.keep)?;
         rustix::thread::set_capabilities(
             None,
             rustix::thread::CapabilitySets {

@@ -62,12 +62,6 @@ impl Identity {
         }
     }
 
-    pub fn gid(&self) -> u32 {
-        match *self {
-            Identity::Caller { gid, .. } | Identity::Dedicated { gid, .. } => gid,
-        }
-    }
-
     pub fn describe(&self) -> String {
         match self {
             Identity::Caller { uid, .. } => format!("uid {uid} (the caller, in a user namespace)"),

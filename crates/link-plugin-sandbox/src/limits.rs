@@ -14,7 +14,7 @@
 //! one file cannot pass it, and a full workspace takes no write, only removals). Several
 //! files of one command can together pass it; the next command then gets nothing to write.
 
-use link_protocol::routes::sandbox::{size, ExecLimits, LimitHit};
+use link_protocol::routes::sandbox::{ExecLimits, LimitHit};
 use rustix::process::{Resource, Rlimit};
 use serde::{Deserialize, Serialize};
 
@@ -148,19 +148,6 @@ impl Limits {
             }),
             _ => None,
         }
-    }
-
-    /// One line for logs and the probe.
-    pub fn describe(&self) -> String {
-        format!(
-            "{} processes, {} memory, {} s CPU, {} per file, {} /tmp, {} workspace",
-            self.processes,
-            size(self.memory_bytes),
-            self.cpu_seconds,
-            size(self.file_size_bytes),
-            size(self.tmp_bytes),
-            size(self.workspace_bytes)
-        )
     }
 }
 

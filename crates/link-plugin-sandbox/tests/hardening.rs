@@ -84,7 +84,8 @@ impl Who {
         serde_json::from_slice(&out.stdout).expect("the probe prints JSON")
     }
 
-    fn exec(&self, ws: &Path, argv: &[&str]) -> Output {
+    /// `exec --workspace WS -- ARGV` as this identity, not yet run.
+    fn exec_command(&self, ws: &Path, argv: &[&str]) -> Command {
         let mut args: Vec<&std::ffi::OsStr> = vec![
             self.bin.as_os_str(),
             "exec".as_ref(),
@@ -93,20 +94,16 @@ impl Who {
             "--".as_ref(),
         ];
         args.extend(argv.iter().map(std::ffi::OsStr::new));
-        self.command(&args).output().unwrap()
+        self.command(&args)
+    }
+
+    fn exec(&self, ws: &Path, argv: &[&str]) -> Output {
+        self.exec_command(ws, argv).output().unwrap()
     }
 
     fn exec_py(&self, ws: &Path, script: &str) -> Value {
         let script = format!("{PY_PRELUDE}\n{script}");
-        let out = self.exec(ws, &[PYTHON, "-I", "-S", "-c", &script]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "confined python failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+        py_json(&self.exec(ws, &[PYTHON, "-I", "-S", "-c", &script]))
     }
 
     fn is_root(&self) -> bool {
@@ -305,36 +302,9 @@ fn an_ordinary_users_fork_bomb_is_held_and_another_command_still_runs() {
         let ws = who.workspace("a1");
         let other = who.workspace("a2");
         let token = unique("bomb");
-        let bomb = format!(
-            r#"
-# {token}
-import time
-n, err = 0, None
-while n < 5000:
-    try:
-        if os.fork() == 0:
-            time.sleep(30)
-            os._exit(0)
-        n += 1
-    except OSError as e:
-        err = errno.errorcode.get(e.errno)
-        break
-open("held", "w").write(str(n))
-time.sleep(3)
-print(json.dumps({{"started": n, "error": err}}))"#
-        );
-        let bomb = format!("{PY_PRELUDE}\n{bomb}");
-        let mut args: Vec<std::ffi::OsString> = vec![
-            who.bin.clone().into(),
-            "exec".into(),
-            "--workspace".into(),
-            ws.clone().into(),
-            "--".into(),
-        ];
-        args.extend([PYTHON, "-I", "-S", "-c", &bomb].map(Into::into));
-        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let bomb = fork_bomb(&token);
         let running = who
-            .command(&refs)
+            .exec_command(&ws, &[PYTHON, "-I", "-S", "-c", &bomb])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();

@@ -335,9 +335,7 @@ async fn one_agents_fork_bomb_leaves_another_agent_running() {
     let mut p = start(&root, Mode::Confined).await;
     let mut second = p.process.client().await;
     let token = unique("bomb");
-    let bomb = format!(
-        "# {token}\nimport os, time, errno, json\nn, err = 0, None\nwhile n < 5000:\n  try:\n    if os.fork() == 0:\n      time.sleep(30)\n      os._exit(0)\n    n += 1\n  except OSError as e:\n    err = errno.errorcode.get(e.errno)\n    break\nopen('held', 'w').write(str(n))\ntime.sleep(3)\nprint(json.dumps({{'started': n, 'error': err}}))"
-    );
+    let bomb = fork_bomb(&token);
     let body = json!({"argv": [PYTHON, "-I", "-S", "-c", bomb], "workspace": ws, "limits": {"processes": 64}});
     let held = ws.join("held");
     let fine = async {

@@ -99,8 +99,8 @@ fn read_lines(file: &Path) -> io::Result<Vec<String>> {
 }
 
 fn write_atomic(file: &Path, lines: &[String]) -> io::Result<()> {
+    // The directory exists: `lock` made it, and every write holds the lock.
     let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
     let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
     crate::files::write_atomic(file, &tmp, text.as_bytes(), 0o600)

@@ -104,7 +104,11 @@ pub fn exec(ws: &Path, home: Option<&Path>, extra: &[&str], argv: &[&str]) -> Ou
 
 /// Runs a Python script confined and parses the one JSON object it prints.
 pub fn exec_py(ws: &Path, home: Option<&Path>, script: &str) -> serde_json::Value {
-    let out = exec(ws, home, &[], &[PYTHON, "-I", "-S", "-c", script]);
+    py_json(&exec(ws, home, &[], &[PYTHON, "-I", "-S", "-c", script]))
+}
+
+/// The one JSON object a confined Python script printed; panics unless it exited 0.
+pub fn py_json(out: &Output) -> serde_json::Value {
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -113,6 +117,29 @@ pub fn exec_py(ws: &Path, home: Option<&Path>, script: &str) -> serde_json::Valu
     );
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// A Python fork bomb (marked with `token` on its command line): forks sleeping children
+/// until a fork fails, writes how many into `held`, holds them 3 s, then prints
+/// `{"started": n, "error": errno name or null}`.
+pub fn fork_bomb(token: &str) -> String {
+    format!(
+        r#"# {token}
+import errno, json, os, time
+n, err = 0, None
+while n < 5000:
+    try:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+    except OSError as e:
+        err = errno.errorcode.get(e.errno)
+        break
+open("held", "w").write(str(n))
+time.sleep(3)
+print(json.dumps({{"started": n, "error": err}}))"#
+    )
 }
 
 /// Python helpers prepended to every confined script: `w(path)` and `r(path)` return "ok"
