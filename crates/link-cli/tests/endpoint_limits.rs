@@ -1,5 +1,5 @@
 //! The connection endpoint's limits (Mini's connection plugin; full Link's endpoint serves the
-//! same `link_connection_api::serve_with`): slow or idle connections are closed after the
+//! same `link_mini_connection::serve_with`): slow or idle connections are closed after the
 //! header-read timeout, and past the connection cap a new connection gets a quick 503, while
 //! real clients keep being answered. Timeout and cap are lowered through test hooks.
 
@@ -14,15 +14,25 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_millis(1000);
 const CAP: usize = 8;
+/// The cap test's header timeout: long enough that the held slots outlast its checks on a
+/// slow machine (each check is a few milliseconds), within [`connect`]'s read timeout.
+const CAP_HOLD: Duration = Duration::from_millis(3000);
 
 fn up(root: &StateRoot) -> RuntimeProcess {
+    up_with(root, TIMEOUT)
+}
+
+fn up_with(root: &StateRoot, header_timeout: Duration) -> RuntimeProcess {
     let spec = RuntimeSpec::new(
         runtime_process::test_programs(),
         Profile::Mini,
         support::MODE.parse().unwrap(),
     )
     .env(ENV_TEST_HOOKS, "1")
-    .env(ENV_TEST_HEADER_TIMEOUT_MS, &TIMEOUT.as_millis().to_string())
+    .env(
+        ENV_TEST_HEADER_TIMEOUT_MS,
+        &header_timeout.as_millis().to_string(),
+    )
     .env(ENV_TEST_MAX_CONNECTIONS, &CAP.to_string());
     spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"))
 }
@@ -102,38 +112,55 @@ fn slow_and_idle_connections_are_closed_after_the_header_timeout() {
 #[test]
 fn past_the_connection_cap_new_connections_get_a_quick_refusal() {
     let root = state_root();
-    let mut rt = up(&root);
+    let mut rt = up_with(&root, CAP_HOLD);
     let token = rt.create_token();
     // Hold every slot with connections that send nothing.
     let mut held: Vec<UnixStream> = (0..CAP).map(|_| connect(&rt)).collect();
-    // Each is taken in accept order; one past the cap proves they all are.
-    let deadline = Instant::now() + TIMEOUT / 2;
+    // Each is taken in accept order; one past the cap proves they all are. A probe sends a
+    // whole request head without a token: a free slot answers 401 and keeps the connection
+    // (held until the idle timeout), a refusal answers 503.
+    let deadline = Instant::now() + CAP_HOLD / 2;
     let (first, mut over) = loop {
         let mut s = connect(&rt);
-        s.set_read_timeout(Some(Duration::from_millis(100)))
+        s.write_all(b"GET /v1/status HTTP/1.1\r\nhost: link\r\n\r\n")
             .unwrap();
-        let mut b = [0u8; 1];
-        match s.read(&mut b) {
-            Ok(1) => break (b[0], s),
-            Ok(_) => panic!("closed without an answer past the cap of {CAP}"),
-            Err(_) if Instant::now() < deadline => held.push(s),
-            Err(e) => panic!("no refusal past the cap of {CAP}: {e}"),
+        let mut status = [0u8; 12];
+        s.read_exact(&mut status).expect("a status line");
+        let status = String::from_utf8_lossy(&status).into_owned();
+        if status == "HTTP/1.1 503" {
+            break (status, s);
         }
+        assert_eq!(status, "HTTP/1.1 401", "a probe within the cap");
+        assert!(
+            Instant::now() < deadline,
+            "no refusal past the cap of {CAP}"
+        );
+        held.push(s);
     };
     let refused_at = Instant::now();
-    over.set_read_timeout(Some(TIMEOUT)).unwrap();
+    over.set_read_timeout(Some(CAP_HOLD)).unwrap();
     let (rest, took) = until_closed(&mut over);
-    let got = format!("{}{rest}", first as char);
+    let got = format!("{first}{rest}");
     assert!(got.starts_with("HTTP/1.1 503"), "{got}");
     assert!(got.contains("\"unavailable\""), "{got}");
-    assert!(took < TIMEOUT / 2, "the refusal took {took:?}");
+    assert!(took < CAP_HOLD / 2, "the refusal took {took:?}");
     // A real client is answered too: a clean 503 while the slots are held...
     let busy = rt.get("/v1/status", Some(&token));
     assert_eq!(busy.status, 503, "{:?}", busy.json());
-    assert!(refused_at.elapsed() < TIMEOUT / 2);
+    assert!(refused_at.elapsed() < CAP_HOLD / 2);
+    // A client that sends nothing is refused too, once the refusal stops waiting for its
+    // request.
+    let mut silent = connect(&rt);
+    let (got, took) = until_closed(&mut silent);
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    assert!(took < CAP_HOLD / 2, "the silent refusal took {took:?}");
     let log = std::fs::read_to_string(rt.layout().log_file("link-mini-connection")).unwrap();
     assert!(log.contains("refused a connection (503)"), "{log}");
     // ...and 200 once the idle holders are closed after the timeout.
+    assert!(
+        refused_at.elapsed() < CAP_HOLD / 2,
+        "the checks outlasted the held slots"
+    );
     for s in &mut held {
         until_closed(s);
     }

@@ -275,13 +275,54 @@ impl Limits {
     }
 }
 
-/// How long a refused connection is kept open for the client to read the refusal.
+/// How long a refused connection waits for the client's request, and then is kept open for
+/// the client to read the refusal.
 const REFUSAL_LINGER: Duration = Duration::from_millis(200);
 
 /// What a connection over the cap is told before it is closed.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
 connection: close\r\ncontent-length: 76\r\n\r\n\
 {\"error\":{\"code\":\"unavailable\",\"message\":\"too many connections; try again\"}}";
+
+/// Answers a connection over the cap with [`BUSY`] and closes it. The answer waits (a
+/// moment at most) for the head of the client's request: an HTTP client that reads an answer
+/// before it has sent its request takes it for a broken connection, not a refusal. Kept open a
+/// moment after, reading what the client sends, so its request write does not fail before it
+/// reads the answer. When too many refusals are already lingering, answered and closed at once.
+fn refuse(stream: tokio::net::UnixStream, lingering: &Arc<tokio::sync::Semaphore>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(linger) = lingering.clone().try_acquire_owned() else {
+        // A fresh socket's send buffer takes the short answer without blocking.
+        let _ = stream.try_write(BUSY);
+        return;
+    };
+    tokio::spawn(async move {
+        let _linger = linger;
+        let mut stream = stream;
+        let _ = tokio::time::timeout(REFUSAL_LINGER, read_head(&mut stream)).await;
+        let _ = stream.write_all(BUSY).await;
+        let _ = stream.shutdown().await;
+        let mut sink = [0u8; 1024];
+        let drain = async { while let Ok(1..) = stream.read(&mut sink).await {} };
+        let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+    });
+}
+
+/// Reads until the end of a request head (an empty line), the end of the stream, or 8 KiB.
+async fn read_head(stream: &mut tokio::net::UnixStream) {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while head.len() < 8192 {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if head.windows(4).any(|w| w == b"\r\n\r\n") {
+            return;
+        }
+    }
+}
 
 /// Serves the contract on `listener` with [`Limits::from_env`]; returns only if accepting
 /// fails for good.
@@ -302,7 +343,6 @@ pub async fn serve_with(
     limits: Limits,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body_timeout = limits.header_read_timeout;
     let app = router(backend).layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
@@ -324,21 +364,7 @@ pub async fn serve_with(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             refused += 1;
-            // A fresh socket's send buffer takes the short answer without blocking. Kept
-            // open a moment (reading what the client sends) so its request write does not
-            // fail before it reads the answer; when too many are already lingering, closed
-            // at once.
-            let _ = stream.try_write(BUSY);
-            if let Ok(linger) = lingering.clone().try_acquire_owned() {
-                tokio::spawn(async move {
-                    let _linger = linger;
-                    let mut stream = stream;
-                    let _ = stream.shutdown().await;
-                    let mut sink = [0u8; 1024];
-                    let drain = async { while let Ok(1..) = stream.read(&mut sink).await {} };
-                    let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
-                });
-            }
+            refuse(stream, &lingering);
             if refused.is_power_of_two() {
                 link_protocol::errln!(
                     "connection endpoint: refused a connection (503): {} open, the limit; \

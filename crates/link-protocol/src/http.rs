@@ -69,6 +69,13 @@ pub async fn json(
     request(socket, method, path, token, bytes).await
 }
 
-fn io_err(e: impl std::fmt::Display) -> Error {
-    Error::Io(std::io::Error::other(e.to_string()))
+/// The error with its causes: hyper's own text ("operation was canceled") does not say why.
+fn io_err(e: impl std::error::Error) -> Error {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    Error::Io(std::io::Error::other(text))
 }
