@@ -2,6 +2,7 @@
 
 use crate::outputs::{self, Workspace};
 use crate::state;
+use crate::system::{self, Package};
 use std::process::Command;
 
 /// One finding: fine, or a problem with what to do.
@@ -37,7 +38,7 @@ pub fn run(ws: &Workspace) -> bool {
     let findings = vec![
         programs(ws),
         sandbox_probe(ws),
-        on_path("bubblewrap", "bwrap", "apt-get install -y bubblewrap"),
+        on_path(system::BUBBLEWRAP),
         strace(),
         state_dir(),
     ];
@@ -198,7 +199,7 @@ pub fn hints(reason: &str) -> Vec<String> {
     if r.contains("bwrap")
         && (r.contains("not found") || r.contains("missing") || r.contains("no such file"))
     {
-        out.push("apt-get install -y bubblewrap".into());
+        out.push(system::install_hint(&[system::BUBBLEWRAP]));
     }
     if r.contains("apparmor") {
         out.push(
@@ -238,20 +239,23 @@ pub fn hints(reason: &str) -> Vec<String> {
     out
 }
 
-fn on_path(what: &str, program: &str, install: &str) -> Finding {
-    match which::which(program) {
+/// The package's program on PATH, or the command that installs it here (for each known
+/// distribution when this one is not).
+fn on_path(package: Package) -> Finding {
+    let what = package.name;
+    match which::which(package.program) {
         Ok(p) => Finding::ok(what, format!("{}", p.display())),
         Err(_) => Finding::fix(
             what,
-            format!("`{program}` is not on PATH"),
-            vec![install.into()],
+            format!("`{}` is not on PATH", package.program),
+            vec![system::install_hint(&[package])],
         ),
     }
 }
 
 /// strace on PATH is not enough: it must be allowed to trace (ptrace) here.
 fn strace() -> Finding {
-    let found = on_path("strace", "strace", "apt-get install -y strace");
+    let found = on_path(system::STRACE);
     if !found.ok {
         return found;
     }
@@ -267,7 +271,8 @@ fn strace() -> Finding {
                 first_line(&String::from_utf8_lossy(&o.stderr))
             ),
             vec![
-                "allow ptrace: run the container with --cap-add SYS_PTRACE, or                  sysctl -w kernel.yama.ptrace_scope=0"
+                "allow ptrace: run the container with --cap-add SYS_PTRACE, or \
+                 sysctl -w kernel.yama.ptrace_scope=0"
                     .into(),
             ],
         ),
@@ -322,7 +327,7 @@ mod tests {
             "{h:?}"
         );
         let h = hints("bwrap not found on PATH");
-        assert_eq!(h[0], "apt-get install -y bubblewrap");
+        assert!(h[0].contains("bubblewrap"), "{h:?}");
         let h = hints("Landlock is not supported by the running kernel");
         assert!(h.iter().any(|x| x.contains("CONFIG_SECURITY_LANDLOCK")));
         assert!(h.last().unwrap().contains("--mode diagnostic"));

@@ -17,6 +17,7 @@ mod runtime;
 mod state;
 mod stats;
 mod svg;
+mod system;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
@@ -30,12 +31,13 @@ usage: cargo xtask <command> [options]   (cargo xtask <command> --help for its o
 commands:
   runtime   run Mini and full Link, interleaved, --runs N times each on the locked release
             programs and compare them with intervals (target/runtime-comparison.{md,json,svg});
-            --build, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
+            --build, --install, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
             --baseline FILE [--max-regression PCT], --allow-skip, --allow-stale,
             --junit FILE; exit 0 passed, 1 failed, 2 skipped, 3 confinement unavailable
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
+  install   install the missing system packages (bubblewrap, strace), saying what it runs
 ";
 
 #[derive(Parser)]
@@ -60,6 +62,9 @@ enum Cmd {
     Qualify(BaselineArgs),
     /// Probe confinement and tracing support and say what to install or change.
     Doctor,
+    /// Install the missing system packages (bubblewrap, strace) with the distribution's
+    /// package manager, through sudo when not root, saying what it runs.
+    Install,
 }
 
 #[derive(Args)]
@@ -67,6 +72,10 @@ struct RuntimeArgs {
     /// Run the locked release build first.
     #[arg(long)]
     build: bool,
+    /// First install the missing system packages (bubblewrap; strace with --trace) with the
+    /// distribution's package manager, through sudo when not root, saying what it runs.
+    #[arg(long)]
+    install: bool,
     /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
     #[arg(long, default_value_t = Mode::Confined, value_parser = mode_parser())]
     mode: Mode,
@@ -135,6 +144,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
         Cmd::Runtime(a) => {
             let opts = runtime::Options {
                 build: a.build,
+                install: a.install,
                 mode: a.mode,
                 rounds: a.rounds,
                 runs: a.runs,
@@ -171,5 +181,10 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
             1
         }),
         Cmd::Doctor => Ok(if doctor::run(&ws) { 0 } else { 1 }),
+        Cmd::Install => {
+            system::install_missing(true)?;
+            link_protocol::errln!("xtask: bubblewrap and strace are installed");
+            Ok(0)
+        }
     }
 }

@@ -69,6 +69,7 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
         ));
         let opts = Options {
             build: false,
+            install: false,
             mode: Mode::Confined,
             rounds: None,
             runs: runtime::DEFAULT_RUNS,

@@ -6,7 +6,7 @@ use crate::baseline::{self, Verdict};
 use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
-use crate::{ci, state, svg};
+use crate::{ci, state, svg, system};
 use anyhow::{anyhow, bail, Context, Result};
 use link_report::{CheckName, Mode, Outcome as RunOutcome, Profile, Report, Status};
 use std::io::BufRead;
@@ -35,6 +35,8 @@ fn tag(mode: Mode) -> &'static str {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub build: bool,
+    /// Install the missing system packages first ([`system::install_missing`]).
+    pub install: bool,
     pub mode: Mode,
     pub rounds: Option<u32>,
     /// Timed runs per side (interleaved).
@@ -152,6 +154,9 @@ impl Summary {
 pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     // Cheap refusals first, so nobody waits for a build to learn the fixture dir is unusable.
     let state = state::from_env()?;
+    if opts.install {
+        system::install_missing(opts.trace)?;
+    }
     let strace = if opts.trace { Some(strace()?) } else { None };
     // Read now: the run may overwrite the very file (target/runtime-comparison.json).
     let earlier = match &opts.baseline {
@@ -357,7 +362,10 @@ fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
 
 fn strace() -> Result<PathBuf> {
     which::which("strace").map_err(|_| {
-        anyhow!("--trace needs strace, which is not on PATH: apt-get install -y strace (or drop --trace)")
+        anyhow!(
+            "--trace needs strace, which is not on PATH: {} (or pass --install, or drop --trace)",
+            system::install_hint(&[system::STRACE])
+        )
     })
 }
 
@@ -433,8 +441,12 @@ fn traced_run(
     let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
     if f.traced.exists() {
         let c = cmd!(sh, "{runner} report {traced} {trace}");
-        let label = format!("{step} report");
-        run_with_progress(&label, &c.to_string(), Command::from(c))?;
+        let (label, shown) = (format!("{step} report"), c.to_string());
+        let report = run_with_progress(&label, &shown, Command::from(c))?;
+        // 4: the counts are unavailable, which the report says and the verdict reads from it.
+        if !matches!(report.code(), Some(0 | 4)) {
+            bail!("`{shown}` could not add the trace to the report ({report})");
+        }
     }
     Ok(read_side(&f.traced, profile, opts.mode, source, status))
 }

@@ -11,7 +11,7 @@ fn no_arguments_lists_the_commands() {
     let out = xtask().output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for c in ["runtime", "build", "qualify", "doctor"] {
+    for c in ["runtime", "build", "qualify", "doctor", "install"] {
         assert!(
             text.contains(&format!("\n  {c} ")),
             "{c} missing from:\n{text}"
@@ -81,6 +81,45 @@ fn a_temporary_state_dir_is_refused_before_anything_starts() {
     assert!(err.contains("temporary folder"), "{err}");
     assert!(!std::path::Path::new("/tmp/lnk-xtask-never").exists());
     assert!(!target.exists(), "nothing was built or written");
+}
+
+/// Without strace on PATH, `--trace` is refused before anything is built or run, naming the
+/// command that installs it here and `--install`; the twin without `--trace` gets past it.
+#[test]
+fn trace_without_strace_names_the_install_command() {
+    let target = std::env::temp_dir().join(format!("xtask-cli-s{}", std::process::id()));
+    let state = state_dir("s");
+    let bin = std::env::temp_dir().join(format!("xtask-cli-path{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    let runtime = |args: &[&str]| {
+        xtask()
+            .arg("runtime")
+            .args(args)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("LNK_TEST_STATE_DIR", &state)
+            .env("PATH", &bin)
+            .output()
+            .unwrap()
+    };
+    let traced = runtime(&["--trace"]);
+    let untraced = runtime(&[]);
+    std::fs::remove_dir_all(&bin).unwrap();
+    let _ = std::fs::remove_dir(&state);
+    assert_eq!(traced.status.code(), Some(1));
+    let err = String::from_utf8(traced.stderr).unwrap();
+    assert!(
+        err.contains("--trace needs strace, which is not on PATH"),
+        "{err}"
+    );
+    let os_release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    if os_release.contains("ID=debian") || os_release.contains("ID=ubuntu") {
+        assert!(err.contains("apt-get install -y strace"), "{err}");
+    }
+    assert!(err.contains("--install"), "{err}");
+    assert!(!target.exists(), "nothing was built or written");
+    let err = String::from_utf8(untraced.stderr).unwrap();
+    assert!(!err.contains("strace"), "{err}");
+    assert!(err.contains("release outputs missing"), "{err}");
 }
 
 /// A short fixture dir outside temporary folders, as the runs require.

@@ -7,9 +7,10 @@
 //!
 //! The first form runs one scenario on the built programs in PROGRAMS (it never builds or
 //! downloads them) and writes the JSON report; the second adds a `trace` section from an
-//! `strace -f -ttt -e trace=process` file and prints a table. Exit status: 0 passed, 1 failed,
-//! 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is missing),
-//! 130/143 interrupted.
+//! `strace -f -ttt -e trace=process` file and prints a table. Exit status of a run: 0 passed,
+//! 1 failed, 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is
+//! missing), 130/143 interrupted. Of `report`: 0 counts available, 2 bad input (the report is
+//! left as it was), 4 trace counts unavailable (the report says so, and why).
 
 use link_harness_conformance::{
     interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig,
@@ -17,6 +18,9 @@ use link_harness_conformance::{
 use link_plugin_measure::Status;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `report`'s exit status when the trace gave no counts.
+const TRACE_UNAVAILABLE: u8 = 4;
 
 const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced] | runtime report REPORT.json TRACE";
 
@@ -126,16 +130,15 @@ fn report(args: &[String]) -> Result<ExitCode, String> {
             trace_path.display()
         ));
     }
-    trace::apply_to_report(&mut report, &trace_path);
+    let section = trace::apply_to_report(&mut report, &trace_path).clone();
     write_report(&path, &report).map_err(|e| format!("cannot rewrite {}: {e}", path.display()))?;
-    if let Some(section) = &report.trace {
-        link_protocol::out!("{}", trace::render_table(section));
-        if !section.available {
-            link_protocol::errln!(
-                "runtime: trace counts UNAVAILABLE (not zero): {}",
-                section.reason.as_deref().unwrap_or("no reason given")
-            );
-        }
+    link_protocol::out!("{}", trace::render_table(&section));
+    if section.available {
+        return Ok(ExitCode::SUCCESS);
     }
-    Ok(ExitCode::SUCCESS)
+    link_protocol::errln!(
+        "runtime: trace counts UNAVAILABLE (not zero): {}",
+        section.reason.as_deref().unwrap_or("no reason given")
+    );
+    Ok(ExitCode::from(TRACE_UNAVAILABLE))
 }

@@ -115,43 +115,79 @@ fn last_line(text: &str) -> Option<String> {
         .map(|l| l.trim().to_owned())
 }
 
+/// The program the pidfd probe starts and kills (any long sleeper would do).
+const PROBE_CHILD: &str = "sleep";
+
+/// Why one part of the native probe failed: the kernel lacks a primitive, or the probe itself
+/// could not run (its helper program is missing), which is never a missing primitive.
+enum PartError {
+    Unavailable(String),
+    Broken(String),
+}
+
+impl From<String> for PartError {
+    fn from(e: String) -> PartError {
+        PartError::Unavailable(e)
+    }
+}
+
+impl From<&str> for PartError {
+    fn from(e: &str) -> PartError {
+        PartError::Unavailable(e.to_owned())
+    }
+}
+
 /// Checks the runner's native process primitives; leaves this process a child subreaper.
 pub fn native_probe() -> Capability {
-    let subreaper = probe_subreaper();
-    let pidfd = probe_pidfd();
-    let proc_sampling = probe_proc();
-    let parts = [
-        ("child subreaper", &subreaper),
-        ("pidfd", &pidfd),
-        ("/proc sampling", &proc_sampling),
-    ];
-    let failures: Vec<String> = parts
-        .iter()
-        .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
-        .collect();
-    let show = |r: &Result<Value, String>| match r {
-        Ok(v) => json!({"ok": true, "detail": v}),
-        Err(e) => json!({"ok": false, "error": e}),
-    };
-    let reason = (!failures.is_empty()).then(|| {
-        format!(
+    native_from([
+        (
+            "child subreaper",
+            probe_subreaper().map_err(PartError::from),
+        ),
+        ("pidfd", probe_pidfd(Path::new(PROBE_CHILD))),
+        ("/proc sampling", probe_proc().map_err(PartError::from)),
+    ])
+}
+
+fn native_from(parts: [(&str, Result<Value, PartError>); 3]) -> Capability {
+    let (mut missing, mut broken) = (Vec::new(), Vec::new());
+    for (name, r) in &parts {
+        match r {
+            Err(PartError::Unavailable(e)) => missing.push(format!("{name}: {e}")),
+            Err(PartError::Broken(e)) => broken.push(format!("{name}: {e}")),
+            Ok(_) => {}
+        }
+    }
+    let (status, reason) = if !broken.is_empty() {
+        let why = format!("the native probe is broken: {}", broken.join("; "));
+        (ProbeStatus::Broken, Some(why))
+    } else if !missing.is_empty() {
+        let why = format!(
             "native process primitives unavailable: {}; the runner needs them to adopt, \
              track and reap the runtime's processes",
-            failures.join("; ")
-        )
-    });
+            missing.join("; ")
+        );
+        (ProbeStatus::Unavailable, Some(why))
+    } else {
+        (ProbeStatus::Available, None)
+    };
+    let show = |r: &Result<Value, PartError>| match r {
+        Ok(v) => json!({"ok": true, "detail": v}),
+        Err(PartError::Unavailable(e) | PartError::Broken(e)) => json!({"ok": false, "error": e}),
+    };
+    let [subreaper, pidfd, proc_sampling] = &parts;
     Capability {
         name: "native",
-        status: if failures.is_empty() {
-            ProbeStatus::Available
-        } else {
-            ProbeStatus::Unavailable
-        },
+        status,
         evidence: json!({
-            "status": if failures.is_empty() { "available" } else { "unavailable" },
-            "subreaper": show(&subreaper),
-            "pidfd": show(&pidfd),
-            "proc": show(&proc_sampling),
+            "status": match status {
+                ProbeStatus::Available => "available",
+                ProbeStatus::Unavailable => "unavailable",
+                ProbeStatus::Broken => "broken",
+            },
+            "subreaper": show(&subreaper.1),
+            "pidfd": show(&pidfd.1),
+            "proc": show(&proc_sampling.1),
             "reason": reason,
         }),
         reason,
@@ -167,12 +203,19 @@ fn probe_subreaper() -> Result<Value, String> {
     Ok(json!({"get_child_subreaper": got.map(|p| p.as_raw_nonzero().get())}))
 }
 
-fn probe_pidfd() -> Result<Value, String> {
+/// Starts `child` (a sleeper) and kills it through a pidfd.
+fn probe_pidfd(child: &Path) -> Result<Value, PartError> {
     use rustix::event::{poll, PollFd, PollFlags};
     use rustix::process::{pidfd_open, pidfd_send_signal, PidfdFlags, Signal};
     let mut child = reaper::global()
-        .spawn(Command::new("sleep").arg("60"))
-        .map_err(|e| format!("cannot start a child (sleep) to probe: {e}"))?;
+        .spawn(Command::new(child).arg("60"))
+        .map_err(|e| {
+            PartError::Broken(format!(
+                "cannot start its helper `{}` ({e}); it is part of coreutils: install it, or \
+                 put it on PATH",
+                child.display()
+            ))
+        })?;
     let pid = rustix::process::Pid::from_raw(child.pid()).ok_or("child has no pid")?;
     let fd = pidfd_open(pid, PidfdFlags::empty())
         .map_err(|e| format!("pidfd_open on a child failed: {e} (needs Linux 5.3 or later)"))?;
@@ -349,6 +392,39 @@ mod tests {
             cap.evidence["proc"]["detail"]["pid"].as_i64().unwrap(),
             std::process::id() as i64
         );
+    }
+
+    #[test]
+    fn a_missing_helper_is_a_broken_probe_not_missing_primitives() {
+        let helper = Path::new("/nonexistent/sleep");
+        let cap = native_from([
+            ("child subreaper", Ok(Value::Null)),
+            ("pidfd", probe_pidfd(helper)),
+            ("/proc sampling", Ok(Value::Null)),
+        ]);
+        assert_eq!(cap.status, ProbeStatus::Broken, "{cap:?}");
+        let reason = cap.reason.unwrap();
+        assert!(
+            reason.starts_with("the native probe is broken: pidfd: "),
+            "{reason}"
+        );
+        assert!(reason.contains("`/nonexistent/sleep`") && reason.contains("coreutils"));
+        assert!(!reason.contains("primitives unavailable"), "{reason}");
+        assert_eq!(cap.evidence["status"], "broken");
+        // The twin: a primitive the kernel lacks is unavailable, and says so.
+        let cap = native_from([
+            ("child subreaper", Ok(Value::Null)),
+            (
+                "pidfd",
+                Err(PartError::Unavailable("pidfd_open failed".into())),
+            ),
+            ("/proc sampling", Ok(Value::Null)),
+        ]);
+        assert_eq!(cap.status, ProbeStatus::Unavailable);
+        assert!(cap
+            .reason
+            .unwrap()
+            .contains("primitives unavailable: pidfd: pidfd_open"));
     }
 
     #[test]

@@ -452,6 +452,39 @@ pub(super) fn run_tool(replies: &[TurnReply], e: &ToolEvidence<'_>) -> Result<St
     ))
 }
 
+/// Diagnostic full Link: `instruction` asked for `tool`, which diagnostic mode disables. It
+/// must not have run (no successful call) and must have written nothing (`landed`: the file it
+/// names exists in the workspace). The evidence is the refusal itself, never confinement.
+pub(super) fn tool_refused(
+    reply: &TurnReply,
+    tool: &str,
+    instruction: &str,
+    landed: bool,
+) -> Result<String, String> {
+    let call = reply.tool_calls.iter().find(|c| c.tool == tool);
+    if let Some(c) = call.filter(|c| c.ok) {
+        return Err(format!(
+            "`{instruction}`: the {tool} tool ran in diagnostic mode, unconfined: {}",
+            short(&c.summary())
+        ));
+    }
+    if landed {
+        return Err(format!(
+            "`{instruction}` wrote its file in the workspace in diagnostic mode"
+        ));
+    }
+    let how = match call {
+        Some(c) => format!("its call was refused: {}", short(&c.summary())),
+        None => format!(
+            "the harness did not offer it; the model answered {:?}",
+            short(&reply.reply)
+        ),
+    };
+    Ok(format!(
+        "`{instruction}` was refused ({how}) and wrote nothing"
+    ))
+}
+
 /// The four file-tool turns: write and read inside, a `../` traversal, an absolute path
 /// outside (`in_workspace` is `tool-file.txt`, `escape` is `escape-file.txt`).
 pub(super) fn file_tool(replies: &[TurnReply], e: &ToolEvidence<'_>) -> Result<String, String> {

@@ -305,16 +305,19 @@ async fn drive(
 async fn phases(
     rec: &mut Recorder<'_>,
     s: &Session<'_>,
-    extra: Option<Step>,
+    extra: &[Step],
 ) -> Result<(), (Step, String)> {
     let alpha = phase(Step::ColdTurn, turns::cold(rec, s)).await?;
     phase(Step::WarmTurns, turns::warm(rec, s, &alpha)).await?;
     phase(Step::SecondAgent, second_agent::run(rec, s, &alpha)).await?;
     phase(Step::Refusals, refusals::run(rec, s, &alpha)).await?;
-    match extra {
-        Some(step @ Step::ProtectedTools) => phase(step, tools::run(rec, s, &alpha)).await?,
-        Some(step @ Step::Scheduler) => phase(step, scheduler::run(rec, s, &alpha)).await?,
-        _ => {}
+    for &step in extra {
+        match step {
+            Step::ProtectedTools => phase(step, tools::run(rec, s, &alpha)).await?,
+            Step::ToolsRefused => phase(step, tools::refused(rec, s, &alpha)).await?,
+            Step::Scheduler => phase(step, scheduler::run(rec, s, &alpha)).await?,
+            other => unreachable!("{} is not an extra phase", other.name()),
+        }
     }
     phase(Step::Idle, idle::run(rec, s)).await?;
     phase(Step::StatusSeries, status_series::run(rec, s)).await

@@ -13,6 +13,7 @@ pub(super) enum Step {
     SecondAgent,
     Refusals,
     ProtectedTools,
+    ToolsRefused,
     Scheduler,
     Idle,
     StatusSeries,
@@ -27,6 +28,7 @@ impl Step {
             Step::SecondAgent => "second_agent",
             Step::Refusals => "refusals",
             Step::ProtectedTools => "protected_tools",
+            Step::ToolsRefused => "tools_refused",
             Step::Scheduler => "scheduler",
             Step::Idle => "idle",
             Step::StatusSeries => "status_series",
@@ -42,6 +44,7 @@ impl Step {
             Step::SecondAgent => CheckName::AgentFilesIsolated,
             Step::Refusals => CheckName::UnauthenticatedRefused,
             Step::ProtectedTools => CheckName::RunToolConfined,
+            Step::ToolsRefused => CheckName::RunToolConfined,
             Step::Scheduler => CheckName::SchedulerFired,
             Step::Idle => CheckName::IdleSamplesCompleted,
             Step::StatusSeries => CheckName::StatusSeries,
@@ -52,12 +55,17 @@ impl Step {
 /// The profile- and mode-specific part of a run.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Plan {
-    /// The phase between the refusals and idle: the protected tools (confined full Link), the
-    /// scheduler (diagnostic full Link) or none (Mini).
-    pub extra: Option<Step>,
+    /// The phases between the refusals and idle: the protected tools (confined full Link), the
+    /// disabled tools' refusal and the scheduler (diagnostic full Link), or none (Mini).
+    pub extra: &'static [Step],
     /// Checks that cannot apply, with why.
     pub skipped: Vec<(CheckName, String)>,
 }
+
+/// Why diagnostic runs skip the run- and file-tool checks (the runner still checks both are
+/// refused: [`Step::ToolsRefused`]).
+pub(super) const DIAGNOSTIC_TOOLS: &str =
+    "diagnostic mode disables the protected run and file tools";
 
 /// Every run: start-up, cold turn, warm turns, a second agent, refusals, [`Plan::extra`], idle,
 /// the status series.
@@ -66,7 +74,7 @@ pub(super) fn plan(profile: Profile, mode: Mode) -> Plan {
         (Profile::Mini, _) => {
             let why = "Mini has no router and no tools";
             Plan {
-                extra: None,
+                extra: &[],
                 skipped: vec![
                     (
                         CheckName::ConversationWriteRefused,
@@ -79,7 +87,7 @@ pub(super) fn plan(profile: Profile, mode: Mode) -> Plan {
             }
         }
         (Profile::Link, Mode::Confined) => Plan {
-            extra: Some(Step::ProtectedTools),
+            extra: &[Step::ProtectedTools],
             skipped: vec![(
                 CheckName::SchedulerFired,
                 "confined runs exercise the protected run and file tools; the scheduler \
@@ -88,9 +96,9 @@ pub(super) fn plan(profile: Profile, mode: Mode) -> Plan {
             )],
         },
         (Profile::Link, Mode::Diagnostic) => {
-            let why = "diagnostic mode disables the protected run and file tools";
+            let why = DIAGNOSTIC_TOOLS;
             Plan {
-                extra: Some(Step::Scheduler),
+                extra: &[Step::ToolsRefused, Step::Scheduler],
                 skipped: vec![
                     (CheckName::RunToolConfined, why.into()),
                     (CheckName::FileToolConfined, why.into()),
@@ -111,7 +119,7 @@ mod tests {
     #[test]
     fn mini_skips_every_tool_check_and_has_no_extra_phase() {
         let p = plan(Profile::Mini, Mode::Confined);
-        assert_eq!(p.extra, None);
+        assert!(p.extra.is_empty());
         let names: Vec<CheckName> = p.skipped.iter().map(|(n, _)| *n).collect();
         assert_eq!(
             names,
@@ -131,7 +139,7 @@ mod tests {
     #[test]
     fn confined_link_runs_the_tools_and_skips_only_the_scheduler() {
         let p = plan(Profile::Link, Mode::Confined);
-        assert_eq!(p.extra, Some(Step::ProtectedTools));
+        assert_eq!(p.extra, [Step::ProtectedTools]);
         assert_eq!(p.skipped.len(), 1);
         assert_eq!(p.skipped[0].0, CheckName::SchedulerFired);
     }
@@ -139,7 +147,7 @@ mod tests {
     #[test]
     fn diagnostic_link_runs_the_scheduler_and_skips_the_tools() {
         let p = plan(Profile::Link, Mode::Diagnostic);
-        assert_eq!(p.extra, Some(Step::Scheduler));
+        assert_eq!(p.extra, [Step::ToolsRefused, Step::Scheduler]);
         assert!(!p
             .skipped
             .iter()

@@ -387,6 +387,7 @@ fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
         "protected_tools" => {
             "the run and file tools through their protected routes, confined".into()
         }
+        "tools_refused" => "the disabled run and file tools asked to write, and refused".into(),
         "scheduler" => "a scheduled turn fired by the scheduler".into(),
         "idle" => "idle with the monitor sampling at a 1 s interval".into(),
         "status_series" => "an isolated series of GET /v1/status after the monitor stopped".into(),

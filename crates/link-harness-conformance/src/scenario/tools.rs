@@ -1,7 +1,9 @@
 //! Confined full Link: the run and file tools through their protected routes, each asked to
-//! work inside the workspace and to reach the state root outside it.
+//! work inside the workspace and to reach the state root outside it. Diagnostic full Link:
+//! both asked to write in the workspace, and each must be refused.
 
 use super::judge::{self, ToolEvidence};
+use super::plan::{Step, DIAGNOSTIC_TOOLS};
 use super::report::{Recorder, Timer};
 use super::session::Session;
 use super::turns::Alpha;
@@ -69,6 +71,49 @@ pub(super) async fn run(
     );
     let file = rec.judge(CheckName::FileToolConfined, file);
     run.and(file)
+}
+
+/// Diagnostic full Link: each disabled tool asked to write a file in the workspace. Refused
+/// and nothing written: its check stays skipped (a refusal is no evidence of confinement),
+/// saying so; a tool that ran fails it.
+pub(super) async fn refused(
+    rec: &mut Recorder<'_>,
+    s: &Session<'_>,
+    alpha: &Alpha,
+) -> Result<(), String> {
+    let a = alpha.0.as_str();
+    let ws = s.layout.agent_workspace(a);
+    let asks = [
+        (
+            CheckName::RunToolConfined,
+            "run",
+            "run: echo hi > ran.txt",
+            "ran.txt",
+        ),
+        (
+            CheckName::FileToolConfined,
+            "file",
+            "write tool-file.txt: hi",
+            "tool-file.txt",
+        ),
+    ];
+    let t = Timer::start();
+    let mut replies = Vec::new();
+    for (_, _, instruction, _) in asks {
+        replies.push(s.turn(a, instruction).await?);
+    }
+    rec.end_phase(Step::ToolsRefused.name(), 0, t);
+    let mut failure = Ok(());
+    for ((name, tool, instruction, file), reply) in asks.into_iter().zip(&replies) {
+        match judge::tool_refused(reply, tool, instruction, take(&ws.join(file))) {
+            Ok(detail) => rec.skip(name, format!("{DIAGNOSTIC_TOOLS}; checked: {detail}")),
+            Err(e) => {
+                rec.fail(name, e.clone());
+                failure = failure.and(Err(e));
+            }
+        }
+    }
+    failure
 }
 
 fn read(path: &Path) -> String {

@@ -101,9 +101,11 @@ pub fn analyze_file(path: &Path, phases: &[Phase]) -> TraceSection {
     }
 }
 
-/// Fills `report.trace` from the trace file at `trace_path`.
-pub fn apply_to_report(report: &mut Report, trace_path: &Path) {
-    report.trace = Some(analyze_file(trace_path, &report.phases));
+/// Fills `report.trace` from the trace file at `trace_path`; the section it wrote.
+pub fn apply_to_report<'r>(report: &'r mut Report, trace_path: &Path) -> &'r TraceSection {
+    report
+        .trace
+        .insert(analyze_file(trace_path, &report.phases))
 }
 
 /// A short table of the section, or the reason it is unavailable.

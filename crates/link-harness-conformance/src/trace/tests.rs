@@ -314,11 +314,24 @@ fn table_lists_each_phase_or_the_reason() {
     );
 }
 
+/// Says the live test is skipped for `why`, or fails it under `LNK_REQUIRE_NATIVE=1`.
+fn skip_strace(why: &str) {
+    let run = crate::probe::require_or_skip(
+        "strace",
+        crate::probe::ProbeStatus::Unavailable,
+        why,
+        crate::probe::ENV_REQUIRE_NATIVE,
+    );
+    assert!(!run, "an unavailable strace is never run");
+}
+
 /// Records a fresh trace with the installed strace, so a format change shows up here.
+/// Without strace, or where ptrace is refused, it is skipped loudly, or fails under
+/// `LNK_REQUIRE_NATIVE=1` (CI installs strace).
 #[test]
 fn live_strace_recording_is_counted() {
     let Ok(strace) = which_strace() else {
-        eprintln!("skipped: strace is not installed (apt-get install -y strace)");
+        skip_strace("strace is not installed (apt-get install -y strace)");
         return;
     };
     let dir = live_dir();
@@ -334,7 +347,10 @@ fn live_strace_recording_is_counted() {
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     std::fs::remove_dir_all(&dir).ok();
     if !status.success() || text.is_empty() {
-        eprintln!("skipped: strace cannot trace here (ptrace refused?)");
+        skip_strace(&format!(
+            "strace cannot trace here ({status}, {} bytes of trace; ptrace refused?)",
+            text.len()
+        ));
         return;
     }
     let trace = Trace::parse(&text).unwrap();

@@ -568,3 +568,39 @@ fn no_orphans_names_what_was_adopted_and_reaped() {
         "{err}"
     );
 }
+
+#[test]
+fn a_disabled_tool_must_be_refused_and_write_nothing() {
+    let instruction = "run: echo hi > ran.txt";
+    let not_offered = reply(
+        "link-local: cannot follow these instructions: tool `run` is not available",
+        json!([]),
+    );
+    let ok = tool_refused(&not_offered, "run", instruction, false).unwrap();
+    assert!(
+        ok.contains("did not offer it") && ok.contains("wrote nothing"),
+        "{ok}"
+    );
+    let refused = reply(
+        "",
+        json!([call(
+            "run",
+            false,
+            json!("unavailable: the run tool is disabled")
+        )]),
+    );
+    let ok = tool_refused(&refused, "run", instruction, false).unwrap();
+    assert!(
+        ok.contains("its call was refused: ") && ok.contains("unavailable"),
+        "{ok}"
+    );
+    // The failing twins: a call that ran, and a file that landed.
+    let ran = reply(
+        "",
+        json!([call("run", true, json!({"exit_code": 0, "stdout": ""}))]),
+    );
+    let err = tool_refused(&ran, "run", instruction, false).unwrap_err();
+    assert!(err.contains("ran in diagnostic mode, unconfined"), "{err}");
+    let err = tool_refused(&not_offered, "run", instruction, true).unwrap_err();
+    assert!(err.contains("wrote its file in the workspace"), "{err}");
+}

@@ -1,16 +1,21 @@
-//! Fault injection on the runner's own output: the built `runtime` example runs Mini with its
-//! stdout and stderr both on a pipe whose read end is already closed (what `runtime … 2>&1 |
-//! head -4` becomes once `head` has exited), so every line it prints fails with `EPIPE`. It
-//! must neither abort nor panic, and must still stop everything it started and remove its
-//! state root.
+//! The built `runtime` example, as a user runs it.
+//!
+//! Fault injection on the runner's own output: it runs Mini with its stdout and stderr both on
+//! a pipe whose read end is already closed (what `runtime … 2>&1 | head -4` becomes once
+//! `head` has exited), so every line it prints fails with `EPIPE`. It must neither abort nor
+//! panic, and must still stop everything it started and remove its state root.
+//!
+//! `runtime report`'s exit status says whether the trace gave counts: 0 when it did, 4 when
+//! they are unavailable (the report says why), 2 for bad input with the report untouched.
 //!
 //! It needs the debug (or release) programs beside the test executable:
 //! `cargo build -p link-cli -p link-plugin-measure -p link-plugin-model -p link-mini-harness
 //! -p link-mini-connection -p link-plugin-sandbox --bins --examples -p link-harness-conformance`.
 //! When they are missing it is skipped loudly, or fails under `LNK_REQUIRE_RUNTIME=1`.
 
-use link_harness_conformance::programs;
 use link_harness_conformance::runtime_process::{test_programs, ENV_REQUIRE_RUNTIME};
+use link_harness_conformance::{programs, read_report, write_report};
+use link_plugin_measure::{Mode, Phase, Report};
 use link_protocol::plugin::Profile;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -85,18 +90,26 @@ fn mentioning(needle: &str) -> Vec<(i32, String, String)> {
     found
 }
 
-#[test]
-fn a_runner_whose_output_is_closed_still_cleans_up() {
-    let (dir, runner) = match built() {
-        Ok(found) => found,
+/// The programs and the runner, or `None` after saying why the test is skipped (a failure
+/// under `LNK_REQUIRE_RUNTIME=1`).
+fn built_or_skip() -> Option<(PathBuf, PathBuf)> {
+    match built() {
+        Ok(found) => Some(found),
         Err(reason) => {
             assert!(
                 std::env::var(ENV_REQUIRE_RUNTIME).as_deref() != Ok("1"),
                 "{ENV_REQUIRE_RUNTIME}=1 but the runtime cannot run: {reason}"
             );
             eprintln!("SKIPPED (runtime not available): {reason}");
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn a_runner_whose_output_is_closed_still_cleans_up() {
+    let Some((dir, runner)) = built_or_skip() else {
+        return;
     };
     // A parent of its own for the runner's state root, so "removed" is "the parent is empty"
     // and every process of the run mentions it.
@@ -200,4 +213,73 @@ fn assert_report_is_this_runs(report: &str, dir: &Path) {
         "the report does not name the programs directory {}",
         dir.display()
     );
+}
+
+/// A phase of a report, from strace's `-ttt` times.
+fn phase(name: &str, start: &str, end: &str) -> Phase {
+    let ns = |t: &str| {
+        let (s, frac) = t.split_once('.').unwrap();
+        s.parse::<u128>().unwrap() * 1_000_000_000 + format!("{frac:0<9}").parse::<u128>().unwrap()
+    };
+    let (start, end) = (ns(start), ns(end));
+    Phase {
+        name: name.into(),
+        round: 0,
+        start_unix_ns: start,
+        end_unix_ns: end,
+        duration_ns: end - start,
+    }
+}
+
+#[test]
+fn runtime_report_exits_by_whether_the_trace_gave_counts() {
+    let Some((_, runner)) = built_or_skip() else {
+        return;
+    };
+    let home = PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let dir = home.join(format!(".cache/lnk-t/report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let path = dir.join("report.json");
+    let mut report = Report::new(Profile::Mini, Mode::Confined);
+    // The phases of the recorded pipeline trace (its exec happens inside the second).
+    report.phases = vec![
+        phase("start", "1796068337.573501", "1796068337.580000"),
+        phase("pipeline", "1796068337.582000", "1796068337.585000"),
+    ];
+    write_report(&path, &report).unwrap();
+    let report_cmd = |trace: &Path| {
+        Command::new(&runner)
+            .arg("report")
+            .arg(&path)
+            .arg(trace)
+            .output()
+            .expect("running `runtime report`")
+    };
+    let trace_of = |path: &Path| read_report(path).unwrap().trace.expect("a trace section");
+
+    let counted = report_cmd(&data.join("pipeline.trace"));
+    assert_eq!(counted.status.code(), Some(0), "{counted:?}");
+    let section = trace_of(&path);
+    assert!(section.available, "{:?}", section.reason);
+    assert_eq!(section.phases[1].execs, 2);
+
+    let garbage = dir.join("garbage.trace");
+    std::fs::write(&garbage, "this is not an strace -ttt recording\n").unwrap();
+    let unavailable = report_cmd(&garbage);
+    assert_eq!(unavailable.status.code(), Some(4), "{unavailable:?}");
+    let stderr = String::from_utf8_lossy(&unavailable.stderr);
+    assert!(stderr.contains("UNAVAILABLE (not zero)"), "{stderr}");
+    let section = trace_of(&path);
+    assert!(!section.available && section.phases.is_empty());
+    assert!(section.reason.is_some());
+
+    // Bad input: a trace that does not exist leaves the report as it was.
+    let before = std::fs::read(&path).unwrap();
+    let missing = report_cmd(&dir.join("no-such.trace"));
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

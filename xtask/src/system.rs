@@ -1,0 +1,202 @@
+//! The system packages the main job needs — bubblewrap (confinement) and, for `--trace`,
+//! strace — and the command that installs them on this distribution.
+
+use anyhow::{bail, Context, Result};
+use std::process::Command;
+
+/// A system package: the program it provides and its package name (the same on every
+/// distribution the install command knows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Package {
+    pub program: &'static str,
+    pub name: &'static str,
+}
+
+pub const BUBBLEWRAP: Package = Package {
+    program: "bwrap",
+    name: "bubblewrap",
+};
+pub const STRACE: Package = Package {
+    program: "strace",
+    name: "strace",
+};
+
+/// The packages whose program is not on PATH: bubblewrap always, strace when `trace`.
+pub fn missing(trace: bool) -> Vec<Package> {
+    let wanted: &[Package] = if trace {
+        &[BUBBLEWRAP, STRACE]
+    } else {
+        &[BUBBLEWRAP]
+    };
+    wanted
+        .iter()
+        .copied()
+        .filter(|p| which::which(p.program).is_err())
+        .collect()
+}
+
+/// A package manager, from `/etc/os-release`'s `ID` and `ID_LIKE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Manager {
+    Apt,
+    Dnf,
+    Pacman,
+    Zypper,
+    Apk,
+}
+
+impl Manager {
+    /// The manager of the distribution `os_release` (the file's text) describes.
+    pub fn from_os_release(os_release: &str) -> Option<Manager> {
+        let field = |key: &str| {
+            os_release
+                .lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+                .map(|v| v.trim_matches('"').to_lowercase())
+                .unwrap_or_default()
+        };
+        let ids = format!("{} {}", field("ID"), field("ID_LIKE"));
+        ids.split_whitespace().find_map(|id| match id {
+            "debian" | "ubuntu" => Some(Manager::Apt),
+            "fedora" | "rhel" | "centos" => Some(Manager::Dnf),
+            "arch" => Some(Manager::Pacman),
+            "suse" | "opensuse" | "sles" => Some(Manager::Zypper),
+            "alpine" => Some(Manager::Apk),
+            _ => None,
+        })
+    }
+
+    /// This machine's manager, if `/etc/os-release` names a known distribution.
+    pub fn here() -> Option<Manager> {
+        let text = std::fs::read_to_string("/etc/os-release").ok()?;
+        Manager::from_os_release(&text)
+    }
+
+    /// The install command line for `packages` (without `sudo`).
+    pub fn install_line(self, packages: &[Package]) -> String {
+        let names: Vec<&str> = packages.iter().map(|p| p.name).collect();
+        let names = names.join(" ");
+        match self {
+            Manager::Apt => format!("apt-get install -y {names}"),
+            Manager::Dnf => format!("dnf install -y {names}"),
+            Manager::Pacman => format!("pacman -S --noconfirm {names}"),
+            Manager::Zypper => format!("zypper install -y {names}"),
+            Manager::Apk => format!("apk add {names}"),
+        }
+    }
+}
+
+/// What to run to install `packages` here: this distribution's command, or, when it is not
+/// one the xtask knows, the command for each it does.
+pub fn install_hint(packages: &[Package]) -> String {
+    let sudo = if rustix::process::geteuid().is_root() {
+        ""
+    } else {
+        "sudo "
+    };
+    match Manager::here() {
+        Some(m) => format!("{sudo}{}", m.install_line(packages)),
+        None => [
+            ("Debian/Ubuntu", Manager::Apt),
+            ("Fedora/RHEL", Manager::Dnf),
+            ("Arch", Manager::Pacman),
+            ("openSUSE", Manager::Zypper),
+            ("Alpine", Manager::Apk),
+        ]
+        .iter()
+        .map(|(distro, m)| format!("{distro}: {sudo}{}", m.install_line(packages)))
+        .collect::<Vec<_>>()
+        .join("; "),
+    }
+}
+
+/// `--install`: installs what [`missing`] names with this distribution's package manager
+/// (through `sudo` when not root), saying first what it runs.
+pub fn install_missing(trace: bool) -> Result<()> {
+    let packages = missing(trace);
+    if packages.is_empty() {
+        return Ok(());
+    }
+    let Some(manager) = Manager::here() else {
+        bail!(
+            "cannot install {}: /etc/os-release names no distribution the xtask knows; install \
+             them yourself ({})",
+            names(&packages),
+            install_hint(&packages)
+        );
+    };
+    let root = rustix::process::geteuid().is_root();
+    let mut steps = Vec::new();
+    if manager == Manager::Apt {
+        steps.push("apt-get update -qq".to_owned());
+    }
+    steps.push(manager.install_line(&packages));
+    for step in steps {
+        let shown = if root { step } else { format!("sudo {step}") };
+        link_protocol::errln!("xtask: installing {}: $ {shown}", names(&packages));
+        let mut words = shown.split_whitespace();
+        let program = words.next().expect("a command line has a program");
+        let status = Command::new(program)
+            .args(words)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .with_context(|| format!("cannot start `{shown}`"))?;
+        if !status.success() {
+            bail!(
+                "`{shown}` failed ({status}); install {} yourself",
+                names(&packages)
+            );
+        }
+    }
+    let still = missing(trace);
+    if !still.is_empty() {
+        bail!("{} still not on PATH after installing", names(&still));
+    }
+    Ok(())
+}
+
+fn names(packages: &[Package]) -> String {
+    packages
+        .iter()
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_manager_comes_from_id_or_id_like() {
+        let debian = "PRETTY_NAME=\"Debian GNU/Linux 12\"\nID=debian\nVERSION_ID=\"12\"\n";
+        assert_eq!(Manager::from_os_release(debian), Some(Manager::Apt));
+        let mint = "ID=linuxmint\nID_LIKE=\"ubuntu debian\"\n";
+        assert_eq!(Manager::from_os_release(mint), Some(Manager::Apt));
+        let rocky = "ID=\"rocky\"\nID_LIKE=\"rhel centos fedora\"\n";
+        assert_eq!(Manager::from_os_release(rocky), Some(Manager::Dnf));
+        assert_eq!(Manager::from_os_release("ID=arch\n"), Some(Manager::Pacman));
+        let tumbleweed = "ID=\"opensuse-tumbleweed\"\nID_LIKE=\"opensuse suse\"\n";
+        assert_eq!(Manager::from_os_release(tumbleweed), Some(Manager::Zypper));
+        assert_eq!(Manager::from_os_release("ID=alpine\n"), Some(Manager::Apk));
+        // IDS=... is not ID=...
+        assert_eq!(Manager::from_os_release("IDS=debian\nID=nixos\n"), None);
+    }
+
+    #[test]
+    fn install_lines_name_every_package() {
+        let both = [BUBBLEWRAP, STRACE];
+        assert_eq!(
+            Manager::Apt.install_line(&both),
+            "apt-get install -y bubblewrap strace"
+        );
+        assert_eq!(
+            Manager::Dnf.install_line(&[STRACE]),
+            "dnf install -y strace"
+        );
+        assert_eq!(
+            Manager::Pacman.install_line(&both),
+            "pacman -S --noconfirm bubblewrap strace"
+        );
+    }
+}
