@@ -123,6 +123,19 @@ impl Backend for Link {
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move { Ok(self.0.status_json()) })
     }
+    /// The agent must exist: the scheduler alone would list nothing for a wrong name.
+    fn list_schedules<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
+        Box::pin(async move {
+            self.request::<agent::Get>(Some(id), &store::ReadBody::default())
+                .await?;
+            self.json::<schedule::List>(Some(id), &Empty {}).await
+        })
+    }
+    /// The scheduler refuses a schedule of another agent.
+    fn cancel_schedule<'a>(&'a self, id: &'a str, sid: &'a str) -> BackendFuture<'a> {
+        let body = schedule::Id { id: sid.to_owned() };
+        Box::pin(async move { self.json::<schedule::Cancel>(Some(id), &body).await })
+    }
 }
 
 /// Serves the HTTP contract on `run/connection.sock`.

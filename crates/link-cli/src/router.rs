@@ -43,6 +43,7 @@ pub const GRANTS: &[(&str, &[&str])] = &[
             r::agent::Turn::NAME,
             r::store::ConversationRead::NAME,
             r::schedule::List::NAME,
+            r::schedule::Cancel::NAME,
             r::host::MonitorStatus::NAME,
             r::host::MonitorStop::NAME,
             r::host::MonitorSamples::NAME,
@@ -113,10 +114,6 @@ pub const UNROUTED: &[(&str, &str)] = &[
     (
         r::secret::Delete::NAME,
         "secrets are provisioned by the operator",
-    ),
-    (
-        r::schedule::Cancel::NAME,
-        "not on the HTTP contract yet; schedules end by deleting their agent",
     ),
 ];
 

@@ -343,3 +343,66 @@ fn confined_link_refuses_to_start_without_bubblewrap() {
         .collect();
     assert!(left.is_empty(), "sockets left behind: {left:?}");
 }
+
+/// A schedule the model made is listed with `GET /v1/agents/{id}/schedules` and cancelled
+/// with `DELETE /v1/agents/{id}/schedules/{sid}`, for good (also after a restart); another
+/// agent cannot cancel it, and an agent that does not exist has no schedules to list.
+#[test]
+fn schedules_are_listed_and_cancelled_over_http() {
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
+    let token = rt.create_token();
+    for name in ["owner", "other"] {
+        let created = rt.post("/v1/agents", &token, json!({ "name": name }));
+        assert_eq!(created.status, 201, "{:?}", created.json());
+    }
+    for message in ["schedule 1h: much later", "schedule 2h: later still"] {
+        let resp = rt.post(
+            "/v1/agents/owner/turns",
+            &token,
+            json!({ "message": message }),
+        );
+        assert_eq!(resp.status, 200, "{message}: {:?}", resp.json());
+    }
+    let listed = rt.get("/v1/agents/owner/schedules", Some(&token));
+    assert_eq!(listed.status, 200, "{:?}", listed.json());
+    let schedules = listed.json()["schedules"].as_array().unwrap().clone();
+    assert_eq!(schedules.len(), 2, "{schedules:?}");
+    let sid = schedules[0]["id"].as_str().unwrap().to_owned();
+    let other = rt.get("/v1/agents/other/schedules", Some(&token)).json();
+    assert_eq!(other["schedules"], json!([]), "{other}");
+
+    // Refused: another agent's path, a schedule that does not exist, an unknown agent, no
+    // token. Each leaves both schedules in place.
+    let cancel = |agent: &str, sid: &str, token: Option<&str>| {
+        let path = format!("/v1/agents/{agent}/schedules/{sid}");
+        rt.request("DELETE", &path, token, None)
+    };
+    let foreign = cancel("other", &sid, Some(&token));
+    assert_eq!(foreign.status, 403, "{:?}", foreign.json());
+    assert_eq!(cancel("owner", "no-such", Some(&token)).status, 404);
+    let unknown = rt.get("/v1/agents/nobody/schedules", Some(&token));
+    assert_eq!(unknown.status, 404, "{:?}", unknown.json());
+    assert_eq!(cancel("owner", &sid, None).status, 401);
+    let still = rt.get("/v1/agents/owner/schedules", Some(&token)).json();
+    assert_eq!(still["schedules"].as_array().unwrap().len(), 2, "{still}");
+
+    // The allowed twin: its owner cancels it, once.
+    let done = cancel("owner", &sid, Some(&token));
+    assert_eq!(done.status, 200, "{:?}", done.json());
+    assert_eq!(cancel("owner", &sid, Some(&token)).status, 404);
+    let left = rt.get("/v1/agents/owner/schedules", Some(&token)).json();
+    let left = left["schedules"].as_array().unwrap().clone();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_ne!(left[0]["id"], sid.as_str());
+    rt.down();
+
+    let rt = support::up_in(&root, "link", "diagnostic");
+    let after = rt.get("/v1/agents/owner/schedules", Some(&token)).json();
+    assert_eq!(
+        after["schedules"].as_array().unwrap().clone(),
+        left,
+        "{after}"
+    );
+    drop(rt);
+}

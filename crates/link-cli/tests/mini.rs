@@ -359,3 +359,29 @@ fn confined_plugins_have_no_new_privs_and_diagnostic_ones_say_so() {
         rt.down();
     }
 }
+
+/// Mini has no scheduler: its schedules endpoints answer 404 saying so, after the token
+/// check, while its agents answer as usual.
+#[test]
+fn mini_says_it_has_no_schedules() {
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let token = rt.create_token();
+    let created = rt.post("/v1/agents", &token, json!({ "name": "alpha" }));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    assert_eq!(rt.get("/v1/agents/alpha/schedules", None).status, 401);
+    for (method, path) in [
+        ("GET", "/v1/agents/alpha/schedules"),
+        ("DELETE", "/v1/agents/alpha/schedules/s1"),
+    ] {
+        let resp = rt.request(method, path, Some(&token), None);
+        assert_eq!(resp.status, 404, "{method} {path}");
+        let text = String::from_utf8_lossy(&resp.body).into_owned();
+        assert!(
+            text.contains("Mini has no scheduler"),
+            "{method} {path}: {text}"
+        );
+    }
+    assert_eq!(rt.get("/v1/agents/alpha", Some(&token)).status, 200);
+    rt.down();
+}

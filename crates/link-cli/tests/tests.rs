@@ -15,4 +15,5 @@ mod mini;
 mod ordinary_user;
 mod plugin_privileges;
 mod private_state;
+mod shortened_logs;
 mod support;

@@ -30,6 +30,14 @@
 //! well under the frame limit, and the model gets the last [`CONTEXT_ENTRIES`] entries
 //! within [`CONTEXT_BYTES`], starting at a user entry, in Mini and full Link alike.
 //!
+//! A log shorter than what was acknowledged is never served as if complete: after each
+//! durable append the log's entry count is written to `<stem>.acked` beside it
+//! ([`Log::acked_path`]), and a read or an append that finds fewer intact entries (the log
+//! cut at a line boundary, emptied or deleted) refuses with [`Error::Shortened`]. The count
+//! is written after the log's `fdatasync` and is not synced itself: after a crash it can only
+//! lag behind the durable log, never run ahead of it, so it never flags a log a crash left
+//! whole; it guards against changes made outside the runtime, not against the crash itself.
+//!
 //! Every agent has its own log, so damage is per agent: [`load_dir`] reads the logs of a
 //! directory of agents and answers each agent's result separately; one corrupt or unreadable
 //! log never stops the others from loading.
@@ -74,6 +82,24 @@ pub enum Error {
         path.display()
     )]
     Conflict { path: PathBuf, why: String },
+    /// The log holds fewer intact entries than the store acknowledged: it was cut at a line
+    /// boundary, emptied, deleted or overwritten outside the runtime (a crash only ever tears
+    /// an entry that was not yet acknowledged). Never served as if complete.
+    #[error(
+        "conversation log {} holds {found} intact entries, but {acknowledged} were \
+         acknowledged (counted in {}): it was cut, emptied, deleted or overwritten outside \
+         the runtime. Restore it from a backup; to accept it as it is, remove {}",
+        path.display(),
+        acked.display(),
+        acked.display()
+    )]
+    Shortened {
+        path: PathBuf,
+        /// The file that keeps the acknowledged count ([`Log::acked_path`]).
+        acked: PathBuf,
+        found: usize,
+        acknowledged: usize,
+    },
     /// An entry to append is not an object with a string `role`; nothing was appended.
     #[error("entry {index} must be an object with a string `role`")]
     BadEntry { index: usize },

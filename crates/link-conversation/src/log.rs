@@ -178,14 +178,73 @@ impl Log {
         self.path.with_file_name(format!("{stem}.repairs.jsonl"))
     }
 
+    /// Where the acknowledged entry count is kept: `<stem>.acked` beside the log.
+    pub fn acked_path(&self) -> PathBuf {
+        let stem = self
+            .path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "conversation".into());
+        self.path.with_file_name(format!("{stem}.acked"))
+    }
+
+    /// The acknowledged entry count, when one was recorded and is readable.
+    fn acknowledged(&self) -> Option<usize> {
+        let text = std::fs::read_to_string(self.acked_path()).ok()?;
+        text.trim().parse().ok()
+    }
+
+    /// Records `total` as acknowledged: one fixed-width write over the count, not synced
+    /// (see the crate's documentation). A failure only loses the safeguard, never the append.
+    fn record_acknowledged(&self, total: usize) {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(self.acked_path())
+            .and_then(|f| f.write_all_at(format!("{total:020}\n").as_bytes(), 0));
+        if let Err(e) = written {
+            tracing::warn!(
+                "{}: cannot record the acknowledged count {total}: {e}; a later cut of the \
+                 log would go unnoticed",
+                self.acked_path().display()
+            );
+        }
+    }
+
+    /// Refuses a log that holds fewer intact entries than were acknowledged.
+    fn not_shortened(&self, found: usize) -> Result<(), Error> {
+        match self.acknowledged() {
+            Some(acknowledged) if acknowledged > found => Err(Error::Shortened {
+                path: self.path.clone(),
+                acked: self.acked_path(),
+                found,
+                acknowledged,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// An error opening the log: a missing log whose entries were acknowledged was deleted.
+    fn open_failed(&self, e: std::io::Error) -> Error {
+        let missing = e.kind() == std::io::ErrorKind::NotFound;
+        match self.not_shortened(0) {
+            Err(shortened) if missing => shortened,
+            _ => self.io(e),
+        }
+    }
+
     /// Every intact entry, the torn tail's description if there is one, and what the caller
     /// may remember of an intact log. Changes nothing.
     pub fn read(&self) -> Result<(Scan, Option<Known>), Error> {
-        let mut file = File::open(&self.path).map_err(|e| self.io(e))?;
+        let mut file = File::open(&self.path).map_err(|e| self.open_failed(e))?;
         let before = file.metadata().map_err(|e| self.io(e))?;
         let mut bytes = Vec::with_capacity(before.len() as usize);
         file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
         let scan = scan(&bytes).map_err(|why| self.corrupt(why))?;
+        self.not_shortened(scan.entries.len())?;
         let after = file.metadata().map_err(|e| self.io(e))?;
         let stamp = Stamp::of(&after);
         let unchanged = Stamp::of(&before) == stamp && stamp.len == bytes.len() as u64;
@@ -250,7 +309,7 @@ impl Log {
             .read(true)
             .append(true)
             .open(&self.path)
-            .map_err(|e| self.io(e))?;
+            .map_err(|e| self.open_failed(e))?;
         let state = match known.filter(|k| still(&file, k)) {
             Some(k) => State {
                 intact_len: k.stamp.len,
@@ -258,7 +317,11 @@ impl Log {
                 last_line: k.last_line,
                 torn: None,
             },
-            None => self.state(&mut file)?,
+            None => {
+                let state = self.state(&mut file)?;
+                self.not_shortened(state.entries)?;
+                state
+            }
         };
         if let Some(want) = expect {
             self.expected(&state, want)?;
@@ -275,6 +338,9 @@ impl Log {
             return Err(self.io(e));
         }
         let total = state.entries + entries.len();
+        if !entries.is_empty() {
+            self.record_acknowledged(total);
+        }
         let last_line = if entries.is_empty() {
             state.last_line
         } else {

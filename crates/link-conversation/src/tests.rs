@@ -134,8 +134,16 @@ fn a_wrong_expectation_writes_nothing() {
     assert!(e.to_string().contains("torn tail"), "{e}");
     assert_eq!(std::fs::read(&log.path).unwrap(), torn);
     assert!(!log.repairs_path().exists());
-    let names: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
-    assert_eq!(names.len(), 1, "only the log is there");
+    let mut names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["conversation.acked", "conversation.jsonl"],
+        "only the log and its count are there"
+    );
 }
 
 #[test]
@@ -172,6 +180,22 @@ fn changes_by_others_are_never_trusted() {
     let f = File::open(&log.path).unwrap();
     assert_eq!(f.metadata().unwrap().len(), known.len());
     assert!(!still(&f, &known));
+    // That line was acknowledged, so this is no torn append: refused, not cut...
+    let e = log.append(&[user("d")], None, Some(known)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Shortened {
+                found: 2,
+                acknowledged: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&log.path).unwrap(), bytes);
+    // ...until the count is removed, as the error says; then it is repaired and recorded.
+    std::fs::remove_file(log.acked_path()).unwrap();
     let done = log.append(&[user("d")], None, Some(known)).unwrap();
     assert!(done.repaired.unwrap().reason.contains("last line 3"));
     assert_eq!(done.total, 3);
@@ -669,4 +693,105 @@ fn pages_read_from_a_known_log_are_the_pages_of_a_full_scan() {
     assert!(read.torn.is_some());
     assert_eq!(again, None);
     assert_eq!(read.page.total, k.entries);
+}
+
+/// Three acknowledged entries, then the log changed outside the store.
+fn acknowledged_three(name: &str) -> (Temp, Log, Vec<u8>) {
+    let (t, log) = Temp::log(name);
+    log.append(&[user("a"), user("b"), user("c")], Some(0), None)
+        .unwrap();
+    let bytes = std::fs::read(&log.path).unwrap();
+    (t, log, bytes)
+}
+
+fn shortened(e: Error) -> (usize, usize) {
+    match e {
+        Error::Shortened {
+            found,
+            acknowledged,
+            ..
+        } => (found, acknowledged),
+        other => panic!("expected Shortened, got {other}"),
+    }
+}
+
+#[test]
+fn a_log_shorter_than_acknowledged_is_refused_never_served() {
+    // Cut at a line boundary: two of three entries left.
+    let (_t, log, bytes) = acknowledged_three("cut");
+    let two = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(1)
+        .unwrap()
+        .0
+        + 1;
+    std::fs::write(&log.path, &bytes[..two]).unwrap();
+    let e = log.read().unwrap_err();
+    let text = e.to_string();
+    assert_eq!(shortened(e), (2, 3));
+    assert!(
+        text.contains("holds 2 intact entries, but 3 were acknowledged"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&log.acked_path().display().to_string()),
+        "{text}"
+    );
+    // An append refuses too and writes nothing: it would hide the cut.
+    assert_eq!(
+        shortened(log.append(&[user("d")], None, None).unwrap_err()),
+        (2, 3)
+    );
+    assert_eq!(std::fs::read(&log.path).unwrap(), &bytes[..two]);
+    let page = log.read_page(PageRequest::default(), None).unwrap_err();
+    assert_eq!(shortened(page), (2, 3));
+    // Removing the count accepts the log as it is, as the error says.
+    std::fs::remove_file(log.acked_path()).unwrap();
+    assert_eq!(log.read().unwrap().0.entries.len(), 2);
+    assert_eq!(log.append(&[user("d")], None, None).unwrap().total, 3);
+    assert_eq!(log.read().unwrap().0.entries.len(), 3);
+
+    // Emptied, and deleted.
+    let (_t, log, _) = acknowledged_three("emptied");
+    std::fs::write(&log.path, b"").unwrap();
+    assert_eq!(shortened(log.read().unwrap_err()), (0, 3));
+    std::fs::remove_file(&log.path).unwrap();
+    assert_eq!(shortened(log.read().unwrap_err()), (0, 3));
+    assert_eq!(
+        shortened(log.append(&[user("d")], None, None).unwrap_err()),
+        (0, 3)
+    );
+    assert!(!log.path.exists(), "the refused append created nothing");
+}
+
+#[test]
+fn what_a_crash_leaves_is_never_taken_for_a_cut() {
+    // A torn tail after the acknowledged entries: a crash mid-append, not a cut.
+    let (_t, log, mut bytes) = acknowledged_three("torn");
+    bytes.extend_from_slice(b"{\"role\":\"us");
+    std::fs::write(&log.path, &bytes).unwrap();
+    let (scan, _) = log.read().unwrap();
+    assert_eq!(scan.entries.len(), 3);
+    assert!(scan.torn.is_some());
+    let done = log.append(&[user("d")], Some(3), None);
+    assert!(
+        matches!(done, Err(Error::Conflict { .. })),
+        "expect refuses a torn log"
+    );
+    assert_eq!(log.append(&[user("d")], None, None).unwrap().total, 4);
+    // A count that lags behind the log (its write was lost in the crash) is no cut.
+    std::fs::write(log.acked_path(), b"2\n").unwrap();
+    assert_eq!(log.read().unwrap().0.entries.len(), 4);
+    // Nor is a count the crash tore: unreadable means unknown.
+    std::fs::write(log.acked_path(), b"\0\0").unwrap();
+    assert_eq!(log.read().unwrap().0.entries.len(), 4);
+    // The count is owner-only, beside the log, and follows every append.
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(log.acked_path()).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    log.append(&[user("e")], None, None).unwrap();
+    let count = std::fs::read_to_string(log.acked_path()).unwrap();
+    assert_eq!(count.trim().parse::<usize>().unwrap(), 5);
 }

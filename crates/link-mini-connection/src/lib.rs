@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 pub use link_protocol::routes::store::ReadBody;
 use link_protocol::{ErrorCode, RemoteError};
@@ -47,6 +47,10 @@ pub trait Backend: Send + Sync + 'static {
     fn delete_agent<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
     /// What `link status` prints.
     fn status(&self) -> BackendFuture<'_>;
+    /// `{schedules: [..]}`: the agent's schedules (404 for an agent that does not exist).
+    fn list_schedules<'a>(&'a self, agent: &'a str) -> BackendFuture<'a>;
+    /// Cancels one of the agent's schedules → `{}`.
+    fn cancel_schedule<'a>(&'a self, agent: &'a str, schedule: &'a str) -> BackendFuture<'a>;
 }
 
 /// The axum router of the contract over `backend`.
@@ -55,6 +59,8 @@ pub fn router(backend: Arc<dyn Backend>) -> Router {
         .route("/v1/agents", post(create_agent).get(list_agents))
         .route("/v1/agents/{id}/turns", post(turn))
         .route("/v1/agents/{id}", get(get_agent).delete(delete_agent))
+        .route("/v1/agents/{id}/schedules", get(list_schedules))
+        .route("/v1/agents/{id}/schedules/{sid}", delete(cancel_schedule))
         .route("/v1/status", get(status))
         .fallback(not_found)
         .with_state(backend)
@@ -154,6 +160,26 @@ async fn delete_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap)
     let result = async {
         authenticate(b.as_ref(), &headers).await?;
         b.delete_agent(&id).await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn list_schedules(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.list_schedules(&id).await
+    };
+    respond(StatusCode::OK, result.await)
+}
+
+async fn cancel_schedule(
+    State(b): Api,
+    Path((id, sid)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    let result = async {
+        authenticate(b.as_ref(), &headers).await?;
+        b.cancel_schedule(&id, &sid).await
     };
     respond(StatusCode::OK, result.await)
 }

@@ -56,12 +56,26 @@ impl Backend for Mini {
     fn delete_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
         self.call::<agent::Delete>(Some(id), Empty {})
     }
+    fn list_schedules<'a>(&'a self, _: &'a str) -> BackendFuture<'a> {
+        Box::pin(async { Err(no_scheduler()) })
+    }
+    fn cancel_schedule<'a>(&'a self, _: &'a str, _: &'a str) -> BackendFuture<'a> {
+        Box::pin(async { Err(no_scheduler()) })
+    }
     fn status(&self) -> BackendFuture<'_> {
         Box::pin(async move {
             let status = client::request_once::<host::Status>(&self.host, None, &Empty {}).await?;
             serde_json::to_value(status).map_err(|e| RemoteError::internal(e.to_string()))
         })
     }
+}
+
+/// Mini has no scheduler, so no schedules to list or cancel.
+fn no_scheduler() -> RemoteError {
+    RemoteError::not_found(
+        "Mini has no scheduler, so no schedules: schedules are full Link's \
+         (`link up --profile link`)",
+    )
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -92,7 +92,7 @@ fn remote(e: Error, state_root: &Path) -> RemoteError {
         )),
         Error::Conflict { .. } => RemoteError::new(ErrorCode::Conflict, e.to_string()),
         Error::BadEntry { .. } => RemoteError::bad_request(e.to_string()),
-        Error::Io { .. } | Error::Corrupt { .. } | Error::Encode(_) => {
+        Error::Io { .. } | Error::Corrupt { .. } | Error::Shortened { .. } | Error::Encode(_) => {
             RemoteError::internal(e.to_string())
         }
     }
