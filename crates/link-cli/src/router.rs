@@ -3,8 +3,9 @@
 //!
 //! A plugin calls another by connecting to `run/router.sock`. The router maps the peer's pid
 //! to the plugin it started (an unknown pid is refused), checks [`allowed`], and forwards the
-//! request to the owner with `caller` set to that plugin's name. The link harness may act only
-//! for an agent whose turn the router is currently forwarding to it (a lease).
+//! request to the owner with `caller` set to that plugin's name. The harness and the tool
+//! plugins ([`LEASED`]) may act only for an agent whose call the router is currently
+//! forwarding to them: a turn to the harness, a tool call to a tool (a lease).
 //!
 //! Connections to owners are kept open between calls (a few idle ones per owner socket):
 //! the owner checked at accept that the peer is its parent, the host, which a kept
@@ -116,6 +117,11 @@ pub const UNROUTED: &[(&str, &str)] = &[
         "secrets are provisioned by the operator",
     ),
 ];
+
+/// Plugins that act only for the agent of a call in flight to them: every call they make
+/// must name an agent they hold a lease for, which the router gives them while it forwards
+/// them a call for that agent (the harness a turn, each tool its tool calls).
+pub const LEASED: &[&str] = &[HARNESS, programs::RUN, programs::FILE_TOOL, programs::CODE];
 
 /// True when `caller` holds the grant for `route`.
 pub fn allowed(caller: &str, route: &str) -> bool {
@@ -230,7 +236,8 @@ pub async fn call(shared: &Shared, caller: &str, req: Request) -> Result<Value, 
 struct Table {
     by_pid: HashMap<i32, &'static str>,
     owners: HashMap<String, (&'static str, PathBuf)>,
-    leases: HashMap<String, usize>,
+    /// (holder, agent) → calls in flight that lease that agent to that plugin.
+    leases: HashMap<(&'static str, String), usize>,
 }
 
 /// Registered plugins, route owners and live leases.
@@ -293,8 +300,12 @@ impl Router {
             );
         };
         req.caller = Some(caller.to_owned());
-        let lease = (req.route == r::agent::Turn::NAME)
-            .then(|| self.lease(req.agent.as_deref().unwrap_or_default().to_owned()));
+        let lease = match &req.agent {
+            Some(agent) if LEASED.contains(&owner.0) => {
+                Some(self.lease(owner.0, agent.to_string()))
+            }
+            _ => None,
+        };
         let result = self.forward(&owner, &req).await;
         drop(lease);
         result
@@ -354,20 +365,14 @@ impl Router {
                 req.route
             )));
         }
-        if caller == HARNESS {
+        if let Some(holder) = LEASED.iter().find(|l| **l == caller) {
             let agent = req.agent.as_deref().unwrap_or_default();
-            let leased = self
-                .table
-                .lock()
-                .expect("lock")
-                .leases
-                .get(agent)
-                .copied()
-                .unwrap_or(0)
-                > 0;
+            let key = (*holder, agent.to_owned());
+            let leased = self.table.lock().expect("lock").leases.get(&key).copied() > Some(0);
             if !leased {
                 return Err(refuse(format!(
-                    "{caller} may call {} only for an agent whose turn it is running, not {agent:?}",
+                    "{caller} may call {} only for an agent whose call it is serving (a turn \
+                     for the harness, a tool call for a tool), not {agent:?}",
                     req.route
                 )));
             }
@@ -375,34 +380,32 @@ impl Router {
         Ok(())
     }
 
-    fn lease(&self, agent: String) -> Lease<'_> {
+    fn lease(&self, holder: &'static str, agent: String) -> Lease<'_> {
+        let key = (holder, agent);
         *self
             .table
             .lock()
             .expect("lock")
             .leases
-            .entry(agent.clone())
+            .entry(key.clone())
             .or_default() += 1;
-        Lease {
-            router: self,
-            agent,
-        }
+        Lease { router: self, key }
     }
 }
 
-/// An agent's turn in flight at the harness; dropping it ends the lease.
+/// A call for an agent in flight at a [`LEASED`] plugin; dropping it ends the lease.
 struct Lease<'a> {
     router: &'a Router,
-    agent: String,
+    key: (&'static str, String),
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let mut t = self.router.table.lock().expect("lock");
-        if let Some(n) = t.leases.get_mut(&self.agent) {
+        if let Some(n) = t.leases.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
-                t.leases.remove(&self.agent);
+                t.leases.remove(&self.key);
             }
         }
     }

@@ -134,7 +134,7 @@ fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
     }
     assert_eq!(passed, 19);
     assert_eq!(refused, plugins.len() * ROUTES.len() - 19);
-    // The harness holds grants for tools, but only for an agent whose turn it is running.
+    // The harness holds grants for tools, but only for an agent whose turn it is serving.
     let lease = rt
         .host_call(r::host::DebugCall::NAME, json!({ "plugin": "link-plugin-link-harness", "route": r::tool::File::NAME, "agent": "nobody", "body": {} }))
         .unwrap();
@@ -143,7 +143,7 @@ fn every_plugin_is_refused_every_route_it_has_no_grant_for() {
         lease["message"]
             .as_str()
             .unwrap()
-            .contains("only for an agent whose turn it is running"),
+            .contains("only for an agent whose call it is serving"),
         "{lease}"
     );
     assert!(
@@ -405,4 +405,63 @@ fn schedules_are_listed_and_cancelled_over_http() {
         "{after}"
     );
     drop(rt);
+}
+
+/// A tool plugin acts only for the agent of a tool call in flight to it: the file and code
+/// tools' store calls and the run tool's `sandbox.exec` for an existing agent are refused
+/// outside one, while the same file read through a turn's tool call works.
+#[test]
+fn tools_act_only_for_the_agent_of_their_call_in_flight() {
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
+    let token = rt.create_token();
+    let created = rt.post("/v1/agents", &token, json!({ "name": "alpha" }));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    let workspace = link_protocol::layout::StateLayout::new(root.path()).agent_workspace("alpha");
+    std::fs::write(workspace.join("notes.txt"), "leased").unwrap();
+    let outside = [
+        (
+            "link-plugin-file-tool",
+            r::store::FileRead::NAME,
+            json!({ "path": "notes.txt" }),
+        ),
+        (
+            "link-plugin-link-code",
+            r::store::FileList::NAME,
+            json!({ "path": "." }),
+        ),
+        (
+            "link-plugin-link-run",
+            r::sandbox::Exec::NAME,
+            json!({ "argv": ["/bin/true"] }),
+        ),
+    ];
+    for (plugin, route, body) in outside {
+        let call = json!({ "plugin": plugin, "route": route, "agent": "alpha", "body": body });
+        let result = rt.host_call(r::host::DebugCall::NAME, call).unwrap();
+        assert_eq!(result["code"], "forbidden", "{plugin} → {route}: {result}");
+        let message = result["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("only for an agent whose call it is serving")
+                && message.contains("\"alpha\""),
+            "{plugin} → {route}: {result}"
+        );
+    }
+    // The allowed twin: a turn's search tool call lists the same workspace through the
+    // code tool (diagnostic mode offers code and schedule only).
+    let turn = rt.post(
+        "/v1/agents/alpha/turns",
+        &token,
+        json!({ "message": "search leased" }),
+    );
+    assert_eq!(turn.status, 200, "{:?}", turn.json());
+    let reply = turn.json();
+    assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
+    assert!(
+        reply["tool_calls"][0]["output"]
+            .to_string()
+            .contains("notes.txt"),
+        "{reply}"
+    );
+    rt.down();
 }
