@@ -13,6 +13,7 @@ mod link;
 mod long_conversations;
 mod mini;
 mod ordinary_user;
+mod plugin_kills;
 mod plugin_privileges;
 mod private_state;
 mod shortened_logs;

@@ -314,8 +314,16 @@ impl RuntimeProcess {
     /// `down`, then `up` again on the same state root.
     pub fn restart(&mut self) {
         self.down();
+        self.start_again();
+    }
+
+    /// `up` again on the same state root once the host has exited (it stopped itself, or
+    /// was killed); panics if it still runs or the new one does not become ready.
+    pub fn start_again(&mut self) {
+        let exited = matches!(self.host.child.try_wait(), Ok(Some(_)));
+        assert!(exited, "the host still runs: stop it before starting again");
         self.host = host::spawn_ready(&self.spec, &self.layout)
-            .unwrap_or_else(|f| panic!("link up (restart) failed:\n{}", f.output()));
+            .unwrap_or_else(|f| panic!("link up (again) failed:\n{}", f.output()));
     }
 }
 
