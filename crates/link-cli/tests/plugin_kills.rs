@@ -15,6 +15,8 @@ const STOPS_WITHIN: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     BetweenTurns,
+    /// A turn sent just before the kill, unsynchronised: the kill lands at whatever point the
+    /// turn has reached (before the plugin, inside it, or after), which varies run to run.
     DuringATurn,
 }
 

@@ -8,16 +8,28 @@ use std::path::{Path, PathBuf};
 /// the directories above it that are missing. The log is fsync'd, and so is every directory
 /// whose entries this changed (the log's own directory always), so the log exists after a
 /// crash once this returns.
+///
+/// A new log starts with no acknowledged count: one left beside it (by a delete that did not
+/// finish) is removed, so the new log is not taken for a cut one.
 pub fn create(path: &Path) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = parent(path);
     create_dirs(&dir)?;
+    let existed = path.exists();
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .open(path)
         .map_err(|e| io(path, e))?;
+    if !existed {
+        let acked = Log::new(path.to_owned()).acked_path();
+        match std::fs::remove_file(&acked) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&acked, e)),
+        }
+    }
     sync::all(&file).map_err(|e| io(path, e))?;
     sync::dir(&dir).map_err(|e| io(&dir, e))
 }

@@ -92,6 +92,10 @@ pub fn check_entries(entries: &[Value]) -> Result<(), Error> {
     }
 }
 
+/// `O_NOFOLLOW` for the count beside the log: a symlink put there is refused, not written
+/// through.
+const NOFOLLOW: i32 = rustix::fs::OFlags::NOFOLLOW.bits() as i32;
+
 /// One agent's log file.
 #[derive(Debug, Clone)]
 pub struct Log {
@@ -188,10 +192,29 @@ impl Log {
         self.path.with_file_name(format!("{stem}.acked"))
     }
 
-    /// The acknowledged entry count, when one was recorded and is readable.
+    /// The acknowledged entry count, when one was recorded and is readable (a symlink in its
+    /// place is not followed, a damaged one is said and ignored).
     fn acknowledged(&self) -> Option<usize> {
-        let text = std::fs::read_to_string(self.acked_path()).ok()?;
-        text.trim().parse().ok()
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.acked_path();
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let mut head = [0u8; 32];
+        let n = file.read(&mut head).ok()?;
+        let first = head[..n].split(|b| *b == b'\n').next().unwrap_or_default();
+        let count = std::str::from_utf8(first)
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        if count.is_none() {
+            tracing::warn!(
+                "{}: not an entry count; the log's length is not checked against it",
+                path.display()
+            );
+        }
+        count
     }
 
     /// Records `total` as acknowledged: one fixed-width write over the count, not synced
@@ -203,6 +226,7 @@ impl Log {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(NOFOLLOW)
             .open(self.acked_path())
             .and_then(|f| f.write_all_at(format!("{total:020}\n").as_bytes(), 0));
         if let Err(e) = written {
@@ -267,7 +291,7 @@ impl Log {
         known: Option<Known>,
     ) -> Result<(PageRead, Option<Known>), Error> {
         if let Some(k) = known {
-            let file = File::open(&self.path).map_err(|e| self.io(e))?;
+            let file = File::open(&self.path).map_err(|e| self.open_failed(e))?;
             if still(&file, &k) {
                 if let Some(read) = page_of_intact(&file, &k, req) {
                     return Ok((read, Some(k)));

@@ -795,3 +795,29 @@ fn what_a_crash_leaves_is_never_taken_for_a_cut() {
     let count = std::fs::read_to_string(log.acked_path()).unwrap();
     assert_eq!(count.trim().parse::<usize>().unwrap(), 5);
 }
+
+#[test]
+fn a_new_log_starts_without_a_count_and_the_count_is_never_written_through_a_link() {
+    // A count left by a delete that did not finish does not make a new log look cut.
+    let t = Temp::new("stale-count");
+    let path = t.0.join("agent/conversation.jsonl");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let log = Log::new(path.clone());
+    std::fs::write(log.acked_path(), format!("{:020}\n", 7)).unwrap();
+    create(&path).unwrap();
+    assert!(!log.acked_path().exists());
+    assert_eq!(log.read().unwrap().0.entries.len(), 0);
+    // An existing log keeps its count when created again.
+    log.append(&[user("a")], None, None).unwrap();
+    create(&path).unwrap();
+    assert!(log.acked_path().exists());
+
+    // A symlink in the count's place is not written through, nor read.
+    let target = t.0.join("elsewhere");
+    std::fs::write(&target, b"keep me").unwrap();
+    std::fs::remove_file(log.acked_path()).unwrap();
+    std::os::unix::fs::symlink(&target, log.acked_path()).unwrap();
+    assert_eq!(log.append(&[user("b")], None, None).unwrap().total, 2);
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep me");
+    assert_eq!(log.read().unwrap().0.entries.len(), 2);
+}

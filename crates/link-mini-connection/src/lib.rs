@@ -326,7 +326,7 @@ fn refuse(stream: tokio::net::UnixStream, lingering: &Arc<tokio::sync::Semaphore
         let _linger = linger;
         let mut stream = stream;
         let _ = tokio::time::timeout(REFUSAL_LINGER, read_head(&mut stream)).await;
-        let _ = stream.write_all(BUSY).await;
+        let _ = tokio::time::timeout(REFUSAL_LINGER, stream.write_all(BUSY)).await;
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 1024];
         let drain = async { while let Ok(1..) = stream.read(&mut sink).await {} };

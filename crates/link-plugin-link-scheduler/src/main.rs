@@ -121,17 +121,17 @@ impl Scheduler {
         Schedules { schedules }
     }
 
-    fn cancel(&self, agent: Option<&AgentId>, Id { id }: Id) -> Result<Empty, RemoteError> {
+    fn cancel(&self, agent: &AgentId, Id { id }: Id) -> Result<Empty, RemoteError> {
         let mut book = self.book.lock().expect("book");
         let owner = book.get_mut(&id).map(|k| k.schedule.agent.clone());
-        match (owner, agent) {
-            (None, _) => return Err(RemoteError::not_found(format!("no schedule {id}"))),
-            (Some(owner), Some(agent)) if &owner != agent => {
+        match owner {
+            None => return Err(RemoteError::not_found(format!("no schedule {id}"))),
+            Some(owner) if &owner != agent => {
                 return Err(RemoteError::forbidden(format!(
                     "schedule {id} belongs to another agent than {agent}"
                 )))
             }
-            _ => {}
+            Some(_) => {}
         }
         let removed = book.remove(&id).expect("checked above");
         if let Err(e) = self.file.save(&book) {
@@ -321,9 +321,7 @@ async fn main() -> anyhow::Result<()> {
     let service = Service::new(scheduler)
         .on::<CreateRoute, _, _>(|s, call: Call, body| async move { s.create(call.agent()?, body) })
         .on::<List, _, _>(|s, call: Call, _| async move { Ok(s.list(call.agent.as_ref())) })
-        .on::<Cancel, _, _>(
-            |s, call: Call, body| async move { s.cancel(call.agent.as_ref(), body) },
-        )
+        .on::<Cancel, _, _>(|s, call: Call, body| async move { s.cancel(call.agent()?, body) })
         .on::<DeleteAgent, _, _>(|s, call: Call, _| async move { s.delete_agent(call.agent()?) });
     link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())

@@ -212,12 +212,25 @@ async fn schedules_persist_fire_and_survive_a_restart() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::Forbidden), "{err}");
-    sched
+    let err = sched
         .call(routes::schedule::Cancel::NAME, None, json!({"id": later}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::BadRequest), "no agent: {err}");
+    sched
+        .call(
+            routes::schedule::Cancel::NAME,
+            Some("a"),
+            json!({"id": later}),
+        )
         .await
         .unwrap();
     let err = sched
-        .call(routes::schedule::Cancel::NAME, None, json!({"id": later}))
+        .call(
+            routes::schedule::Cancel::NAME,
+            Some("a"),
+            json!({"id": later}),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::NotFound), "{err}");

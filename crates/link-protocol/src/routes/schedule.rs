@@ -59,5 +59,8 @@ route!(
     /// The agent's schedules, or every schedule when the call names no agent.
     List = "schedule.list", owner programs::SCHEDULER, for_agent false, Empty => Schedules
 );
-route!(Cancel = "schedule.cancel", owner programs::SCHEDULER, for_agent false, Id => Empty);
+route!(
+    /// Cancels one of the call's agent's schedules; another agent's is refused.
+    Cancel = "schedule.cancel", owner programs::SCHEDULER, for_agent true, Id => Empty
+);
 route!(DeleteAgent = "schedule.delete_agent", owner programs::SCHEDULER, for_agent true, Empty => Empty);
