@@ -12,7 +12,7 @@ use link_protocol::routes::{host, Empty, Route};
 use link_protocol::{client, tokens};
 use serde_json::json;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn runtime(rt_state: &Path) -> Result<(StateLayout, tokio::runtime::Runtime)> {
     let layout = StateLayout::new(absolute(rt_state)?);
@@ -54,16 +54,13 @@ pub fn down(state: &Path) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
     let host_pid = rt.block_on(host_call::<host::Status>(&layout))?.pid as i32;
     rt.block_on(host_call::<host::Down>(&layout))?;
-    // The host answers before it stops; wait for the process itself, not its word.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while link_plugin_measure::sample::is_alive(host_pid) {
-        if Instant::now() > deadline {
-            bail!(
-                "host pid {host_pid} is still running 30 s after `down`; see {}",
-                layout.log_dir().display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    // The host answers before it stops; wait for the process itself, not its word (on its
+    // pidfd: `down` returns the moment it exits).
+    if !link_protocol::exit::wait_pid(host_pid, Duration::from_secs(30)) {
+        bail!(
+            "host pid {host_pid} is still running 30 s after `down`; see {}",
+            layout.log_dir().display()
+        );
     }
     Ok(0)
 }

@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a plugin may take to print its ready line, and to exit after SIGTERM: generous,
 /// as a loaded 2-core machine may be slow to start a debug binary.
@@ -336,16 +336,7 @@ pub(crate) fn first_line(out: impl Read + Send + 'static) -> mpsc::Receiver<Stri
 
 /// Polls for the child's exit for up to `timeout`.
 pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for a child") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::reaper::wait_child(child, timeout).expect("waiting for a child")
 }
 
 /// Sends `sig` unless the child has already been reaped (its pid may be reused).

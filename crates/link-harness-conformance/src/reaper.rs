@@ -231,6 +231,31 @@ fn describe_wait(status: rustix::process::WaitStatus) -> String {
     }
 }
 
+/// Waits up to `timeout` for a child of this process to exit and collects it; `None` if it
+/// still runs. Sleeps on the child's pidfd (uncollected, its pid cannot be reused), so it
+/// returns the moment the child exits; where pidfds are unavailable, checks every 20 ms.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    let fd = link_protocol::exit::pidfd(child.id() as i32).ok().flatten();
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &fd {
+            // Readable once it exited; a moment's nap in case it is not yet collectable.
+            Some(fd) if link_protocol::exit::wait(fd, left) => {
+                std::thread::sleep(Duration::from_micros(100))
+            }
+            Some(_) => {}
+            None => std::thread::sleep(left.min(Duration::from_millis(20))),
+        }
+    }
+}
+
 /// A child the kit started; only this handle waits for it. Dropping an unfinished child kills it.
 pub struct Owned {
     pub child: Child,
@@ -254,18 +279,17 @@ impl Owned {
         Ok(self.status)
     }
 
-    /// Waits up to `timeout` by polling, so the caller can give up.
+    /// Waits up to `timeout`, so the caller can give up; wakes when the child exits.
     pub fn wait_timeout(&mut self, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.try_wait()? {
-                return Ok(Some(s));
-            }
-            if Instant::now() >= deadline {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if self.status.is_some() {
+            return Ok(self.status);
         }
+        let s = wait_child(&mut self.child, timeout)?;
+        if s.is_some() {
+            self.status = s;
+            global().release(self.pid);
+        }
+        Ok(s)
     }
 
     /// Sends `sig` unless the child has already been waited for (its pid may be reused).

@@ -203,9 +203,11 @@ fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: fcntl on one descriptor we own.
+    let parent = rustix::process::getpid();
+    // SAFETY: fcntl on one descriptor we own, and prctl/getppid: async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
+            crate::run::die_with_parent(parent)?;
             let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             Ok(())
@@ -241,13 +243,16 @@ fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
 }
 
 fn bwrap_version(bwrap: &Path) -> Option<String> {
-    let mut child = std::process::Command::new(bwrap)
-        .arg("--version")
+    use std::os::unix::process::CommandExt;
+    let parent = rustix::process::getpid();
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
+        .stderr(std::process::Stdio::null());
+    // SAFETY: prctl and getppid are async-signal-safe.
+    unsafe { cmd.pre_exec(move || crate::run::die_with_parent(parent)) };
+    let mut child = cmd.spawn().ok()?;
     // One short line: it fits the pipe, so bwrap never blocks writing it.
     crate::run::wait_timeout(&mut child, STEP_TIMEOUT).ok()??;
     let mut out = String::new();

@@ -734,23 +734,11 @@ pub fn wait_timeout(
         // Nothing to poll: wait without a limit rather than leave it behind.
         return child.wait().map(Some);
     };
-    let end = Instant::now() + timeout;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        let ts = Timespec::try_from(left).unwrap_or(Timespec {
-            tv_sec: i64::MAX,
-            tv_nsec: 0,
-        });
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        match rustix::event::poll(&mut fds, Some(&ts)) {
-            Ok(n) if n > 0 => return child.wait().map(Some),
-            Err(Errno::INTR) => continue,
-            // Past the limit (or unable to wait for it): kill it and reap it.
-            _ => {
-                let _ = child.kill();
-                child.wait()?;
-                return Ok(None);
-            }
-        }
+    if link_protocol::exit::wait(&fd, timeout) {
+        return child.wait().map(Some);
     }
+    // Past the limit (or unable to wait for it): kill it and reap it.
+    let _ = child.kill();
+    child.wait()?;
+    Ok(None)
 }

@@ -31,6 +31,8 @@ pub mod agent;
 #[cfg(feature = "runtime")]
 pub mod client;
 pub mod clock;
+#[cfg(feature = "runtime")]
+pub mod exit;
 pub mod files;
 #[cfg(feature = "runtime")]
 pub mod frame;
