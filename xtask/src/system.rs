@@ -89,11 +89,7 @@ impl Manager {
 /// What to run to install `packages` here: this distribution's command, or, when it is not
 /// one the xtask knows, the command for each it does.
 pub fn install_hint(packages: &[Package]) -> String {
-    let sudo = if rustix::process::geteuid().is_root() {
-        ""
-    } else {
-        "sudo "
-    };
+    let sudo = sudo();
     match Manager::here() {
         Some(m) => format!("{sudo}{}", m.install_line(packages)),
         None => [
@@ -125,14 +121,13 @@ pub fn install_missing(trace: bool) -> Result<()> {
             install_hint(&packages)
         );
     };
-    let root = rustix::process::geteuid().is_root();
     let mut steps = Vec::new();
     if manager == Manager::Apt {
         steps.push("apt-get update -qq".to_owned());
     }
     steps.push(manager.install_line(&packages));
     for step in steps {
-        let shown = if root { step } else { format!("sudo {step}") };
+        let shown = format!("{}{step}", sudo());
         link_protocol::errln!("xtask: installing {}: $ {shown}", names(&packages));
         let mut words = shown.split_whitespace();
         let program = words.next().expect("a command line has a program");
@@ -153,6 +148,15 @@ pub fn install_missing(trace: bool) -> Result<()> {
         bail!("{} still not on PATH after installing", names(&still));
     }
     Ok(())
+}
+
+/// `sudo ` before a command that needs root, when this process is not root.
+fn sudo() -> &'static str {
+    if rustix::process::geteuid().is_root() {
+        ""
+    } else {
+        "sudo "
+    }
 }
 
 fn names(packages: &[Package]) -> String {

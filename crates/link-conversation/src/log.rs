@@ -174,22 +174,22 @@ impl Log {
 
     /// Where cut torn tails are recorded: `<stem>.repairs.jsonl` beside the log.
     pub fn repairs_path(&self) -> PathBuf {
-        let stem = self
-            .path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "conversation".into());
-        self.path.with_file_name(format!("{stem}.repairs.jsonl"))
+        self.beside("repairs.jsonl")
     }
 
     /// Where the acknowledged entry count is kept: `<stem>.acked` beside the log.
     pub fn acked_path(&self) -> PathBuf {
+        self.beside("acked")
+    }
+
+    /// `<stem>.<extension>` in the log's directory.
+    fn beside(&self, extension: &str) -> PathBuf {
         let stem = self
             .path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "conversation".into());
-        self.path.with_file_name(format!("{stem}.acked"))
+        self.path.with_file_name(format!("{stem}.{extension}"))
     }
 
     /// The acknowledged entry count, when one was recorded and is readable (a symlink in its
