@@ -376,8 +376,10 @@ fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
 }
 
 /// Plugins a killed host left running, from its pids file: each whose start time still
-/// matches (a reused pid is never touched) is SIGKILLed, and `up` waits until all are gone.
-/// Called with the lock held, so the host that wrote the file is dead.
+/// matches (a reused pid is never touched) is SIGKILLed, and so is every bwrap naming this
+/// state root (a sandbox the host's death left behind, `link_plugin_sandbox::leftovers`);
+/// `up` waits until all are gone. Called with the lock held, so the host that wrote the file
+/// is dead.
 fn kill_survivors(layout: &StateLayout) -> Result<()> {
     let path = layout.pids_file();
     let bytes = match std::fs::read(&path) {
@@ -388,26 +390,35 @@ fn kill_survivors(layout: &StateLayout) -> Result<()> {
     let recorded: PidsFile = serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a pids file; remove it", path.display()))?;
     let me = std::process::id() as i32;
-    let survivors: Vec<_> = recorded
+    let mut survivors: Vec<_> = recorded
         .plugins
         .iter()
         .filter(|p| p.pid > 1 && p.pid != me && live_start_time(p.pid) == Some(p.start_time))
+        .map(|p| (p.name.clone(), p.pid, p.start_time))
         .collect();
-    for p in &survivors {
+    for (name, pid, _) in &survivors {
         link_protocol::errln!(
-            "link: killing {} (pid {}), left running by the previous `link up` (pid {}) on this state",
-            p.name, p.pid, recorded.host
+            "link: killing {name} (pid {pid}), left running by the previous `link up` (pid {}) on this state",
+            recorded.host
         );
-        if let Some(pid) = rustix::process::Pid::from_raw(p.pid) {
+        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
+    }
+    let marker = format!("{}/", layout.root().display());
+    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_naming(&marker) {
+        link_protocol::errln!(
+            "link: killing bwrap (pid {pid}), a sandbox of the previous `link up` (pid {}) on this state",
+            recorded.host
+        );
+        survivors.push(("bwrap".to_owned(), pid, start));
     }
     let deadline = std::time::Instant::now() + SURVIVOR_WAIT;
     loop {
         let alive: Vec<_> = survivors
             .iter()
-            .filter(|p| live_start_time(p.pid) == Some(p.start_time))
-            .map(|p| format!("{} (pid {})", p.name, p.pid))
+            .filter(|(_, pid, start)| live_start_time(*pid) == Some(*start))
+            .map(|(name, pid, _)| format!("{name} (pid {pid})"))
             .collect();
         if alive.is_empty() {
             break;

@@ -1,7 +1,8 @@
 //! A full disk (fault injection): the state root is a small tmpfs, filled to ENOSPC while
 //! the runtime runs. A turn that cannot be stored answers 507 naming the state root, the log
 //! on disk holds exactly the acknowledged entries (nothing partial), the host and every
-//! plugin stay up, and once space is freed the next turn works.
+//! plugin stay up, and once space is freed the next turn works. A disk that fills between
+//! two entries of one full Link turn keeps what was stored and the 507 says so.
 //!
 //! Mounting needs root (CAP_SYS_ADMIN); where it is not permitted the tests print SKIPPED
 //! with the reason, unless `LNK_REQUIRE_NATIVE=1` makes that a failure.
@@ -291,4 +292,79 @@ fn mini_answers_507_on_a_full_disk_and_recovers() {
 #[test]
 fn link_answers_507_on_a_full_disk_and_recovers() {
     full_disk("link", "diagnostic");
+}
+
+/// The bytes free in the last page of `path`: an append that fits needs no new block.
+fn page_slack(path: &Path) -> usize {
+    const PAGE: u64 = 4096;
+    let len = std::fs::metadata(path).expect("the log's size").len();
+    ((PAGE - len % PAGE) % PAGE) as usize
+}
+
+/// Full Link stores a turn's entries as they happen (its user entry before the model is
+/// called), so a disk can fill between two of them. The message is sized to fit the slack of
+/// the log's last page and its reply (which quotes it) not: the turn answers 507 saying the
+/// message was stored and its reply not, the log holds exactly that (no partial line), and the
+/// runtime goes on once space is freed.
+#[test]
+fn link_says_the_message_was_kept_when_the_disk_fills_before_its_reply() {
+    let Some((root, mount)) = mounted_root() else {
+        return;
+    };
+    let state = root.path().to_owned();
+    let mut rt = support::up_in(&root, "link", "diagnostic");
+    let token = rt.create_token();
+    let agent = "alpha";
+    let created = rt.post("/v1/agents", &token, json!({ "name": agent }));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    let (status, body) = turn(&rt, &token, agent, "first");
+    assert_eq!(status, 200, "{body}");
+    let log = find_log(&state, agent).expect("the agent's log");
+    let first = log_on_disk(&state, agent)[0].to_string();
+    // A user line is its content plus a fixed frame; a little more is left for safety.
+    let overhead = first.len() + 1 - "first".len() + 16;
+    while page_slack(&log) < overhead + 64 {
+        let (status, body) = turn(&rt, &token, agent, &"p".repeat(300));
+        assert_eq!(status, 200, "{body}");
+    }
+    let message = "y".repeat(page_slack(&log) - overhead);
+    let acknowledged = conversation(&rt, &token, agent);
+    let plugins = alive_plugins(&rt);
+
+    let filler = fill(&state);
+    let (status, body) = turn(&rt, &token, agent, &message);
+    assert_eq!(status, 507, "the reply could not be stored: {body}");
+    let said = body["error"]["message"].as_str().unwrap_or_default();
+    for part in [
+        format!("the disk holding {} is full", state.display()),
+        "your message had been stored".to_owned(),
+        "the reply is not in it".to_owned(),
+    ] {
+        assert!(said.contains(&part), "the 507 says {part:?}: {body}");
+    }
+    let on_disk = log_on_disk(&state, agent);
+    let mut expected = acknowledged.clone();
+    expected.push(json!({"role": "user", "content": message}));
+    assert_eq!(on_disk, expected, "the message is kept, nothing after it");
+    assert_eq!(conversation(&rt, &token, agent), expected);
+    assert_eq!(
+        rt.try_wait().expect("the host's status"),
+        None,
+        "{}",
+        rt.stderr()
+    );
+    assert_eq!(alive_plugins(&rt), plugins);
+
+    std::fs::remove_file(&filler).expect("remove the filler");
+    let (status, body) = turn(&rt, &token, agent, "after space was freed");
+    assert_eq!(status, 200, "{body}");
+    let after = conversation(&rt, &token, agent);
+    assert_eq!(after[..expected.len()], expected[..]);
+    assert_eq!(log_on_disk(&state, agent), after);
+    rt.restart();
+    assert_eq!(conversation(&rt, &token, agent), after);
+    rt.down();
+    drop(rt);
+    drop(mount);
+    drop(root);
 }

@@ -22,6 +22,8 @@ pub struct Deps {
     pub pool: Pool,
     pub router: PathBuf,
     pub model: PathBuf,
+    /// Named by a full disk's error.
+    pub state_root: PathBuf,
 }
 
 fn unavailable(message: String) -> RemoteError {
@@ -29,11 +31,12 @@ fn unavailable(message: String) -> RemoteError {
 }
 
 impl Deps {
-    pub fn new(router: PathBuf, model: PathBuf) -> Deps {
+    pub fn new(router: PathBuf, model: PathBuf, state_root: PathBuf) -> Deps {
         Deps {
             pool: Pool::new(),
             router,
             model,
+            state_root,
         }
     }
 
@@ -167,7 +170,11 @@ mod tests {
     #[tokio::test]
     async fn dead_dependencies_are_named() {
         let dir = std::env::temp_dir().join(format!("lnk-harness-deps-{}", std::process::id()));
-        let deps = Deps::new(dir.join("router.sock"), dir.join("model.sock"));
+        let deps = Deps::new(
+            dir.join("router.sock"),
+            dir.join("model.sock"),
+            dir.to_owned(),
+        );
         let a = AgentId::parse("a").unwrap();
         let e = deps
             .call::<agent::Get>(&a, &Default::default())

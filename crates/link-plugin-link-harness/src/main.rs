@@ -45,6 +45,7 @@ impl Harness {
             deps: deps::Deps::new(
                 layout.router_socket(),
                 layout.plugin_socket(deps::MODEL_PLUGIN),
+                layout.root().to_owned(),
             ),
             mode: env.mode,
             turns: Mutex::new(HashMap::new()),

@@ -44,10 +44,12 @@ pub async fn run(
     result
 }
 
-/// A turn in progress: its conversation, and whether that is still exactly the log.
+/// A turn in progress: its conversation, whether that is still exactly the log, and how
+/// many entries this turn has stored.
 struct Turn {
     conversation: Conversation,
     in_sync: bool,
+    stored: usize,
 }
 
 /// Appends the user entry, durable before the model is called, to the conversation: the
@@ -70,6 +72,7 @@ async fn begin(
                 return Ok(Turn {
                     conversation,
                     in_sync: true,
+                    stored: 1,
                 });
             }
             // A torn tail, a re-created agent: the log is not what this harness left.
@@ -82,6 +85,7 @@ async fn begin(
     let mut turn = Turn {
         conversation: load(deps, agent).await?,
         in_sync: true,
+        stored: 0,
     };
     record(deps, agent, &mut turn, user).await?;
     Ok(turn)
@@ -179,9 +183,14 @@ async fn record(
     turn: &mut Turn,
     entry: Value,
 ) -> Result<(), RemoteError> {
-    let total = deps
-        .append(agent, std::slice::from_ref(&entry), None)
-        .await?;
+    let total = match deps.append(agent, std::slice::from_ref(&entry), None).await {
+        Ok(total) => total,
+        Err(e) if e.code == ErrorCode::InsufficientStorage && turn.stored > 0 => {
+            return Err(storage_full_mid_turn(deps, agent, turn.stored, &e))
+        }
+        Err(e) => return Err(e),
+    };
+    turn.stored += 1;
     turn.conversation.push(entry);
     if total != turn.conversation.total {
         tracing::info!(
@@ -192,6 +201,29 @@ async fn record(
         turn.in_sync = false;
     }
     Ok(())
+}
+
+/// A full disk after this turn stored `stored` entries: those stay (the log says what
+/// happened, and a tool may have acted), so the error says so instead of "nothing was stored".
+fn storage_full_mid_turn(
+    deps: &Deps,
+    agent: &AgentId,
+    stored: usize,
+    e: &RemoteError,
+) -> RemoteError {
+    tracing::warn!("a full disk stopped the turn of {agent}: {}", e.message);
+    let later = match stored {
+        1 => String::new(),
+        n => format!(" and the {} entries after it", n - 1),
+    };
+    RemoteError::storage_full(
+        &deps.state_root,
+        format!("the next entry of agent {agent}'s conversation could not be appended"),
+        format!(
+            "your message{later} had been stored and stay in the conversation; the reply is \
+             not in it"
+        ),
+    )
 }
 
 /// Calls a tool's route for this agent. A refusal is a result the model reads (`ok: false`);

@@ -15,6 +15,8 @@
 //! - [`run`]: running one confined command with a time limit that kills its whole tree, and
 //!   never returning while a process it started (bwrap, or the namespace's init bwrap leaves
 //!   behind) is alive;
+//! - [`leftovers`]: the sandboxes a killed starter left (bubblewrap's `--die-with-parent` race),
+//!   found by the path their command line names and killed;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
 //! - [`service`]: the `sandbox.exec` route of the plugin.
 //!
@@ -24,6 +26,7 @@
 pub mod helper;
 pub mod host;
 pub mod identity;
+pub mod leftovers;
 pub mod limits;
 pub mod policy;
 pub mod probe;

@@ -271,13 +271,39 @@ impl ProbeDir {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let name = format!("lnk-probe-{}-{nanos}", std::process::id());
+        let name = format!("{PROBE_DIR_PREFIX}{}-{nanos}", std::process::id());
+        sweep_probe_dirs(&std::env::temp_dir());
         let root = std::env::temp_dir().join(&name);
         std::fs::create_dir_all(root.join("workspace"))?;
         Ok(ProbeDir { root, name })
     }
     fn workspace(&self) -> PathBuf {
         self.root.join("workspace")
+    }
+}
+
+const PROBE_DIR_PREFIX: &str = "lnk-probe-";
+
+/// Ends what probes whose process is gone left: a probe killed mid-step (kill -9 of the host
+/// takes it down at once) cannot remove its scratch directory, and its bwrap may outlive it
+/// ([`crate::leftovers`]). A pid reused since keeps its directory until that process is gone.
+fn sweep_probe_dirs(tmp: &Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PROBE_DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok());
+        // A zombie is gone too: a killed probe may wait a while for its new parent to reap it.
+        let gone = pid.is_some_and(|pid| !link_protocol::exit::running(pid));
+        if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            crate::leftovers::kill_bwraps_naming(&name.to_string_lossy());
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -562,6 +588,32 @@ pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scratch_dirs_of_dead_probes_are_swept_and_only_those() {
+        let tmp = std::env::temp_dir().join(format!("lnk-sweep-test-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let dead_dir = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-1"));
+        let live_dir = tmp.join(format!("{PROBE_DIR_PREFIX}{}-1", std::process::id()));
+        let other = tmp.join("lnk-probe-notapid-1");
+        let target = tmp.join("kept");
+        for d in [&dead_dir, &live_dir, &other, &target] {
+            std::fs::create_dir_all(d.join("workspace")).unwrap();
+        }
+        // A link named like a dead probe's directory is not followed.
+        let link = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-2"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        sweep_probe_dirs(&tmp);
+        assert!(!dead_dir.exists(), "a dead probe's directory is swept");
+        for kept in [&live_dir, &other, &target.join("workspace")] {
+            assert!(kept.exists(), "{} is kept", kept.display());
+        }
+        assert!(link.symlink_metadata().is_ok());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 
     #[test]
     fn known_bwrap_failures_are_named_with_their_fix() {

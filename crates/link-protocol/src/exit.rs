@@ -60,7 +60,7 @@ pub fn wait_pid(pid: i32, timeout: Duration) -> bool {
 }
 
 /// True while `pid` exists and is not a zombie.
-fn running(pid: i32) -> bool {
+pub fn running(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().next())

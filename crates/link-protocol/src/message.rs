@@ -133,11 +133,21 @@ impl RemoteError {
         state_root: &std::path::Path,
         detail: impl std::fmt::Display,
     ) -> Self {
+        Self::storage_full(state_root, detail, "nothing was stored")
+    }
+
+    /// As [`RemoteError::insufficient_storage`], for a write refused after others of the
+    /// same request were stored: `kept` says what was.
+    pub fn storage_full(
+        state_root: &std::path::Path,
+        detail: impl std::fmt::Display,
+        kept: impl std::fmt::Display,
+    ) -> Self {
         Self::new(
             ErrorCode::InsufficientStorage,
             format!(
-                "the disk holding {} is full: {detail}; nothing was stored. Free space and \
-                 send the message again",
+                "the disk holding {} is full: {detail}; {kept}. Free space and send the \
+                 message again",
                 state_root.display()
             ),
         )

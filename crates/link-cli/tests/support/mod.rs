@@ -42,9 +42,9 @@ fn programs() -> PathBuf {
 /// `link up --profile PROFILE --mode MODE` on `root` with test hooks on; it must print
 /// `ready <connection socket>`.
 pub fn up_in(root: &StateRoot, profile: &str, mode: &str) -> RuntimeProcess {
-    let spec = RuntimeSpec::new(programs(), profile.parse().unwrap(), mode.parse().unwrap())
-        .env(ENV_TEST_HOOKS, "1");
-    let rt = spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
+    let rt = spec(profile, mode)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
     let expected = format!(
         "ready {}",
         root.path().join("run/connection.sock").display()
@@ -56,6 +56,12 @@ pub fn up_in(root: &StateRoot, profile: &str, mode: &str) -> RuntimeProcess {
         rt.stderr()
     );
     rt
+}
+
+/// `link up --profile PROFILE --mode MODE` with the built programs and test hooks on.
+pub fn spec(profile: &str, mode: &str) -> RuntimeSpec {
+    RuntimeSpec::new(programs(), profile.parse().unwrap(), mode.parse().unwrap())
+        .env(ENV_TEST_HOOKS, "1")
 }
 
 /// [`up_in`] in the tests' [`MODE`].
