@@ -29,7 +29,8 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
 /// `monitor.*` on the host socket go to the measure plugin, which owns them.
 async fn forward<R: Route<Body = Empty>>(shared: Arc<Shared>) -> Result<R::Reply, RemoteError> {
     let socket = shared.layout.plugin_socket(programs::MEASURE);
-    Ok(client::request_once::<R>(&socket, None, &Empty {}).await?)
+    let peer = shared.peer_of(programs::MEASURE);
+    Ok(client::request_once_to::<R>(&socket, peer, None, &Empty {}).await?)
 }
 
 /// Plugins that serve HTTP on their socket instead of link-protocol routes.
@@ -69,7 +70,9 @@ async fn debug_call(
     };
     let body = serde_json::to_value(body).map_err(|e| RemoteError::internal(e.to_string()))?;
     let socket = shared.layout.plugin_socket(plugin);
-    let reply = client::call_once(&socket, PLUGIN_DEBUG_CALL, req.agent.as_deref(), body).await?;
+    let peer = shared.peer_of(plugin);
+    let agent = req.agent.as_deref();
+    let reply = client::call_once_to(&socket, peer, PLUGIN_DEBUG_CALL, agent, body).await?;
     serde_json::from_value(reply)
         .map_err(|e| RemoteError::internal(format!("{plugin}'s debug.call answer: {e}")))
 }

@@ -5,6 +5,7 @@ use crate::UpArgs;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,16 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Who must serve `plugin`'s socket: the pid the host started for it.
+    pub fn peer_of(&self, plugin: &str) -> link_protocol::client::Peer {
+        let plugins = self.plugins.lock().expect("lock");
+        match plugins.iter().find(|p| p.name == plugin) {
+            Some(p) => link_protocol::client::Peer::Pid(p.pid),
+            // Not started (yet): no process may answer for it.
+            None => link_protocol::client::Peer::Pid(0),
+        }
+    }
+
     pub fn status(&self) -> HostStatus {
         HostStatus {
             profile: self.profile,
@@ -244,8 +255,22 @@ async fn start_all(
         }
         started.push(plugin);
         record_pids(launch.layout, started)?;
+        if name == programs::MINI_CONNECTION {
+            publish_connection(launch.layout)?;
+        }
     }
     Ok(())
+}
+
+/// Mini's connection service serves its socket in its own directory; clients find it at
+/// `run/connection.sock`, a link the host makes where no plugin may write.
+fn publish_connection(layout: &StateLayout) -> Result<()> {
+    let link = layout.connection_socket();
+    let target = layout.plugin_socket(programs::MINI_CONNECTION);
+    let relative = target.strip_prefix(layout.run_dir()).unwrap_or(&target);
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(relative, &link)
+        .with_context(|| format!("linking {} to {}", link.display(), target.display()))
 }
 
 /// Waits for a stop request or a plugin's death; returns the exit code and the reason.

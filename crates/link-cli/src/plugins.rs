@@ -166,7 +166,7 @@ impl Launch<'_> {
             programs: self.programs,
             readable: extra_readable(layout, name),
             writable,
-            sockets: vec![layout.run_dir()],
+            sockets: vec![layout.plugin_run_dir(name)],
         };
         // Landlock forbids mount(2), which bwrap needs: the sandbox plugin gets no_new_privs
         // only, and every command it runs is confined by bwrap + Landlock inside.

@@ -260,6 +260,8 @@ impl Router {
         socket: PathBuf,
     ) -> Result<(), String> {
         check_claims(name, routes)?;
+        // Only the process the host started may answer for these routes.
+        self.pool.expect_peer(&socket, pid);
         let mut t = self.table.lock().expect("lock");
         t.by_pid.insert(pid, name);
         for route in routes {

@@ -336,10 +336,11 @@ fn confined_link_refuses_to_start_without_bubblewrap() {
         "{stderr}"
     );
     assert!(stderr.contains("--mode diagnostic"), "{stderr}");
-    let left: Vec<_> = std::fs::read_dir(root.path().join("run"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| n.ends_with(".sock"))
+    let layout = link_protocol::layout::StateLayout::new(root.path());
+    let left: Vec<_> = layout
+        .all_sockets()
+        .into_iter()
+        .filter(|s| s.symlink_metadata().is_ok())
         .collect();
     assert!(left.is_empty(), "sockets left behind: {left:?}");
 }

@@ -88,7 +88,8 @@ async fn main() -> anyhow::Result<()> {
         harness: layout.plugin_socket(programs::MINI_HARNESS),
         host: layout.host_socket(),
     });
-    let socket = layout.connection_socket();
+    // In its own directory; the host links `run/connection.sock` to it once it is ready.
+    let socket = env.socket.clone();
     let listener = link_protocol::plugin::bind(&socket)?;
     link_protocol::plugin::run_until_stopped(
         &socket,

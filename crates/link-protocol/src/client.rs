@@ -51,6 +51,32 @@ fn request_for<R: Route>(
     })
 }
 
+/// Who must be serving a socket, checked once per new connection from its credentials
+/// (SO_PEERCRED): a socket path can be replaced, the process behind a connection cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// Whoever serves the path (a client with nothing to check it against).
+    Any,
+    /// Only this process.
+    Pid(i32),
+}
+
+/// Connects to `socket` and checks that `peer` serves it; nothing is sent otherwise.
+pub async fn connect(socket: &Path, peer: Peer) -> Result<UnixStream, Error> {
+    let stream = UnixStream::connect(socket).await?;
+    if let Peer::Pid(want) = peer {
+        let got = stream.peer_cred()?.pid();
+        if got != Some(want) {
+            return Err(Error::WrongPeer {
+                socket: socket.to_owned(),
+                want,
+                got,
+            });
+        }
+    }
+    Ok(stream)
+}
+
 /// One connection; calls are answered in order, one at a time.
 pub struct Client {
     stream: UnixStream,
@@ -59,8 +85,13 @@ pub struct Client {
 
 impl Client {
     pub async fn connect(path: &Path) -> Result<Client, Error> {
+        Client::connect_to(path, Peer::Any).await
+    }
+
+    /// Connects to `path` served by `peer` ([`connect`]).
+    pub async fn connect_to(path: &Path, peer: Peer) -> Result<Client, Error> {
         Ok(Client {
-            stream: UnixStream::connect(path).await?,
+            stream: connect(path, peer).await?,
             next_id: 1,
         })
     }
@@ -110,7 +141,17 @@ pub async fn request_once<R: Route>(
     agent: Option<&AgentId>,
     body: &R::Body,
 ) -> Result<R::Reply, Error> {
-    Client::connect(socket)
+    request_once_to::<R>(socket, Peer::Any, agent, body).await
+}
+
+/// [`request_once`] to a socket `peer` must serve.
+pub async fn request_once_to<R: Route>(
+    socket: &Path,
+    peer: Peer,
+    agent: Option<&AgentId>,
+    body: &R::Body,
+) -> Result<R::Reply, Error> {
+    Client::connect_to(socket, peer)
         .await?
         .request::<R>(agent, body)
         .await
@@ -123,7 +164,18 @@ pub async fn call_once(
     agent: Option<&str>,
     body: Value,
 ) -> Result<Value, Error> {
-    Client::connect(socket)
+    call_once_to(socket, Peer::Any, route, agent, body).await
+}
+
+/// [`call_once`] to a socket `peer` must serve.
+pub async fn call_once_to(
+    socket: &Path,
+    peer: Peer,
+    route: &str,
+    agent: Option<&str>,
+    body: Value,
+) -> Result<Value, Error> {
+    Client::connect_to(socket, peer)
         .await?
         .call(route, agent, body)
         .await
@@ -141,6 +193,8 @@ const MAX_IDLE: usize = 8;
 #[derive(Default)]
 pub struct Pool {
     idle: Mutex<HashMap<PathBuf, Vec<UnixStream>>>,
+    /// The process that must serve a socket, where the pool's owner knows it.
+    peers: Mutex<HashMap<PathBuf, i32>>,
     next_id: AtomicU64,
 }
 
@@ -149,11 +203,25 @@ impl Pool {
         Pool::default()
     }
 
+    /// From now on, only `pid` may serve `socket`: every new connection is checked
+    /// ([`connect`]), and kept ones were made to whoever served it before are dropped.
+    pub fn expect_peer(&self, socket: &Path, pid: i32) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.insert(socket.to_owned(), pid);
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.remove(socket);
+    }
+
+    fn peer_of(&self, socket: &Path) -> Peer {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.get(socket).map_or(Peer::Any, |pid| Peer::Pid(*pid))
+    }
+
     /// Sends `req` (its id as given) to `socket` and returns the response.
     pub async fn exchange(&self, socket: &Path, req: &Request) -> Result<Response, Error> {
         let mut stream = match self.take(socket) {
             Some(stream) => stream,
-            None => UnixStream::connect(socket).await?,
+            None => connect(socket, self.peer_of(socket)).await?,
         };
         let resp = exchange(&mut stream, req).await?;
         self.put(socket, stream);
@@ -263,6 +331,40 @@ mod tests {
         std::fs::remove_file(&socket).unwrap();
         let list = pool.request::<routes::agent::List>(&socket, None, &Empty {});
         assert!(list.await.is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_socket_served_by_another_process_than_expected_gets_nothing() {
+        let dir = std::env::temp_dir().join(format!("lnk-peer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("s.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let served = tokio::spawn(async move {
+            // The refused connection: it closes without a byte.
+            let (mut first, _) = listener.accept().await.unwrap();
+            let sent: Option<Request> = read_message(&mut first).await.unwrap();
+            assert!(
+                sent.is_none(),
+                "a request reached a server not expected: {sent:?}"
+            );
+            serve_one(listener, 1).await;
+        });
+        let pool = Pool::new();
+        // This process serves the socket; pid 1 is expected, so nothing may be sent.
+        pool.expect_peer(&socket, 1);
+        let refused = pool.request::<routes::agent::List>(&socket, None, &Empty {});
+        match refused.await {
+            Err(Error::WrongPeer { want: 1, got, .. }) => {
+                assert_eq!(got, Some(std::process::id() as i32));
+            }
+            other => panic!("a wrong peer was used: {:?}", other.map(|_| ())),
+        }
+        // The allowed twin: the real server's pid.
+        pool.expect_peer(&socket, std::process::id() as i32);
+        let list = pool.request::<routes::agent::List>(&socket, None, &Empty {});
+        assert!(list.await.unwrap().agents.is_empty());
+        served.await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

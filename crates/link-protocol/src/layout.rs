@@ -1,8 +1,9 @@
 //! Where things live under a state root, and the rules a root must satisfy.
 //!
 //! ```text
-//! <root>/run/            sockets (host.sock, connection.sock, <plugin>.sock), host.lock,
-//!                        pids.json (the running host's plugins)
+//! <root>/run/            the host's sockets (host.sock, router.sock, connection.sock),
+//!                        host.lock, pids.json (the running host's plugins)
+//! <root>/run/<p>/<p>.sock  each plugin's socket, in a directory only it may change
 //! <root>/log/<p>.log     each plugin's stderr
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
 //! <root>/data/<p>/       each plugin's own state area (the only place it may write)
@@ -71,9 +72,15 @@ impl StateLayout {
     pub fn pids_file(&self) -> PathBuf {
         self.run_dir().join("pids.json")
     }
-    /// The socket a plugin serves its routes on.
+    /// A plugin's own socket directory: the only place under `run/` it may create or remove
+    /// entries, so no plugin can replace another's socket.
+    pub fn plugin_run_dir(&self, plugin: &str) -> PathBuf {
+        self.run_dir().join(short_name(plugin))
+    }
+    /// The socket a plugin serves its routes on, in its own [`plugin_run_dir`](Self::plugin_run_dir).
     pub fn plugin_socket(&self, plugin: &str) -> PathBuf {
-        self.run_dir().join(format!("{}.sock", short_name(plugin)))
+        self.plugin_run_dir(plugin)
+            .join(format!("{}.sock", short_name(plugin)))
     }
     pub fn log_dir(&self) -> PathBuf {
         self.root.join("log")

@@ -72,6 +72,18 @@ pub enum Error {
     Remote(#[from] RemoteError),
     #[error("response id {got} does not match request id {want}")]
     IdMismatch { want: u64, got: u64 },
+    /// The process serving a socket is not the one that owns it (SO_PEERCRED).
+    #[error(
+        "{} is served by pid {}, not by its owner (pid {want}); something replaced the \
+         socket, so nothing was sent",
+        socket.display(),
+        got.map_or("unknown".to_owned(), |p| p.to_string())
+    )]
+    WrongPeer {
+        socket: std::path::PathBuf,
+        want: i32,
+        got: Option<i32>,
+    },
     /// Refused before sending: the id breaks the rule every owner would refuse it by.
     #[error(transparent)]
     InvalidAgent(#[from] agent::InvalidAgentId),

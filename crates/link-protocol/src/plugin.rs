@@ -144,7 +144,7 @@ impl Contract<'_> {
         let dirs = home_env(&home).map(|(_, dir)| dir);
         let more = [
             self.layout.data(self.name),
-            self.layout.run_dir(),
+            self.layout.plugin_run_dir(self.name),
             self.layout.log_dir(),
         ];
         for dir in dirs.iter().chain(&more) {
