@@ -4,10 +4,11 @@
 //! Modules: [`outputs`] (build commands, missing/stale programs), [`state`] (the fixture
 //! directory), [`runtime`] (the runs), [`compare`] (comparison JSON/Markdown), [`svg`] (the
 //! per-phase picture), [`stats`] (medians and bootstrap intervals), [`baseline`] (regressions
-//! against an earlier comparison), [`ci`] (JUnit XML, the GitHub step summary), [`qualify`]
-//! and [`doctor`].
+//! against an earlier comparison), [`ci`] (JUnit XML, the GitHub step summary),
+//! [`bench_sandbox`] (what confinement costs per command), [`qualify`] and [`doctor`].
 
 mod baseline;
+mod bench_sandbox;
 mod ci;
 mod compare;
 mod doctor;
@@ -33,7 +34,12 @@ commands:
             programs and compare them with intervals (target/runtime-comparison.{md,json,svg});
             --build, --install, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
             --baseline FILE [--max-regression PCT], --allow-skip, --allow-stale,
-            --junit FILE; exit 0 passed, 1 failed, 2 skipped, 3 confinement unavailable
+            --junit FILE, --bench-sandbox; exit 0 passed, 1 failed, 2 skipped,
+            3 confinement unavailable
+  bench-sandbox  time bare bwrap, the CLI `exec` and a confined `run` turn on the plugin
+            path, interleaved, with ratios and intervals (target/bench-sandbox.json);
+            --rounds N (100), --turn-rounds N (40), --allow-stale; exit 0 measured,
+            1 error, 2 usage error, 3 skipped (no bwrap or confinement unavailable)
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
@@ -56,6 +62,8 @@ struct Cli {
 enum Cmd {
     /// Run Mini then full Link on the locked release programs and compare them.
     Runtime(RuntimeArgs),
+    /// Time bare bwrap, the CLI `exec` and the plugin path of a confined `run`, interleaved.
+    BenchSandbox(BenchArgs),
     /// Run the spec's two locked release build commands.
     Build,
     /// Build, run the spec's confined tests and `runtime --trace`, then print a checklist.
@@ -100,8 +108,28 @@ struct RuntimeArgs {
     /// failed checks say why). `$GITHUB_STEP_SUMMARY`, when set, gets the Markdown appended.
     #[arg(long, value_name = "FILE")]
     junit: Option<PathBuf>,
+    /// After the runs, also run the sandbox benchmark (`bench-sandbox` with its defaults) and
+    /// record it in the comparison (`sandbox_bench`) and in target/bench-sandbox.json.
+    #[arg(long)]
+    bench_sandbox: bool,
     #[command(flatten)]
     baseline: BaselineArgs,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Timed rounds of bare bwrap and the CLI `exec` (after 5 warm-up rounds).
+    #[arg(long, value_name = "N", default_value_t = bench_sandbox::DEFAULT_ROUNDS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// How many of those rounds, evenly spaced, also time a `run: true` turn and a plain turn
+    /// (default 40, or --rounds when fewer); at most --rounds.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    turn_rounds: Option<u32>,
+    /// Measure release programs older than their sources (said in the JSON's warnings)
+    /// instead of refusing. Missing ones still refuse.
+    #[arg(long)]
+    allow_stale: bool,
 }
 
 #[derive(Args)]
@@ -154,6 +182,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 baseline: a.baseline.baseline,
                 max_regression: a.baseline.max_regression,
                 junit: a.junit,
+                bench_sandbox: a.bench_sandbox,
             };
             match runtime::run(&ws, &opts) {
                 Ok(summary) => Ok(summary.exit_code(opts.allow_skip)),
@@ -165,6 +194,23 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                     None => Err(e),
                 },
             }
+        }
+        Cmd::BenchSandbox(a) => {
+            let turn_rounds = match a.turn_rounds {
+                Some(t) if t > a.rounds => anyhow::bail!(
+                    "--turn-rounds {t} cannot exceed --rounds {}: turn rounds are among the \
+                     rounds",
+                    a.rounds
+                ),
+                Some(t) => t,
+                None => bench_sandbox::DEFAULT_TURN_ROUNDS.min(a.rounds),
+            };
+            let opts = bench_sandbox::Options {
+                rounds: a.rounds,
+                turn_rounds,
+                allow_stale: a.allow_stale,
+            };
+            bench_sandbox::main(&ws, &opts)
         }
         Cmd::Build => {
             outputs::build(&ws)?;

@@ -79,6 +79,7 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
             baseline,
             max_regression,
             junit: None,
+            bench_sandbox: false,
         };
         match runtime::run(ws, &opts) {
             Ok(s) => {

@@ -3,6 +3,7 @@
 //! optional separate strace pass, and the comparison under `target/`.
 
 use crate::baseline::{self, Verdict};
+use crate::bench_sandbox::{self, BenchStatus};
 use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
@@ -50,6 +51,8 @@ pub struct Options {
     pub max_regression: f64,
     /// `--junit FILE`: JUnit XML, a testsuite per side, a testcase per check.
     pub junit: Option<PathBuf>,
+    /// `--bench-sandbox`: after the runs, the sandbox benchmark, recorded in the comparison.
+    pub bench_sandbox: bool,
 }
 
 /// Exit status: both sides passed, and no significant regression against `--baseline`.
@@ -154,6 +157,9 @@ impl Summary {
 pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     // Cheap refusals first, so nobody waits for a build to learn the fixture dir is unusable.
     let state = state::from_env()?;
+    if opts.bench_sandbox && opts.mode != Mode::Confined {
+        bail!("--bench-sandbox measures confinement, so it needs --mode confined");
+    }
     if opts.install {
         system::install_missing(opts.trace)?;
     }
@@ -255,6 +261,10 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             traced.push((profile, loaded));
         }
     }
+    // The sandbox benchmark last, on the same programs (checked below against the reports).
+    let bench = opts
+        .bench_sandbox
+        .then(|| bench_sandbox::within_runtime(ws, &state, &source));
     let traced_of = |p: Profile| traced.iter().find(|(q, _)| *q == p).map(|(_, l)| l);
     // Every report, timed or traced, must name the same programs with the same sha256.
     compare::same_programs(
@@ -301,7 +311,19 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             ),
         );
     }
+    if let Some(mut b) = bench {
+        if let Some(why) = different_programs(&b, &chosen) {
+            b.status = BenchStatus::Failed;
+            b.reason = Some(why);
+            b.variants = None;
+            b.ratios.clear();
+        }
+        comparison.sandbox_bench = Some(b);
+    }
     let mut written = write_comparison(ws, opts.mode, &comparison)?;
+    if let Some(b) = &comparison.sandbox_bench {
+        written.push(bench_sandbox::write(ws, b)?);
+    }
     if let Some(path) = &opts.junit {
         ci::write_junit(path, &comparison, &timed)?;
         written.push(path.clone());
@@ -318,9 +340,37 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         Some(old) => Some(baseline::compare(old, &comparison, opts.max_regression)?),
         None => None,
     };
-    let summary = summarize(comparison, verdict, opts.trace, written);
+    let mut summary = summarize(comparison, verdict, opts.trace, written);
+    if let Some(b) = &summary.comparison.sandbox_bench {
+        let why = b.reason.as_deref().unwrap_or("no reason given");
+        match b.status {
+            BenchStatus::Measured => {}
+            BenchStatus::Skipped => summary
+                .skips
+                .push(format!("sandbox benchmark skipped: {why}")),
+            BenchStatus::Failed => summary
+                .failures
+                .push(format!("sandbox benchmark failed: {why}")),
+        }
+    }
     print_summary(ws, &summary, opts);
     Ok(summary)
+}
+
+/// Why the sandbox benchmark's figures are not for the compared programs, if they are not: a
+/// program it ran has another sha256 than the one the reports name.
+fn different_programs(bench: &bench_sandbox::SandboxBench, reports: &[Loaded]) -> Option<String> {
+    bench.programs.iter().find_map(|p| {
+        let other = reports
+            .iter()
+            .flat_map(|l| &l.report.artifacts)
+            .find(|a| a.name == p.name && a.sha256 != p.sha256)?;
+        Some(format!(
+            "program `{}` changed between the runs and the sandbox benchmark (sha256 {} in the \
+             reports, {} in the benchmark); its figures are not recorded",
+            p.name, other.sha256, p.sha256
+        ))
+    })
 }
 
 /// Fails with every missing or stale output listed and the exact build commands.
@@ -832,6 +882,26 @@ mod tests {
         assert!(u.to_string().contains("nothing was measured"), "{u}");
         r.outcome.reason = Some("pidfd_open is not supported".into());
         assert_eq!(unconfinable_skip(Mode::Confined, &r), None);
+    }
+
+    #[test]
+    fn a_benchmark_of_other_programs_is_not_recorded_as_theirs() {
+        let bench = crate::bench_sandbox::tests::measured();
+        let report = |sha: &str| Loaded {
+            path: "r.json".into(),
+            sha256: String::new(),
+            report: Report {
+                artifacts: vec![link_report::Artifact {
+                    name: "link".into(),
+                    sha256: sha.into(),
+                    ..Default::default()
+                }],
+                ..Report::new(Profile::Link, Mode::Confined)
+            },
+        };
+        assert_eq!(different_programs(&bench, &[report("aa")]), None);
+        let why = different_programs(&bench, &[report("bb")]).unwrap();
+        assert!(why.contains("program `link` changed"), "{why}");
     }
 
     #[test]

@@ -11,7 +11,14 @@ fn no_arguments_lists_the_commands() {
     let out = xtask().output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for c in ["runtime", "build", "qualify", "doctor", "install"] {
+    for c in [
+        "runtime",
+        "bench-sandbox",
+        "build",
+        "qualify",
+        "doctor",
+        "install",
+    ] {
         assert!(
             text.contains(&format!("\n  {c} ")),
             "{c} missing from:\n{text}"
@@ -128,4 +135,311 @@ fn state_dir(tag: &str) -> std::path::PathBuf {
     std::path::Path::new(&home)
         .join(".cache/lnk-t")
         .join(format!("xc{tag}{}", std::process::id()))
+}
+
+/// `target/release` of this workspace: where `cargo xtask build` leaves the programs.
+fn release_dir() -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
+        Some(t) => root.join(t).join("release"),
+        None => root.join("target/release"),
+    }
+}
+
+/// A target directory of the test's own whose `release/` links to the built programs, so the
+/// benchmark's `bench-sandbox.json` never overwrites a real one. `None` when a program is not
+/// built (a failure with `LNK_REQUIRE_RUNTIME=1`).
+fn linked_target(tag: &str) -> Option<std::path::PathBuf> {
+    let release = release_dir();
+    let programs: Vec<String> = std::fs::read_dir(&release)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| {
+                    n == "link" || n.starts_with("link-plugin-") || n.starts_with("link-mini-")
+                })
+                .filter(|n| !n.ends_with(".d"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let needed = [
+        "link",
+        "link-plugin-sandbox",
+        "link-plugin-link-run",
+        "link-mini-harness",
+    ];
+    if let Some(missing) = needed.iter().find(|n| !programs.iter().any(|p| p == *n)) {
+        let why = format!("{missing} is not built in {}", release.display());
+        if std::env::var("LNK_REQUIRE_RUNTIME").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_RUNTIME=1 but {why}");
+        }
+        eprintln!("SKIPPED: {why} (cargo xtask build)");
+        return None;
+    }
+    let target = std::env::temp_dir().join(format!("xtask-cli-{tag}{}", std::process::id()));
+    let linked = target.join("release");
+    std::fs::create_dir_all(&linked).unwrap();
+    for p in &programs {
+        std::os::unix::fs::symlink(release.join(p), linked.join(p)).unwrap();
+    }
+    Some(target)
+}
+
+#[test]
+fn bench_sandbox_refuses_bad_options() {
+    let out = xtask()
+        .args(["bench-sandbox", "--rounds", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let out = xtask()
+        .args(["bench-sandbox", "--rounds", "many"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = xtask()
+        .args(["bench-sandbox", "--rounds", "3", "--turn-rounds", "4"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("--turn-rounds 4 cannot exceed --rounds 3"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_sandbox_without_programs_names_them_and_the_build_command() {
+    if which("bwrap").is_none() {
+        eprintln!("SKIPPED: without bwrap the benchmark skips before it looks at programs");
+        return;
+    }
+    let target = std::env::temp_dir().join(format!("xtask-cli-bm{}", std::process::id()));
+    std::fs::create_dir_all(&target).unwrap();
+    let state = state_dir("bm");
+    let out = xtask()
+        .arg("bench-sandbox")
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let wrote = target.join("bench-sandbox.json").exists();
+    std::fs::remove_dir_all(&target).unwrap();
+    let _ = std::fs::remove_dir(&state);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let release = target.join("release");
+    assert!(
+        err.contains(&format!(
+            "missing: {}",
+            release.join("link-plugin-sandbox").display()
+        )),
+        "{err}"
+    );
+    assert!(
+        !err.contains("examples/runtime"),
+        "the runner is not needed: {err}"
+    );
+    assert!(
+        err.contains("cargo build --locked --release -p link-cli"),
+        "{err}"
+    );
+    assert!(!wrote, "nothing measured, nothing written");
+}
+
+/// Without bwrap on PATH the benchmark is skipped, says why, and writes no figure.
+#[test]
+fn bench_sandbox_without_bwrap_is_skipped_with_the_reason() {
+    let target = std::env::temp_dir().join(format!("xtask-cli-bb{}", std::process::id()));
+    let state = state_dir("bb");
+    // A PATH with git (the source is named first) and nothing else.
+    let bin = std::env::temp_dir().join(format!("xtask-cli-bbpath{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(which("git").expect("git on PATH"), bin.join("git")).unwrap();
+    let out = xtask()
+        .arg("bench-sandbox")
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", &state)
+        .env("PATH", &bin)
+        .output()
+        .unwrap();
+    let json = std::fs::read_to_string(target.join("bench-sandbox.json"));
+    std::fs::remove_dir_all(&bin).unwrap();
+    let _ = std::fs::remove_dir_all(&target);
+    let _ = std::fs::remove_dir(&state);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("SKIPPED, nothing measured: bwrap is not on PATH"),
+        "{stdout}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&json.unwrap()).unwrap();
+    assert_eq!(v["status"], "skipped");
+    assert!(v["reason"]
+        .as_str()
+        .unwrap()
+        .contains("bwrap is not on PATH"));
+    assert!(v["variants"].is_null(), "never zeros: {v}");
+    assert_eq!(v["ratios"], serde_json::json!([]));
+}
+
+/// A tiny benchmark on the built programs: every variant has a median inside its interval and
+/// both ratios have an interval and a verdict. Where confinement is unavailable, the skip
+/// must say why (a failure with `LNK_REQUIRE_SANDBOX=1`). No timing is judged.
+#[test]
+fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
+    if which("bwrap").is_none() {
+        if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_SANDBOX=1 but bwrap is not on PATH");
+        }
+        eprintln!("SKIPPED: bwrap is not on PATH (bench_sandbox_without_bwrap_* covers it)");
+        return;
+    }
+    let Some(target) = linked_target("bt") else {
+        return;
+    };
+    let state = state_dir("bt");
+    let out = xtask()
+        .args(["bench-sandbox", "--rounds", "3", "--allow-stale"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let json = std::fs::read_to_string(target.join("bench-sandbox.json"));
+    let left: Vec<_> = std::fs::read_dir(&state)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    std::fs::remove_dir_all(&target).unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        left.is_empty(),
+        "the benchmark left {left:?} in its fixture dir"
+    );
+    let v: serde_json::Value = serde_json::from_str(&json.expect("bench-sandbox.json")).unwrap();
+    if out.status.code() == Some(3) {
+        assert_eq!(v["status"], "skipped", "{v}");
+        let reason = v["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("confinement unavailable"), "{reason}");
+        assert!(stdout.contains("SKIPPED, nothing measured"), "{stdout}");
+        if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_SANDBOX=1 but the benchmark skipped: {reason}");
+        }
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(v["status"], "measured");
+    assert_eq!(
+        (v["rounds"].as_u64(), v["turn_rounds"].as_u64()),
+        (Some(3), Some(3))
+    );
+    for name in [
+        "bare_bwrap",
+        "cli_exec",
+        "plugin_path",
+        "run_turn",
+        "plain_turn",
+    ] {
+        let var = &v["variants"][name];
+        let f = |k: &str| {
+            var[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{name}.{k}: {var}"))
+        };
+        let (low, median, high) = (f("median_low_ns"), f("median_ns"), f("median_high_ns"));
+        assert!(low <= median && median <= high, "{name}: {var}");
+        assert_eq!(var["samples"], 3, "{name}");
+        assert_eq!(
+            var["samples_ns"].as_array().map(Vec::len),
+            Some(3),
+            "{name}"
+        );
+        assert!(
+            stdout.contains(name),
+            "{name} missing from the table:\n{stdout}"
+        );
+    }
+    for name in ["bare_bwrap", "cli_exec", "run_turn", "plain_turn"] {
+        assert!(
+            v["variants"][name]["min_ns"].as_f64().unwrap() > 0.0,
+            "{name}: never zero"
+        );
+    }
+    let ratios = v["ratios"].as_array().unwrap();
+    let names: Vec<&str> = ratios.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cli_exec/bare_bwrap", "plugin_path/bare_bwrap"]);
+    for r in ratios {
+        let i = &r["ratio"];
+        let f = |k: &str| i[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
+        assert!(
+            f("low") <= f("estimate") && f("estimate") <= f("high"),
+            "{r}"
+        );
+        assert_eq!(r["goal_max"], 1.3);
+        assert!(
+            ["met", "not_met", "undecided"].contains(&r["goal"].as_str().unwrap()),
+            "{r}"
+        );
+    }
+    assert!(v["programs"].as_array().is_some_and(|p| !p.is_empty()));
+}
+
+fn which(program: &str) -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+/// A bwrap that cannot set up a user namespace, first on PATH: the sandbox probe finds
+/// confinement unavailable and the benchmark is skipped with the probe's reason, no figure.
+#[test]
+fn bench_sandbox_where_confinement_is_unavailable_is_skipped_with_the_reason() {
+    let Some(target) = linked_target("bu") else {
+        return;
+    };
+    let state = state_dir("bu");
+    let bin = target.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("bwrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .unwrap();
+    let out = xtask()
+        .args(["bench-sandbox", "--rounds", "3", "--allow-stale"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", &state)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let json = std::fs::read_to_string(target.join("bench-sandbox.json"));
+    std::fs::remove_dir_all(&target).unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert!(
+        stdout.contains("SKIPPED, nothing measured: confinement unavailable"),
+        "{stdout}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&json.unwrap()).unwrap();
+    assert_eq!(v["status"], "skipped");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("setting up uid map"),
+        "the probe's reason: {reason}"
+    );
+    assert!(v["variants"].is_null(), "never zeros: {v}");
 }

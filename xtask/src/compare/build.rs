@@ -49,6 +49,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         stats,
         method: stats::METHOD.into(),
         warnings,
+        sandbox_bench: None,
     }
 }
 

@@ -71,6 +71,10 @@ pub struct Comparison {
     /// Noise and vague figures, each naming what to do.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// `cargo xtask runtime --bench-sandbox`: the sandbox benchmark, as in
+    /// `bench-sandbox.json`; absent without the flag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_bench: Option<crate::bench_sandbox::SandboxBench>,
 }
 
 /// One timed run as it is compared.
