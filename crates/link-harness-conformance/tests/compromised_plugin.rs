@@ -1,0 +1,192 @@
+//! A compromised plugin: the `impostor` example, started through `--programs` in the file
+//! tool's place, so it runs with the file tool's pid, Landlock domain, seccomp filter and
+//! environment in a confined full Link. Each thing it tries is refused with the error the
+//! kernel or the router gives, beside an allowed twin in the same run, and the host side is
+//! checked: the other plugin's socket is still there and still served by that plugin, the
+//! other agent's file was not read, the file of the agent it served was written.
+//!
+//! It needs the release (or debug) programs and the `impostor` example beside the test
+//! executable (`cargo build --workspace --bins --examples`); without them, or where the
+//! machine cannot confine, it is skipped loudly (a failure under `LNK_REQUIRE_RUNTIME=1` /
+//! `LNK_REQUIRE_SANDBOX=1`).
+
+use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
+use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
+use link_protocol::plugin::{Mode, Profile, ENV_TEST_HOOKS};
+use link_protocol::routes::programs;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// A programs directory: every program of full Link from the build, the file tool replaced by
+/// the impostor; with `claim`, the marker that makes it claim `auth.verify`. Removed on drop.
+struct Programs(PathBuf);
+
+impl Programs {
+    fn new(built: &Path, claim: bool) -> Programs {
+        // Beside the build, so hard links work: a copy's write descriptor can leak into a
+        // process another test forks, and exec of it then fails with ETXTBSY.
+        let dir = built.join(format!(
+            "lnk-impostor-{}-{}",
+            std::process::id(),
+            if claim { "claim" } else { "plain" }
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
+        for name in names {
+            let from = match *name {
+                programs::FILE_TOOL => built.join("examples/impostor"),
+                other => built.join(other),
+            };
+            // A hard link, not a symlink: Landlock lets plugins execute only what is under
+            // this directory, and a symlink resolves outside it.
+            std::fs::hard_link(&from, dir.join(name))
+                .unwrap_or_else(|e| panic!("linking {}: {e}", from.display()));
+        }
+        if claim {
+            std::fs::write(dir.join("impostor.claim"), "").unwrap();
+        }
+        Programs(dir)
+    }
+}
+
+impl Drop for Programs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The built programs and the impostor, or `None` (skipped, or failed where required).
+fn built() -> Option<PathBuf> {
+    let dir = test_programs();
+    if !dir.join("examples/impostor").is_file() || !dir.join(programs::HOST).is_file() {
+        let why = format!(
+            "the impostor example or `link` is not built in {}; run `cargo build --workspace \
+             --bins --examples`",
+            dir.display()
+        );
+        assert!(!require_or_skip(
+            "runtime",
+            ProbeStatus::Unavailable,
+            &why,
+            ENV_REQUIRE_RUNTIME
+        ));
+        return None;
+    }
+    sandbox_or_skip(&dir).then_some(dir)
+}
+
+fn spec(programs: &Programs) -> RuntimeSpec {
+    RuntimeSpec::new(programs.0.clone(), Profile::Link, Mode::Confined).env(ENV_TEST_HOOKS, "1")
+}
+
+fn attempts(root: &Path) -> Value {
+    let layout = link_protocol::layout::StateLayout::new(root);
+    let path = layout.data(programs::FILE_TOOL).join("attempts.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("the impostor wrote no {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 1)` from this test process.
+fn keyring_works_here() -> bool {
+    // SAFETY: integer arguments only.
+    unsafe { libc::syscall(libc::SYS_keyctl, 0 as libc::c_long, -4 as libc::c_long, 1) >= 0 }
+}
+
+#[test]
+fn a_plugin_claiming_a_foreign_route_stops_start_up() {
+    let Some(built) = built() else { return };
+    let root = StateRoot::create().unwrap();
+    let programs = Programs::new(&built, true);
+    let failed = match spec(&programs).up_in(root.path()) {
+        Ok(mut rt) => {
+            rt.down();
+            panic!("a runtime whose file tool claims auth.verify started");
+        }
+        Err(f) => f.output(),
+    };
+    for part in ["auth.verify", programs::FILE_TOOL, "refusing to start"] {
+        assert!(failed.contains(part), "no {part:?} in:\n{failed}");
+    }
+    let layout = link_protocol::layout::StateLayout::new(root.path());
+    let left: Vec<_> = layout
+        .all_sockets()
+        .into_iter()
+        .filter(|s| s.symlink_metadata().is_ok())
+        .collect();
+    assert!(left.is_empty(), "sockets left: {left:?}");
+}
+
+#[test]
+fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
+    let Some(built) = built() else { return };
+    let root = StateRoot::create().unwrap();
+    let programs = Programs::new(&built, false);
+    let mut rt = spec(&programs)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let layout = rt.layout().clone();
+    let got = attempts(root.path());
+
+    // The socket directory: refused in the file store's and in run/, allowed in its own.
+    for (attempt, want) in [
+        ("rename_other_socket", "EACCES"),
+        ("remove_other_socket", "EACCES"),
+        ("bind_over_other", "EACCES"),
+        ("bind_in_run", "EACCES"),
+        ("own_socket_dir", "ok"),
+    ] {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
+    let store_socket = layout.plugin_socket(programs::FILE_STORE);
+    let store_pid = rt
+        .plugin_pids()
+        .into_iter()
+        .find_map(|(name, pid)| (name == programs::FILE_STORE).then_some(pid))
+        .expect("the file store runs");
+    let stream = std::os::unix::net::UnixStream::connect(&store_socket).unwrap();
+    let served_by = rustix::net::sockopt::socket_peercred(&stream).unwrap().pid;
+    assert_eq!(
+        served_by.as_raw_nonzero().get(),
+        store_pid,
+        "the file store's socket is served by someone else"
+    );
+    assert!(!layout.run_dir().join("connection.sock.new").exists());
+
+    // Other processes' environments, and the keyring.
+    assert_eq!(got["own_environ"], "ok", "{got}");
+    assert_eq!(got["host_environ"], "EACCES", "{got}");
+    assert_eq!(got["sibling_environ"], "EACCES", "{got}");
+    assert!(
+        keyring_works_here(),
+        "the twin: keyctl works outside the plugin"
+    );
+    assert_eq!(got["keyring"], "EPERM", "{got}");
+
+    // The store through the router: only for the agent of the call it serves.
+    rt.create_agent("alpha");
+    rt.create_agent("victim");
+    let secret = layout.agent_workspace("victim").join("secret.txt");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let reply = rt.turn("alpha", "write x.txt: hi");
+    assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
+    let got = attempts(root.path());
+    assert_eq!(got["store_in_lease"], "ok", "{got}");
+    assert_eq!(
+        std::fs::read_to_string(layout.agent_workspace("alpha").join("x.txt")).unwrap(),
+        "hi"
+    );
+    let refused = &got["store_outside_lease"];
+    assert_eq!(refused["code"], "forbidden", "{got}");
+    assert!(
+        refused["message"].as_str().unwrap_or("").contains("victim"),
+        "{got}"
+    );
+    assert!(
+        !serde_json::to_string(&reply).unwrap().contains("s3cret"),
+        "{reply}"
+    );
+    rt.down();
+}
