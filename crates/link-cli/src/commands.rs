@@ -120,9 +120,12 @@ fn connection_call(
     let (layout, rt) = runtime(state)?;
     let token = require_token(&layout, token)?;
     let socket = layout.connection_socket();
+    // The runtime's own server, not whatever process answers at that path.
+    let peer = link_protocol::client::connection_peer(&layout);
     let resp = rt
-        .block_on(link_protocol::http::json(
+        .block_on(link_protocol::http::json_to(
             &socket,
+            peer,
             method,
             path,
             Some(&token),

@@ -4,6 +4,7 @@ use crate::plugins::{self, describe, Launch, Plugin};
 use crate::UpArgs;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
+use link_protocol::pids::{PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
@@ -357,26 +358,9 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
     Ok(file)
 }
 
-/// One plugin in `<state>/run/pids.json`: its pid and start time (/proc/PID/stat field 22,
-/// clock ticks since boot), which tells it from a later process that reused the pid.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct RecordedPlugin {
-    name: String,
-    pid: i32,
-    start_time: u64,
-}
-
-/// `<state>/run/pids.json`: the plugins the running host started; removed on a clean exit.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct PidsFile {
-    host: u32,
-    plugins: Vec<RecordedPlugin>,
-}
-
 /// The start time of a live (not zombie) process, from /proc.
 fn live_start_time(pid: i32) -> Option<u64> {
-    let stat = procfs::process::Process::new(pid).ok()?.stat().ok()?;
-    (!matches!(stat.state, 'Z' | 'X')).then_some(stat.starttime)
+    link_protocol::pids::start_time(pid)
 }
 
 /// Rewrites the pids file with every plugin started so far.

@@ -30,6 +30,8 @@ fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
 fn extra_readable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
     match name {
         "link-mini-connection" => vec![layout.auth_dir()],
+        // Its callers are checked against the host's pids file (`run/pids.json`).
+        "link-plugin-model" => vec![layout.run_dir()],
         _ => vec![],
     }
 }

@@ -155,3 +155,54 @@ fn agent_verbs_and_turns_work_on_mini_with_one_token() {
     assert_eq!(token_lines(state), tokens);
     rt.down();
 }
+
+/// Who the CLI talks to at `run/connection.sock` is checked against the runtime's pids file:
+/// a process that is not its server (a replaced socket) gets nothing, not even the token;
+/// the twin, with the listener on record as the server, gets the request.
+#[test]
+fn the_cli_sends_nothing_to_a_server_that_is_not_the_runtimes() {
+    use std::io::Read;
+    let root = state_root();
+    let run = root.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let pids = run.join("pids.json");
+    let on_record = |host: u32| {
+        let file = serde_json::json!({ "host": host, "plugins": [] });
+        std::fs::write(&pids, file.to_string()).unwrap();
+    };
+    let listener = std::os::unix::net::UnixListener::bind(run.join("connection.sock")).unwrap();
+    let received = |listener: &std::os::unix::net::UnixListener| {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut got = vec![0; 4096];
+        let n = stream.read(&mut got).unwrap_or(0);
+        String::from_utf8_lossy(&got[..n]).into_owned()
+    };
+
+    on_record(1);
+    let out = link(
+        &["agent", "list", "--state"],
+        root.path(),
+        Some("tok-secret"),
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("not by its owner (pid 1)"), "{stderr}");
+    assert_eq!(
+        received(&listener),
+        "",
+        "a request reached a server not on record"
+    );
+
+    on_record(std::process::id());
+    let state = root.path().to_owned();
+    let call =
+        std::thread::spawn(move || link(&["agent", "list", "--state"], &state, Some("tok-secret")));
+    let request = received(&listener);
+    assert!(request.starts_with("GET /v1/agents"), "{request}");
+    assert!(request.contains("tok-secret"), "{request}");
+    drop(listener);
+    let _ = call.join().unwrap();
+}

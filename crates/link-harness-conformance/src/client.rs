@@ -1,5 +1,6 @@
 //! Clients of a running runtime: the HTTP connection service and the host's control socket.
 
+use link_protocol::client::Peer;
 use link_protocol::http::{self, HttpResponse};
 use link_protocol::layout::StateLayout;
 use link_protocol::routes::{Empty, Route};
@@ -115,6 +116,8 @@ pub fn text(v: &Value) -> String {
 pub struct Connection {
     pub socket: PathBuf,
     pub token: String,
+    /// Who must serve the socket (read once, so timed requests do not read it each time).
+    pub peer: Peer,
 }
 
 impl Connection {
@@ -122,7 +125,13 @@ impl Connection {
         Connection {
             socket: socket.into(),
             token: token.into(),
+            peer: Peer::Any,
         }
+    }
+
+    /// Only `peer` may answer: the runtime's server ([`link_protocol::client::connection_peer`]).
+    pub fn served_by(self, peer: Peer) -> Self {
+        Connection { peer, ..self }
     }
 
     /// Any request, with the given token (or none); the status is not judged.
@@ -133,7 +142,7 @@ impl Connection {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> Result<HttpResponse, ClientError> {
-        http::json(&self.socket, method, path, token, body)
+        http::json_to(&self.socket, self.peer, method, path, token, body)
             .await
             .map_err(|source| ClientError::Transport {
                 what: format!("{method} {path}"),

@@ -188,5 +188,13 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
         !serde_json::to_string(&reply).unwrap().contains("s3cret"),
         "{reply}"
     );
+    // The model answers only the harness: this turn's replies came from it, the impostor's
+    // own call got its connection closed unanswered.
+    assert!(
+        reply["reply"].as_str().is_some_and(|r| !r.is_empty()),
+        "{reply}"
+    );
+    let model_call = got["model_call"].as_str().unwrap_or_default();
+    assert!(model_call.starts_with("refused"), "{got}");
     rt.down();
 }

@@ -6,6 +6,7 @@
 //! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), and are
 //! `404` otherwise. It serves HTTP, not link-protocol frames, so it announces no routes.
 
+mod callers;
 mod forward;
 mod instructions;
 mod local;
@@ -169,6 +170,7 @@ async fn main() -> anyhow::Result<()> {
         served: AtomicU64::new(0),
     });
     let listener = link_protocol::plugin::bind(&env.socket)?;
+    let listener = callers::Granted::new(listener, env.layout());
     link_protocol::plugin::run_until_stopped(
         &env.socket,
         &[],

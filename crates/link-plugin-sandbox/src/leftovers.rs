@@ -42,13 +42,10 @@ pub fn kill_bwraps_naming(marker: &str) -> Vec<(i32, u64)> {
 
 /// The start time of `pid` when it is a live (not zombie) process running `bwrap`.
 pub fn live_bwrap(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the comm: state is field 3 of stat(5), starttime field 22.
-    let live = comm == "bwrap" && !matches!(fields.first(), Some(&"Z") | Some(&"X"));
-    live.then(|| fields.get(19)?.parse().ok())?
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    (comm.trim_end() == "bwrap")
+        .then(|| link_protocol::pids::start_time(pid))
+        .flatten()
 }
 
 #[cfg(test)]

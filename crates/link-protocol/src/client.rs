@@ -61,6 +61,15 @@ pub enum Peer {
     Pid(i32),
 }
 
+/// Who must serve `run/connection.sock` of the runtime on `layout`, from its pids file (the
+/// host for full Link, Mini's connection plugin); `Any` when no runtime recorded one.
+pub fn connection_peer(layout: &crate::layout::StateLayout) -> Peer {
+    match crate::pids::PidsFile::read(layout) {
+        Ok(Some(file)) => Peer::Pid(file.connection_server()),
+        _ => Peer::Any,
+    }
+}
+
 /// Connects to `socket` and checks that `peer` serves it; nothing is sent otherwise.
 pub async fn connect(socket: &Path, peer: Peer) -> Result<UnixStream, Error> {
     let stream = UnixStream::connect(socket).await?;

@@ -1,6 +1,7 @@
 //! A small HTTP/1.1 client over a Unix socket, for the model service and the connection
 //! service. One request per connection keeps it simple; connecting a Unix socket is cheap.
 
+use crate::client::Peer;
 use crate::Error;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -30,7 +31,19 @@ pub async fn request(
     token: Option<&str>,
     body: Option<Vec<u8>>,
 ) -> Result<HttpResponse, Error> {
-    let stream = UnixStream::connect(socket).await?;
+    request_to(socket, Peer::Any, method, path, token, body).await
+}
+
+/// [`request`] to a socket `peer` must serve; nothing is sent otherwise.
+pub async fn request_to(
+    socket: &Path,
+    peer: Peer,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Result<HttpResponse, Error> {
+    let stream: UnixStream = crate::client::connect(socket, peer).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(io_err)?;
@@ -65,8 +78,20 @@ pub async fn json(
     token: Option<&str>,
     body: Option<&serde_json::Value>,
 ) -> Result<HttpResponse, Error> {
+    json_to(socket, Peer::Any, method, path, token, body).await
+}
+
+/// [`json`] to a socket `peer` must serve.
+pub async fn json_to(
+    socket: &Path,
+    peer: Peer,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> Result<HttpResponse, Error> {
     let bytes = body.map(serde_json::to_vec).transpose()?;
-    request(socket, method, path, token, bytes).await
+    request_to(socket, peer, method, path, token, bytes).await
 }
 
 /// The error with its causes: hyper's own text ("operation was canceled") does not say why.

@@ -41,6 +41,7 @@ pub mod http;
 pub mod layout;
 pub mod message;
 pub mod paths;
+pub mod pids;
 #[cfg(feature = "runtime")]
 pub mod plugin;
 pub mod routes;

@@ -163,7 +163,8 @@ impl RuntimeProcess {
         body: Option<Vec<u8>>,
     ) -> HttpResponse {
         let socket = self.layout.connection_socket();
-        block_on(|| http::request(&socket, method, path, token, body))
+        let peer = link_protocol::client::connection_peer(&self.layout);
+        block_on(|| http::request_to(&socket, peer, method, path, token, body))
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
@@ -180,10 +181,11 @@ impl RuntimeProcess {
 
     /// A JSON request with [`token`](Self::token): the status and the JSON body.
     pub fn http(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-        let socket = self.layout.connection_socket();
-        let token = self.token();
-        let resp = block_on(|| http::json(&socket, method, path, Some(token), body.as_ref()))
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let (socket, token) = (self.layout.connection_socket(), self.token());
+        let peer = link_protocol::client::connection_peer(&self.layout);
+        let resp =
+            block_on(|| http::json_to(&socket, peer, method, path, Some(token), body.as_ref()))
+                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         (resp.status, resp.json())
     }
 

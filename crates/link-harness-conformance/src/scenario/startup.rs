@@ -79,8 +79,9 @@ pub(super) async fn ready<'a>(
     let ready = host.wait_ready().map_err(describe);
     let took = rec.end_phase("startup", 0, timer);
     let socket: PathBuf = ready.map_err(|e| format!("{e}; {}", log_tail(host)))?;
-    let conn = Connection::new(&socket, token);
     let layout = host.layout().clone();
+    let peer = link_protocol::client::connection_peer(&layout);
+    let conn = Connection::new(&socket, token).served_by(peer);
     let status = guarded(
         config.scale(),
         "host.status",
