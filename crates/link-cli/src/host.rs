@@ -225,39 +225,76 @@ async fn start_all(
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
     signals: &mut link_protocol::plugin::ShutdownSignals,
 ) -> Result<()> {
-    for &name in plugins::start_order(launch.profile) {
-        let plugin = tokio::select! {
-            p = launch.start(name, died_tx.clone()) => p?,
-            Some((dead, status)) = died.recv() => bail!(
-                "{dead} exited during start-up ({}); see {}",
-                describe(Some(&status)),
-                launch.layout.log_file(dead).display()
-            ),
-            _ = signals.recv() => bail!("interrupted during start-up"),
-        };
-        shared.plugins.lock().expect("lock").push(PluginStatus {
-            name: name.into(),
-            pid: plugin.pid,
-            state: "ready".into(),
-        });
-        // Only full Link routes calls; Mini's harness serves the agent routes itself.
-        if launch.profile == Profile::Link {
-            let socket = launch.layout.plugin_socket(name);
-            if let Err(e) = shared
-                .router
-                .register(name, plugin.pid, &plugin.routes, socket)
-            {
-                started.push(plugin);
-                bail!(
-                    "{e}; refusing to start (is {} the program of this release?)",
-                    name
-                );
+    for layer in plugins::start_layers(launch.profile) {
+        // Spawned together, recorded at once (a host killed now leaves none running), then
+        // each ready line is awaited in order; they come in while the others start.
+        let mut starting = Vec::new();
+        for &name in &layer {
+            match launch.spawn(name, died_tx.clone()) {
+                Ok(plugin) => starting.push(plugin),
+                Err(e) => {
+                    started.extend(starting);
+                    return Err(e);
+                }
             }
         }
-        started.push(plugin);
-        record_pids(launch.layout, started)?;
-        if name == programs::MINI_CONNECTION {
-            publish_connection(launch.layout)?;
+        let mut spawned: Vec<&Plugin> = started.iter().collect();
+        spawned.extend(&starting);
+        record_pids(launch.layout, &spawned)?;
+        let mut waiting = starting.into_iter();
+        while let Some(plugin) = waiting.next() {
+            let name = plugin.name;
+            let pid = plugin.pid;
+            let ready = tokio::select! {
+                p = plugin.ready(launch) => p,
+                Some((dead, status)) = died.recv() => Err(anyhow::anyhow!(
+                    "{dead} exited during start-up ({}); see {}",
+                    describe(Some(&status)),
+                    launch.layout.log_file(dead).display()
+                )),
+                _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
+            };
+            let plugin = match ready {
+                Ok(p) => p,
+                Err(e) => {
+                    // Stopped with the rest: those not yet ready are still running.
+                    started.extend(waiting);
+                    return Err(e.context(format!("starting {name} (pid {pid})")));
+                }
+            };
+            if let Err(e) = register(launch, shared, &plugin) {
+                started.push(plugin);
+                started.extend(waiting);
+                return Err(e);
+            }
+            started.push(plugin);
+        }
+    }
+    if launch.profile == Profile::Mini {
+        publish_connection(launch.layout)?;
+    }
+    Ok(())
+}
+
+/// A ready plugin in `link status`, and (full Link) its routes in the router: a claim of a
+/// route the table gives another owner stops start-up.
+fn register(launch: &Launch<'_>, shared: &Shared, plugin: &Plugin) -> Result<()> {
+    shared.plugins.lock().expect("lock").push(PluginStatus {
+        name: plugin.name.into(),
+        pid: plugin.pid,
+        state: "ready".into(),
+    });
+    // Only full Link routes calls; Mini's harness serves the agent routes itself.
+    if launch.profile == Profile::Link {
+        let socket = launch.layout.plugin_socket(plugin.name);
+        if let Err(e) = shared
+            .router
+            .register(plugin.name, plugin.pid, &plugin.routes, socket)
+        {
+            bail!(
+                "{e}; refusing to start (is {} the program of this release?)",
+                plugin.name
+            );
         }
     }
     Ok(())
@@ -364,7 +401,7 @@ fn live_start_time(pid: i32) -> Option<u64> {
 }
 
 /// Rewrites the pids file with every plugin started so far.
-fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
+fn record_pids(layout: &StateLayout, started: &[&Plugin]) -> Result<()> {
     let file = PidsFile {
         host: std::process::id(),
         plugins: started

@@ -3,6 +3,7 @@
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{self, Mode, Profile, Ready};
+use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -16,6 +17,39 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Start order; the host stops them in reverse.
 pub fn start_order(profile: Profile) -> &'static [&'static str] {
     profile.plugins()
+}
+
+/// Plugins that make calls as soon as they are ready, with what they call: they start only
+/// once those are ready. No plugin calls another before its ready line, so everything else
+/// starts at once.
+const STARTS_AFTER: &[(&str, &[&str])] = &[
+    // Overdue schedules fire at start, as turns of the harness.
+    (programs::SCHEDULER, &[programs::HARNESS]),
+];
+
+/// The start order cut into layers: every plugin of a layer is started at once, and a layer
+/// starts when the one before it is ready. Stopping is the reverse of [`start_order`].
+pub fn start_layers(profile: Profile) -> Vec<Vec<&'static str>> {
+    let mut layers: Vec<Vec<&'static str>> = Vec::new();
+    let mut placed: Vec<(&str, usize)> = Vec::new();
+    for &name in start_order(profile) {
+        let after = STARTS_AFTER
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(&[][..], |(_, deps)| *deps);
+        let layer = placed
+            .iter()
+            .filter(|(p, _)| after.contains(p))
+            .map(|(_, l)| l + 1)
+            .max()
+            .unwrap_or(0);
+        if layers.len() <= layer {
+            layers.resize(layer + 1, Vec::new());
+        }
+        layers[layer].push(name);
+        placed.push((name, layer));
+    }
+    layers
 }
 
 /// Directories a confined plugin may write besides its data area, home and the run dir.
@@ -65,9 +99,21 @@ pub struct Launch<'a> {
     pub monitor_interval: f64,
 }
 
+impl Plugin {
+    /// Waits for its ready line, which names the routes it serves.
+    pub async fn ready(mut self, launch: &Launch<'_>) -> Result<Plugin> {
+        let ready = launch
+            .wait_ready(self.name, &mut self._stdout, self.exited.clone())
+            .await?;
+        self.routes = ready.routes;
+        Ok(self)
+    }
+}
+
 impl Launch<'_> {
-    /// Starts `name` and waits for its ready line; `died` hears of its exit afterwards.
-    pub async fn start(
+    /// Starts `name` without waiting for it (its routes are known once it is
+    /// [`ready`](Plugin::ready)); `died` hears of its exit.
+    pub fn spawn(
         &self,
         name: &'static str,
         died: tokio::sync::mpsc::UnboundedSender<(&'static str, ExitStatus)>,
@@ -77,7 +123,7 @@ impl Launch<'_> {
             .spawn()
             .with_context(|| format!("starting {}", self.programs.join(name).display()))?;
         let pid = child.id().context("plugin exited at once")? as i32;
-        let mut stdout = BufReader::new(child.stdout.take().context("plugin stdout")?);
+        let stdout = BufReader::new(child.stdout.take().context("plugin stdout")?);
         let (tx, exited) = watch::channel(None);
         tokio::spawn(async move {
             if let Ok(status) = child.wait().await {
@@ -85,11 +131,10 @@ impl Launch<'_> {
                 let _ = died.send((name, status));
             }
         });
-        let ready = self.wait_ready(name, &mut stdout, exited.clone()).await?;
         Ok(Plugin {
             name,
             pid,
-            routes: ready.routes,
+            routes: Vec::new(),
             exited,
             _stdout: stdout,
         })
@@ -188,5 +233,35 @@ pub fn describe(status: Option<&ExitStatus>) -> String {
             (_, Some(sig)) => format!("killed by signal {sig}"),
             _ => format!("{s}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_start_in_layers_after_what_they_call_at_start() {
+        assert_eq!(
+            start_layers(Profile::Mini),
+            vec![start_order(Profile::Mini).to_vec()]
+        );
+        let layers = start_layers(Profile::Link);
+        let flat: Vec<_> = layers.concat();
+        assert_eq!(
+            flat,
+            start_order(Profile::Link),
+            "stop order stays the reverse"
+        );
+        let layer_of = |name| layers.iter().position(|l| l.contains(&name)).unwrap();
+        for (name, deps) in STARTS_AFTER {
+            for dep in *deps {
+                assert!(
+                    layer_of(*name) > layer_of(*dep),
+                    "{name} starts before {dep}"
+                );
+            }
+        }
+        assert_eq!(layers.len(), 2, "{layers:?}");
     }
 }
