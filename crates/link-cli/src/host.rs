@@ -175,8 +175,8 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
-    let probe = (args.profile == Profile::Link && args.mode == Mode::Confined)
-        .then(|| sandbox_probe(&programs));
+    let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
+    let mut probe = confined_link.then(|| Probe::start(&programs));
     let outcome = match start_all(
         &launch,
         &shared,
@@ -187,8 +187,8 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     )
     .await
     {
-        Ok(()) => match probe {
-            Some(probe) => probe.await.map(|found| {
+        Ok(()) => match probe.as_mut() {
+            Some(probe) => probe.answer().await.map(|found| {
                 *shared.sandbox.lock().expect("lock") = Some(found);
             }),
             None => Ok(()),
@@ -207,7 +207,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
             }
             *shared.phase.lock().expect("lock") = "ready";
             link_protocol::outln!("ready {}", layout.connection_socket().display());
-            supervise(&shared, &mut died, &mut signals).await
+            supervise(&shared, &mut died, &mut signals, probe).await
         }
     };
     shared.stopping.send_replace(Some(reason));
@@ -316,8 +316,19 @@ async fn supervise(
     shared: &Shared,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
     signals: &mut link_protocol::plugin::ShutdownSignals,
+    probe: Option<Probe>,
 ) -> (i32, String) {
+    let confirmed = async {
+        match probe {
+            Some(probe) => probe.confirm(shared).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
+        reason = confirmed => {
+            link_protocol::errln!("link: {reason}; stopping the runtime");
+            (1, reason)
+        }
         _ = signals.recv() => (0, "stopped by a signal".into()),
         _ = shared.stop.notified() => (0, "stopped by `link down`".into()),
         Some((name, status)) = died.recv() => {
@@ -495,6 +506,80 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
     Ok(())
 }
 
+/// The sandbox probe of one start: the kept answer when [`probe_cache`] has one for this
+/// machine as it is now (the probe then still runs, and is awaited after `ready`), else the
+/// probe's own answer, awaited before `ready`.
+struct Probe {
+    run: std::pin::Pin<Box<dyn std::future::Future<Output = Result<SandboxStatus>> + Send>>,
+    programs: PathBuf,
+    key: Option<crate::probe_cache::Key>,
+    cached: Option<SandboxStatus>,
+}
+
+impl Probe {
+    fn start(programs: &Path) -> Probe {
+        let key = crate::probe_cache::Key::now(programs);
+        let cached = key
+            .as_ref()
+            .and_then(|k| crate::probe_cache::lookup(programs, k));
+        // Behind a kept answer the probe starts once the runtime is ready (first poll), so it
+        // takes no CPU from the start itself; else it runs while the plugins start.
+        let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
+            Some(_) => {
+                let programs = programs.to_owned();
+                Box::pin(async move { sandbox_probe(&programs).await })
+            }
+            None => Box::pin(sandbox_probe(programs)),
+        };
+        Probe {
+            run,
+            programs: programs.to_owned(),
+            key,
+            cached,
+        }
+    }
+
+    /// What start-up goes on with: the kept answer, or the probe's (kept for next time).
+    async fn answer(&mut self) -> Result<SandboxStatus> {
+        if let Some(cached) = &self.cached {
+            return Ok(SandboxStatus {
+                probe: "cached".into(),
+                ..cached.clone()
+            });
+        }
+        let found = (&mut self.run).await?;
+        if let Some(key) = &self.key {
+            crate::probe_cache::keep(&self.programs, key, &found);
+        }
+        // Answered: nothing is left to confirm.
+        self.run = Box::pin(std::future::pending());
+        Ok(found)
+    }
+
+    /// Resolves only when the probe that ran behind a kept answer disagrees with it: the
+    /// reason to stop. A confirmed answer says so in `link status`.
+    async fn confirm(mut self, shared: &Shared) -> String {
+        if self.cached.is_none() {
+            return std::future::pending().await;
+        }
+        match (&mut self.run).await {
+            Ok(found) => {
+                *shared.sandbox.lock().expect("lock") = Some(SandboxStatus {
+                    probe: "cached, confirmed".into(),
+                    ..found
+                });
+                std::future::pending().await
+            }
+            Err(e) => {
+                if let Some(key) = &self.key {
+                    crate::probe_cache::forget(&self.programs, key);
+                }
+                format!("{e:#}; the kept probe answer no longer holds (it was removed)")
+            }
+        }
+    }
+}
+
 /// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
 /// with the probe's reason. Returns what `link status` shows of it.
 fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<SandboxStatus>> {
@@ -512,6 +597,7 @@ fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<Sa
                 identity: report["identity"].clone(),
                 seccomp: report["seccomp"].clone(),
                 limits: report["limits"].clone(),
+                probe: "ran".into(),
             });
         }
         bail!(

@@ -12,6 +12,7 @@ mod control;
 mod endpoint;
 mod host;
 mod plugins;
+mod probe_cache;
 mod router;
 
 use clap::{Parser, Subcommand};

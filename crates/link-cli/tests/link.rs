@@ -466,3 +466,45 @@ fn tools_act_only_for_the_agent_of_their_call_in_flight() {
     );
     rt.down();
 }
+
+/// The sandbox probe's `enforced` answer is kept beside the programs for the machine as it
+/// is: a later confined start goes on with it (`link status` says `cached`), still runs the
+/// probe behind it, and says `cached, confirmed` once that agrees.
+#[test]
+fn a_kept_probe_answer_is_said_and_confirmed_by_the_probe_behind_it() {
+    if !support::sandbox_available() {
+        return;
+    }
+    let probe_of = |rt: &link_harness_conformance::runtime_process::RuntimeProcess| {
+        let status = rt.host_call(r::host::Status::NAME, json!({})).unwrap();
+        status["sandbox"]["probe"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    // The first start may find an answer kept by another test; either way it keeps one.
+    let root = state_root();
+    let mut rt = support::up_in(&root, "link", "confined");
+    assert!(
+        ["ran", "cached", "cached, confirmed"].contains(&probe_of(&rt).as_str()),
+        "{}",
+        probe_of(&rt)
+    );
+    rt.down();
+    let mut rt = support::up_in(&root, "link", "confined");
+    let first = probe_of(&rt);
+    assert!(
+        first.starts_with("cached"),
+        "the kept answer was not used: {first}"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while probe_of(&rt) != "cached, confirmed" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the probe behind the kept answer never confirmed it: {}",
+            probe_of(&rt)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    rt.down();
+}

@@ -189,6 +189,14 @@ impl<'a> Recorder<'a> {
         self.report.platform.native = native;
     }
 
+    /// How the host knew confinement holds (`link status`'s `sandbox.probe`: `ran`, or
+    /// `cached` with the probe running behind it), beside this runner's own probe.
+    pub(super) fn host_probe(&mut self, how: &Value) {
+        if let Some(sandbox) = self.report.platform.sandbox.as_object_mut() {
+            sandbox.insert("host_probe".into(), how.clone());
+        }
+    }
+
     pub(super) fn artifact(&mut self, a: Artifact) {
         self.report.artifacts.push(a);
     }

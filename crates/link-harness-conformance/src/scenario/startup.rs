@@ -92,6 +92,9 @@ pub(super) async fn ready<'a>(
     // The judges read it as a client reads `link status`.
     let status = serde_json::to_value(status).map_err(|e| e.to_string())?;
     rec.roles(judge::roles(&status));
+    if !status["sandbox"].is_null() {
+        rec.host_probe(&status["sandbox"]["probe"]);
+    }
     let result = judge::startup(&Startup {
         profile: config.profile,
         mode: config.mode,

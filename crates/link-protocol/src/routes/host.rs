@@ -40,6 +40,10 @@ pub struct SandboxStatus {
     pub identity: serde_json::Value,
     pub seccomp: serde_json::Value,
     pub limits: serde_json::Value,
+    /// How this start knew: `ran` (probed before ready), `cached` (a kept answer for this
+    /// machine as it is; the probe runs behind it), `cached, confirmed` (and it agreed).
+    #[serde(default)]
+    pub probe: String,
 }
 
 /// Test hooks only: make `plugin` call `route` through the router as itself.
