@@ -240,13 +240,16 @@ async fn start_all(
         }
         let mut spawned: Vec<&Plugin> = started.iter().collect();
         spawned.extend(&starting);
-        record_pids(launch.layout, &spawned)?;
-        let mut waiting = starting.into_iter();
-        while let Some(plugin) = waiting.next() {
-            let name = plugin.name;
-            let pid = plugin.pid;
+        let recorded = record_pids(launch.layout, &spawned);
+        // From here every plugin of the layer is in `started` on every way out, so a failure
+        // stops it in order (SIGTERM, grace) with the rest.
+        let first = started.len();
+        started.extend(starting);
+        recorded?;
+        for plugin in started[first..].iter_mut() {
+            let (name, pid) = (plugin.name, plugin.pid);
             let ready = tokio::select! {
-                p = plugin.ready(launch) => p,
+                r = plugin.ready(launch) => r,
                 Some((dead, status)) = died.recv() => Err(anyhow::anyhow!(
                     "{dead} exited during start-up ({}); see {}",
                     describe(Some(&status)),
@@ -254,20 +257,8 @@ async fn start_all(
                 )),
                 _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
             };
-            let plugin = match ready {
-                Ok(p) => p,
-                Err(e) => {
-                    // Stopped with the rest: those not yet ready are still running.
-                    started.extend(waiting);
-                    return Err(e.context(format!("starting {name} (pid {pid})")));
-                }
-            };
-            if let Err(e) = register(launch, shared, &plugin) {
-                started.push(plugin);
-                started.extend(waiting);
-                return Err(e);
-            }
-            started.push(plugin);
+            ready.with_context(|| format!("starting {name} (pid {pid})"))?;
+            register(launch, shared, plugin)?;
         }
     }
     if launch.profile == Profile::Mini {
@@ -462,8 +453,7 @@ fn kill_survivors(layout: &StateLayout) -> Result<()> {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
-    let marker = format!("{}/", layout.root().display());
-    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_naming(&marker) {
+    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_naming(layout.root()) {
         link_protocol::errln!(
             "link: killing bwrap (pid {pid}), a sandbox of the previous `link up` (pid {}) on this state",
             recorded.host

@@ -101,12 +101,12 @@ pub struct Launch<'a> {
 
 impl Plugin {
     /// Waits for its ready line, which names the routes it serves.
-    pub async fn ready(mut self, launch: &Launch<'_>) -> Result<Plugin> {
+    pub async fn ready(&mut self, launch: &Launch<'_>) -> Result<()> {
         let ready = launch
             .wait_ready(self.name, &mut self._stdout, self.exited.clone())
             .await?;
         self.routes = ready.routes;
-        Ok(self)
+        Ok(())
     }
 }
 

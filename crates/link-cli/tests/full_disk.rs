@@ -339,6 +339,7 @@ fn link_says_the_message_was_kept_when_the_disk_fills_before_its_reply() {
         format!("the disk holding {} is full", state.display()),
         "your message had been stored".to_owned(),
         "the reply is not in it".to_owned(),
+        "sending the message again would store it".to_owned(),
     ] {
         assert!(said.contains(&part), "the 507 says {part:?}: {body}");
     }

@@ -79,6 +79,11 @@ impl Impostor {
         let layout = self.env.layout();
         let store_socket = layout.plugin_socket(programs::FILE_STORE);
         let store_dir = layout.plugin_run_dir(programs::FILE_STORE);
+        // The file store starts in the same layer: its socket must be there to be attacked.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while serving(&store_socket).is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         self.record(
             "rename_other_socket",
             outcome(std::fs::rename(&store_socket, store_dir.join("aside.sock"))),

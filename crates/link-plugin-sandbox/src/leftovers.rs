@@ -8,9 +8,10 @@
 //! what their command line names and kills them: killing a pid namespace's init ends every
 //! process in it.
 
-/// SIGKILLs every live `bwrap` process one of whose arguments contains `marker` (a path only
-/// one runtime or probe uses); → their pids with start times, to wait for.
-pub fn kill_bwraps_naming(marker: &str) -> Vec<(i32, u64)> {
+/// SIGKILLs every live `bwrap` process one of whose arguments is `dir` or a path under it (a
+/// directory only one runtime or probe uses); → the pids it could signal, with their start
+/// times, to wait for.
+pub fn kill_bwraps_naming(dir: &std::path::Path) -> Vec<(i32, u64)> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -27,13 +28,17 @@ pub fn kill_bwraps_naming(marker: &str) -> Vec<(i32, u64)> {
             continue;
         };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let names = cmdline
-            .split(|b| *b == 0)
-            .any(|arg| String::from_utf8_lossy(arg).contains(marker));
-        if names && pid != std::process::id() as i32 {
-            if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
+        let names = cmdline.split(|b| *b == 0).any(|arg| {
+            use std::os::unix::ffi::OsStrExt;
+            std::path::Path::new(std::ffi::OsStr::from_bytes(arg)).starts_with(dir)
+        });
+        if !names || pid == std::process::id() as i32 {
+            continue;
+        }
+        let signalled = rustix::process::Pid::from_raw(pid).is_some_and(|p| {
+            rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok()
+        });
+        if signalled {
             killed.push((pid, start));
         }
     }
@@ -70,9 +75,12 @@ mod tests {
     fn only_bwraps_naming_the_marker_are_killed() {
         let dir = std::env::temp_dir().join(format!("lnk-leftovers-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let marker = format!("{}/state-a/", dir.display());
+        let root = dir.join("lnk");
+        let marker = format!("{}/", root.display());
         let mut named = fake_bwrap(&dir, &format!("{marker}data/ws"));
-        let mut other = fake_bwrap(&dir, &format!("{}/state-ab/data/ws", dir.display()));
+        let mut other = fake_bwrap(&dir, &format!("{}/lnkb/data/ws", dir.display()));
+        // A root that only ends like this one: another runtime's, left alone.
+        let mut suffix = fake_bwrap(&dir, &format!("{}/home/u/lnk/data/ws", dir.display()));
         // Not bwrap, naming the marker: left alone.
         let mut sleeper = Command::new("/bin/sh")
             .args(["-c", "read x", "sh", &marker])
@@ -81,7 +89,7 @@ mod tests {
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(live_bwrap(named.id() as i32).is_some());
-        let killed = kill_bwraps_naming(&marker);
+        let killed = kill_bwraps_naming(&root);
         let pids: Vec<i32> = killed.iter().map(|(pid, _)| *pid).collect();
         assert_eq!(pids, vec![named.id() as i32]);
         let status = named.wait().unwrap();
@@ -97,7 +105,11 @@ mod tests {
             sleeper.try_wait().unwrap().is_none(),
             "a process not bwrap was killed"
         );
-        for mut child in [other, sleeper] {
+        assert!(
+            suffix.try_wait().unwrap().is_none(),
+            "a root that only ends like it was killed"
+        );
+        for mut child in [other, suffix, sleeper] {
             child.kill().unwrap();
             child.wait().unwrap();
         }

@@ -301,7 +301,7 @@ fn sweep_probe_dirs(tmp: &Path) {
         // A zombie is gone too: a killed probe may wait a while for its new parent to reap it.
         let gone = pid.is_some_and(|pid| !link_protocol::exit::running(pid));
         if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            crate::leftovers::kill_bwraps_naming(&name.to_string_lossy());
+            crate::leftovers::kill_bwraps_naming(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

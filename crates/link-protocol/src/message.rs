@@ -133,11 +133,15 @@ impl RemoteError {
         state_root: &std::path::Path,
         detail: impl std::fmt::Display,
     ) -> Self {
-        Self::storage_full(state_root, detail, "nothing was stored")
+        Self::storage_full(
+            state_root,
+            detail,
+            "nothing was stored. Free space and send the message again",
+        )
     }
 
     /// As [`RemoteError::insufficient_storage`], for a write refused after others of the
-    /// same request were stored: `kept` says what was.
+    /// same request were stored: `kept` says what was, and what the user does now.
     pub fn storage_full(
         state_root: &std::path::Path,
         detail: impl std::fmt::Display,
@@ -146,8 +150,7 @@ impl RemoteError {
         Self::new(
             ErrorCode::InsufficientStorage,
             format!(
-                "the disk holding {} is full: {detail}; {kept}. Free space and send the \
-                 message again",
+                "the disk holding {} is full: {detail}; {kept}",
                 state_root.display()
             ),
         )
