@@ -4,7 +4,7 @@ use crate::plugins::{self, describe, Launch, Plugin};
 use crate::UpArgs;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
-use link_protocol::pids::{PidsFile, RecordedPlugin};
+use link_protocol::pids::{start_time, PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
@@ -397,11 +397,6 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
     Ok(file)
 }
 
-/// The start time of a live (not zombie) process, from /proc.
-fn live_start_time(pid: i32) -> Option<u64> {
-    link_protocol::pids::start_time(pid)
-}
-
 /// Rewrites the pids file with every plugin started so far.
 fn record_pids(layout: &StateLayout, started: &[&Plugin]) -> Result<()> {
     let file = PidsFile {
@@ -412,7 +407,7 @@ fn record_pids(layout: &StateLayout, started: &[&Plugin]) -> Result<()> {
                 Some(RecordedPlugin {
                     name: p.name.to_owned(),
                     pid: p.pid,
-                    start_time: live_start_time(p.pid)?,
+                    start_time: start_time(p.pid)?,
                 })
             })
             .collect(),
@@ -430,18 +425,16 @@ fn record_pids(layout: &StateLayout, started: &[&Plugin]) -> Result<()> {
 /// is dead.
 fn kill_survivors(layout: &StateLayout) -> Result<()> {
     let path = layout.pids_file();
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    let recorded = PidsFile::read(layout)
+        .with_context(|| format!("reading {}; remove it if it is damaged", path.display()))?;
+    let Some(recorded) = recorded else {
+        return Ok(());
     };
-    let recorded: PidsFile = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is not a pids file; remove it", path.display()))?;
     let me = std::process::id() as i32;
     let mut survivors: Vec<_> = recorded
         .plugins
         .iter()
-        .filter(|p| p.pid > 1 && p.pid != me && live_start_time(p.pid) == Some(p.start_time))
+        .filter(|p| p.pid > 1 && p.pid != me && start_time(p.pid) == Some(p.start_time))
         .map(|p| (p.name.clone(), p.pid, p.start_time))
         .collect();
     for (name, pid, _) in &survivors {
@@ -464,7 +457,7 @@ fn kill_survivors(layout: &StateLayout) -> Result<()> {
     loop {
         let alive: Vec<_> = survivors
             .iter()
-            .filter(|(_, pid, start)| live_start_time(*pid) == Some(*start))
+            .filter(|(_, pid, start)| start_time(*pid) == Some(*start))
             .map(|(name, pid, _)| format!("{name} (pid {pid})"))
             .collect();
         if alive.is_empty() {
@@ -541,8 +534,6 @@ impl Probe {
         if let Some(key) = &self.key {
             crate::probe_cache::keep(&self.programs, key, &found);
         }
-        // Answered: nothing is left to confirm.
-        self.run = Box::pin(std::future::pending());
         Ok(found)
     }
 

@@ -194,19 +194,29 @@ fn turn(rt: &RuntimeProcess, token: &str, agent: &str, message: &str) -> (u16, V
     (resp.status, resp.json())
 }
 
-/// The scenario, for one profile and mode.
-fn full_disk(profile: &str, mode: &str) {
-    let Some((root, mount)) = mounted_root() else {
-        return;
-    };
-    let state = root.path().to_owned();
-    let mut rt = support::up_in(&root, profile, mode);
+/// The runtime on `root`, a token, and agent `alpha` after one turn (`first`) answered 200.
+fn up_after_a_first_turn(
+    root: &StateRoot,
+    profile: &str,
+    mode: &str,
+) -> (RuntimeProcess, String, &'static str) {
+    let rt = support::up_in(root, profile, mode);
     let token = rt.create_token();
     let agent = "alpha";
     let created = rt.post("/v1/agents", &token, json!({ "name": agent }));
     assert_eq!(created.status, 201, "{:?}", created.json());
     let (status, body) = turn(&rt, &token, agent, "first");
     assert_eq!(status, 200, "{body}");
+    (rt, token, agent)
+}
+
+/// The scenario, for one profile and mode.
+fn full_disk(profile: &str, mode: &str) {
+    let Some((root, mount)) = mounted_root() else {
+        return;
+    };
+    let state = root.path().to_owned();
+    let (mut rt, token, agent) = up_after_a_first_turn(&root, profile, mode);
     let acknowledged = conversation(&rt, &token, agent);
     assert!(!acknowledged.is_empty());
     let plugins = alive_plugins(&rt);
@@ -312,13 +322,7 @@ fn link_says_the_message_was_kept_when_the_disk_fills_before_its_reply() {
         return;
     };
     let state = root.path().to_owned();
-    let mut rt = support::up_in(&root, "link", "diagnostic");
-    let token = rt.create_token();
-    let agent = "alpha";
-    let created = rt.post("/v1/agents", &token, json!({ "name": agent }));
-    assert_eq!(created.status, 201, "{:?}", created.json());
-    let (status, body) = turn(&rt, &token, agent, "first");
-    assert_eq!(status, 200, "{body}");
+    let (mut rt, token, agent) = up_after_a_first_turn(&root, "link", "diagnostic");
     let log = find_log(&state, agent).expect("the agent's log");
     let first = log_on_disk(&state, agent)[0].to_string();
     // A user line is its content plus a fixed frame; a little more is left for safety.

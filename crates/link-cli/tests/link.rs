@@ -337,11 +337,7 @@ fn confined_link_refuses_to_start_without_bubblewrap() {
     );
     assert!(stderr.contains("--mode diagnostic"), "{stderr}");
     let layout = link_protocol::layout::StateLayout::new(root.path());
-    let left: Vec<_> = layout
-        .all_sockets()
-        .into_iter()
-        .filter(|s| s.symlink_metadata().is_ok())
-        .collect();
+    let left = layout.present_sockets();
     assert!(left.is_empty(), "sockets left behind: {left:?}");
 }
 

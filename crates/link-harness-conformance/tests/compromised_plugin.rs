@@ -111,11 +111,7 @@ fn a_plugin_claiming_a_foreign_route_stops_start_up() {
         assert!(failed.contains(part), "no {part:?} in:\n{failed}");
     }
     let layout = link_protocol::layout::StateLayout::new(root.path());
-    let left: Vec<_> = layout
-        .all_sockets()
-        .into_iter()
-        .filter(|s| s.symlink_metadata().is_ok())
-        .collect();
+    let left = layout.present_sockets();
     assert!(left.is_empty(), "sockets left: {left:?}");
 }
 

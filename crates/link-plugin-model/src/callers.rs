@@ -6,6 +6,7 @@
 use link_protocol::layout::StateLayout;
 use link_protocol::pids::PidsFile;
 use link_protocol::routes::programs;
+use std::collections::HashSet;
 use tokio::net::{unix::SocketAddr, UnixListener, UnixStream};
 
 /// The plugins granted the model.
@@ -15,15 +16,22 @@ pub const GRANTED: &[&str] = &[programs::HARNESS, programs::MINI_HARNESS];
 pub struct Granted {
     listener: UnixListener,
     layout: StateLayout,
+    /// Callers found granted, by (pid, start time): a process stays the plugin it was
+    /// recorded as, so each turn's connection does not read the pids file again.
+    known: HashSet<(i32, u64)>,
 }
 
 impl Granted {
     pub fn new(listener: UnixListener, layout: StateLayout) -> Granted {
-        Granted { listener, layout }
+        Granted {
+            listener,
+            layout,
+            known: HashSet::new(),
+        }
     }
 
     /// Why `stream`'s peer may not call, or `None` when it may.
-    fn refusal(&self, stream: &UnixStream) -> Option<String> {
+    fn refusal(&mut self, stream: &UnixStream) -> Option<String> {
         let pid = match stream.peer_cred().map(|c| c.pid()) {
             Ok(Some(pid)) => pid,
             _ => return Some("a caller without credentials".into()),
@@ -31,9 +39,18 @@ impl Granted {
         if pid == std::os::unix::process::parent_id() as i32 {
             return None;
         }
+        let started = link_protocol::pids::start_time(pid);
+        if started.is_some_and(|t| self.known.contains(&(pid, t))) {
+            return None;
+        }
         let recorded = PidsFile::read(&self.layout).ok().flatten();
         match recorded.as_ref().and_then(|f| f.plugin_of(pid)) {
-            Some(name) if GRANTED.contains(&name) => None,
+            Some(name) if GRANTED.contains(&name) => {
+                if let Some(t) = started {
+                    self.known.insert((pid, t));
+                }
+                None
+            }
             Some(name) => Some(format!(
                 "{name} (pid {pid}), which holds no grant to the model"
             )),

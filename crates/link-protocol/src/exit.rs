@@ -61,11 +61,7 @@ pub fn wait_pid(pid: i32, timeout: Duration) -> bool {
 
 /// True while `pid` exists and is not a zombie.
 pub fn running(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
+    crate::pids::start_time(pid).is_some()
 }
 
 #[cfg(test)]

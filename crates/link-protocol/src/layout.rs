@@ -130,6 +130,14 @@ impl StateLayout {
         all
     }
 
+    /// The sockets (and Mini's connection link, even dangling) this root holds now.
+    pub fn present_sockets(&self) -> Vec<PathBuf> {
+        self.all_sockets()
+            .into_iter()
+            .filter(|s| s.symlink_metadata().is_ok())
+            .collect()
+    }
+
     /// Checks the root is absolute, outside temporary folders, and short enough for sockets.
     pub fn check(&self) -> Result<(), RootError> {
         check_root(&self.root)?;
