@@ -2,8 +2,10 @@
 //!
 //! This crate owns, in one place each:
 //! - [`policy::Policy`]: the one description of a confined command, yielding both the
-//!   bubblewrap arguments (`--new-session --die-with-parent --unshare-pid --unshare-net
-//!   --unshare-ipc --unshare-uts`, a user namespace or a dropped identity, a seccomp filter, system paths read-only, the
+//!   bubblewrap arguments (`--die-with-parent --unshare-pid --unshare-net --unshare-ipc
+//!   --unshare-uts`, and `--new-session` unless the process running bwrap leads a session with
+//!   no controlling terminal, as the plugin does: [`policy::Session`]; a user namespace or a
+//!   dropped identity, a seccomp filter, system paths read-only, the
 //!   state root not bound at all, the workspace the only writable bind, an isolated home) and
 //!   the Landlock rules applied inside the namespace before the command is executed;
 //! - [`identity`]: who the command is on the host (never root), and the workspace walks that

@@ -37,6 +37,52 @@ const MASKED_DIRS: &[&str] = &["/etc/ssh", "/etc/ssl/private"];
 /// Writable inside the sandbox besides the workspace and home: private tmpfs mounts.
 const PRIVATE_TMP: &[&str] = &["/tmp", "/dev/shm"];
 
+/// Whether bwrap must start the command in a session of its own (`--new-session`): a command
+/// that shares a controlling terminal can push input into it (`TIOCSTI`). The flag costs a
+/// `setsid` per command, and with it a scheduler autogroup (about 3 ms a command on a busy
+/// machine), so it is skipped where the process running bwrap proves there is no terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Session {
+    /// The process running bwrap leads a session with no controlling terminal (the sandbox
+    /// plugin, which the host starts so): the command shares that session, which has no
+    /// terminal to reach, and only a session leader could give it one.
+    Own,
+    /// Anything else (a terminal, or a session led by another process that could acquire
+    /// one): bwrap gives the command a new session.
+    NeedsNew,
+}
+
+impl Session {
+    /// What this process is now: a few system calls, made for each command so a terminal
+    /// acquired since is still seen.
+    pub fn current() -> Session {
+        let leads = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
+        Session::of(leads, has_controlling_terminal())
+    }
+
+    /// The decision itself: only a session leader with no controlling terminal may skip
+    /// `--new-session`.
+    pub fn of(leads_session: bool, controlling_terminal: bool) -> Session {
+        if leads_session && !controlling_terminal {
+            Session::Own
+        } else {
+            Session::NeedsNew
+        }
+    }
+}
+
+/// `/dev/tty` is the caller's controlling terminal and opening it fails with `ENXIO` when
+/// there is none; any other answer (a missing node, a refusal) counts as a terminal, so only
+/// proof of none skips the new session.
+fn has_controlling_terminal() -> bool {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    !matches!(
+        rustix::fs::open("/dev/tty", flags, Mode::empty()),
+        Err(rustix::io::Errno::NXIO)
+    )
+}
+
 /// The confinement of one command.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -49,6 +95,7 @@ pub struct Policy {
     /// Who the command is on the host.
     pub identity: Identity,
     pub limits: Limits,
+    pub session: Session,
 }
 
 /// The descriptors bwrap is given, by number in the child.
@@ -63,7 +110,8 @@ pub struct Fds {
 }
 
 impl Policy {
-    /// A policy with the default limits, for `identity`.
+    /// A policy with the default limits, for `identity`, with the [`Session`] this process
+    /// calls for now.
     pub fn new(
         workspace: impl Into<PathBuf>,
         home: Option<PathBuf>,
@@ -76,6 +124,7 @@ impl Policy {
             helper,
             identity,
             limits: Limits::DEFAULT,
+            session: Session::current(),
         }
     }
 
@@ -96,8 +145,10 @@ impl Policy {
     /// process inside sees them on a command line).
     pub fn bwrap_args(&self, fds: &Fds, command: &[OsString]) -> Vec<OsString> {
         let mut a = Args::default();
+        if self.session == Session::NeedsNew {
+            a.flags(&["--new-session"]);
+        }
         a.flags(&[
-            "--new-session",
             "--die-with-parent",
             "--unshare-pid",
             "--unshare-net",
@@ -260,7 +311,10 @@ mod tests {
             uid: 1000,
             gid: 1000,
         };
-        let p = Policy::new("/w", None, "/h/sandbox".into(), caller);
+        let p = Policy {
+            session: Session::NeedsNew,
+            ..Policy::new("/w", None, "/h/sandbox".into(), caller)
+        };
         let fds = Fds {
             info: Some(5),
             status: Some(6),
@@ -286,6 +340,23 @@ mod tests {
              --chdir /workspace --rw /workspace --rw /home/agent --rw /tmp --rw /dev/shm -- true"
         ));
 
+        // In a session of its own with no terminal the command shares it: no new session.
+        let own = Policy {
+            session: Session::Own,
+            ..p
+        };
+        let joined = own
+            .bwrap_args(&fds, &["true".into()])
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            joined.starts_with("--die-with-parent --unshare-pid"),
+            "{joined}"
+        );
+        assert!(!joined.contains("--new-session"), "{joined}");
+
         let dedicated = Identity::Dedicated { uid: 7, gid: 8 };
         let p = Policy::new("/w", None, "/h/sandbox".into(), dedicated);
         let joined = p
@@ -297,6 +368,19 @@ mod tests {
         assert!(!joined.contains("--unshare-user"), "{joined}");
         assert!(joined.contains("--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID"));
         assert!(joined.contains("landlock-exec --status-fd 6 --drop-to 7:8 --limits"));
+    }
+
+    #[test]
+    fn only_a_session_leader_without_a_terminal_skips_the_new_session() {
+        assert_eq!(Session::of(true, false), Session::Own);
+        assert_eq!(Session::of(true, true), Session::NeedsNew);
+        assert_eq!(Session::of(false, false), Session::NeedsNew);
+        assert_eq!(Session::of(false, true), Session::NeedsNew);
+        // The test runner starts this process in its own session only if it was made so.
+        let leads = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
+        if !leads {
+            assert_eq!(Session::current(), Session::NeedsNew);
+        }
     }
 
     #[test]

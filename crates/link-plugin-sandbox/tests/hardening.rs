@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Whoever runs the confined commands: this process's user, or an ordinary one.
-struct Who {
+pub(crate) struct Who {
     user: Option<TestUser>,
     /// Keeps the state root (root) or the open parent (ordinary user) alive.
     _root: Option<Root>,
@@ -20,7 +20,7 @@ struct Who {
 }
 
 impl Who {
-    fn me() -> Who {
+    pub(crate) fn me() -> Who {
         Who {
             user: None,
             _root: Some(Root::new()),
@@ -31,7 +31,7 @@ impl Who {
 
     /// An ordinary user with a copy of the binary it can reach; `None` (said why) when no
     /// user can be made here.
-    fn ordinary() -> Option<Who> {
+    pub(crate) fn ordinary() -> Option<Who> {
         let user = match TestUser::create("lnk-sbx") {
             Ok(u) => u,
             Err(why) => {
@@ -52,7 +52,7 @@ impl Who {
     }
 
     /// A fresh workspace this identity may use.
-    fn workspace(&self, name: &str) -> PathBuf {
+    pub(crate) fn workspace(&self, name: &str) -> PathBuf {
         match (&self.user, &self.parent, &self._root) {
             (Some(u), Some(p), _) => {
                 let ws = p.0.join(name);
@@ -65,7 +65,7 @@ impl Who {
         }
     }
 
-    fn command(&self, args: &[&std::ffi::OsStr]) -> Command {
+    pub(crate) fn command(&self, args: &[&std::ffi::OsStr]) -> Command {
         match &self.user {
             Some(u) => u.command(args),
             None => {
@@ -85,7 +85,7 @@ impl Who {
     }
 
     /// `exec --workspace WS -- ARGV` as this identity, not yet run.
-    fn exec_command(&self, ws: &Path, argv: &[&str]) -> Command {
+    pub(crate) fn exec_command(&self, ws: &Path, argv: &[&str]) -> Command {
         let mut args: Vec<&std::ffi::OsStr> = vec![
             self.bin.as_os_str(),
             "exec".as_ref(),
@@ -119,7 +119,7 @@ fn gid(n: u32) -> rustix::fs::Gid {
 }
 
 /// Runs `check` as this process's user and as an ordinary one.
-fn for_both(check: fn(&Who)) {
+pub(crate) fn for_both(check: fn(&Who)) {
     if !sandbox_or_skip() {
         return;
     }

@@ -9,3 +9,4 @@ mod confinement;
 mod hardening;
 mod host_confine;
 mod plugin;
+mod terminal;

@@ -159,7 +159,8 @@ impl Contract<'_> {
     /// plugin's own [`PLUGIN_PASSTHROUGH`] variables), `HOME`/`XDG_*`
     /// inside its own home, the `LNK_*` variables; stdin closed, stdout piped for the ready
     /// line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
-    /// plugins in order). The caller sets stderr (the plugin's log) and confinement.
+    /// plugins in order); for the plugins [`leads_own_session`] names, a session of its own
+    /// (whose one group it leads). The caller sets stderr (the plugin's log) and confinement.
     pub fn apply(&self, cmd: &mut std::process::Command) {
         self.apply_from(cmd, |k| std::env::var_os(k));
     }
@@ -185,9 +186,23 @@ impl Contract<'_> {
             .env(ENV_PROGRAMS, self.programs)
             .env(ENV_MONITOR_INTERVAL, self.monitor_interval.to_string())
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .process_group(0);
+            .stdout(std::process::Stdio::piped());
+        if leads_own_session(self.name) {
+            // SAFETY: setsid(2) only, between fork and exec. The child of a fork never leads
+            // a process group, so it cannot fail with EPERM; any failure stops the start.
+            unsafe { cmd.pre_exec(|| Ok(rustix::process::setsid().map(drop)?)) };
+        } else {
+            cmd.process_group(0);
+        }
     }
+}
+
+/// Whether `plugin` is started as the leader of a session of its own, with no controlling
+/// terminal: the sandbox plugin, so the commands it confines share a session with no terminal
+/// to push input into (`TIOCSTI`) and bubblewrap need not start one per command
+/// (`--new-session`: a `setsid` and a scheduler autogroup each). The one place that decides.
+pub fn leads_own_session(plugin: &str) -> bool {
+    plugin == crate::routes::programs::SANDBOX
 }
 
 /// The ready line's payload.
@@ -416,6 +431,46 @@ mod tests {
                 assert!(!env.contains_key(secret), "{other} gets {secret}: {env:?}");
             }
         }
+    }
+
+    /// (pid, process group, session) of `/bin/cat` started as `plugin` by the contract.
+    fn started_ids(plugin: &str) -> (u32, u32, u32) {
+        let layout = crate::layout::StateLayout::new("/lnk-state");
+        let contract = Contract {
+            name: plugin,
+            layout: &layout,
+            programs: Path::new("/programs"),
+            profile: Profile::Link,
+            mode: Mode::Diagnostic,
+            monitor_interval: 1.0,
+        };
+        let mut cmd = std::process::Command::new("/bin/cat");
+        cmd.arg("/proc/self/stat");
+        contract.apply_from(&mut cmd, |_| None);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stat = String::from_utf8(out.stdout).unwrap();
+        let pid = stat.split(' ').next().unwrap().parse().unwrap();
+        // After the command name: state, ppid, pgrp, session.
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        (pid, rest[2].parse().unwrap(), rest[3].parse().unwrap())
+    }
+
+    #[test]
+    fn only_the_sandbox_plugin_leads_a_session_and_every_plugin_a_group() {
+        let (pid, group, session) = started_ids(crate::routes::programs::SANDBOX);
+        assert_eq!((group, session), (pid, pid));
+        let ours = rustix::process::getsid(None)
+            .unwrap()
+            .as_raw_nonzero()
+            .get() as u32;
+        let (pid, group, session) = started_ids("link-plugin-model");
+        assert_eq!((group, session), (pid, ours));
     }
 
     #[test]
