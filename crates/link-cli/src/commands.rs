@@ -1,5 +1,5 @@
-//! The client verbs: `down`, `status`, `token create|revoke`, `agent create|list|delete`,
-//! `turn`.
+//! The client verbs: `down`, `status`, `token create|revoke`, `model-key set|delete`,
+//! `agent create|list|delete`, `turn`.
 //!
 //! The verbs that speak to the connection service take the bearer token from `--token` or
 //! `$LNK_TOKEN` and never mint one themselves: a token is permanent until revoked, so one
@@ -31,8 +31,17 @@ pub fn absolute(p: &Path) -> Result<std::path::PathBuf> {
 }
 
 async fn host_call<R: Route<Body = Empty>>(layout: &StateLayout) -> Result<R::Reply> {
+    let peer = client::host_peer(layout).unwrap_or(client::Peer::Any);
+    host_request::<R>(layout, peer, &Empty {}).await
+}
+
+async fn host_request<R: Route>(
+    layout: &StateLayout,
+    peer: client::Peer,
+    body: &R::Body,
+) -> Result<R::Reply> {
     let socket = layout.host_socket();
-    client::request_once::<R>(&socket, None, &Empty {})
+    client::request_once_to::<R>(&socket, peer, None, body)
         .await
         .with_context(|| {
             format!(
@@ -63,6 +72,72 @@ pub fn down(state: &Path) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// `link model-key set`: stores the remote model's key, read from standard input (a command
+/// line is readable by every local user in /proc), through full Link's secret plugin. It is
+/// sent only to the host the runtime's pids file names.
+pub fn model_key_set(state: &Path) -> Result<i32> {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+        .context("reading the key from standard input")?;
+    let value = parse_key(&text)?;
+    let (layout, rt) = runtime(state)?;
+    let peer = recorded_host(&layout)?;
+    rt.block_on(host_request::<host::ModelKeySet>(
+        &layout,
+        peer,
+        &host::ModelKey { value },
+    ))?;
+    link_protocol::errln!(
+        "link: stored the remote model key; the model uses it from its next forwarded request"
+    );
+    Ok(0)
+}
+
+/// `link model-key delete`: removes the stored key; prints `{"deleted": bool}`.
+pub fn model_key_delete(state: &Path) -> Result<i32> {
+    let (layout, rt) = runtime(state)?;
+    let peer = recorded_host(&layout)?;
+    let reply = rt.block_on(host_request::<host::ModelKeyDelete>(
+        &layout,
+        peer,
+        &Empty {},
+    ))?;
+    link_protocol::outln!("{}", serde_json::to_string(&reply)?);
+    Ok(0)
+}
+
+/// The host of the runtime on `layout`, which a secret may be sent to.
+fn recorded_host(layout: &StateLayout) -> Result<client::Peer> {
+    client::host_peer(layout).with_context(|| {
+        format!(
+            "no runtime is recorded on {} (its run/pids.json is missing): start full Link \
+             there with `link up --profile link --state {}`; nothing was sent",
+            layout.root().display(),
+            layout.root().display()
+        )
+    })
+}
+
+/// The key as given on standard input: one line of visible characters (it travels as an HTTP
+/// header), its line ending dropped. Errors never repeat it.
+fn parse_key(text: &str) -> Result<String> {
+    let key = text.strip_suffix('\n').unwrap_or(text);
+    let key = key.strip_suffix('\r').unwrap_or(key);
+    if key.is_empty() {
+        bail!(
+            "no key on standard input: pipe it in, for example \
+             `link model-key set --state DIR < keyfile`; nothing was stored"
+        );
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!(
+            "the key on standard input is not one line of visible ASCII characters (it is \
+             sent as an HTTP header); nothing was stored"
+        );
+    }
+    Ok(key.to_owned())
 }
 
 pub fn token_create(state: &Path) -> Result<i32> {
@@ -173,4 +248,21 @@ pub fn agent_list(state: &Path, token: Option<String>) -> Result<i32> {
 
 pub fn agent_delete(state: &Path, token: Option<String>, id: &str) -> Result<i32> {
     connection_call(state, token, "DELETE", &format!("/v1/agents/{id}"), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_one_line_of_visible_characters() {
+        assert_eq!(parse_key("sk-1\n").unwrap(), "sk-1");
+        assert_eq!(parse_key("sk-1\r\n").unwrap(), "sk-1");
+        assert_eq!(parse_key("sk-1").unwrap(), "sk-1");
+        for bad in ["", "\n", "sk 1", "sk-1\nsk-2", "sk-\u{e9}"] {
+            let e = parse_key(bad).unwrap_err().to_string();
+            assert!(e.contains("nothing was stored"), "{bad:?}: {e}");
+            assert!(!e.contains("sk-"), "the error repeats the key: {e}");
+        }
+    }
 }

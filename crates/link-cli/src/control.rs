@@ -1,9 +1,11 @@
 //! The host's control socket (`run/host.sock`): status, down, the monitor, test hooks.
 
 use crate::host::Shared;
+use link_protocol::plugin::Profile;
 use link_protocol::routes::host::{
     self, DebugCallBody, DebugCallReply, PluginDebugBody, PLUGIN_DEBUG_CALL,
 };
+use link_protocol::routes::secret::{self, MODEL_REMOTE_KEY};
 use link_protocol::routes::{programs, Empty, Route};
 use link_protocol::server::{self, Call, Peers, Service};
 use link_protocol::{client, RemoteError};
@@ -19,7 +21,17 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
         })
         .on::<host::MonitorStatus, _, _>(|shared, _, _| forward::<host::MonitorStatus>(shared))
         .on::<host::MonitorStop, _, _>(|shared, _, _| forward::<host::MonitorStop>(shared))
-        .on::<host::MonitorSamples, _, _>(|shared, _, _| forward::<host::MonitorSamples>(shared));
+        .on::<host::MonitorSamples, _, _>(|shared, _, _| forward::<host::MonitorSamples>(shared))
+        .on::<host::ModelKeySet, _, _>(|shared, _, key| async move {
+            let body = serde_json::json!({"name": MODEL_REMOTE_KEY, "value": key.value});
+            secret_call::<secret::Put>(&shared, body).await?;
+            Ok(Empty {})
+        })
+        .on::<host::ModelKeyDelete, _, _>(|shared, _, _| async move {
+            let body = serde_json::json!({"name": MODEL_REMOTE_KEY});
+            let reply = secret_call::<secret::Delete>(&shared, body).await?;
+            serde_json::from_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
+        });
     if test_hooks() {
         service = service.on::<host::DebugCall, _, _>(debug_call);
     }
@@ -31,6 +43,28 @@ async fn forward<R: Route<Body = Empty>>(shared: Arc<Shared>) -> Result<R::Reply
     let socket = shared.layout.plugin_socket(programs::MEASURE);
     let peer = shared.peer_of(programs::MEASURE);
     Ok(client::request_once_to::<R>(&socket, peer, None, &Empty {}).await?)
+}
+
+/// A `secret.*` call as the host, through the router, so the grant and secret tables apply to
+/// the host like to any caller. Mini has no secret plugin.
+async fn secret_call<R: Route>(
+    shared: &Shared,
+    body: serde_json::Value,
+) -> Result<serde_json::Value, RemoteError> {
+    if shared.profile != Profile::Link {
+        return Err(RemoteError::not_found(
+            "Mini has no secret plugin, so it keeps no remote model key: run full Link \
+             (`link up --profile link`) to forward to a remote model with a key",
+        ));
+    }
+    let req = link_protocol::Request {
+        id: 0,
+        route: R::NAME.to_owned(),
+        agent: None,
+        caller: None,
+        body,
+    };
+    crate::router::call(shared, crate::router::HOST, req).await
 }
 
 /// Plugins that serve HTTP on their socket instead of link-protocol routes.

@@ -98,6 +98,22 @@ fn confinement_summary(mode: Mode) -> &'static str {
     }
 }
 
+/// The remote model key once came from the environment, where every plugin started with it
+/// could read it; now it is kept by the secret plugin. A start that still sets it stops, so
+/// the key is neither silently ignored nor passed on.
+fn refuse_key_in_environment() -> Result<()> {
+    use link_protocol::plugin::ENV_MODEL_REMOTE_KEY;
+    if std::env::var_os(ENV_MODEL_REMOTE_KEY).is_some() {
+        bail!(
+            "{ENV_MODEL_REMOTE_KEY} is set, but Link no longer takes the remote model key from \
+             the environment: unset it, start full Link, and store the key with \
+             `link model-key set --state DIR` (it reads the key on standard input); nothing \
+             was started"
+        );
+    }
+    Ok(())
+}
+
 /// Runs the host in the foreground until it is asked to stop or a plugin dies.
 pub fn up(args: UpArgs) -> Result<i32> {
     // State is private: everything the host and the plugins it starts (which inherit the
@@ -106,6 +122,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     let root = crate::commands::absolute(&args.state)?;
     let layout = StateLayout::new(root);
     layout.check()?;
+    refuse_key_in_environment()?;
     let programs = match &args.programs {
         Some(p) => crate::commands::absolute(p)?,
         None => std::env::current_exe()?
@@ -620,26 +637,27 @@ pub struct Allowance<'a> {
 
 /// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
 /// no_new_privs and the baseline seccomp filter, applied between fork and exec so the plugin
-/// never runs a single instruction unconfined. `landlock: false` (the sandbox plugin) gets
-/// its capabilities shed and no_new_privs only: its bwrap needs mounts and namespaces.
+/// never runs a single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
+/// and namespaces, gets a Landlock domain without filesystem rules instead
+/// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and no seccomp filter.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     name: &str,
     allow: Allowance<'_>,
-    landlock: bool,
 ) -> Result<()> {
     use link_plugin_sandbox::host;
     let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name)?);
     let caps = shedding.clone();
     // SAFETY: prctl and capset calls only; nothing is allocated.
     unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
-    if !landlock {
-        // SAFETY: set_no_new_privs is one prctl call; it allocates nothing.
-        unsafe { cmd.pre_exec(host::set_no_new_privs) };
-        return Ok(());
-    }
-    let mut rules = host::plugin_rules(allow.programs.to_owned(), &allow.writable, &allow.sockets);
-    rules.read_only.extend(allow.readable);
+    let rules = if name == link_protocol::routes::programs::SANDBOX {
+        host::sandbox_plugin_rules()
+    } else {
+        let mut rules =
+            host::plugin_rules(allow.programs.to_owned(), &allow.writable, &allow.sockets);
+        rules.read_only.extend(allow.readable);
+        rules
+    };
     let mut ruleset = host::prepare(&rules)?;
     // SAFETY: restrict_child makes two system calls and allocates nothing on success.
     unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };

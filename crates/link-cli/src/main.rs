@@ -49,6 +49,12 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Full Link: store or delete the key sent to the remote model (LNK_MODEL_REMOTE_URL),
+    /// kept by the secret plugin.
+    ModelKey {
+        #[command(subcommand)]
+        command: ModelKeyCommand,
+    },
     /// Create, list and delete agents through the connection service (JSON replies).
     Agent {
         #[command(subcommand)]
@@ -110,6 +116,21 @@ enum TokenCommand {
     },
 }
 
+#[derive(Subcommand)]
+enum ModelKeyCommand {
+    /// Store the key read from standard input (one line); the running model uses it from its
+    /// next forwarded request.
+    Set {
+        #[arg(long)]
+        state: PathBuf,
+    },
+    /// Delete the stored key; prints {"deleted": true|false}.
+    Delete {
+        #[arg(long)]
+        state: PathBuf,
+    },
+}
+
 /// Options of `link up`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct UpArgs {
@@ -147,6 +168,10 @@ fn main() {
         Command::Token {
             command: TokenCommand::Revoke { state, token },
         } => commands::token_revoke(&state, &token),
+        Command::ModelKey { command } => match command {
+            ModelKeyCommand::Set { state } => commands::model_key_set(&state),
+            ModelKeyCommand::Delete { state } => commands::model_key_delete(&state),
+        },
         Command::Agent { command } => match command {
             AgentCommand::Create { client, name } => {
                 commands::agent_create(&client.state, client.token, &name)

@@ -215,11 +215,7 @@ impl Launch<'_> {
             writable,
             sockets: vec![layout.plugin_run_dir(name)],
         };
-        // Landlock forbids mount(2), which bwrap needs: the sandbox plugin gets no_new_privs
-        // only, and every command it runs is confined by bwrap + Landlock inside.
-        let landlock = name != "link-plugin-sandbox";
-        crate::host::confine_command(cmd, name, allow, landlock)
-            .with_context(|| format!("confining {name}"))
+        crate::host::confine_command(cmd, name, allow).with_context(|| format!("confining {name}"))
     }
 }
 

@@ -48,6 +48,8 @@ pub const GRANTS: &[(&str, &[&str])] = &[
             r::host::MonitorStatus::NAME,
             r::host::MonitorStop::NAME,
             r::host::MonitorSamples::NAME,
+            r::secret::Put::NAME,
+            r::secret::Delete::NAME,
         ],
     ),
     (
@@ -75,6 +77,7 @@ pub const GRANTS: &[(&str, &[&str])] = &[
         ],
     ),
     (programs::RUN, &[r::sandbox::Exec::NAME]),
+    (programs::MODEL, &[r::secret::Get::NAME]),
     (
         programs::FILE_TOOL,
         &[
@@ -104,19 +107,30 @@ pub const UNROUTED: &[(&str, &str)] = &[
         r::auth::Revoke::NAME,
         "`link token revoke` writes the token store itself",
     ),
-    (
-        r::secret::Get::NAME,
-        "no plugin reads secrets yet: the remote model key still comes from the environment",
-    ),
-    (
-        r::secret::Put::NAME,
-        "secrets are provisioned by the operator",
-    ),
-    (
-        r::secret::Delete::NAME,
-        "secrets are provisioned by the operator",
-    ),
 ];
+
+/// The secrets each holder of a `secret.*` grant may name: the host stores the remote model
+/// key for `link model-key set`, the model reads it to forward. No other name is reachable.
+pub const SECRETS: &[(&str, &[&str])] = &[
+    (HOST, &[r::secret::MODEL_REMOTE_KEY]),
+    (programs::MODEL, &[r::secret::MODEL_REMOTE_KEY]),
+];
+
+/// True when `route` is a `secret.*` route and `caller` may not name the secret in `body`.
+fn secret_refused(caller: &str, route: &str, body: &Value) -> bool {
+    let secret_routes = [
+        r::secret::Get::NAME,
+        r::secret::Put::NAME,
+        r::secret::Delete::NAME,
+    ];
+    if !secret_routes.contains(&route) {
+        return false;
+    }
+    let name = body.get("name").and_then(Value::as_str).unwrap_or_default();
+    !SECRETS
+        .iter()
+        .any(|(holder, names)| *holder == caller && names.contains(&name))
+}
 
 /// Plugins that act only for the agent of a call in flight to them: every call they make
 /// must name an agent they hold a lease for, which the router gives them while it forwards
@@ -367,6 +381,13 @@ impl Router {
                 req.route
             )));
         }
+        if secret_refused(caller, &req.route, &req.body) {
+            // The name is not echoed: a caller may have put a secret in the wrong field.
+            return Err(refuse(format!(
+                "{caller} may not name that secret in {}",
+                req.route
+            )));
+        }
         if let Some(holder) = LEASED.iter().find(|l| **l == caller) {
             let agent = req.agent.as_deref().unwrap_or_default();
             let key = (*holder, agent.to_owned());
@@ -499,6 +520,36 @@ mod tests {
         ));
         assert!(!allowed(programs::RUN, r::tool::Run::NAME));
         assert!(!allowed("unknown", r::agent::Get::NAME));
+    }
+
+    #[test]
+    fn each_secret_is_reachable_only_by_its_holders() {
+        use serde_json::json;
+        let key = json!({"name": r::secret::MODEL_REMOTE_KEY});
+        let other = json!({"name": "other"});
+        assert!(!secret_refused(programs::MODEL, r::secret::Get::NAME, &key));
+        assert!(secret_refused(
+            programs::MODEL,
+            r::secret::Get::NAME,
+            &other
+        ));
+        assert!(secret_refused(
+            programs::MODEL,
+            r::secret::Get::NAME,
+            &json!({})
+        ));
+        assert!(!secret_refused(HOST, r::secret::Put::NAME, &key));
+        assert!(secret_refused(HARNESS, r::secret::Get::NAME, &key));
+        assert!(!secret_refused(HARNESS, r::agent::Get::NAME, &other));
+        // Only the model reads, only the host writes.
+        assert!(allowed(programs::MODEL, r::secret::Get::NAME));
+        assert!(!allowed(programs::MODEL, r::secret::Put::NAME));
+        assert!(!allowed(HOST, r::secret::Get::NAME));
+        for (holder, _) in SECRETS {
+            assert!(GRANTS
+                .iter()
+                .any(|(c, routes)| c == holder && routes.iter().any(|r| r.starts_with("secret."))));
+        }
     }
 
     #[test]

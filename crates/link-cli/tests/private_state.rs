@@ -4,8 +4,9 @@
 
 use crate::support::{self, state_root};
 use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
-use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
-use link_protocol::plugin::{Profile, ENV_MODEL_REMOTE_KEY, ENV_TEST_HOOKS};
+use link_harness_conformance::runtime_process::RuntimeProcess;
+use link_protocol::plugin::{Profile, ENV_MODEL_REMOTE_KEY};
+use link_protocol::routes::programs;
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -160,40 +161,116 @@ fn a_second_local_user_can_neither_list_nor_read_the_state() {
     drop(root);
 }
 
+/// True when the environment of `pid` holds `needle` anywhere (name or value).
+fn environ_holds(name: &str, pid: i32, needle: &str) -> bool {
+    let environ = std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/environ of {name}: {e}"));
+    let text = String::from_utf8_lossy(&environ);
+    assert!(
+        text.contains("PATH="),
+        "{name} lacks PATH: the environ read is wrong"
+    );
+    text.contains(needle)
+}
+
+/// `link model-key VERB --state ROOT` with `stdin` → (exit code, stdout, stderr).
+fn model_key(verb: &str, root: &Path, stdin: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = support::link(&["model-key", verb, "--state"], root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
 #[test]
-fn the_remote_model_key_is_in_the_model_plugins_environment_only() {
+fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
     let root = state_root();
     let secret = "sk-lnk-test-never-elsewhere";
-    let spec = RuntimeSpec::new(
-        runtime_process::test_programs(),
-        Profile::Mini,
-        support::MODE.parse().unwrap(),
-    )
-    .env(ENV_TEST_HOOKS, "1")
-    .env(ENV_MODEL_REMOTE_KEY, secret);
-    let mut rt = spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
+    // The key in the environment, as before: refused, naming the verb, nothing started.
+    let failure = support::spec("link", support::MODE)
+        .env(ENV_MODEL_REMOTE_KEY, secret)
+        .up_in(root.path())
+        .err()
+        .expect("link up refuses a key in its environment");
+    assert!(
+        failure.output().contains("link model-key set"),
+        "{}",
+        failure.output()
+    );
+    let layout = link_protocol::layout::StateLayout::new(root.path());
+    assert!(!layout.pids_file().exists());
+    assert_eq!(layout.present_sockets(), Vec::<PathBuf>::new());
+
+    let mut rt = support::spec("link", support::MODE)
+        .env(
+            link_protocol::plugin::ENV_MODEL_REMOTE_URL,
+            "http://127.0.0.1:9",
+        )
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let (code, _, err) = model_key("set", root.path(), &format!("{secret}\n"));
+    assert_eq!(code, 0, "{err}");
+    // Kept by the secret plugin's file backend, owner-only.
+    let stored = layout
+        .data(programs::SECRET)
+        .join("secrets/model.remote-key");
+    let meta = std::fs::metadata(&stored).unwrap_or_else(|e| panic!("{}: {e}", stored.display()));
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(std::fs::read_to_string(&stored).unwrap().contains(secret));
+    // In no plugin's environment, no log, and not on the host's command line.
     let plugins = rt.plugin_pids();
-    assert_eq!(plugins.len(), Profile::Mini.plugins().len(), "{plugins:?}");
+    assert_eq!(plugins.len(), Profile::Link.plugins().len(), "{plugins:?}");
     for (name, pid) in &plugins {
-        let environ = match std::fs::read(format!("/proc/{pid}/environ")) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                eprintln!("skipped {name}: /proc/{pid}/environ: {e}");
-                continue;
-            }
-            Err(e) => panic!("/proc/{pid}/environ of {name}: {e}"),
-        };
-        let vars: Vec<&[u8]> = environ.split(|b| *b == 0).collect();
-        let has_key = vars
-            .iter()
-            .any(|v| v.starts_with(format!("{ENV_MODEL_REMOTE_KEY}=").as_bytes()));
-        let has_path = vars.iter().any(|v| v.starts_with(b"PATH="));
-        assert!(has_path, "{name} lacks PATH: the environ read is wrong");
-        assert_eq!(
-            has_key,
-            name == "link-plugin-model",
-            "{name}: {ENV_MODEL_REMOTE_KEY} present = {has_key}"
-        );
+        assert!(!environ_holds(name, *pid, secret), "{name} has the key");
     }
+    for entry in std::fs::read_dir(layout.log_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+        assert!(!text.contains(secret), "{} holds the key", path.display());
+    }
+    // A bad key is refused without repeating it, and the stored one stays.
+    let (code, _, err) = model_key("set", root.path(), "sk two words\n");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("nothing was stored") && !err.contains("two words"),
+        "{err}"
+    );
+    assert!(std::fs::read_to_string(&stored).unwrap().contains(secret));
+    // Deleted once; the second delete finds nothing.
+    let (code, out, err) = model_key("delete", root.path(), "");
+    assert_eq!((code, out.trim()), (0, r#"{"deleted":true}"#), "{err}");
+    assert!(!stored.exists());
+    let (code, out, _) = model_key("delete", root.path(), "");
+    assert_eq!((code, out.trim()), (0, r#"{"deleted":false}"#));
     rt.down();
+}
+
+#[test]
+fn mini_keeps_no_remote_model_key_and_says_so() {
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let (code, _, err) = model_key("set", root.path(), "sk-mini\n");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("Mini has no secret plugin"), "{err}");
+    assert!(!err.contains("sk-mini"), "{err}");
+    // No runtime at all: nothing is sent, and the error says how to start one.
+    rt.down();
+    let (code, _, err) = model_key("set", root.path(), "sk-mini\n");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("link up --profile link"), "{err}");
 }

@@ -18,34 +18,51 @@ use link_protocol::routes::programs;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// A programs directory: every program of full Link from the build, the file tool replaced by
-/// the impostor; with `claim`, the marker that makes it claim `auth.verify`. Removed on drop.
+/// Whose place the impostor takes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
+    /// The file tool's.
+    FileTool,
+    /// The file tool's, claiming `auth.verify` in its ready line.
+    ClaimingFileTool,
+    /// The sandbox plugin's, becoming the real one after its attempts.
+    Sandbox,
+}
+
+/// A programs directory: every program of full Link from the build, one replaced by the
+/// impostor as `role` says. Removed on drop.
 struct Programs(PathBuf);
 
 impl Programs {
-    fn new(built: &Path, claim: bool) -> Programs {
+    fn new(built: &Path, role: Role) -> Programs {
         // Beside the build, so hard links work: a copy's write descriptor can leak into a
         // process another test forks, and exec of it then fails with ETXTBSY.
-        let dir = built.join(format!(
-            "lnk-impostor-{}-{}",
-            std::process::id(),
-            if claim { "claim" } else { "plain" }
-        ));
+        let dir = built.join(format!("lnk-impostor-{}-{role:?}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
+        let replaced = match role {
+            Role::FileTool | Role::ClaimingFileTool => programs::FILE_TOOL,
+            Role::Sandbox => programs::SANDBOX,
+        };
         let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
         for name in names {
-            let from = match *name {
-                programs::FILE_TOOL => built.join("examples/impostor"),
-                other => built.join(other),
+            let from = if *name == replaced {
+                built.join("examples/impostor")
+            } else {
+                built.join(name)
             };
             // A hard link, not a symlink: Landlock lets plugins execute only what is under
             // this directory, and a symlink resolves outside it.
             std::fs::hard_link(&from, dir.join(name))
                 .unwrap_or_else(|e| panic!("linking {}: {e}", from.display()));
         }
-        if claim {
-            std::fs::write(dir.join("impostor.claim"), "").unwrap();
+        match role {
+            Role::ClaimingFileTool => std::fs::write(dir.join("impostor.claim"), "").unwrap(),
+            Role::Sandbox => {
+                let real = format!("{}.real", programs::SANDBOX);
+                std::fs::hard_link(built.join(programs::SANDBOX), dir.join(real)).unwrap();
+            }
+            Role::FileTool => {}
         }
         Programs(dir)
     }
@@ -81,9 +98,9 @@ fn spec(programs: &Programs) -> RuntimeSpec {
     RuntimeSpec::new(programs.0.clone(), Profile::Link, Mode::Confined).env(ENV_TEST_HOOKS, "1")
 }
 
-fn attempts(root: &Path) -> Value {
+fn attempts(root: &Path, plugin: &str) -> Value {
     let layout = link_protocol::layout::StateLayout::new(root);
-    let path = layout.data(programs::FILE_TOOL).join("attempts.json");
+    let path = layout.data(plugin).join("attempts.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the impostor wrote no {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
@@ -99,7 +116,7 @@ fn keyring_works_here() -> bool {
 fn a_plugin_claiming_a_foreign_route_stops_start_up() {
     let Some(built) = built() else { return };
     let root = StateRoot::create().unwrap();
-    let programs = Programs::new(&built, true);
+    let programs = Programs::new(&built, Role::ClaimingFileTool);
     let failed = match spec(&programs).up_in(root.path()) {
         Ok(mut rt) => {
             rt.down();
@@ -119,12 +136,12 @@ fn a_plugin_claiming_a_foreign_route_stops_start_up() {
 fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     let Some(built) = built() else { return };
     let root = StateRoot::create().unwrap();
-    let programs = Programs::new(&built, false);
+    let programs = Programs::new(&built, Role::FileTool);
     let mut rt = spec(&programs)
         .up_in(root.path())
         .unwrap_or_else(|f| panic!("{f}"));
     let layout = rt.layout().clone();
-    let got = attempts(root.path());
+    let got = attempts(root.path(), programs::FILE_TOOL);
 
     // The socket directory: refused in the file store's and in run/, allowed in its own.
     for (attempt, want) in [
@@ -168,7 +185,7 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     std::fs::write(&secret, "s3cret").unwrap();
     let reply = rt.turn("alpha", "write x.txt: hi");
     assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
-    let got = attempts(root.path());
+    let got = attempts(root.path(), programs::FILE_TOOL);
     assert_eq!(got["store_in_lease"], "ok", "{got}");
     assert_eq!(
         std::fs::read_to_string(layout.agent_workspace("alpha").join("x.txt")).unwrap(),
@@ -192,5 +209,47 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     );
     let model_call = got["model_call"].as_str().unwrap_or_default();
     assert!(model_call.starts_with("refused"), "{got}");
+    rt.down();
+}
+
+/// The sandbox plugin has no filesystem rules (its bwrap mounts), but its domain still keeps
+/// it from signalling the host and from TCP. The twins: its own environment and child, and the
+/// same calls from this test; and after the attempts the real sandbox plugin, in the same
+/// domain, runs a confined command. Other processes' environments: refused by the domain for
+/// an ordinary user; as root the plugin keeps CAP_SYS_ADMIN for bwrap, which on Linux passes
+/// both Landlock's ptrace bound and non-dumpable processes, so there they stay readable (a
+/// known limit, in ARCHITECTURE.md; `host_confine` checks the ordinary-user case).
+#[test]
+fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
+    let Some(built) = built() else { return };
+    let root = StateRoot::create().unwrap();
+    let programs = Programs::new(&built, Role::Sandbox);
+    let mut rt = spec(&programs)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let got = attempts(root.path(), programs::SANDBOX);
+    let mut refused = vec![("host_environ", "EACCES"), ("sibling_environ", "EACCES")];
+    if rustix::process::geteuid().is_root() {
+        println!("as root, not checked (CAP_SYS_ADMIN passes the domain): {refused:?}: {got}");
+        refused.clear();
+    }
+    for (attempt, want) in refused.into_iter().chain([
+        ("own_environ", "ok"),
+        ("signal_own_child", "ok"),
+        ("signal_host", "EPERM"),
+        ("tcp_connect", "EACCES"),
+    ]) {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
+    assert!(rustix::process::test_kill_process(
+        rustix::process::Pid::from_raw(rt.host_pid()).unwrap()
+    )
+    .is_ok());
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", 1)).unwrap_err();
+    assert_eq!(tcp.kind(), std::io::ErrorKind::ConnectionRefused);
+    rt.create_agent("alpha");
+    let reply = rt.turn("alpha", "run: echo confined-$((6*7))");
+    assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
+    assert!(reply.to_string().contains("confined-42"), "{reply}");
     rt.down();
 }

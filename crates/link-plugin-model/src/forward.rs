@@ -1,23 +1,29 @@
 //! Optional forwarding of non-`link-local` models to a remote OpenAI-compatible endpoint.
 //!
 //! Off unless `LNK_MODEL_REMOTE_URL` is set. Only `http://` is accepted: no TLS client is
-//! built in, so an `https://` URL is refused at start rather than sent in the clear. The key
-//! (`LNK_MODEL_REMOTE_KEY`) is sent as a bearer token and never logged.
+//! built in, so an `https://` URL is refused at start rather than sent in the clear. The key is
+//! not in the environment: full Link keeps it in the secret plugin (`link model-key set`), and
+//! [`stored_key`] fetches it through the router for each forwarded request, so a new key
+//! applies at once. It is sent as a bearer token and never logged. Mini has no secret plugin
+//! and forwards without a key.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
+use link_protocol::client::{self, Peer};
+use link_protocol::plugin::{PluginEnv, Profile};
+use link_protocol::routes::secret::{Get, Name, MODEL_REMOTE_KEY};
 use link_protocol::{ErrorCode, RemoteError};
 use std::time::Duration;
 use tokio::net::TcpStream;
 
-pub const ENV_URL: &str = "LNK_MODEL_REMOTE_URL";
-pub const ENV_KEY: &str = "LNK_MODEL_REMOTE_KEY";
+pub use link_protocol::plugin::ENV_MODEL_REMOTE_URL as ENV_URL;
 
 /// A remote model usually answers within seconds; this bounds a stuck one.
 const TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Where to forward, parsed from the base URL.
+/// Where to forward, parsed from the base URL (no secret in it: the key is a [`Key`]).
+#[derive(Debug)]
 pub struct Remote {
     /// `host:port`, for connecting.
     addr: String,
@@ -25,17 +31,36 @@ pub struct Remote {
     host: String,
     /// The full request path: the base path + `/v1/chat/completions`.
     path: String,
-    key: Option<String>,
 }
 
-impl std::fmt::Debug for Remote {
+/// The remote's bearer key.
+pub struct Key(String);
+
+impl std::fmt::Debug for Key {
     // Hand-written so the key can never reach a log line through `{:?}`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Remote")
-            .field("addr", &self.addr)
-            .field("path", &self.path)
-            .field("key", &self.key.as_ref().map(|_| "<set>"))
-            .finish()
+        f.write_str("Key(<redacted>)")
+    }
+}
+
+/// The key full Link's secret plugin keeps for the remote (`None` when none is stored, and
+/// in Mini, which has no secret plugin). Asked of the router, which is the host: the parent.
+pub async fn stored_key(env: &PluginEnv) -> Result<Option<Key>, RemoteError> {
+    if env.profile != Profile::Link {
+        return Ok(None);
+    }
+    let router = env.layout().router_socket();
+    let host = Peer::Pid(std::os::unix::process::parent_id() as i32);
+    let name = Name {
+        name: MODEL_REMOTE_KEY.to_owned(),
+    };
+    match client::request_once_to::<Get>(&router, host, None, &name).await {
+        Ok(secret) => Ok(Some(Key(secret.value))),
+        Err(link_protocol::Error::Remote(e)) if e.code == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(RemoteError::new(
+            ErrorCode::Unavailable,
+            format!("cannot read the remote model key from the secret plugin: {e}"),
+        )),
     }
 }
 
@@ -45,12 +70,11 @@ impl Remote {
         let Some(url) = std::env::var(ENV_URL).ok().filter(|u| !u.is_empty()) else {
             return Ok(None);
         };
-        let key = std::env::var(ENV_KEY).ok().filter(|k| !k.is_empty());
-        Remote::parse(&url, key).map(Some)
+        Remote::parse(&url).map(Some)
     }
 
     /// Parses `http://host[:port][/base]`.
-    pub fn parse(url: &str, key: Option<String>) -> Result<Remote, String> {
+    pub fn parse(url: &str) -> Result<Remote, String> {
         if url.starts_with("https://") {
             return Err(format!(
                 "{ENV_URL}={url} uses https://, but link-plugin-model has no TLS client; \
@@ -67,7 +91,7 @@ impl Remote {
         if host.is_empty() || host.contains('@') {
             return Err(format!(
                 "{ENV_URL}={url} has no usable host; use http://host[:port][/base] \
-                 (put the key in {ENV_KEY}, not in the URL)"
+                 (store the key with `link model-key set`, not in the URL)"
             ));
         }
         let has_port = !host.ends_with(']') && host.contains(':');
@@ -80,7 +104,6 @@ impl Remote {
             addr,
             host: host.to_owned(),
             path: format!("{}/v1/chat/completions", base.trim_end_matches('/')),
-            key,
         })
     }
 
@@ -90,8 +113,12 @@ impl Remote {
     }
 
     /// Sends the client's body unchanged; returns the remote status and body.
-    pub async fn forward(&self, body: Bytes) -> Result<(u16, Bytes), RemoteError> {
-        tokio::time::timeout(TIMEOUT, self.send(body))
+    pub async fn forward(
+        &self,
+        body: Bytes,
+        key: Option<&Key>,
+    ) -> Result<(u16, Bytes), RemoteError> {
+        tokio::time::timeout(TIMEOUT, self.send(body, key))
             .await
             .map_err(|_| {
                 RemoteError::new(
@@ -105,7 +132,7 @@ impl Remote {
             })?
     }
 
-    async fn send(&self, body: Bytes) -> Result<(u16, Bytes), RemoteError> {
+    async fn send(&self, body: Bytes, key: Option<&Key>) -> Result<(u16, Bytes), RemoteError> {
         let fail = |e: &dyn std::fmt::Display| {
             RemoteError::new(
                 ErrorCode::Unavailable,
@@ -120,7 +147,7 @@ impl Remote {
         let mut req = hyper::Request::post(&self.path)
             .header("host", &self.host)
             .header("content-type", "application/json");
-        if let Some(key) = &self.key {
+        if let Some(Key(key)) = key {
             req = req.header("authorization", format!("Bearer {key}"));
         }
         let req = req.body(Full::new(body)).map_err(|e| fail(&e))?;
@@ -142,22 +169,19 @@ mod tests {
 
     #[test]
     fn parses_http_and_refuses_others() {
-        let r = Remote::parse("http://127.0.0.1:8080/api/", Some("k".into())).unwrap();
+        let r = Remote::parse("http://127.0.0.1:8080/api/").unwrap();
         assert_eq!(r.addr, "127.0.0.1:8080");
         assert_eq!(r.path, "/api/v1/chat/completions");
-        assert!(!format!("{r:?}").contains("\"k\""));
-        let r = Remote::parse("http://models.local", None).unwrap();
+        assert!(!format!("{:?}", Key("sk-k".into())).contains("sk-k"));
+        let r = Remote::parse("http://models.local").unwrap();
         assert_eq!(r.addr, "models.local:80");
         assert_eq!(r.path, "/v1/chat/completions");
-        assert_eq!(
-            Remote::parse("http://[::1]", None).unwrap().addr,
-            "[::1]:80"
-        );
-        let err = Remote::parse("https://api.example.com", None).unwrap_err();
+        assert_eq!(Remote::parse("http://[::1]").unwrap().addr, "[::1]:80");
+        let err = Remote::parse("https://api.example.com").unwrap_err();
         assert!(err.contains("no TLS client"), "{err}");
-        assert!(Remote::parse("ftp://x", None).is_err());
-        assert!(Remote::parse("http://user:pw@x", None).is_err());
-        assert!(Remote::parse("http:///v1", None).is_err());
+        assert!(Remote::parse("ftp://x").is_err());
+        assert!(Remote::parse("http://user:pw@x").is_err());
+        assert!(Remote::parse("http:///v1").is_err());
     }
 
     #[tokio::test]
@@ -184,13 +208,10 @@ mod tests {
             s.write_all(reply).await.unwrap();
             String::from_utf8(seen).unwrap()
         });
-        let remote = Remote::parse(
-            &format!("http://127.0.0.1:{port}/base"),
-            Some("sk-1".into()),
-        )
-        .unwrap();
+        let remote = Remote::parse(&format!("http://127.0.0.1:{port}/base")).unwrap();
+        let key = Key("sk-1".into());
         let (status, body) = remote
-            .forward(Bytes::from_static(b"{\"model\":\"m\"}"))
+            .forward(Bytes::from_static(b"{\"model\":\"m\"}"), Some(&key))
             .await
             .unwrap();
         assert_eq!(status, 200);

@@ -3,8 +3,8 @@
 //! It owns the OpenAI-compatible HTTP API on its Unix socket (`LNK_SOCKET`):
 //! `POST /v1/chat/completions` and `GET /v1/models`. The built-in model `link-local`
 //! ([`local`]) is deterministic and reads a small instruction language ([`instructions`]).
-//! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), and are
-//! `404` otherwise. It serves HTTP, not link-protocol frames, so it announces no routes.
+//! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), with the
+//! key full Link's secret plugin keeps, and are `404` otherwise. It serves HTTP, not link-protocol frames, so it announces no routes.
 
 mod callers;
 mod forward;
@@ -30,6 +30,7 @@ use std::sync::Arc;
 const MAX_BODY: usize = 16 * 1024 * 1024;
 
 struct Service {
+    env: PluginEnv,
     remote: Option<Remote>,
     /// Numbers completion ids, so each answer has its own.
     served: AtomicU64,
@@ -92,7 +93,8 @@ async fn forward(
             forward::ENV_URL
         )));
     };
-    let (status, body) = remote.forward(bytes).await?;
+    let key = forward::stored_key(&service.env).await?;
+    let (status, body) = remote.forward(bytes, key.as_ref()).await?;
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
@@ -165,14 +167,16 @@ async fn main() -> anyhow::Result<()> {
         ),
         None => tracing::info!("serving link-local only (forwarding off)"),
     }
+    let listener = link_protocol::plugin::bind(&env.socket)?;
+    let listener = callers::Granted::new(listener, env.layout());
+    let socket = env.socket.clone();
     let service = Arc::new(Service {
+        env,
         remote,
         served: AtomicU64::new(0),
     });
-    let listener = link_protocol::plugin::bind(&env.socket)?;
-    let listener = callers::Granted::new(listener, env.layout());
     link_protocol::plugin::run_until_stopped(
-        &env.socket,
+        &socket,
         &[],
         axum::serve(listener, router(service)).into_future(),
     )

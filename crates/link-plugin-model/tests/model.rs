@@ -145,38 +145,71 @@ async fn refuses_https_forwarding_at_start() {
     assert!(!root.layout().plugin_socket(NAME).exists());
 }
 
-#[tokio::test]
-async fn forwards_other_models_with_the_key() {
+/// The test plays the host's router: `secret.get` answers `key` (or not found when `None`)
+/// for the one name the model may ask, and records each name asked.
+fn serve_secrets(
+    layout: &link_protocol::layout::StateLayout,
+    key: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    asked: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+) -> tokio::task::JoinHandle<()> {
+    use link_protocol::RemoteError;
+    let handler = link_protocol::server::handler(move |req: link_protocol::Request| {
+        let (key, asked) = (key.clone(), asked.clone());
+        async move {
+            asked.lock().unwrap().push(json!([req.route, req.body]));
+            match key.lock().unwrap().clone() {
+                Some(value) => Ok(json!({ "value": value })),
+                None => Err(RemoteError::not_found("no secret named `model.remote-key`")),
+            }
+        }
+    });
+    let listener = link_protocol::plugin::bind(&layout.router_socket()).unwrap();
+    tokio::spawn(link_protocol::server::serve(
+        listener,
+        link_protocol::server::Peers::SameUser,
+        handler,
+    ))
+}
+
+/// One connection of a remote model: reads a whole request, answers `remote`, → the request.
+async fn answer_as_remote(listener: &tokio::net::TcpListener) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut s, _) = listener.accept().await.unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !complete_request(&seen) {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "model service closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let reply = br#"{"choices":[{"message":{"role":"assistant","content":"remote"}}]}"#;
+    let head = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        reply.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s.write_all(reply).await.unwrap();
+    String::from_utf8(seen).unwrap()
+}
+
+#[tokio::test]
+async fn forwards_other_models_with_the_key_the_secret_plugin_keeps() {
+    use std::sync::{Arc, Mutex};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let remote = tokio::spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !complete_request(&seen) {
-            let n = s.read(&mut buf).await.unwrap();
-            assert!(n > 0, "model service closed early");
-            seen.extend_from_slice(&buf[..n]);
-        }
-        let reply = br#"{"choices":[{"message":{"role":"assistant","content":"remote"}}]}"#;
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            reply.len()
-        );
-        s.write_all(head.as_bytes()).await.unwrap();
-        s.write_all(reply).await.unwrap();
-        String::from_utf8(seen).unwrap()
-    });
     let mut plugin = PluginSpec::new(EXE, NAME)
         .env("LNK_MODEL_REMOTE_URL", format!("http://127.0.0.1:{port}"))
-        .env("LNK_MODEL_REMOTE_KEY", "sk-distinctive-4711")
         .start();
+    let key = Arc::new(Mutex::new(Some("sk-distinctive-4711".to_owned())));
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let router = serve_secrets(plugin.layout(), key.clone(), asked.clone());
+    let socket = plugin.socket();
     let body = json!({"model": "remote-x", "messages": [{"role": "user", "content": "hi"}]});
-    let (status, answer) = chat(&plugin.socket(), &body).await;
-    assert_eq!(status, 200, "{answer}");
-    assert_eq!(answer["choices"][0]["message"]["content"], "remote");
-    let seen = remote.await.unwrap();
+
+    // A stored key travels as the bearer token, and no key is in the model's environment.
+    let (answer, seen) = tokio::join!(chat(&socket, &body), answer_as_remote(&listener));
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    assert_eq!(answer.1["choices"][0]["message"]["content"], "remote");
     assert!(
         seen.starts_with("POST /v1/chat/completions HTTP/1.1"),
         "{seen}"
@@ -185,6 +218,32 @@ async fn forwards_other_models_with_the_key() {
         seen.contains("authorization: Bearer sk-distinctive-4711"),
         "{seen}"
     );
+    let environ = std::fs::read(format!("/proc/{}/environ", plugin.pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains("sk-distinctive-4711"));
+    let want = json!([["secret.get", {"name": "model.remote-key"}]]);
+    assert_eq!(Value::Array(asked.lock().unwrap().clone()), want);
+
+    // Its twin: once the key is deleted, the next request goes out without one.
+    *key.lock().unwrap() = None;
+    let (answer, seen) = tokio::join!(chat(&socket, &body), answer_as_remote(&listener));
+    assert_eq!(answer.0, 200, "{}", answer.1);
+    assert!(
+        !seen.to_ascii_lowercase().contains("authorization:"),
+        "{seen}"
+    );
+
+    // No secret plugin to ask: the request is refused, naming why, and nothing is sent.
+    router.abort();
+    let _ = router.await;
+    std::fs::remove_file(plugin.layout().router_socket()).unwrap();
+    let (status, answer) = chat(&plugin.socket(), &body).await;
+    assert_eq!(status, 503, "{answer}");
+    let message = answer.to_string();
+    assert!(
+        message.contains("cannot read the remote model key"),
+        "{message}"
+    );
+
     // link-local is still answered locally.
     let local = json!({"model": "link-local", "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(chat(&plugin.socket(), &local).await.0, 200);

@@ -4,10 +4,11 @@
 //! failing with a clear error are fine; the child only makes two system calls between fork and
 //! exec ([`PluginRuleset::restrict_child`]).
 //!
-//! The sandbox plugin itself cannot run under Landlock: Landlock forbids `mount(2)` (and
-//! `pivot_root(2)`), which bubblewrap needs to build each sandbox. The host starts it with
-//! `no_new_privs` only ([`set_no_new_privs`]); the commands it runs are confined by bubblewrap
-//! plus Landlock applied inside.
+//! The sandbox plugin cannot take filesystem rules: Landlock forbids `mount(2)` (and
+//! `pivot_root(2)`) to a domain that handles any filesystem right, and bubblewrap needs them to
+//! build each sandbox. It runs in a domain without them ([`sandbox_plugin_rules`]: ptrace,
+//! signal and TCP bounds only); the commands it runs are confined by bubblewrap plus the full
+//! Landlock rules applied inside.
 //!
 //! Note for plugins under this ruleset: Landlock also denies ptrace-class access (for example
 //! some `/proc/<pid>` files) to processes outside the plugin's own domain.
@@ -41,6 +42,21 @@ pub fn plugin_rules(programs: PathBuf, read_write: &[PathBuf], sockets: &[PathBu
         make_sock: sockets.to_vec(),
         deny_tcp: false,
         scoped: true,
+        leave_filesystem: false,
+    }
+}
+
+/// The sandbox plugin's rules: a Landlock domain that handles no filesystem right, so its
+/// bwrap may still mount, but that bounds it like every other plugin where it can. It cannot
+/// ptrace (read `/proc/PID/environ` or memory of) or signal any process outside its domain,
+/// the host and its siblings included, nor make a TCP connection (every sandbox has a network
+/// namespace of its own anyway). What it and its commands start inherits the domain.
+pub fn sandbox_plugin_rules() -> Rules {
+    Rules {
+        deny_tcp: true,
+        scoped: true,
+        leave_filesystem: true,
+        ..Rules::default()
     }
 }
 
@@ -105,12 +121,6 @@ impl PluginRuleset {
         }
         Ok(())
     }
-}
-
-/// Sets `no_new_privs` on the calling process; `pre_exec`-safe. This is all the confinement
-/// the sandbox plugin itself can take (see the module docs).
-pub fn set_no_new_privs() -> io::Result<()> {
-    rustix::thread::set_no_new_privs(true).map_err(io::Error::from)
 }
 
 /// The capabilities a plugin keeps when Link runs as root; every other one is dropped from

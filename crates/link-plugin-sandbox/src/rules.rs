@@ -39,6 +39,11 @@ pub struct Rules {
     pub deny_tcp: bool,
     /// Deny signals to, and abstract-socket connections with, processes outside the domain.
     pub scoped: bool,
+    /// Handle no filesystem right at all: the paths above are ignored, and the process keeps
+    /// `mount(2)` and `pivot_root(2)`, which Landlock forbids to a domain that handles any
+    /// filesystem right. The domain still bounds ptrace (so `/proc/PID/environ` and memory of
+    /// processes outside it), and TCP and signals as set above.
+    pub leave_filesystem: bool,
 }
 
 impl Rules {
@@ -55,6 +60,7 @@ impl Rules {
             make_sock: vec![],
             deny_tcp: true,
             scoped: true,
+            leave_filesystem: false,
         }
     }
 
@@ -63,10 +69,12 @@ impl Rules {
     /// exactly what the kernel lacks.
     pub fn create(&self, level: CompatLevel) -> Result<RulesetCreated, SandboxError> {
         let err = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
-        let mut ruleset = Ruleset::default()
-            .set_compatibility(level)
-            .handle_access(AccessFs::from_all(PINNED_ABI))
-            .map_err(err)?;
+        let mut ruleset = Ruleset::default().set_compatibility(level);
+        if !self.leave_filesystem {
+            ruleset = ruleset
+                .handle_access(AccessFs::from_all(PINNED_ABI))
+                .map_err(err)?;
+        }
         if self.deny_tcp {
             ruleset = ruleset
                 .handle_access(AccessNet::from_all(PINNED_ABI))
@@ -76,6 +84,9 @@ impl Rules {
             ruleset = ruleset.scope(Scope::from_all(PINNED_ABI)).map_err(err)?;
         }
         let mut created = ruleset.create().map_err(err)?;
+        if self.leave_filesystem {
+            return Ok(created);
+        }
         let read = AccessFs::from_read(PINNED_ABI);
         let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
         let file_rw = AccessFs::ReadFile | AccessFs::WriteFile;

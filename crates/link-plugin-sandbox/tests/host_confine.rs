@@ -75,14 +75,123 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
     );
 }
 
-#[test]
-fn the_sandbox_plugin_gets_no_new_privs_only() {
-    let out = unsafe {
-        Command::new("/bin/grep")
-            .args(["NoNewPrivs", "/proc/self/status"])
-            .pre_exec(host::set_no_new_privs)
-            .output()
-            .unwrap()
+/// The sandbox plugin's domain, applied as the host applies it (capabilities shed first) to a
+/// Python child of this test: what it got for each attempt, or `None` (skipped).
+fn sandbox_domain_attempts() -> Option<serde_json::Value> {
+    let mut ruleset = match host::prepare(&host::sandbox_plugin_rules()) {
+        Ok(r) => r,
+        Err(e) => {
+            require_or_skip(e);
+            return None;
+        }
     };
-    assert!(String::from_utf8_lossy(&out.stdout).contains("NoNewPrivs:\t1"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let parent = std::process::id();
+    // The mount is made in a mount namespace of the child's own (over /tmp there), so it
+    // touches nothing here; as an ordinary user, in a user namespace too.
+    let script = format!(
+        "{PY_PRELUDE}\n\
+         import ctypes, signal, subprocess\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def mount():\n    \
+           if libc.unshare(0x00020000 | (0 if os.geteuid() == 0 else 0x10000000)) != 0:\n        \
+             raise OSError(ctypes.get_errno(), 'unshare')\n    \
+           if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0:\n        \
+             raise OSError(ctypes.get_errno(), 'mount')\n\
+         def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
+         child = subprocess.Popen(['/bin/sleep', '30'])\n\
+         got = {{'parent_environ': _e(lambda: open('/proc/{parent}/environ', 'rb').read()),\
+           'own_environ': _e(lambda: open('/proc/self/environ', 'rb').read()),\
+           'signal_parent': _e(lambda: os.kill({parent}, 0)),\
+           'signal_child': _e(lambda: os.kill(child.pid, signal.SIGKILL)),\
+           'tcp': _e(tcp)}}\n\
+         child.wait()\n\
+         got['mount'] = _e(mount)\n\
+         st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
+         got['nnp'] = st['NoNewPrivs'].strip()\n\
+         print(json.dumps(got))"
+    );
+    // As root it keeps what bwrap needs (CAP_SYS_ADMIN among them), not CAP_SYS_PTRACE.
+    let shedding = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();
+    let mut cmd = Command::new(PYTHON);
+    cmd.args(["-I", "-S", "-c", &script]);
+    unsafe {
+        cmd.pre_exec(move || shedding.drop_capabilities())
+            .pre_exec(move || ruleset.restrict_child())
+    };
+    let got = py_json(&cmd.output().expect("spawn the confined child"));
+    // The twins from outside the domain: the same connect and environ read work here.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    assert!(std::fs::read(format!("/proc/{parent}/environ")).is_ok());
+    Some(got)
+}
+
+/// The sandbox plugin's domain has no filesystem rules, so a mount in a namespace of its own
+/// still works (what bwrap needs); it cannot signal this test process, outside the domain,
+/// nor make a TCP connection; its own child and environment are its twins. Reading this
+/// process's environment is refused by the domain only where the plugin holds no
+/// CAP_SYS_ADMIN (an ordinary user, checked by running [`sandbox_domain_as_ordinary_user`]
+/// as one); as root the plugin keeps it for bwrap, and it is the other processes being
+/// non-dumpable that refuses it (`link-harness-conformance`'s
+/// `a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain`).
+#[test]
+fn the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain() {
+    let Some(got) = sandbox_domain_attempts() else {
+        return;
+    };
+    for (attempt, want) in [
+        ("own_environ", "ok"),
+        ("signal_child", "ok"),
+        ("signal_parent", "EPERM"),
+        ("tcp", "EACCES"),
+        ("mount", "ok"),
+        ("nnp", "1"),
+    ] {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
+    if !rustix::process::geteuid().is_root() {
+        assert_eq!(got["parent_environ"], "EACCES", "{got}");
+        return;
+    }
+    let Some(user) = crate::hardening::Who::ordinary() else {
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let out = user
+        .command(&[
+            exe.as_os_str(),
+            "host_confine::sandbox_domain_as_ordinary_user".as_ref(),
+            "--exact".as_ref(),
+            "--ignored".as_ref(),
+            "--nocapture".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[ignore = "run as an ordinary user by the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain"]
+fn sandbox_domain_as_ordinary_user() {
+    assert!(
+        !rustix::process::geteuid().is_root(),
+        "run as an ordinary user"
+    );
+    let got = sandbox_domain_attempts().expect("Landlock is available");
+    for (attempt, want) in [
+        ("own_environ", "ok"),
+        ("parent_environ", "EACCES"),
+        ("signal_child", "ok"),
+        ("signal_parent", "EPERM"),
+        ("tcp", "EACCES"),
+        ("mount", "ok"),
+    ] {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
 }

@@ -70,6 +70,15 @@ pub fn connection_peer(layout: &crate::layout::StateLayout) -> Peer {
     }
 }
 
+/// Who must serve `run/host.sock` of the runtime on `layout`: the host its pids file names;
+/// `None` when no runtime recorded one.
+pub fn host_peer(layout: &crate::layout::StateLayout) -> Option<Peer> {
+    match crate::pids::PidsFile::read(layout) {
+        Ok(Some(file)) => Some(Peer::Pid(file.host as i32)),
+        _ => None,
+    }
+}
+
 /// Connects to `socket` and checks that `peer` serves it; nothing is sent otherwise.
 pub async fn connect(socket: &Path, peer: Peer) -> Result<UnixStream, Error> {
     let stream = UnixStream::connect(socket).await?;

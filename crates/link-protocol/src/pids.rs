@@ -2,8 +2,8 @@
 //! The host writes it (as soon as each start layer is spawned) and removes it on a clean exit; the next
 //! `up` ends what a killed host left; and it says who may serve or call a socket: the model
 //! accepts only the harness it records, clients of `run/connection.sock` only its server.
-//! It lives in `run/`, where no Landlock-confined plugin may write (the sandbox plugin, which
-//! bubblewrap keeps from Landlock, is the exception).
+//! It lives in `run/`, where no plugin with Landlock filesystem rules may write (the sandbox
+//! plugin, whose domain has none because bubblewrap must mount, is the exception).
 
 use crate::layout::StateLayout;
 use crate::routes::programs;

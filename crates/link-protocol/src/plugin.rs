@@ -73,8 +73,10 @@ pub const PASSTHROUGH: &[&str] = &[
 /// reads it.
 pub const ENV_SANDBOX_UID_BASE: &str = "LNK_SANDBOX_UID_BASE";
 
-/// The remote model's address and key: secrets, so only the model plugin gets them.
+/// The remote model's address: only the model plugin gets it.
 pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
+/// No longer read: the key is kept by the secret plugin (`link model-key set`), and `link up`
+/// refuses to start while it is set, so it reaches no plugin's environment.
 pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
 
 /// Test hooks only: the connection endpoint's header-read timeout (ms) and connection cap.
@@ -84,10 +86,7 @@ pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
 /// Variables that pass from the host's environment to one plugin only, on top of
 /// [`PASSTHROUGH`]: (plugin, its extra variables). The one place a plugin is given more.
 pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
-    (
-        "link-plugin-model",
-        &[ENV_MODEL_REMOTE_URL, ENV_MODEL_REMOTE_KEY],
-    ),
+    ("link-plugin-model", &[ENV_MODEL_REMOTE_URL]),
     (
         "link-mini-connection",
         &[ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS],
@@ -408,12 +407,9 @@ mod tests {
     }
 
     #[test]
-    fn the_remote_model_key_reaches_only_the_model_plugin() {
+    fn the_remote_model_address_reaches_only_the_model_plugin_and_the_key_none() {
         let model = started_env("link-plugin-model");
-        assert_eq!(
-            model[ENV_MODEL_REMOTE_KEY].as_deref(),
-            Some("sk-secret-4711")
-        );
+        assert!(!model.contains_key(ENV_MODEL_REMOTE_KEY), "{model:?}");
         assert_eq!(
             model[ENV_MODEL_REMOTE_URL].as_deref(),
             Some("http://127.0.0.1:9")

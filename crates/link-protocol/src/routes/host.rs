@@ -77,6 +77,28 @@ route!(
 route!(MonitorSamples = "monitor.samples", owner programs::MEASURE, for_agent false, Empty => Samples);
 route!(Status = "host.status", owner programs::HOST, for_agent false, Empty => HostStatus);
 route!(Down = "host.down", owner programs::HOST, for_agent false, Empty => Empty);
+/// The remote model's key, as `link model-key set` hands it to the host.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ModelKey {
+    pub value: String,
+}
+
+impl std::fmt::Debug for ModelKey {
+    // Hand-written so the key never reaches a log line through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ModelKey(<redacted>)")
+    }
+}
+
+route!(
+    /// Full Link: stores the remote model key through the secret plugin (`secret.put` of
+    /// [`MODEL_REMOTE_KEY`](super::secret::MODEL_REMOTE_KEY), as the host).
+    redacted ModelKeySet = "host.model_key.set", owner programs::HOST, for_agent false, ModelKey => Empty
+);
+route!(
+    /// Full Link: removes the stored remote model key.
+    ModelKeyDelete = "host.model_key.delete", owner programs::HOST, for_agent false, Empty => super::secret::Deleted
+);
 route!(
     /// Test hooks only (`LNK_TEST_HOOKS=1`).
     DebugCall = "host.debug_call", owner programs::HOST, for_agent false, DebugCallBody => DebugCallReply

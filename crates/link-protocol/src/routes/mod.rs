@@ -116,6 +116,8 @@ pub const ALL: &[RouteInfo] = &[
     RouteInfo::of::<host::MonitorSamples>(),
     RouteInfo::of::<host::Status>(),
     RouteInfo::of::<host::Down>(),
+    RouteInfo::of::<host::ModelKeySet>(),
+    RouteInfo::of::<host::ModelKeyDelete>(),
     RouteInfo::of::<host::DebugCall>(),
 ];
 
