@@ -78,6 +78,13 @@ pub fn down(state: &Path) -> Result<i32> {
 /// line is readable by every local user in /proc), through full Link's secret plugin. It is
 /// sent only to the host the runtime's pids file names.
 pub fn model_key_set(state: &Path) -> Result<i32> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        bail!(
+            "standard input is a terminal, which would show the key: pipe it in, for example \
+             `link model-key set --state DIR < keyfile`; nothing was stored"
+        );
+    }
     let mut text = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
         .context("reading the key from standard input")?;
@@ -131,13 +138,19 @@ fn parse_key(text: &str) -> Result<String> {
              `link model-key set --state DIR < keyfile`; nothing was stored"
         );
     }
-    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+    if !valid_key(key) {
         bail!(
             "the key on standard input is not one line of visible ASCII characters (it is \
              sent as an HTTP header); nothing was stored"
         );
     }
     Ok(key.to_owned())
+}
+
+/// The one rule for a remote model key, on both sides of `host.sock`: it travels as an HTTP
+/// header, so one non-empty line of visible ASCII characters.
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 pub fn token_create(state: &Path) -> Result<i32> {

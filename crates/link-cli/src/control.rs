@@ -7,12 +7,18 @@ use link_protocol::routes::host::{
 };
 use link_protocol::routes::secret::{self, MODEL_REMOTE_KEY};
 use link_protocol::routes::{programs, Empty, Route};
-use link_protocol::server::{self, Call, Peers, Service};
+use link_protocol::server::{self, Call, Service};
 use link_protocol::{client, RemoteError};
 use std::sync::Arc;
 
-/// Serves same-uid callers (`link status`, `link down`, the runtime runner).
+/// Serves same-uid callers (`link status`, `link down`, the runtime runner). The runtime's own
+/// processes (plugins run as the host's uid and may connect to a socket path) get
+/// `host.status` only, which Mini's connection service asks for: none may stop the runtime or
+/// replace the remote model key.
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
+    let status = Service::new(shared.clone())
+        .on::<host::Status, _, _>(|shared, _, _| async move { Ok(shared.status()) })
+        .handler("the host, to its own plugins");
     let mut service = Service::new(shared)
         .on::<host::Status, _, _>(|shared, _, _| async move { Ok(shared.status()) })
         .on::<host::Down, _, _>(|shared, _, _| async move {
@@ -23,6 +29,11 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
         .on::<host::MonitorStop, _, _>(|shared, _, _| forward::<host::MonitorStop>(shared))
         .on::<host::MonitorSamples, _, _>(|shared, _, _| forward::<host::MonitorSamples>(shared))
         .on::<host::ModelKeySet, _, _>(|shared, _, key| async move {
+            if !crate::commands::valid_key(&key.value) {
+                return Err(RemoteError::bad_request(
+                    "the key is not one line of visible ASCII characters; nothing was stored",
+                ));
+            }
             let body = serde_json::json!({"name": MODEL_REMOTE_KEY, "value": key.value});
             secret_call::<secret::Put>(&shared, body).await?;
             Ok(Empty {})
@@ -35,7 +46,61 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
     if test_hooks() {
         service = service.on::<host::DebugCall, _, _>(debug_call);
     }
-    server::serve(listener, Peers::SameUser, service.handler("the host")).await;
+    let full = service.handler("the host");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let handler = match caller(&stream) {
+            Caller::Outside => full.clone(),
+            Caller::Runtime => status.clone(),
+            Caller::Refused => continue,
+        };
+        tokio::spawn(async move {
+            let _ = server::serve_connection(stream, |req| handler(req)).await;
+        });
+    }
+}
+
+/// Who connected to the control socket.
+enum Caller {
+    /// A process of this uid that the host did not start, directly or through a plugin.
+    Outside,
+    /// A plugin, or anything a plugin started.
+    Runtime,
+    /// Another uid.
+    Refused,
+}
+
+fn caller(stream: &tokio::net::UnixStream) -> Caller {
+    let Ok(cred) = stream.peer_cred() else {
+        return Caller::Refused;
+    };
+    if cred.uid() != rustix::process::getuid().as_raw() {
+        return Caller::Refused;
+    }
+    let pid = cred.pid().unwrap_or(0);
+    if descends_from(pid, std::process::id() as i32) {
+        Caller::Runtime
+    } else {
+        Caller::Outside
+    }
+}
+
+/// True when `ancestor` is `pid`'s parent, or its parent's, and so on (orphans of plugins are
+/// re-parented to the host, its subreaper, so they still count).
+fn descends_from(pid: i32, ancestor: i32) -> bool {
+    let mut pid = pid;
+    while pid > 1 {
+        let Ok(stat) = procfs::process::Process::new(pid).and_then(|p| p.stat()) else {
+            return false;
+        };
+        if stat.ppid == ancestor {
+            return true;
+        }
+        pid = stat.ppid;
+    }
+    false
 }
 
 /// `monitor.*` on the host socket go to the measure plugin, which owns them.

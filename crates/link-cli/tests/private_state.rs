@@ -232,7 +232,7 @@ fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
     let meta = std::fs::metadata(&stored).unwrap_or_else(|e| panic!("{}: {e}", stored.display()));
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
     assert!(std::fs::read_to_string(&stored).unwrap().contains(secret));
-    // In no plugin's environment, no log, and not on the host's command line.
+    // In no plugin's environment and no log.
     let plugins = rt.plugin_pids();
     assert_eq!(plugins.len(), Profile::Link.plugins().len(), "{plugins:?}");
     for (name, pid) in &plugins {

@@ -209,6 +209,16 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     );
     let model_call = got["model_call"].as_str().unwrap_or_default();
     assert!(model_call.starts_with("refused"), "{got}");
+    // The host's control socket answers a plugin its status only: no key was stored.
+    assert_eq!(got["host_status"], "ok", "{got}");
+    let refused = &got["host_model_key_set"];
+    assert_eq!(refused["code"], "not_found", "{got}");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(message.contains("to its own plugins"), "{got}");
+    let stored = layout
+        .data(programs::SECRET)
+        .join("secrets/model.remote-key");
+    assert!(!stored.exists(), "the impostor stored a model key");
     rt.down();
 }
 

@@ -236,8 +236,14 @@ async fn forwards_other_models_with_the_key_the_secret_plugin_keeps() {
     router.abort();
     let _ = router.await;
     std::fs::remove_file(plugin.layout().router_socket()).unwrap();
-    let (status, answer) = chat(&plugin.socket(), &body).await;
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(20), chat(&socket, &body));
+    let (status, answer) = refused.await.expect("answered at once, not forwarded");
     assert_eq!(status, 503, "{answer}");
+    let reached = tokio::time::timeout(std::time::Duration::from_millis(200), listener.accept());
+    assert!(
+        reached.await.is_err(),
+        "the remote was reached without a key check"
+    );
     let message = answer.to_string();
     assert!(
         message.contains("cannot read the remote model key"),

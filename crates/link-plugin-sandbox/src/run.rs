@@ -174,9 +174,12 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
 
 /// bwrap failed to remount a file it had just bound over a masked file (`/etc/shadow`)
 /// because the file was replaced meanwhile (`useradd`, `passwd` rename a new one into place):
-/// nothing ran, and a second attempt sees the new file.
+/// nothing ran, and a second attempt sees the new file. bwrap says it either way: it cannot
+/// remount the destination, or cannot find it in the mount table (whose entry now reads
+/// `//deleted`).
 fn raced_a_replaced_file(stderr: &str) -> bool {
-    stderr.contains("Can't bind mount") && stderr.contains("Unable to remount destination")
+    stderr.contains("Can't bind mount")
+        && (stderr.contains("Unable to remount destination") || stderr.contains("in mount table"))
 }
 
 fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
@@ -221,6 +224,12 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         }
         Output::Inherit => None,
     };
+    if spec.policy.session == crate::policy::Session::Own {
+        // Sharing the plugin's session, each command still gets a process group of its own,
+        // so a `kill(0, ...)` inside reaches no other agent's sandbox. (With --new-session,
+        // bwrap's setsid makes one, and would fail in a group leader.)
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    }
     if SINGLE_THREADED.load(Ordering::Relaxed) {
         // No other thread can spawn meanwhile: the descriptors may be inheritable for the
         // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.

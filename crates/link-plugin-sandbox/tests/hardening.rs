@@ -51,6 +51,18 @@ impl Who {
         })
     }
 
+    /// A copy of `exe` this identity may run (a checkout under a private home is not
+    /// reachable by an ordinary user).
+    pub(crate) fn reachable(&self, exe: &Path) -> PathBuf {
+        let Some(parent) = &self.parent else {
+            return exe.to_path_buf();
+        };
+        let copy = parent.0.join(exe.file_name().expect("a file"));
+        std::fs::copy(exe, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        copy
+    }
+
     /// A fresh workspace this identity may use.
     pub(crate) fn workspace(&self, name: &str) -> PathBuf {
         match (&self.user, &self.parent, &self._root) {

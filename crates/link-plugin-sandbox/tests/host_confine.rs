@@ -97,6 +97,8 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
          def mount():\n    \
            if libc.unshare(0x00020000 | (0 if os.geteuid() == 0 else 0x10000000)) != 0:\n        \
              raise OSError(ctypes.get_errno(), 'unshare')\n    \
+           if libc.mount(None, b'/', None, 0x4000 | 0x40000, None) != 0:\n        \
+             raise OSError(ctypes.get_errno(), 'make / private')\n    \
            if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0:\n        \
              raise OSError(ctypes.get_errno(), 'mount')\n\
          def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
@@ -157,7 +159,7 @@ fn the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain() {
     let Some(user) = crate::hardening::Who::ordinary() else {
         return;
     };
-    let exe = std::env::current_exe().unwrap();
+    let exe = user.reachable(&std::env::current_exe().unwrap());
     let out = user
         .command(&[
             exe.as_os_str(),
