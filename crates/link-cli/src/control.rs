@@ -17,10 +17,10 @@ use std::sync::Arc;
 /// replace the remote model key.
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
     let status = Service::new(shared.clone())
-        .on::<host::Status, _, _>(|shared, _, _| async move { Ok(shared.status()) })
+        .on::<host::Status, _, _>(answer_status)
         .handler("the host, to its own plugins");
     let mut service = Service::new(shared)
-        .on::<host::Status, _, _>(|shared, _, _| async move { Ok(shared.status()) })
+        .on::<host::Status, _, _>(answer_status)
         .on::<host::Down, _, _>(|shared, _, _| async move {
             shared.stop.notify_one();
             Ok(Empty {})
@@ -60,6 +60,14 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
             let _ = server::serve_connection(stream, |req| handler(req)).await;
         });
     }
+}
+
+async fn answer_status(
+    shared: Arc<Shared>,
+    _: Call,
+    _: Empty,
+) -> Result<host::HostStatus, RemoteError> {
+    Ok(shared.status())
 }
 
 /// Who connected to the control socket.

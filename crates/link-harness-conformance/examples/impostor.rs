@@ -113,15 +113,40 @@ impl Impostor {
         let _ = std::fs::write(path, text);
     }
 
-    fn at_start(&self) {
-        let layout = self.env.layout();
-        let store_socket = layout.plugin_socket(programs::FILE_STORE);
-        let store_dir = layout.plugin_run_dir(programs::FILE_STORE);
-        // The file store starts in the same layer: its socket must be there to be attacked.
+    /// The file store's socket, once it serves: it starts in the same layer, and must be
+    /// there to be attacked.
+    fn file_store_socket(&self) -> PathBuf {
+        let socket = self.env.layout().plugin_socket(programs::FILE_STORE);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while serving(&store_socket).is_none() && std::time::Instant::now() < deadline {
+        while serving(&socket).is_none() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
+        socket
+    }
+
+    /// Reads the environment of the host and of the sibling serving `sibling` (refused) and
+    /// its own (the twin); → the host's pid.
+    fn read_environs(&self, sibling: &Path) -> i32 {
+        let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        self.record("host_environ", outcome(read_environ(host)));
+        self.record(
+            "sibling_environ",
+            match serving(sibling) {
+                Some(pid) => outcome(read_environ(pid)),
+                None => "no sibling found".into(),
+            },
+        );
+        self.record(
+            "own_environ",
+            outcome(read_environ(std::process::id() as i32)),
+        );
+        host
+    }
+
+    fn at_start(&self) {
+        let layout = self.env.layout();
+        let store_socket = self.file_store_socket();
+        let store_dir = layout.plugin_run_dir(programs::FILE_STORE);
         self.record(
             "rename_other_socket",
             outcome(std::fs::rename(&store_socket, store_dir.join("aside.sock"))),
@@ -143,43 +168,15 @@ impl Impostor {
             )),
         );
         self.record("own_socket_dir", own_socket_dir(&self.env.socket));
-        let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
-        self.record("host_environ", outcome(read_environ(host)));
-        self.record(
-            "sibling_environ",
-            match serving(&store_socket) {
-                Some(pid) => outcome(read_environ(pid)),
-                None => "no sibling found".into(),
-            },
-        );
-        self.record(
-            "own_environ",
-            outcome(read_environ(std::process::id() as i32)),
-        );
+        self.read_environs(&store_socket);
         self.record("keyring", keyring());
     }
 
     /// What the sandbox plugin's domain refuses: reading the host's or a sibling's
     /// environment, signalling the host, TCP; the twins: its own environment and its own child.
     fn as_sandbox_at_start(&self) {
-        let store_socket = self.env.layout().plugin_socket(programs::FILE_STORE);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while serving(&store_socket).is_none() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
-        self.record("host_environ", outcome(read_environ(host)));
-        self.record(
-            "sibling_environ",
-            match serving(&store_socket) {
-                Some(pid) => outcome(read_environ(pid)),
-                None => "no sibling found".into(),
-            },
-        );
-        self.record(
-            "own_environ",
-            outcome(read_environ(std::process::id() as i32)),
-        );
+        let store_socket = self.file_store_socket();
+        let host = self.read_environs(&store_socket);
         self.record("signal_host", outcome(signal(host)));
         let child = std::process::Command::new("/bin/sleep").arg("30").spawn();
         let own_child = child.and_then(|mut c| {
