@@ -194,7 +194,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let mut probe = confined_link.then(|| Probe::start(&programs));
-    let outcome = match start_all(
+    let all_started = start_all(
         &launch,
         &shared,
         &mut started,
@@ -202,8 +202,9 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         &mut died,
         &mut signals,
     )
-    .await
-    {
+    .await;
+    shared.router.started();
+    let outcome = match all_started {
         Ok(()) => match probe.as_mut() {
             Some(probe) => probe.answer().await.map(|found| {
                 *shared.sandbox.lock().expect("lock") = Some(found);
@@ -242,41 +243,30 @@ async fn start_all(
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
     signals: &mut link_protocol::plugin::ShutdownSignals,
 ) -> Result<()> {
-    for layer in plugins::start_layers(launch.profile) {
-        // Spawned together, recorded at once (a host killed now leaves none running), then
-        // each ready line is awaited in order; they come in while the others start.
-        let mut starting = Vec::new();
-        for &name in &layer {
-            match launch.spawn(name, died_tx.clone()) {
-                Ok(plugin) => starting.push(plugin),
-                Err(e) => {
-                    started.extend(starting);
-                    return Err(e);
-                }
-            }
-        }
-        let mut spawned: Vec<&Plugin> = started.iter().collect();
-        spawned.extend(&starting);
-        let recorded = record_pids(launch.layout, &spawned);
-        // From here every plugin of the layer is in `started` on every way out, so a failure
-        // stops it in order (SIGTERM, grace) with the rest.
-        let first = started.len();
-        started.extend(starting);
-        recorded?;
-        for plugin in started[first..].iter_mut() {
-            let (name, pid) = (plugin.name, plugin.pid);
-            let ready = tokio::select! {
-                r = plugin.ready(launch) => r,
-                Some((dead, status)) = died.recv() => Err(anyhow::anyhow!(
-                    "{dead} exited during start-up ({}); see {}",
-                    describe(Some(&status)),
-                    launch.layout.log_file(dead).display()
-                )),
-                _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
-            };
-            ready.with_context(|| format!("starting {name} (pid {pid})"))?;
-            register(launch, shared, plugin)?;
-        }
+    // Spawned together, recorded at once (a host killed now leaves none running), then each
+    // ready line is awaited in order; they come in while the others start. No plugin waits
+    // for another: the router holds a call for an owner that is still starting.
+    for &name in plugins::start_order(launch.profile) {
+        let plugin = launch.spawn(name, died_tx.clone())?;
+        shared.router.admit(name, plugin.pid);
+        // From here the plugin is in `started` on every way out, so a failure stops it in
+        // order (SIGTERM, grace) with the rest.
+        started.push(plugin);
+    }
+    record_pids(launch.layout, started)?;
+    for plugin in started.iter_mut() {
+        let (name, pid) = (plugin.name, plugin.pid);
+        let ready = tokio::select! {
+            r = plugin.ready(launch) => r,
+            Some((dead, status)) = died.recv() => Err(anyhow::anyhow!(
+                "{dead} exited during start-up ({}); see {}",
+                describe(Some(&status)),
+                launch.layout.log_file(dead).display()
+            )),
+            _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
+        };
+        ready.with_context(|| format!("starting {name} (pid {pid})"))?;
+        register(launch, shared, plugin)?;
     }
     if launch.profile == Profile::Mini {
         publish_connection(launch.layout)?;
@@ -415,7 +405,7 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
 }
 
 /// Rewrites the pids file with every plugin started so far.
-fn record_pids(layout: &StateLayout, started: &[&Plugin]) -> Result<()> {
+fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
     let file = PidsFile {
         host: std::process::id(),
         plugins: started

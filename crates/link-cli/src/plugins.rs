@@ -3,7 +3,6 @@
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{self, Mode, Profile, Ready};
-use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -17,39 +16,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// Start order; the host stops them in reverse.
 pub fn start_order(profile: Profile) -> &'static [&'static str] {
     profile.plugins()
-}
-
-/// Plugins that make calls as soon as they are ready, with what they call: they start only
-/// once those are ready. No plugin calls another before its ready line, so everything else
-/// starts at once.
-const STARTS_AFTER: &[(&str, &[&str])] = &[
-    // Overdue schedules fire at start, as turns of the harness.
-    (programs::SCHEDULER, &[programs::HARNESS]),
-];
-
-/// The start order cut into layers: every plugin of a layer is started at once, and a layer
-/// starts when the one before it is ready. Stopping is the reverse of [`start_order`].
-pub fn start_layers(profile: Profile) -> Vec<Vec<&'static str>> {
-    let mut layers: Vec<Vec<&'static str>> = Vec::new();
-    let mut placed: Vec<(&str, usize)> = Vec::new();
-    for &name in start_order(profile) {
-        let after = STARTS_AFTER
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(&[][..], |(_, deps)| *deps);
-        let layer = placed
-            .iter()
-            .filter(|(p, _)| after.contains(p))
-            .map(|(_, l)| l + 1)
-            .max()
-            .unwrap_or(0);
-        if layers.len() <= layer {
-            layers.resize(layer + 1, Vec::new());
-        }
-        layers[layer].push(name);
-        placed.push((name, layer));
-    }
-    layers
 }
 
 /// Directories a confined plugin may write besides its data area, home and the run dir.
@@ -229,35 +195,5 @@ pub fn describe(status: Option<&ExitStatus>) -> String {
             (_, Some(sig)) => format!("killed by signal {sig}"),
             _ => format!("{s}"),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plugins_start_in_layers_after_what_they_call_at_start() {
-        assert_eq!(
-            start_layers(Profile::Mini),
-            vec![start_order(Profile::Mini).to_vec()]
-        );
-        let layers = start_layers(Profile::Link);
-        let flat: Vec<_> = layers.concat();
-        assert_eq!(
-            flat,
-            start_order(Profile::Link),
-            "stop order stays the reverse"
-        );
-        let layer_of = |name| layers.iter().position(|l| l.contains(&name)).unwrap();
-        for (name, deps) in STARTS_AFTER {
-            for dep in *deps {
-                assert!(
-                    layer_of(*name) > layer_of(*dep),
-                    "{name} starts before {dep}"
-                );
-            }
-        }
-        assert_eq!(layers.len(), 2, "{layers:?}");
     }
 }

@@ -255,14 +255,25 @@ struct Table {
 }
 
 /// Registered plugins, route owners and live leases.
-#[derive(Default)]
 pub struct Router {
     table: Mutex<Table>,
     pool: Pool,
+    /// True while the host is starting plugins; every registration and the end of start-up
+    /// wake the calls [`Router::owner`] holds.
+    starting: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Router {
+    fn default() -> Self {
+        Router {
+            table: Mutex::default(),
+            pool: Pool::default(),
+            starting: tokio::sync::watch::Sender::new(true),
+        }
+    }
 }
 
 impl Router {
-    /// Records a started plugin and the routes its ready line claimed.
     /// Records a started plugin and the routes its ready line claimed. A claim of a route the
     /// route table gives another owner (or of no known route) is refused, so a plugin cannot
     /// take over, say, `auth.verify`.
@@ -281,7 +292,37 @@ impl Router {
         for route in routes {
             t.owners.insert(route.clone(), (name, socket.clone()));
         }
+        drop(t);
+        self.starting.send_modify(|_| {});
         Ok(())
+    }
+
+    /// Start-up is over (every plugin ready, or it failed): a route without an owner now
+    /// has none to wait for.
+    pub fn started(&self) {
+        self.starting.send_replace(false);
+    }
+
+    /// The owner of `route`. While plugins start, a call for a route whose owner is not
+    /// ready yet waits for it (the scheduler fires overdue schedules as soon as it is ready,
+    /// maybe before the harness), so plugins need no start order among themselves.
+    async fn owner(&self, route: &str) -> Option<(&'static str, PathBuf)> {
+        let mut starting = self.starting.subscribe();
+        loop {
+            if let Some(owner) = self.table.lock().expect("lock").owners.get(route) {
+                return Some(owner.clone());
+            }
+            if !*starting.borrow_and_update() || starting.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Records a plugin the host has just started, before its ready line: from now on its
+    /// pid may call (a plugin may call as soon as it is ready, before the host has read that
+    /// line).
+    pub fn admit(&self, name: &'static str, pid: i32) {
+        self.table.lock().expect("lock").by_pid.insert(pid, name);
     }
 
     fn caller_of(&self, pid: Option<i32>) -> Option<&'static str> {
@@ -298,14 +339,7 @@ impl Router {
         if let Err(e) = self.check(caller, &req) {
             return (Err(e), None);
         }
-        let owner = self
-            .table
-            .lock()
-            .expect("lock")
-            .owners
-            .get(&req.route)
-            .cloned();
-        let Some(owner) = owner else {
+        let Some(owner) = self.owner(&req.route).await else {
             let message = format!("no running plugin owns {}", req.route);
             return (
                 Err(RemoteError::new(
@@ -509,6 +543,23 @@ mod tests {
             router.table.lock().unwrap().owners.is_empty(),
             "nothing registered"
         );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_waits_for_an_owner_still_starting_but_not_once_start_up_is_over() {
+        let router = Router::default();
+        let route = r::schedule::List::NAME;
+        let register = async {
+            tokio::task::yield_now().await;
+            let routes = [route.to_owned()];
+            router
+                .register(programs::SCHEDULER, 42, &routes, "/nowhere".into())
+                .unwrap();
+        };
+        let (owner, ()) = tokio::join!(router.owner(route), register);
+        assert_eq!(owner.map(|(name, _)| name), Some(programs::SCHEDULER));
+        router.started();
+        assert_eq!(router.owner(r::agent::Turn::NAME).await, None);
     }
 
     #[test]

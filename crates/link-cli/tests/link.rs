@@ -5,8 +5,10 @@ use crate::support;
 use link_protocol::routes::Route as _;
 
 use crate::support::state_root;
+use link_harness_conformance::runtime_process::{self, RuntimeProcess};
 use link_protocol::routes as r;
-use serde_json::json;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// Every route of full Link, with a body that is harmless for an agent that does not exist.
 const ROUTES: &[&str] = &[
@@ -402,6 +404,96 @@ fn schedules_are_listed_and_cancelled_over_http() {
         "{after}"
     );
     drop(rt);
+}
+
+/// A schedule that fell due while the runtime was down fires as soon as it is back up. The
+/// scheduler fires it right after its ready line, when the harness, started at the same
+/// time, may not be ready yet (here it is made 500 ms late): the router holds that call
+/// until the harness is, so the turn runs (a failed fire would record `ok: false` and never
+/// run again).
+#[test]
+fn a_schedule_due_while_down_fires_when_the_runtime_is_back() {
+    let root = state_root();
+    let late = LateHarness::new();
+    let spec = || {
+        use link_protocol::plugin::{Mode, Profile};
+        runtime_process::RuntimeSpec::new(&late.0, Profile::Link, Mode::Diagnostic)
+    };
+    let mut rt = spec().up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
+    let token = rt.create_token();
+    let created = rt.post("/v1/agents", &token, json!({ "name": "sleeper" }));
+    assert_eq!(created.status, 201, "{:?}", created.json());
+    let message = "schedule 500ms: wake up";
+    let resp = rt.post(
+        "/v1/agents/sleeper/turns",
+        &token,
+        json!({ "message": message }),
+    );
+    assert_eq!(resp.status, 200, "{:?}", resp.json());
+    rt.down();
+    std::thread::sleep(Duration::from_millis(800));
+
+    let rt = spec().up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
+    let fired = wait_for_fire(&rt, &token, "sleeper");
+    assert_eq!(fired["fired"], 1, "{fired}");
+    let last = &fired["last_result"];
+    assert_eq!(last["ok"], true, "the overdue fire failed: {fired}");
+    let agent = rt.get("/v1/agents/sleeper", Some(&token)).json();
+    assert!(
+        agent["conversation"].to_string().contains("wake up"),
+        "the scheduled turn is not in the conversation: {agent}"
+    );
+    drop(rt);
+}
+
+/// The built programs of full Link, hard-linked beside the build (Landlock lets plugins run
+/// only what is under the programs directory), with a harness that starts 500 ms late.
+/// Removed on drop.
+struct LateHarness(std::path::PathBuf);
+
+impl LateHarness {
+    fn new() -> LateHarness {
+        use link_protocol::plugin::Profile;
+        use link_protocol::routes::programs;
+        use std::os::unix::fs::PermissionsExt;
+        let built = runtime_process::test_programs();
+        let dir = built.join(format!("lnk-late-harness-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in Profile::Link.plugins().iter().chain(&[programs::HOST]) {
+            let to = match *name {
+                programs::HARNESS => format!("{name}.real"),
+                other => other.to_owned(),
+            };
+            std::fs::hard_link(built.join(name), dir.join(to)).unwrap();
+        }
+        let late = dir.join(programs::HARNESS);
+        let script = "#!/bin/sh\nsleep 0.5\nexec \"$0.real\" \"$@\"\n";
+        std::fs::write(&late, script).unwrap();
+        std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o700)).unwrap();
+        LateHarness(dir)
+    }
+}
+
+impl Drop for LateHarness {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The agent's one schedule once it has a result (a fire that ran, or one that failed).
+fn wait_for_fire(rt: &RuntimeProcess, token: &str, agent: &str) -> Value {
+    let path = format!("/v1/agents/{agent}/schedules");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = rt.get(&path, Some(token)).json();
+        let schedule = listed["schedules"][0].clone();
+        if !schedule["last_result"].is_null() {
+            return schedule;
+        }
+        assert!(Instant::now() < deadline, "no fire within 30 s: {listed}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A tool plugin acts only for the agent of a tool call in flight to it: the file and code

@@ -167,14 +167,13 @@ impl StateRoot {
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700))
     }
 
+    /// The XDG base directories of [`link_protocol::plugin::home_env`] (all but `HOME`).
     fn xdg_dirs(&self) -> Vec<(&'static str, PathBuf)> {
         let home = self.home();
-        vec![
-            ("XDG_CONFIG_HOME", home.join(".config")),
-            ("XDG_CACHE_HOME", home.join(".cache")),
-            ("XDG_DATA_HOME", home.join(".local/share")),
-            ("XDG_STATE_HOME", home.join(".local/state")),
-        ]
+        link_protocol::plugin::home_env(&home)
+            .into_iter()
+            .filter(|(k, _)| *k != "HOME")
+            .collect()
     }
 
     /// The variables that shape a child's run: isolated HOME and XDG_* and the keychain off.

@@ -136,17 +136,18 @@ pub struct Contract<'a> {
 }
 
 impl Contract<'_> {
-    /// Makes the plugin's home (with its XDG directories), data area, run and log
-    /// directories.
+    /// Makes the plugin's home, data area, run and log directories.
     pub fn create_dirs(&self) -> std::io::Result<()> {
-        let home = self.layout.home(self.name);
-        let dirs = home_env(&home).map(|(_, dir)| dir);
-        let more = [
+        // The XDG directories inside the home are named, not made: a program makes the ones
+        // it uses, as the XDG spec expects, and five fewer directories per plugin is a
+        // measurable part of start-up on a fresh state root.
+        let dirs = [
+            self.layout.home(self.name),
             self.layout.data(self.name),
             self.layout.plugin_run_dir(self.name),
             self.layout.log_dir(),
         ];
-        for dir in dirs.iter().chain(&more) {
+        for dir in &dirs {
             private_dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))
             })?;
