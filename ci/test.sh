@@ -3,9 +3,14 @@
 # release (cargo test alone builds a package's binaries only for that package's own
 # integration tests), lint every target, then run every test of the workspace on them, so the
 # confined runtime tests find the programs they drive in target/release.
+#
+# The host is built with its test hooks (`--features link-cli/test-hooks`, the same for all
+# three commands so nothing is built twice); `cargo xtask build` builds the release without
+# them, and `cargo xtask runtime` refuses to qualify a host that has them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+hooks=(--features link-cli/test-hooks)
 cargo fmt --all -- --check
-cargo build --locked --release --workspace --bins --examples
-cargo clippy --locked --workspace --all-targets --release -- -D warnings
-cargo test --locked --release --workspace
+cargo build --locked --release --workspace --bins --examples "${hooks[@]}"
+cargo clippy --locked --workspace --all-targets --release "${hooks[@]}" -- -D warnings
+cargo test --locked --release --workspace "${hooks[@]}"

@@ -256,14 +256,10 @@ fn programs_ready(ws: &Workspace, allow_stale: bool) -> Result<Vec<String>> {
     let runner = ws.release().join(outputs::RUNNER);
     let problems: Vec<Problem> = outputs::verify(&ws.release(), &ws.root)?
         .into_iter()
-        .filter(|p| match p {
-            Problem::Missing { output } | Problem::Stale { output, .. } => *output != runner,
-        })
+        .filter(|p| p.output() != runner)
         .collect();
-    let missing = problems
-        .iter()
-        .any(|p| matches!(p, Problem::Missing { .. }));
-    if problems.is_empty() || (allow_stale && !missing) {
+    let refused = problems.iter().any(|p| !p.only_stale());
+    if problems.is_empty() || (allow_stale && !refused) {
         for p in &problems {
             link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");
         }
@@ -279,7 +275,7 @@ fn programs_ready(ws: &Workspace, allow_stale: bool) -> Result<Vec<String>> {
         ws.root.display(),
         outputs::command_text(build)
     );
-    if !missing {
+    if !refused {
         link_protocol::errln!("or pass --allow-stale to measure them as built");
     }
     bail!(
@@ -289,13 +285,7 @@ fn programs_ready(ws: &Workspace, allow_stale: bool) -> Result<Vec<String>> {
 }
 
 fn stale_warning(stale: &[String]) -> Option<String> {
-    (!stale.is_empty()).then(|| {
-        format!(
-            "--allow-stale: {} of the measured programs are older than a source file; the \
-             figures are for the programs as built (see their sha256s), not for the working tree",
-            stale.len()
-        )
-    })
+    (!stale.is_empty()).then(|| outputs::allow_stale_caveat(stale.len()))
 }
 
 /// The JSON, pretty, under the target directory.

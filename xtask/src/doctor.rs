@@ -83,11 +83,12 @@ fn brief(problems: &[outputs::Problem]) -> String {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let (mut missing, mut stale) = (Vec::new(), Vec::new());
+    let (mut missing, mut stale, mut test) = (Vec::new(), Vec::new(), Vec::new());
     for p in problems {
         match p {
             outputs::Problem::Missing { output } => missing.push(name(output)),
             outputs::Problem::Stale { output, .. } => stale.push(name(output)),
+            outputs::Problem::TestHooks { output } => test.push(name(output)),
         }
     }
     let mut parts = Vec::new();
@@ -96,6 +97,9 @@ fn brief(problems: &[outputs::Problem]) -> String {
     }
     if !stale.is_empty() {
         parts.push(format!("older than their sources: {}", stale.join(", ")));
+    }
+    if !test.is_empty() {
+        parts.push(format!("built with test hooks: {}", test.join(", ")));
     }
     parts.join("; ")
 }

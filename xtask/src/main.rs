@@ -100,7 +100,7 @@ struct RuntimeArgs {
     /// Exit 0 even when a side was skipped (the skip is still printed loudly).
     #[arg(long)]
     allow_skip: bool,
-    /// Measure release programs older than their sources (say so in the comparison's
+    /// Measure release programs older than their sources or built with test hooks (say so in the comparison's
     /// caveats) instead of refusing; for a tree others are editing. Missing ones still refuse.
     #[arg(long)]
     allow_stale: bool,
@@ -126,7 +126,7 @@ struct BenchArgs {
     /// (default 40, or --rounds when fewer); at most --rounds.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     turn_rounds: Option<u32>,
-    /// Measure release programs older than their sources (said in the JSON's warnings)
+    /// Measure release programs older than their sources or built with test hooks (said in the JSON's warnings)
     /// instead of refusing. Missing ones still refuse.
     #[arg(long)]
     allow_stale: bool,

@@ -138,8 +138,33 @@ pub fn build(ws: &Workspace) -> Result<()> {
 /// Why one output cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Problem {
-    Missing { output: PathBuf },
-    Stale { output: PathBuf, newer: PathBuf },
+    Missing {
+        output: PathBuf,
+    },
+    Stale {
+        output: PathBuf,
+        newer: PathBuf,
+    },
+    /// Built with the test hooks (by `cargo test`, or a workspace build with its examples):
+    /// not the release build.
+    TestHooks {
+        output: PathBuf,
+    },
+}
+
+impl Problem {
+    pub fn output(&self) -> &Path {
+        match self {
+            Problem::Missing { output }
+            | Problem::Stale { output, .. }
+            | Problem::TestHooks { output } => output,
+        }
+    }
+
+    /// Built, if not as the release is: what `--allow-stale` may measure (and says so).
+    pub fn only_stale(&self) -> bool {
+        !matches!(self, Problem::Missing { .. })
+    }
 }
 
 impl std::fmt::Display for Problem {
@@ -151,6 +176,11 @@ impl std::fmt::Display for Problem {
                 "stale:   {} (older than its source {})",
                 output.display(),
                 newer.display()
+            ),
+            Problem::TestHooks { output } => write!(
+                f,
+                "test build: {} (built with test hooks, as `cargo test` builds it)",
+                output.display()
             ),
         }
     }
@@ -193,7 +223,37 @@ pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
             problems.push(Problem::Stale { output, newer });
         }
     }
+    let host = release.join(binary_name(PACKAGES[0]));
+    if host.is_file() && has_test_hooks(&host)? {
+        problems.push(Problem::TestHooks { output: host });
+    }
     Ok(problems)
+}
+
+/// Whether the host at `path` says (`--version`) it was built with test hooks. Only the host
+/// is asked: it passes `LNK_TEST_HOOKS` to no plugin unless it has them itself.
+fn has_test_hooks(path: &Path) -> Result<bool> {
+    let out = std::process::Command::new(path)
+        .arg("--version")
+        .output()
+        .with_context(|| format!("cannot run {} --version", path.display()))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{} --version failed ({}): rebuild it with `cargo xtask build`",
+            path.display(),
+            out.status
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).contains(link_protocol::TEST_HOOKS_MARK))
+}
+
+/// What a report measured with `--allow-stale` says of its `count` programs with problems.
+pub fn allow_stale_caveat(count: usize) -> String {
+    format!(
+        "--allow-stale: {count} of the measured programs are not the current release build \
+         (older than a source file, or built with test hooks); the figures are for the programs \
+         as built (see their sha256s), not for the working tree's release build"
+    )
 }
 
 /// Left in the release directory by a successful [`build`]: every output is current with the
@@ -345,11 +405,60 @@ mod tests {
         dir
     }
 
+    /// An output modified at `when`; the host is a script that prints a release version.
     fn touch(path: &Path, when: SystemTime) {
+        if path.ends_with("release/link") {
+            return fake_host(path, "echo link 0.1.0", when);
+        }
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, b"x").unwrap();
         let f = std::fs::File::options().write(true).open(path).unwrap();
         f.set_modified(when).unwrap();
+    }
+
+    /// A host whose `--version` runs `script`.
+    fn fake_host(path: &Path, script: &str, when: SystemTime) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, format!("#!/bin/sh\n{script}\n")).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(when).unwrap();
+    }
+
+    #[test]
+    fn a_host_built_with_test_hooks_is_not_a_release_output() {
+        let root = scratch("hooks");
+        let release = root.join("release");
+        let built = SystemTime::now();
+        for rel in expected_outputs() {
+            touch(&release.join(rel), built);
+        }
+        let host = release.join("link");
+        assert_eq!(verify(&release, &root).unwrap(), vec![]);
+
+        let says = format!("echo 'link 0.1.0 {}'", link_protocol::TEST_HOOKS_MARK);
+        fake_host(&host, &says, built);
+        let problems = verify(&release, &root).unwrap();
+        assert_eq!(
+            problems,
+            vec![Problem::TestHooks {
+                output: host.clone()
+            }]
+        );
+        assert!(
+            problems[0].to_string().contains("test build"),
+            "{}",
+            problems[0]
+        );
+
+        fake_host(&host, "exit 3", built);
+        let err = format!("{:#}", verify(&release, &root).unwrap_err());
+        assert!(
+            err.contains("--version failed") && err.contains("cargo xtask build"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

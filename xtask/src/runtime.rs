@@ -301,15 +301,9 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     });
     let mut comparison = comparison;
     if !stale.is_empty() {
-        comparison.caveats.insert(
-            0,
-            format!(
-                "--allow-stale: {} of the measured programs are older than a source file (the \
-                 tree was edited after the build); the figures are for the programs as built \
-                 (identical across runs, see their sha256s), not for the working tree",
-                stale.len()
-            ),
-        );
+        comparison
+            .caveats
+            .insert(0, outputs::allow_stale_caveat(stale.len()));
     }
     if let Some(mut b) = bench {
         if let Some(why) = different_programs(&b, &chosen) {
@@ -389,19 +383,17 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
     }
     link_protocol::errln!("or run `cargo xtask runtime --build`");
     bail!(
-        "{} of {} release outputs missing or stale; build them with the commands above",
+        "{} of {} release outputs missing, stale or a test build; build them with the commands above",
         problems.len(),
         outputs::expected_outputs().len()
     )
 }
 
-/// With `--allow-stale`: missing outputs still refuse; stale ones are listed and returned.
+/// With `--allow-stale`: missing outputs still refuse; stale ones and a test build are
+/// listed and returned.
 fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
     let problems = outputs::verify(&ws.release(), &ws.root)?;
-    if problems
-        .iter()
-        .any(|p| matches!(p, outputs::Problem::Missing { .. }))
-    {
+    if problems.iter().any(|p| !p.only_stale()) {
         return require_outputs(ws).map(|()| Vec::new());
     }
     for p in &problems {

@@ -43,7 +43,7 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
             let reply = secret_call::<secret::Delete>(&shared, body).await?;
             serde_json::from_value(reply).map_err(|e| RemoteError::internal(e.to_string()))
         });
-    if test_hooks() {
+    if crate::test_hooks_on() {
         service = service.on::<host::DebugCall, _, _>(debug_call);
     }
     let full = service.handler("the host");
@@ -142,10 +142,6 @@ async fn secret_call<R: Route>(
 
 /// Plugins that serve HTTP on their socket instead of link-protocol routes.
 const HTTP_PLUGINS: &[&str] = &["link-plugin-model", "link-mini-connection"];
-
-fn test_hooks() -> bool {
-    std::env::var(link_protocol::plugin::ENV_TEST_HOOKS).is_ok_and(|v| v == "1")
-}
 
 /// Makes a plugin call a route through the router as itself, so tests can check grants
 /// with real callers.

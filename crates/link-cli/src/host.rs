@@ -93,7 +93,7 @@ fn make_private_dirs(layout: &StateLayout) -> Result<()> {
 
 fn confinement_summary(mode: Mode) -> &'static str {
     match mode {
-        Mode::Confined => "plugins under Landlock with no_new_privs (the sandbox plugin: no_new_privs; its commands: bubblewrap + Landlock)",
+        Mode::Confined => "plugins under Landlock, no_new_privs and seccomp (the sandbox plugin: a Landlock domain without filesystem rules and its own seccomp filter; its commands: bubblewrap + Landlock + the full filter)",
         Mode::Diagnostic => "diagnostic: plugins unconfined; run and file tools disabled; not evidence of confinement",
     }
 }
@@ -114,6 +114,18 @@ fn refuse_key_in_environment() -> Result<()> {
     Ok(())
 }
 
+/// A release build has no test hooks: asking for them changes nothing, and the host says so
+/// rather than let a user believe they are on.
+fn say_test_hooks_are_ignored() {
+    use link_protocol::plugin::ENV_TEST_HOOKS;
+    if !crate::TEST_HOOKS_BUILT && std::env::var_os(ENV_TEST_HOOKS).is_some() {
+        link_protocol::errln!(
+            "link: {ENV_TEST_HOOKS} is ignored: this build has no test hooks (only builds made \
+             for tests, with the testing kit, have them)"
+        );
+    }
+}
+
 /// Runs the host in the foreground until it is asked to stop or a plugin dies.
 pub fn up(args: UpArgs) -> Result<i32> {
     // State is private: everything the host and the plugins it starts (which inherit the
@@ -123,6 +135,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     let layout = StateLayout::new(root);
     layout.check()?;
     refuse_key_in_environment()?;
+    say_test_hooks_are_ignored();
     let programs = match &args.programs {
         Some(p) => crate::commands::absolute(p)?,
         None => std::env::current_exe()?
@@ -629,7 +642,8 @@ pub struct Allowance<'a> {
 /// no_new_privs and the baseline seccomp filter, applied between fork and exec so the plugin
 /// never runs a single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
 /// and namespaces, gets a Landlock domain without filesystem rules instead
-/// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and no seccomp filter.
+/// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
+/// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`).
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     name: &str,

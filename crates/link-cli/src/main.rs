@@ -19,10 +19,28 @@ use clap::{Parser, Subcommand};
 use link_protocol::plugin::{Mode, Profile};
 use std::path::PathBuf;
 
+/// Whether this host was built with its test hooks (the `test-hooks` feature, which
+/// `ci/test.sh` turns on): `host.debug_call`, a shorter router deadline, and the
+/// [`link_protocol::plugin::TEST_VARIABLES`] passed to plugins. The locked release build
+/// (`cargo xtask build`) has none, and no environment can switch them on there.
+const TEST_HOOKS_BUILT: bool = cfg!(feature = "test-hooks");
+
+/// The test hooks are on: built in, and asked for with `LNK_TEST_HOOKS=1`.
+fn test_hooks_on() -> bool {
+    TEST_HOOKS_BUILT && link_protocol::plugin::test_hooks_asked()
+}
+
+/// `--version`: a build with test hooks says so ([`link_protocol::TEST_HOOKS_MARK`]).
+const VERSION: &str = if TEST_HOOKS_BUILT {
+    concat!(env!("CARGO_PKG_VERSION"), " (test hooks built in)")
+} else {
+    env!("CARGO_PKG_VERSION")
+};
+
 #[derive(Parser)]
 #[command(
     name = "link",
-    version,
+    version = VERSION,
     about = "Run AI agents on this machine: the Link host"
 )]
 struct Cli {
@@ -193,5 +211,14 @@ fn main() {
             link_protocol::errln!("link: {e:#}");
             std::process::exit(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_version_says_whether_test_hooks_are_built_in() {
+        let says = super::VERSION.contains(link_protocol::TEST_HOOKS_MARK);
+        assert_eq!(says, super::TEST_HOOKS_BUILT, "{}", super::VERSION);
     }
 }

@@ -151,6 +151,7 @@ impl Launch<'_> {
             profile: self.profile,
             mode: self.mode,
             monitor_interval: self.monitor_interval,
+            test_hooks: crate::test_hooks_on(),
         };
         contract.create_dirs()?;
         let log = std::fs::OpenOptions::new()

@@ -169,7 +169,7 @@ pub const ENV_TEST_DEADLINE_MS: &str = "LNK_TEST_DEADLINE_MS";
 fn default_deadline() -> Duration {
     static DEADLINE: OnceLock<Duration> = OnceLock::new();
     *DEADLINE.get_or_init(|| {
-        let hooks = std::env::var(link_protocol::plugin::ENV_TEST_HOOKS).is_ok_and(|v| v == "1");
+        let hooks = crate::test_hooks_on();
         std::env::var(ENV_TEST_DEADLINE_MS)
             .ok()
             .filter(|_| hooks)

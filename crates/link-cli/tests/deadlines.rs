@@ -4,7 +4,7 @@
 
 use crate::support::state_root;
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
-use link_protocol::plugin::ENV_TEST_HOOKS;
+
 use link_protocol::routes::{host, Route as _};
 use serde_json::Value;
 use std::process::Command;
@@ -46,7 +46,7 @@ fn up(root: &link_harness_conformance::fixture::StateRoot) -> RuntimeProcess {
         "link".parse().unwrap(),
         "diagnostic".parse().unwrap(),
     )
-    .env(ENV_TEST_HOOKS, "1")
+    .with_test_hooks()
     .env("LNK_TEST_DEADLINE_MS", &DEADLINE.as_millis().to_string());
     spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"))
 }

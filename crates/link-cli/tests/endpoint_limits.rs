@@ -7,7 +7,7 @@ use crate::support::{self, state_root};
 use link_connection_api::{ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS};
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
-use link_protocol::plugin::{Profile, ENV_TEST_HOOKS};
+use link_protocol::plugin::Profile;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ fn up_with(root: &StateRoot, header_timeout: Duration) -> RuntimeProcess {
         Profile::Mini,
         support::MODE.parse().unwrap(),
     )
-    .env(ENV_TEST_HOOKS, "1")
+    .with_test_hooks()
     .env(
         ENV_TEST_HEADER_TIMEOUT_MS,
         &header_timeout.as_millis().to_string(),

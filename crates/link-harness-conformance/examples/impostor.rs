@@ -190,6 +190,9 @@ impl Impostor {
             "tcp_connect",
             outcome(std::net::TcpStream::connect(("127.0.0.1", 1))),
         );
+        // Its own seccomp filter: what bwrap never needs, refused even as root.
+        self.record("keyring", keyring());
+        self.record("read_host_memory", read_memory(host));
     }
 
     /// The file tool's route: the real tool's write for the agent of this call, and a read of
@@ -273,6 +276,27 @@ fn serving(socket: &Path) -> Option<i32> {
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     let cred = rustix::net::sockopt::socket_peercred(&stream).ok()?;
     Some(cred.pid.as_raw_nonzero().get())
+}
+
+/// `process_vm_readv` of one byte at address 0 of `pid`: `EPERM` when the call is refused,
+/// `EFAULT` when it is allowed (and the address checked).
+fn read_memory(pid: i32) -> Value {
+    let mut byte = [0u8; 1];
+    let local = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 1,
+    };
+    // SAFETY: one local iovec over a live one-byte buffer; the remote one is only read by the
+    // kernel, which checks it.
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    if n >= 0 {
+        return "ok".into();
+    }
+    outcome::<()>(Err(std::io::Error::last_os_error()))
 }
 
 /// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create)`: the user's keyring.

@@ -85,6 +85,8 @@ impl PluginSpec {
             profile: self.profile,
             mode: self.mode,
             monitor_interval: 1.0,
+            // Plugins started alone, for their tests.
+            test_hooks: true,
         };
         contract
             .create_dirs()

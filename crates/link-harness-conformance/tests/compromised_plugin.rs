@@ -13,7 +13,7 @@
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
-use link_protocol::plugin::{Mode, Profile, ENV_TEST_HOOKS};
+use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -95,7 +95,7 @@ fn built() -> Option<PathBuf> {
 }
 
 fn spec(programs: &Programs) -> RuntimeSpec {
-    RuntimeSpec::new(programs.0.clone(), Profile::Link, Mode::Confined).env(ENV_TEST_HOOKS, "1")
+    RuntimeSpec::new(programs.0.clone(), Profile::Link, Mode::Confined).with_test_hooks()
 }
 
 fn attempts(root: &Path, plugin: &str) -> Value {
@@ -110,6 +110,24 @@ fn attempts(root: &Path, plugin: &str) -> Value {
 fn keyring_works_here() -> bool {
     // SAFETY: integer arguments only.
     unsafe { libc::syscall(libc::SYS_keyctl, 0 as libc::c_long, -4 as libc::c_long, 1) >= 0 }
+}
+
+/// `process_vm_readv` of address 0 of this process: the errno (`EFAULT` when the call is
+/// allowed), or `None` if it read something.
+fn read_memory_works_here() -> Option<i32> {
+    let mut byte = [0u8; 1];
+    let local = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 1,
+    };
+    // SAFETY: one local iovec over a live one-byte buffer; the remote one is checked by the
+    // kernel.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 #[test]
@@ -223,8 +241,9 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
 }
 
 /// The sandbox plugin has no filesystem rules (its bwrap mounts), but its domain still keeps
-/// it from signalling the host and from TCP. The twins: its own environment and child, and the
-/// same calls from this test; and after the attempts the real sandbox plugin, in the same
+/// it from signalling the host and from TCP, and its seccomp filter from keyrings and
+/// `process_vm_readv`. The twins: its own environment and child, and the same calls from this
+/// test; and after the attempts the real sandbox plugin, in the same
 /// domain, runs a confined command. Other processes' environments: refused by the domain for
 /// an ordinary user; as root the plugin keeps CAP_SYS_ADMIN for bwrap, which on Linux passes
 /// both Landlock's ptrace bound and non-dumpable processes, so there they stay readable (a
@@ -248,9 +267,18 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         ("signal_own_child", "ok"),
         ("signal_host", "EPERM"),
         ("tcp_connect", "EACCES"),
+        // Its seccomp filter, as root too.
+        ("keyring", "EPERM"),
+        ("read_host_memory", "EPERM"),
     ]) {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
+    assert!(keyring_works_here(), "the twin: keyctl works outside");
+    assert_eq!(
+        read_memory_works_here(),
+        Some(libc::EFAULT),
+        "the twin: process_vm_readv is allowed outside (and checks the address)"
+    );
     assert!(rustix::process::test_kill_process(
         rustix::process::Pid::from_raw(rt.host_pid()).unwrap()
     )

@@ -174,22 +174,23 @@ pub fn keep_only_in_bounding_set(keep: CapabilitySet) -> io::Result<()> {
 }
 
 /// What a plugin sheds between fork and exec, prepared before the fork so nothing is
-/// allocated after it: capabilities (as root), and the seccomp filter (all but the sandbox).
+/// allocated after it: capabilities (as root), and the seccomp filter (the sandbox plugin's
+/// own for it, the commands' for every other).
 #[derive(Debug)]
 pub struct Shedding {
     keep: CapabilitySet,
     root: bool,
-    filter: Option<&'static [seccompiler::BpfProgram]>,
+    filter: &'static [seccompiler::BpfProgram],
 }
 
 impl Shedding {
     pub fn for_plugin(plugin: &str) -> Result<Shedding, SandboxError> {
         let filter = if plugin == link_protocol::routes::programs::SANDBOX {
-            None
+            crate::seccomp::sandbox_plugin_filter()
         } else {
-            let f = crate::seccomp::filter().map_err(SandboxError::Unavailable)?;
-            Some(f.bpf.as_slice())
+            crate::seccomp::filter()
         };
+        let filter = filter.map_err(SandboxError::Unavailable)?.bpf.as_slice();
         Ok(Shedding {
             keep: kept_capabilities(plugin),
             root: rustix::process::geteuid().is_root(),
@@ -217,7 +218,7 @@ impl Shedding {
 
     /// Loads the seccomp filter; after `no_new_privs`, which the kernel requires.
     pub fn apply_filter(&self) -> io::Result<()> {
-        for program in self.filter.unwrap_or_default() {
+        for program in self.filter {
             seccompiler::apply_filter(program).map_err(|e| match e {
                 seccompiler::Error::Seccomp(io) => io,
                 other => io::Error::other(other.to_string()),

@@ -14,8 +14,11 @@
 //!   back to `clone`, which the first program checks;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
 //!
-//! The host applies the same filter to every plugin but the sandbox plugin (whose bwrap needs
-//! namespaces and mounts): [`crate::host::Shedding`].
+//! The host applies the same filter to every plugin but the sandbox plugin, whose bwrap needs
+//! namespaces and mounts: it gets [`sandbox_plugin_filter`], the first program without those
+//! (one `EPERM` program: keyrings, ptrace and `process_vm_*`, io_uring, bpf, perf events,
+//! userfaultfd, kexec and modules, swap, reboot, the kernel log, handle-based opens, terminal
+//! injection). Its commands still get the whole filter from bwrap. [`crate::host::Shedding`].
 //!
 //! Each program starts with seccompiler's architecture check, which kills a process that
 //! switches to another system-call ABI (i386 on x86_64). The x32 ABI shares x86_64's
@@ -50,14 +53,27 @@ pub fn filter() -> Result<&'static Filter, String> {
     FILTER.get_or_init(build).as_ref().map_err(Clone::clone)
 }
 
+/// The sandbox plugin's own filter (see the module's documentation), built once per process.
+pub fn sandbox_plugin_filter() -> Result<&'static Filter, String> {
+    static FILTER: OnceLock<Result<Filter, String>> = OnceLock::new();
+    FILTER
+        .get_or_init(|| compile(vec![(sandbox_plugin_denied(), libc::EPERM)]))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 fn build() -> Result<Filter, String> {
-    let arch = TargetArch::try_from(std::env::consts::ARCH)
-        .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
-    let programs = [
+    compile(vec![
         (denied(), libc::EPERM),
         (no_clone3(), libc::ENOSYS),
         (other_sockets(), libc::EAFNOSUPPORT),
-    ];
+    ])
+}
+
+/// One BPF program per (rules, errno), in order.
+fn compile(programs: Vec<(Rules, libc::c_int)>) -> Result<Filter, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|_| format!("no seccomp filter for {}", std::env::consts::ARCH))?;
     let mut out = Vec::new();
     let mut bpf = Vec::new();
     let mut instructions = 0;
@@ -99,8 +115,8 @@ fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 
 type Rules = BTreeMap<i64, Vec<SeccompRule>>;
 
-/// Denied whatever their arguments.
-const ALWAYS: &[libc::c_long] = &[
+/// Denied to commands whatever their arguments; bubblewrap, in the sandbox plugin, needs them.
+const NAMESPACES_AND_MOUNTS: &[libc::c_long] = &[
     libc::SYS_unshare,
     libc::SYS_setns,
     libc::SYS_mount,
@@ -114,6 +130,10 @@ const ALWAYS: &[libc::c_long] = &[
     libc::SYS_fsmount,
     libc::SYS_fspick,
     libc::SYS_mount_setattr,
+];
+
+/// Denied to every plugin and command whatever their arguments.
+const ALWAYS: &[libc::c_long] = &[
     libc::SYS_keyctl,
     libc::SYS_add_key,
     libc::SYS_request_key,
@@ -159,8 +179,21 @@ const NAMESPACE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWCGROUP,
 ];
 
-fn denied() -> Rules {
+/// What [`ALWAYS`] lists, and terminal injection (`TIOCSTI`, `TIOCLINUX`).
+fn sandbox_plugin_denied() -> Rules {
     let mut rules: Rules = ALWAYS.iter().map(|&nr| (nr, Vec::new())).collect();
+    let injection: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
+    let ioctl = injection
+        .iter()
+        .map(|&req| rule(vec![cond(1, Len::Dword, Op::Eq, req)]))
+        .collect();
+    rules.insert(libc::SYS_ioctl, ioctl);
+    rules
+}
+
+fn denied() -> Rules {
+    let mut rules = sandbox_plugin_denied();
+    rules.extend(NAMESPACES_AND_MOUNTS.iter().map(|&nr| (nr, Vec::new())));
     rules.insert(
         libc::SYS_clone,
         NAMESPACE_FLAGS
@@ -168,12 +201,6 @@ fn denied() -> Rules {
             .map(|&f| masked(0, f as u64))
             .collect(),
     );
-    let injection: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
-    let ioctl = injection
-        .iter()
-        .map(|&req| rule(vec![cond(1, Len::Dword, Op::Eq, req)]))
-        .collect();
-    rules.insert(libc::SYS_ioctl, ioctl);
     // The mode argument's position in each chmod call.
     let mut chmods = vec![(libc::SYS_fchmod, 1), (libc::SYS_fchmodat, 2)];
     #[cfg(target_arch = "x86_64")]
@@ -252,6 +279,9 @@ mod tests {
         assert_eq!(f.programs.len(), 3);
         assert!(f.programs.iter().all(|p| p.len() % 8 == 0 && !p.is_empty()));
         assert_eq!(f.sha256, build().unwrap().sha256);
+        let plugin = sandbox_plugin_filter().unwrap();
+        assert_eq!(plugin.programs.len(), 1);
+        assert!(plugin.instructions < f.instructions);
         // bwrap reads each program whole; keep them far below a pipe's 64 KiB.
         assert!(f.instructions * 8 < 16 * 1024, "{}", f.instructions);
     }

@@ -27,6 +27,11 @@
 //!
 //! It never spawns processes and never decides policy: the host owns the grant table.
 
+/// What `link --version` adds when the host was built with its test hooks (`link-cli`'s
+/// `test-hooks` feature), which a release must not be: the xtask refuses to qualify such a
+/// host, and the testing kit refuses to test without one.
+pub const TEST_HOOKS_MARK: &str = "(test hooks built in)";
+
 pub mod agent;
 #[cfg(feature = "runtime")]
 pub mod client;

@@ -17,8 +17,22 @@ pub const ENV_MODE: &str = "LNK_MODE";
 pub const ENV_PROFILE: &str = "LNK_PROFILE";
 pub const ENV_PROGRAMS: &str = "LNK_PROGRAMS";
 pub const ENV_MONITOR_INTERVAL: &str = "LNK_MONITOR_INTERVAL";
-/// Set by the host when test hooks (`debug.call`) are enabled; never in production.
+/// `1` asks for the test hooks. A plugin obeys it, but gets it only from a host built with
+/// test hooks (`link-cli`'s `test-hooks` feature): a release host ignores it and passes none
+/// of the [`TEST_VARIABLES`] on ([`Contract::test_hooks`]).
 pub const ENV_TEST_HOOKS: &str = "LNK_TEST_HOOKS";
+
+/// Whether this process was asked for its test hooks.
+pub fn test_hooks_asked() -> bool {
+    std::env::var(ENV_TEST_HOOKS).is_ok_and(|v| v == "1")
+}
+
+/// The variables only test hooks read: passed to plugins only with [`Contract::test_hooks`].
+pub const TEST_VARIABLES: &[&str] = &[
+    ENV_TEST_HOOKS,
+    ENV_TEST_HEADER_TIMEOUT_MS,
+    ENV_TEST_MAX_CONNECTIONS,
+];
 
 pub use link_report::{Mode, Profile};
 
@@ -49,7 +63,7 @@ impl PluginEnv {
             data: var(ENV_DATA)?.into(),
             mode: var(ENV_MODE)?.parse()?,
             profile: var(ENV_PROFILE)?.parse()?,
-            test_hooks: std::env::var(ENV_TEST_HOOKS).is_ok_and(|v| v == "1"),
+            test_hooks: test_hooks_asked(),
         })
     }
 
@@ -94,13 +108,18 @@ pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
     ("link-plugin-sandbox", &[ENV_SANDBOX_UID_BASE]),
 ];
 
-/// Every variable that passes from the host's environment to `plugin`.
-pub fn passthrough_for(plugin: &str) -> impl Iterator<Item = &'static str> + '_ {
+/// Every variable that passes from the host's environment to `plugin`, the
+/// [`TEST_VARIABLES`] only when `test_hooks`.
+pub fn passthrough_for(plugin: &str, test_hooks: bool) -> impl Iterator<Item = &'static str> + '_ {
     let own = PLUGIN_PASSTHROUGH
         .iter()
         .filter(move |(p, _)| *p == plugin)
         .flat_map(|(_, vars)| vars.iter());
-    PASSTHROUGH.iter().chain(own).copied()
+    PASSTHROUGH
+        .iter()
+        .chain(own)
+        .copied()
+        .filter(move |k| test_hooks || !TEST_VARIABLES.contains(k))
 }
 
 /// `HOME` and the XDG base directories for a process whose home is `home`.
@@ -133,6 +152,9 @@ pub struct Contract<'a> {
     pub profile: Profile,
     pub mode: Mode,
     pub monitor_interval: f64,
+    /// Whether the [`TEST_VARIABLES`] pass from the host's environment: only a host built
+    /// with test hooks, that was asked for them, passes them.
+    pub test_hooks: bool,
 }
 
 impl Contract<'_> {
@@ -173,7 +195,8 @@ impl Contract<'_> {
     ) {
         use std::os::unix::process::CommandExt;
         let layout = self.layout;
-        let passthrough = passthrough_for(self.name).filter_map(|k| var(k).map(|v| (k, v)));
+        let passthrough =
+            passthrough_for(self.name, self.test_hooks).filter_map(|k| var(k).map(|v| (k, v)));
         cmd.env_clear()
             .envs(passthrough)
             .envs(home_env(&layout.home(self.name)))
@@ -378,8 +401,12 @@ mod tests {
     use std::ffi::OsString;
 
     /// The variables `plugin` is started with when the host's environment holds all of
-    /// PATH and the remote model's URL and key.
+    /// PATH, the remote model's URL and key, and the test variables.
     fn started_env(plugin: &str) -> BTreeMap<String, Option<String>> {
+        started_env_with(plugin, false)
+    }
+
+    fn started_env_with(plugin: &str, test_hooks: bool) -> BTreeMap<String, Option<String>> {
         let layout = crate::layout::StateLayout::new("/lnk-state");
         let contract = Contract {
             name: plugin,
@@ -388,10 +415,12 @@ mod tests {
             profile: Profile::Mini,
             mode: Mode::Diagnostic,
             monitor_interval: 1.0,
+            test_hooks,
         };
         let host = |k: &str| -> Option<OsString> {
             match k {
                 "PATH" => Some("/usr/bin".into()),
+                k if TEST_VARIABLES.contains(&k) => Some("1".into()),
                 ENV_MODEL_REMOTE_URL => Some("http://127.0.0.1:9".into()),
                 ENV_MODEL_REMOTE_KEY => Some("sk-secret-4711".into()),
                 _ => None,
@@ -430,6 +459,18 @@ mod tests {
         }
     }
 
+    #[test]
+    fn test_variables_pass_only_from_a_host_with_test_hooks() {
+        let plugin = "link-mini-connection";
+        let release = started_env_with(plugin, false);
+        let tested = started_env_with(plugin, true);
+        for k in TEST_VARIABLES {
+            assert!(!release.contains_key(*k), "{k}: {release:?}");
+            assert_eq!(tested[*k].as_deref(), Some("1"), "{k}: {tested:?}");
+        }
+        assert_eq!(release["PATH"].as_deref(), Some("/usr/bin"));
+    }
+
     /// (pid, process group, session) of `/bin/cat` started as `plugin` by the contract.
     fn started_ids(plugin: &str) -> (u32, u32, u32) {
         let layout = crate::layout::StateLayout::new("/lnk-state");
@@ -440,6 +481,7 @@ mod tests {
             profile: Profile::Link,
             mode: Mode::Diagnostic,
             monitor_interval: 1.0,
+            test_hooks: false,
         };
         let mut cmd = std::process::Command::new("/bin/cat");
         cmd.arg("/proc/self/stat");

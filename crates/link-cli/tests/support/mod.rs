@@ -4,7 +4,7 @@
 
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
-use link_protocol::plugin::{Profile, ENV_TEST_HOOKS};
+use link_protocol::plugin::Profile;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -60,8 +60,7 @@ pub fn up_in(root: &StateRoot, profile: &str, mode: &str) -> RuntimeProcess {
 
 /// `link up --profile PROFILE --mode MODE` with the built programs and test hooks on.
 pub fn spec(profile: &str, mode: &str) -> RuntimeSpec {
-    RuntimeSpec::new(programs(), profile.parse().unwrap(), mode.parse().unwrap())
-        .env(ENV_TEST_HOOKS, "1")
+    RuntimeSpec::new(programs(), profile.parse().unwrap(), mode.parse().unwrap()).with_test_hooks()
 }
 
 /// [`up_in`] in the tests' [`MODE`].

@@ -88,6 +88,27 @@ impl RuntimeSpec {
         self
     }
 
+    /// With the host's test hooks on (`LNK_TEST_HOOKS=1`). Panics, saying how to build one,
+    /// when the host in the programs directory was built without them (`--version` lacks
+    /// [`link_protocol::TEST_HOOKS_MARK`]): its tests would fail for a reason they do not name.
+    pub fn with_test_hooks(self) -> Self {
+        let host = self.programs.join(HOST);
+        let out = Command::new(&host)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", host.display()));
+        let version = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            version.contains(link_protocol::TEST_HOOKS_MARK),
+            "{} was built without test hooks ({}): build it for tests with `cargo build \
+             --release --workspace --bins --examples --features link-cli/test-hooks` (what \
+             `bash ci/test.sh` does)",
+            host.display(),
+            version.trim()
+        );
+        self.env(link_protocol::plugin::ENV_TEST_HOOKS, "1")
+    }
+
     /// How long the host may take to print its ready line.
     pub fn ready_within(mut self, timeout: Duration) -> Self {
         self.ready_within = timeout;

@@ -3,7 +3,7 @@
 
 use super::{RuntimeProcess, RuntimeSpec};
 use crate::programs::HOST;
-use link_protocol::plugin::{Mode, Profile, ENV_TEST_HOOKS};
+use link_protocol::plugin::{Mode, Profile};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -33,7 +33,7 @@ pub fn up_or_skip(mode: Mode) -> Option<RuntimeProcess> {
         ));
     }
     let spec = RuntimeSpec::new(programs, Profile::Link, mode)
-        .env(ENV_TEST_HOOKS, "1")
+        .with_test_hooks()
         .ready_within(Duration::from_secs(180));
     match spec.up() {
         Ok(rt) => Some(rt),
