@@ -258,7 +258,7 @@ fn programs_ready(ws: &Workspace, allow_stale: bool) -> Result<Vec<String>> {
         .into_iter()
         .filter(|p| p.output() != runner)
         .collect();
-    let refused = problems.iter().any(|p| !p.only_stale());
+    let refused = problems.iter().any(|p| !p.measurable());
     if problems.is_empty() || (allow_stale && !refused) {
         for p in &problems {
             link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");

@@ -161,8 +161,9 @@ impl Problem {
         }
     }
 
-    /// Built, if not as the release is: what `--allow-stale` may measure (and says so).
-    pub fn only_stale(&self) -> bool {
+    /// Built, if not as the release is (stale, or a test build): what `--allow-stale` may
+    /// measure, saying so.
+    pub fn measurable(&self) -> bool {
         !matches!(self, Problem::Missing { .. })
     }
 }

@@ -393,7 +393,7 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
 /// listed and returned.
 fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
     let problems = outputs::verify(&ws.release(), &ws.root)?;
-    if problems.iter().any(|p| !p.only_stale()) {
+    if problems.iter().any(|p| !p.measurable()) {
         return require_outputs(ws).map(|()| Vec::new());
     }
     for p in &problems {

@@ -309,10 +309,12 @@ impl Router {
     async fn owner(&self, route: &str) -> Option<(&'static str, PathBuf)> {
         let mut starting = self.starting.subscribe();
         loop {
+            // Read before the table: a registration after this read wakes `changed()`.
+            let still_starting = *starting.borrow_and_update();
             if let Some(owner) = self.table.lock().expect("lock").owners.get(route) {
                 return Some(owner.clone());
             }
-            if !*starting.borrow_and_update() || starting.changed().await.is_err() {
+            if !still_starting || starting.changed().await.is_err() {
                 return None;
             }
         }

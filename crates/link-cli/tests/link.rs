@@ -423,19 +423,26 @@ fn a_schedule_due_while_down_fires_when_the_runtime_is_back() {
     let token = rt.create_token();
     let created = rt.post("/v1/agents", &token, json!({ "name": "sleeper" }));
     assert_eq!(created.status, 201, "{:?}", created.json());
-    let message = "schedule 500ms: wake up";
+    let message = "schedule 2s: wake up";
     let resp = rt.post(
         "/v1/agents/sleeper/turns",
         &token,
         json!({ "message": message }),
     );
     assert_eq!(resp.status, 200, "{:?}", resp.json());
+    let listed = rt.get("/v1/agents/sleeper/schedules", Some(&token)).json();
+    let due = listed["schedules"][0]["next_unix_ms"].as_u64().unwrap();
     rt.down();
-    std::thread::sleep(Duration::from_millis(800));
+    while link_protocol::clock::unix_ms() <= due + 200 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
+    let restarted = link_protocol::clock::unix_ms();
     let rt = spec().up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
     let fired = wait_for_fire(&rt, &token, "sleeper");
     assert_eq!(fired["fired"], 1, "{fired}");
+    let at = fired["last_result"]["at_unix_ms"].as_u64().unwrap();
+    assert!(at >= restarted, "it fired before the restart: {fired}");
     let last = &fired["last_result"];
     assert_eq!(last["ok"], true, "the overdue fire failed: {fired}");
     let agent = rt.get("/v1/agents/sleeper", Some(&token)).json();

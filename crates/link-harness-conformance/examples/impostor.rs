@@ -113,7 +113,7 @@ impl Impostor {
         let _ = std::fs::write(path, text);
     }
 
-    /// The file store's socket, once it serves: it starts in the same layer, and must be
+    /// The file store's socket, once it serves: it starts at the same time, and must be
     /// there to be attacked.
     fn file_store_socket(&self) -> PathBuf {
         let socket = self.env.layout().plugin_socket(programs::FILE_STORE);
@@ -190,9 +190,10 @@ impl Impostor {
             "tcp_connect",
             outcome(std::net::TcpStream::connect(("127.0.0.1", 1))),
         );
-        // Its own seccomp filter: what bwrap never needs, refused even as root.
+        // Its own seccomp filter: what bwrap never needs, refused even as root. Its own
+        // memory, which no Landlock domain keeps from it: only the filter refuses that.
         self.record("keyring", keyring());
-        self.record("read_host_memory", read_memory(host));
+        self.record("read_own_memory", read_memory(std::process::id() as i32));
     }
 
     /// The file tool's route: the real tool's write for the agent of this call, and a read of

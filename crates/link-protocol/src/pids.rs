@@ -1,5 +1,5 @@
 //! `<state>/run/pids.json`: the processes the running host started, with their start times.
-//! The host writes it (as soon as each start layer is spawned) and removes it on a clean exit; the next
+//! The host writes it (as soon as every plugin is spawned) and removes it on a clean exit; the next
 //! `up` ends what a killed host left; and it says who may serve or call a socket: the model
 //! accepts only the harness it records, clients of `run/connection.sock` only its server.
 //! It lives in `run/`, where no plugin with Landlock filesystem rules may write (the sandbox

@@ -28,7 +28,8 @@ pub fn up_or_skip(mode: Mode) -> Option<RuntimeProcess> {
     let programs = test_programs();
     if !programs.join(HOST).is_file() {
         return skip(&format!(
-            "no `link` in {}; build it with `cargo build -p link-cli`",
+            "no `link` in {}; build it for tests with `cargo build --release --workspace --bins \
+             --examples --features link-cli/test-hooks` (what `bash ci/test.sh` does)",
             programs.display()
         ));
     }
