@@ -225,27 +225,18 @@ pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
         }
     }
     let host = release.join(binary_name(PACKAGES[0]));
-    if host.is_file() && has_test_hooks(&host)? {
+    // Only the host is asked: it passes `LNK_TEST_HOOKS` to no plugin unless it has them.
+    let hooks = host
+        .is_file()
+        .then(|| link_protocol::built_with_test_hooks(&host));
+    if hooks
+        .transpose()
+        .with_context(|| format!("{}: rebuild it with `cargo xtask build`", host.display()))?
+        == Some(true)
+    {
         problems.push(Problem::TestHooks { output: host });
     }
     Ok(problems)
-}
-
-/// Whether the host at `path` says (`--version`) it was built with test hooks. Only the host
-/// is asked: it passes `LNK_TEST_HOOKS` to no plugin unless it has them itself.
-fn has_test_hooks(path: &Path) -> Result<bool> {
-    let out = std::process::Command::new(path)
-        .arg("--version")
-        .output()
-        .with_context(|| format!("cannot run {} --version", path.display()))?;
-    if !out.status.success() {
-        anyhow::bail!(
-            "{} --version failed ({}): rebuild it with `cargo xtask build`",
-            path.display(),
-            out.status
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).contains(link_protocol::TEST_HOOKS_MARK))
 }
 
 /// What a report measured with `--allow-stale` says of its `count` programs with problems.

@@ -274,9 +274,9 @@ impl Default for Router {
 }
 
 impl Router {
-    /// Records a started plugin and the routes its ready line claimed. A claim of a route the
-    /// route table gives another owner (or of no known route) is refused, so a plugin cannot
-    /// take over, say, `auth.verify`.
+    /// Records the routes the ready line of a plugin (already [`admit`](Self::admit)ted as
+    /// `pid`) claimed. A claim of a route the route table gives another owner (or of no known
+    /// route) is refused, so a plugin cannot take over, say, `auth.verify`.
     pub fn register(
         &self,
         name: &'static str,
@@ -288,7 +288,6 @@ impl Router {
         // Only the process the host started may answer for these routes.
         self.pool.expect_peer(&socket, pid);
         let mut t = self.table.lock().expect("lock");
-        t.by_pid.insert(pid, name);
         for route in routes {
             t.owners.insert(route.clone(), (name, socket.clone()));
         }

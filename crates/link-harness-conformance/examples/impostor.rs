@@ -19,6 +19,7 @@
 //! host and connect over TCP (twins: its own environment, its own child), writes what it got,
 //! and then execs the real sandbox plugin (`link-plugin-sandbox.real`), so the runtime works.
 
+use link_harness_conformance::syscalls;
 use link_protocol::plugin::{PluginEnv, ENV_PROGRAMS};
 use link_protocol::routes::host::{ModelKey, ModelKeySet, Status};
 use link_protocol::routes::store::{FileRead, FileWrite, PathBody, WriteBody};
@@ -169,7 +170,7 @@ impl Impostor {
         );
         self.record("own_socket_dir", own_socket_dir(&self.env.socket));
         self.read_environs(&store_socket);
-        self.record("keyring", keyring());
+        self.record("keyring", outcome(syscalls::keyring()));
     }
 
     /// What the sandbox plugin's domain refuses: reading the host's or a sibling's
@@ -192,8 +193,11 @@ impl Impostor {
         );
         // Its own seccomp filter: what bwrap never needs, refused even as root. Its own
         // memory, which no Landlock domain keeps from it: only the filter refuses that.
-        self.record("keyring", keyring());
-        self.record("read_own_memory", read_memory(std::process::id() as i32));
+        self.record("keyring", outcome(syscalls::keyring()));
+        self.record(
+            "read_own_memory",
+            outcome(syscalls::read_memory(std::process::id() as i32)),
+        );
     }
 
     /// The file tool's route: the real tool's write for the agent of this call, and a read of
@@ -277,45 +281,4 @@ fn serving(socket: &Path) -> Option<i32> {
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     let cred = rustix::net::sockopt::socket_peercred(&stream).ok()?;
     Some(cred.pid.as_raw_nonzero().get())
-}
-
-/// `process_vm_readv` of one byte at address 0 of `pid`: `EPERM` when the call is refused,
-/// `EFAULT` when it is allowed (and the address checked).
-fn read_memory(pid: i32) -> Value {
-    let mut byte = [0u8; 1];
-    let local = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let remote = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 1,
-    };
-    // SAFETY: one local iovec over a live one-byte buffer; the remote one is only read by the
-    // kernel, which checks it.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if n >= 0 {
-        return "ok".into();
-    }
-    outcome::<()>(Err(std::io::Error::last_os_error()))
-}
-
-/// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, create)`: the user's keyring.
-fn keyring() -> Value {
-    const KEYCTL_GET_KEYRING_ID: libc::c_long = 0;
-    const KEY_SPEC_USER_KEYRING: libc::c_long = -4;
-    // SAFETY: keyctl with integer arguments only; nothing is read or written through them.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_keyctl,
-            KEYCTL_GET_KEYRING_ID,
-            KEY_SPEC_USER_KEYRING,
-            1,
-        )
-    };
-    if r >= 0 {
-        "ok".into()
-    } else {
-        outcome::<()>(Err(std::io::Error::last_os_error()))
-    }
 }

@@ -18,7 +18,8 @@
 //!   [`Report`](link_plugin_measure::Report), one module per phase;
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
 //! - [`trace`]: per-phase exec counts from an strace file (`runtime report`): parse, track,
-//!   count.
+//!   count;
+//! - [`syscalls`]: the raw system calls a compromised plugin tries, and their twins.
 //!
 //! The example `runtime` is the standalone runner; the `runtime::` tests of
 //! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
@@ -32,6 +33,7 @@ pub mod programs;
 pub mod reaper;
 pub mod runtime_process;
 pub mod scenario;
+pub mod syscalls;
 pub mod trace;
 
 pub use scenario::{

@@ -13,6 +13,7 @@
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
+use link_harness_conformance::syscalls;
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use serde_json::Value;
@@ -106,30 +107,6 @@ fn attempts(root: &Path, plugin: &str) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// `keyctl(KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 1)` from this test process.
-fn keyring_works_here() -> bool {
-    // SAFETY: integer arguments only.
-    unsafe { libc::syscall(libc::SYS_keyctl, 0 as libc::c_long, -4 as libc::c_long, 1) >= 0 }
-}
-
-/// `process_vm_readv` of address 0 of this process: the errno (`EFAULT` when the call is
-/// allowed), or `None` if it read something.
-fn read_memory_works_here() -> Option<i32> {
-    let mut byte = [0u8; 1];
-    let local = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let remote = libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 1,
-    };
-    // SAFETY: one local iovec over a live one-byte buffer; the remote one is checked by the
-    // kernel.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (n < 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-}
-
 #[test]
 fn a_plugin_claiming_a_foreign_route_stops_start_up() {
     let Some(built) = built() else { return };
@@ -191,7 +168,7 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     assert_eq!(got["host_environ"], "EACCES", "{got}");
     assert_eq!(got["sibling_environ"], "EACCES", "{got}");
     assert!(
-        keyring_works_here(),
+        syscalls::keyring().is_ok(),
         "the twin: keyctl works outside the plugin"
     );
     assert_eq!(got["keyring"], "EPERM", "{got}");
@@ -273,9 +250,13 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
     ]) {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
-    assert!(keyring_works_here(), "the twin: keyctl works outside");
+    assert!(
+        syscalls::keyring().is_ok(),
+        "the twin: keyctl works outside"
+    );
+    let here = syscalls::read_memory(std::process::id() as i32);
     assert_eq!(
-        read_memory_works_here(),
+        here.err().and_then(|e| e.raw_os_error()),
         Some(libc::EFAULT),
         "the twin: process_vm_readv is allowed outside (and checks the address)"
     );

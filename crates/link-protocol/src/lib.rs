@@ -32,6 +32,20 @@
 /// host, and the testing kit refuses to test without one.
 pub const TEST_HOOKS_MARK: &str = "(test hooks built in)";
 
+/// Whether the host program at `host` says, in its `--version`, that it was built with test
+/// hooks; an error when it cannot be run or its `--version` fails.
+pub fn built_with_test_hooks(host: &std::path::Path) -> std::io::Result<bool> {
+    let out = std::process::Command::new(host).arg("--version").output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} --version failed ({})",
+            host.display(),
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).contains(TEST_HOOKS_MARK))
+}
+
 pub mod agent;
 #[cfg(feature = "runtime")]
 pub mod client;

@@ -93,18 +93,14 @@ impl RuntimeSpec {
     /// [`link_protocol::TEST_HOOKS_MARK`]): its tests would fail for a reason they do not name.
     pub fn with_test_hooks(self) -> Self {
         let host = self.programs.join(HOST);
-        let out = Command::new(&host)
-            .arg("--version")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", host.display()));
-        let version = String::from_utf8_lossy(&out.stdout);
+        let hooks = link_protocol::built_with_test_hooks(&host)
+            .unwrap_or_else(|e| panic!("cannot ask {} for its version: {e}", host.display()));
         assert!(
-            version.contains(link_protocol::TEST_HOOKS_MARK),
-            "{} was built without test hooks ({}): build it for tests with `cargo build \
-             --release --workspace --bins --examples --features link-cli/test-hooks` (what \
-             `bash ci/test.sh` does)",
-            host.display(),
-            version.trim()
+            hooks,
+            "{} was built without test hooks: build it for tests with `cargo build --release \
+             --workspace --bins --examples --features link-cli/test-hooks` (what `bash \
+             ci/test.sh` does)",
+            host.display()
         );
         self.env(link_protocol::plugin::ENV_TEST_HOOKS, "1")
     }
