@@ -466,7 +466,7 @@ fn kill_survivors(layout: &StateLayout) -> Result<()> {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
-    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_naming(layout.root()) {
+    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_of(layout.root()) {
         link_protocol::errln!(
             "link: killing bwrap (pid {pid}), a sandbox of the previous `link up` (pid {}) on this state",
             recorded.host

@@ -163,31 +163,31 @@ fn host_death_survivors_recorded_are_killed_by_the_next_up_and_reused_pids_are_n
 }
 
 /// A stand-in for a sandbox a killed host left (a copy of sh named `bwrap`, blocked reading
-/// its stdin) whose command line names `arg`.
-fn leftover_bwrap(dir: &std::path::Path, arg: &str) -> Child {
+/// its stdin) started, as the sandbox plugin starts bwrap, under the tag of `owner`.
+fn leftover_bwrap(dir: &std::path::Path, owner: &std::path::Path) -> Child {
+    use std::os::unix::process::CommandExt;
     let bwrap = dir.join("bwrap");
     if !bwrap.exists() {
         std::fs::copy("/bin/sh", &bwrap).unwrap();
     }
     Command::new(&bwrap)
-        .args(["-c", "read x", "bwrap", "--bind", arg, "/workspace"])
+        .arg0(link_plugin_sandbox::leftovers::tag(owner))
+        .args(["-c", "read x"])
         .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap()
 }
 
 /// bubblewrap's sandbox init can outlive a killed host (`--die-with-parent` is armed after
-/// the clone, containers/bubblewrap#633). `up` after a host died kills every bwrap naming
-/// this state root, and no other.
+/// the clone, containers/bubblewrap#633). `up` after a host died kills every bwrap started
+/// for this state root, and no other. (That real bwraps carry the tag is checked by
+/// `host_death_takes_a_running_confined_command_with_it`.)
 #[test]
 fn host_death_leftover_sandboxes_of_this_state_are_killed_by_the_next_up() {
     let root = state_root();
     let other = state_root();
-    let ws = |r: &link_harness_conformance::fixture::StateRoot| {
-        format!("{}/data/file-store/agents/a/workspace", r.path().display())
-    };
-    let mut mine = leftover_bwrap(other.path(), &ws(&root));
-    let mut theirs = leftover_bwrap(other.path(), &ws(&other));
+    let mut mine = leftover_bwrap(other.path(), root.path());
+    let mut theirs = leftover_bwrap(other.path(), other.path());
     let run = root.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     let dead_host = json!({ "host": 999_999, "plugins": [] });
@@ -241,6 +241,20 @@ fn host_death_takes_a_running_confined_command_with_it() {
         .filter_map(|(pid, _)| read_proc(*pid).map(|p| p.comm))
         .collect();
     assert!(names.iter().any(|n| n == "bwrap"), "{names:?}");
+    // Each bwrap (and the namespace's init) runs under this state's tag: what the next `up`
+    // looks for when one outlives the host.
+    let tag = link_plugin_sandbox::leftovers::tag(root.path());
+    for (pid, _) in &started {
+        let Some(p) = read_proc(*pid).filter(|p| p.comm == "bwrap") else {
+            continue;
+        };
+        assert_eq!(
+            p.argv.first().map(String::as_str),
+            tag.to_str(),
+            "bwrap {pid} not started under the tag of {}",
+            root.path().display()
+        );
+    }
     let took = kill_host_until_gone(&mut rt, &started);
     eprintln!(
         "link (confined, running `sleep` in bwrap): kill -9 of the host to the last of {} processes gone: {took:?}",

@@ -5,16 +5,34 @@
 //! checking its parent. When the starter and then the outer bwrap die in that moment (kill -9
 //! of the host mid start), the init lives on under pid 1, blocked for good. Nothing tied to
 //! it is left alive to notice, so whoever starts again on the same state finds such bwraps by
-//! what their command line names and kills them: killing a pid namespace's init ends every
+//! the [`tag`] of their owner and kills them: killing a pid namespace's init ends every
 //! process in it.
+//!
+//! The tag is bwrap's `argv[0]`, which the init inherits: bwrap reads its options from a
+//! descriptor (see [`crate::run`]), so nothing else on its command line names a host path,
+//! and the tag names none either (it is a digest of the owner's path).
 
-/// SIGKILLs every live `bwrap` process one of whose arguments is `dir` or a path under it (a
-/// directory only one runtime or probe uses); → the pids it could signal, with their start
-/// times, to wait for.
-pub fn kill_bwraps_naming(dir: &std::path::Path) -> Vec<(i32, u64)> {
+use sha2::{Digest, Sha256};
+use std::ffi::OsString;
+use std::path::Path;
+
+/// The `argv[0]` of every bwrap started for `owner` (a runtime's state root, a probe's scratch
+/// directory): `bwrap@lnk-` and the first 16 hex digits of the sha256 of the path.
+pub fn tag(owner: &Path) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    let digest = Sha256::digest(owner.as_os_str().as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("bwrap@lnk-{hex}").into()
+}
+
+/// SIGKILLs every live `bwrap` process started for `owner` (its `argv[0]` is [`tag`]`(owner)`);
+/// → the pids it could signal, with their start times, to wait for.
+pub fn kill_bwraps_of(owner: &Path) -> Vec<(i32, u64)> {
+    use std::os::unix::ffi::OsStrExt;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    let tag = tag(owner);
     let mut killed = Vec::new();
     for entry in entries.flatten() {
         let Some(pid) = entry
@@ -28,11 +46,8 @@ pub fn kill_bwraps_naming(dir: &std::path::Path) -> Vec<(i32, u64)> {
             continue;
         };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let names = cmdline.split(|b| *b == 0).any(|arg| {
-            use std::os::unix::ffi::OsStrExt;
-            std::path::Path::new(std::ffi::OsStr::from_bytes(arg)).starts_with(dir)
-        });
-        if !names || pid == std::process::id() as i32 {
+        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+        if argv0 != tag.as_bytes() || pid == std::process::id() as i32 {
             continue;
         }
         let signalled = rustix::process::Pid::from_raw(pid).is_some_and(|p| {
@@ -56,43 +71,53 @@ pub fn live_bwrap(pid: i32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    /// A stand-in named `bwrap` (a copy of sh, blocked reading its stdin) naming `arg`.
-    fn fake_bwrap(dir: &std::path::Path, arg: &str) -> std::process::Child {
+    /// A stand-in named `bwrap` (a copy of sh, blocked reading its stdin) with `argv0`.
+    fn fake_bwrap(
+        dir: &std::path::Path,
+        argv0: impl AsRef<std::ffi::OsStr>,
+    ) -> std::process::Child {
         let bwrap = dir.join("bwrap");
         if !bwrap.exists() {
             std::fs::copy("/bin/sh", &bwrap).unwrap();
         }
         Command::new(&bwrap)
-            .args(["-c", "read x", "bwrap", arg])
+            .arg0(argv0)
+            .args(["-c", "read x"])
             .stdin(Stdio::piped())
             .spawn()
             .unwrap()
     }
 
     #[test]
-    fn only_bwraps_naming_the_marker_are_killed() {
+    fn only_bwraps_tagged_for_the_owner_are_killed() {
         let dir = std::env::temp_dir().join(format!("lnk-leftovers-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let root = dir.join("lnk");
-        let marker = format!("{}/", root.display());
-        let mut named = fake_bwrap(&dir, &format!("{marker}data/ws"));
-        let mut other = fake_bwrap(&dir, &format!("{}/lnkb/data/ws", dir.display()));
-        // A root that only ends like this one: another runtime's, left alone.
-        let mut suffix = fake_bwrap(&dir, &format!("{}/home/u/lnk/data/ws", dir.display()));
-        // Not bwrap, naming the marker: left alone.
+        let mut tagged = fake_bwrap(&dir, tag(&root));
+        let mut other = fake_bwrap(&dir, tag(&dir.join("lnkb")));
+        // The tag of the root as a later argument: not what bwrap was started as, left alone.
+        let mut later = Command::new(dir.join("bwrap"))
+            .args(["-c", "read x", "bwrap"])
+            .arg(tag(&root))
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Not bwrap, started as the tag: left alone.
         let mut sleeper = Command::new("/bin/sh")
-            .args(["-c", "read x", "sh", &marker])
+            .arg0(tag(&root))
+            .args(["-c", "read x"])
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(live_bwrap(named.id() as i32).is_some());
-        let killed = kill_bwraps_naming(&root);
+        assert!(live_bwrap(tagged.id() as i32).is_some());
+        let killed = kill_bwraps_of(&root);
         let pids: Vec<i32> = killed.iter().map(|(pid, _)| *pid).collect();
-        assert_eq!(pids, vec![named.id() as i32]);
-        let status = named.wait().unwrap();
+        assert_eq!(pids, vec![tagged.id() as i32]);
+        let status = tagged.wait().unwrap();
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
             Some(9)
@@ -106,13 +131,17 @@ mod tests {
             "a process not bwrap was killed"
         );
         assert!(
-            suffix.try_wait().unwrap().is_none(),
-            "a root that only ends like it was killed"
+            later.try_wait().unwrap().is_none(),
+            "an untagged bwrap was killed"
         );
-        for mut child in [other, suffix, sleeper] {
+        for mut child in [other, later, sleeper] {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+        assert!(
+            !tag(&root).to_string_lossy().contains("lnk-leftovers"),
+            "the tag names no path"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -188,6 +188,7 @@ fn exec_status(a: ExecArgs) -> i32 {
     };
     let spec = run::Spec {
         bwrap,
+        owner: workspace.clone(),
         policy: Policy::new(workspace, home, helper, identity),
         argv: a.command,
         env,

@@ -301,7 +301,7 @@ fn sweep_probe_dirs(tmp: &Path) {
         // A zombie is gone too: a killed probe may wait a while for its new parent to reap it.
         let gone = pid.is_some_and(|pid| !link_protocol::exit::running(pid));
         if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
-            crate::leftovers::kill_bwraps_naming(&entry.path());
+            crate::leftovers::kill_bwraps_of(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
@@ -328,6 +328,7 @@ fn production_run(
     let inside = Path::new(crate::policy::HELPER);
     let spec = Spec {
         bwrap: bwrap.to_path_buf(),
+        owner: dir.root.clone(),
         policy: Policy::new(
             dir.workspace(),
             None,
@@ -606,8 +607,36 @@ mod tests {
         // A link named like a dead probe's directory is not followed.
         let link = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-2"));
         std::os::unix::fs::symlink(&target, &link).unwrap();
+        // The sandbox a dead probe left (a stand-in named bwrap, under its directory's tag),
+        // and a live probe's.
+        let bwrap = tmp.join("bwrap");
+        std::fs::copy("/bin/sh", &bwrap).unwrap();
+        let sandbox_of = |dir: &Path| {
+            use std::os::unix::process::CommandExt;
+            std::process::Command::new(&bwrap)
+                .arg0(crate::leftovers::tag(dir))
+                .args(["-c", "read x"])
+                .stdin(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut left = sandbox_of(&dead_dir);
+        let mut running = sandbox_of(&live_dir);
+        std::thread::sleep(std::time::Duration::from_millis(50));
         sweep_probe_dirs(&tmp);
         assert!(!dead_dir.exists(), "a dead probe's directory is swept");
+        let status = left.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "a dead probe's sandbox is killed"
+        );
+        assert!(
+            running.try_wait().unwrap().is_none(),
+            "a live probe's sandbox was killed"
+        );
+        running.kill().unwrap();
+        running.wait().unwrap();
         for kept in [&live_dir, &other, &target.join("workspace")] {
             assert!(kept.exists(), "{} is kept", kept.display());
         }

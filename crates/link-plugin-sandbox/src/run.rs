@@ -50,6 +50,9 @@ pub enum Output {
 #[derive(Debug, Clone)]
 pub struct Spec {
     pub bwrap: PathBuf,
+    /// What the sandbox belongs to (a runtime's state root, a probe's scratch directory):
+    /// bwrap runs under its [`crate::leftovers::tag`], by which a later start finds it.
+    pub owner: PathBuf,
     pub policy: Policy,
     pub argv: Vec<OsString>,
     pub env: Vec<(OsString, OsString)>,
@@ -209,7 +212,8 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let mut inherited = vec![info_w.as_raw_fd(), status_w.as_raw_fd(), args.as_raw_fd()];
     inherited.extend(&fds.seccomp);
     let mut cmd = std::process::Command::new(&spec.bwrap);
-    cmd.arg("--args")
+    cmd.arg0(crate::leftovers::tag(&spec.owner))
+        .arg("--args")
         .arg(args.as_raw_fd().to_string())
         .args(&command)
         .env_clear()

@@ -99,6 +99,7 @@ impl Service {
         })?;
         let spec = Spec {
             bwrap,
+            owner: self.layout.root().to_owned(),
             policy: Policy {
                 limits,
                 ..Policy::new(workspace, home, self.helper.clone(), identity)
