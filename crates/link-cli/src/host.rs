@@ -258,14 +258,32 @@ async fn start_all(
 ) -> Result<()> {
     // Spawned together, recorded at once (a host killed now leaves none running), then each
     // ready line is awaited in order; they come in while the others start. No plugin waits
-    // for another: the router holds a call for an owner that is still starting.
+    // for another: the router holds a call for an owner that is still starting. Each command
+    // is prepared here while the spawner threads fork the ones before (`crate::spawner`).
+    let mut prepared: Result<()> = Ok(());
+    let mut forking = Vec::new();
     for &name in plugins::start_order(launch.profile) {
-        let plugin = launch.spawn(name, died_tx.clone())?;
-        shared.router.admit(name, plugin.pid);
-        // From here the plugin is in `started` on every way out, so a failure stops it in
-        // order (SIGTERM, grace) with the rest.
-        started.push(plugin);
+        match launch.command(name) {
+            Ok((cmd, forker)) => forking.push((name, crate::spawner::spawn(cmd, forker))),
+            Err(e) => {
+                prepared = Err(e);
+                break;
+            }
+        }
     }
+    for (name, child) in forking {
+        match launch.adopt(name, child.wait(), died_tx.clone()) {
+            Ok(plugin) => {
+                shared.router.admit(name, plugin.pid);
+                // From here the plugin is in `started` on every way out, so a failure stops
+                // it in order (SIGTERM, grace) with the rest.
+                started.push(plugin);
+            }
+            Err(e) if prepared.is_ok() => prepared = Err(e),
+            Err(_) => {}
+        }
+    }
+    prepared?;
     record_pids(launch.layout, started)?;
     for plugin in started.iter_mut() {
         let (name, pid) = (plugin.name, plugin.pid);
@@ -623,7 +641,8 @@ fn check_confinement() -> Result<()> {
 /// Every process the host starts dies with it: `PR_SET_PDEATHSIG` SIGKILL between fork and
 /// exec, then a check that the host (whose pid is taken here, before the fork) is still the
 /// parent, for a host killed before the signal was armed. The signal follows the thread that
-/// forked: the host spawns from its one runtime thread, which lives as long as the host.
+/// forked: the host spawns from its runtime thread and its spawner threads
+/// (`crate::spawner`), all of which live as long as the host.
 pub fn die_with_host(cmd: &mut tokio::process::Command) {
     let host = rustix::process::getpid();
     // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
@@ -648,9 +667,13 @@ pub fn confine_command(
     cmd: &mut tokio::process::Command,
     name: &str,
     allow: Allowance<'_>,
-) -> Result<()> {
+) -> Result<crate::spawner::Forker> {
     use link_plugin_sandbox::host;
     let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name)?);
+    let forker = match shedding.filter() {
+        host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
+        host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
+    };
     let caps = shedding.clone();
     // SAFETY: prctl and capset calls only; nothing is allocated.
     unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
@@ -665,7 +688,8 @@ pub fn confine_command(
     let mut ruleset = host::prepare(&rules)?;
     // SAFETY: restrict_child makes two system calls and allocates nothing on success.
     unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
-    // SAFETY: seccomp(2) calls on programs built before the fork; nothing is allocated.
+    // SAFETY: seccomp(2) calls on programs built before the fork, or a prctl; nothing is
+    // allocated.
     unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
-    Ok(())
+    Ok(forker)
 }

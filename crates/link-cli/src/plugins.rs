@@ -1,5 +1,6 @@
 //! Which plugins a profile runs, and starting one: environment, confinement, readiness.
 
+use crate::spawner::Forker;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{self, Mode, Profile, Ready};
@@ -77,17 +78,16 @@ impl Plugin {
 }
 
 impl Launch<'_> {
-    /// Starts `name` without waiting for it (its routes are known once it is
-    /// [`ready`](Plugin::ready)); `died` hears of its exit.
-    pub fn spawn(
+    /// The plugin `name` from its `spawned` child (of [`Launch::command`]), not waited for
+    /// (its routes are known once it is [`ready`](Plugin::ready)); `died` hears of its exit.
+    pub fn adopt(
         &self,
         name: &'static str,
+        spawned: std::io::Result<tokio::process::Child>,
         died: tokio::sync::mpsc::UnboundedSender<(&'static str, ExitStatus)>,
     ) -> Result<Plugin> {
-        let mut cmd = self.command(name)?;
-        let mut child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", self.programs.join(name).display()))?;
+        let mut child =
+            spawned.with_context(|| format!("starting {}", self.programs.join(name).display()))?;
         let pid = child.id().context("plugin exited at once")? as i32;
         let stdout = BufReader::new(child.stdout.take().context("plugin stdout")?);
         let (tx, exited) = watch::channel(None);
@@ -142,7 +142,10 @@ impl Launch<'_> {
         })
     }
 
-    fn command(&self, name: &str) -> Result<Command> {
+    /// The command that starts `name`: its directories made, its log opened, its environment
+    /// and (confined) its Landlock ruleset, capabilities and seccomp filter prepared; and the
+    /// thread to fork it on.
+    pub fn command(&self, name: &str) -> Result<(Command, Forker)> {
         let layout = self.layout;
         let contract = plugin::Contract {
             name,
@@ -166,13 +169,14 @@ impl Launch<'_> {
         cmd.kill_on_drop(true);
         // Confined or diagnostic, a plugin never outlives the host.
         crate::host::die_with_host(&mut cmd);
-        if self.mode == Mode::Confined {
-            self.confine(&mut cmd, name)?;
-        }
-        Ok(cmd)
+        let forker = match self.mode {
+            Mode::Confined => self.confine(&mut cmd, name)?,
+            Mode::Diagnostic => Forker::Runtime,
+        };
+        Ok((cmd, forker))
     }
 
-    fn confine(&self, cmd: &mut Command, name: &str) -> Result<()> {
+    fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
         let layout = self.layout;
         let mut writable = vec![layout.data(name), layout.home(name)];
         writable.extend(extra_writable(layout, name));

@@ -1,6 +1,6 @@
 //! What each plugin of a confined full Link keeps, read from `/proc/PID/status`: no_new_privs
 //! and a seccomp filter everywhere (the sandbox plugin's own, without the namespace and mount
-//! rules its bwrap needs), and as root no
+//! rules its bwrap needs, the commands' for every other), and as root no
 //! capability but the few the sandbox plugin and the file store are documented to keep. Then
 //! a turn that needs those few: a file written by the file tool is read by a confined command
 //! (which runs as the agent's own uid), and a file that command made is read back by the file
@@ -33,6 +33,21 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
     for (name, pid) in &pids {
         assert_eq!(status_field(*pid, "NoNewPrivs"), "1", "{name}");
         assert_eq!(status_field(*pid, "Seccomp"), "2", "{name}");
+        // Its own one program for the sandbox plugin; the commands' programs, inherited from
+        // the host's spawner thread, for every other.
+        let filters = if name == programs::SANDBOX {
+            link_plugin_sandbox::seccomp::sandbox_plugin_filter()
+                .unwrap()
+                .bpf
+                .len()
+        } else {
+            link_plugin_sandbox::seccomp::filter().unwrap().bpf.len()
+        };
+        assert_eq!(
+            status_field(*pid, "Seccomp_filters"),
+            filters.to_string(),
+            "{name}"
+        );
         let eff = u64::from_str_radix(&status_field(*pid, "CapEff"), 16).unwrap();
         let bnd = u64::from_str_radix(&status_field(*pid, "CapBnd"), 16).unwrap();
         let kept = if root_user {

@@ -174,28 +174,66 @@ pub fn keep_only_in_bounding_set(keep: CapabilitySet) -> io::Result<()> {
 }
 
 /// What a plugin sheds between fork and exec, prepared before the fork so nothing is
-/// allocated after it: capabilities (as root), and the seccomp filter (the sandbox plugin's
-/// own for it, the commands' for every other).
+/// allocated after it: capabilities (as root), and the seccomp filter ([`PluginFilter`]).
 #[derive(Debug)]
 pub struct Shedding {
     keep: CapabilitySet,
     root: bool,
-    filter: &'static [seccompiler::BpfProgram],
+    filter: PluginFilter,
+}
+
+/// Where a plugin's seccomp filter comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginFilter {
+    /// Loaded between fork and exec: the sandbox plugin's own
+    /// ([`crate::seccomp::sandbox_plugin_filter`]).
+    Load(&'static [seccompiler::BpfProgram]),
+    /// The commands' filter ([`crate::seccomp::filter`]), inherited from the thread that forks
+    /// the plugin, which runs under it ([`filter_this_thread`]): a filter is shared by the
+    /// processes that inherit it, where each load costs the kernel a copy, a check and a JIT
+    /// of every program. Checked between fork and exec.
+    Inherited,
+}
+
+/// Puts the calling thread (only it: no `TSYNC`) under the commands' seccomp filter, with
+/// `no_new_privs`, so every process it forks starts under both: the host's spawner thread,
+/// which forks the plugins of [`PluginFilter::Inherited`].
+pub fn filter_this_thread() -> Result<(), SandboxError> {
+    let filter = crate::seccomp::filter().map_err(SandboxError::Unavailable)?;
+    rustix::thread::set_no_new_privs(true)
+        .map_err(|e| SandboxError::Unavailable(format!("no_new_privs: {e}")))?;
+    load(&filter.bpf).map_err(|e| SandboxError::Unavailable(format!("seccomp: {e}")))
+}
+
+fn load(programs: &[seccompiler::BpfProgram]) -> io::Result<()> {
+    for program in programs {
+        seccompiler::apply_filter(program).map_err(|e| match e {
+            seccompiler::Error::Seccomp(io) => io,
+            other => io::Error::other(other.to_string()),
+        })?;
+    }
+    Ok(())
 }
 
 impl Shedding {
     pub fn for_plugin(plugin: &str) -> Result<Shedding, SandboxError> {
         let filter = if plugin == link_protocol::routes::programs::SANDBOX {
-            crate::seccomp::sandbox_plugin_filter()
+            let own = crate::seccomp::sandbox_plugin_filter().map_err(SandboxError::Unavailable)?;
+            PluginFilter::Load(own.bpf.as_slice())
         } else {
-            crate::seccomp::filter()
+            PluginFilter::Inherited
         };
-        let filter = filter.map_err(SandboxError::Unavailable)?.bpf.as_slice();
         Ok(Shedding {
             keep: kept_capabilities(plugin),
             root: rustix::process::geteuid().is_root(),
             filter,
         })
+    }
+
+    /// Where this plugin's filter comes from: the host forks a plugin of
+    /// [`PluginFilter::Inherited`] on a thread under [`filter_this_thread`].
+    pub fn filter(&self) -> PluginFilter {
+        self.filter
     }
 
     /// Keeps only [`kept_capabilities`]: the bounding set first (which needs `SETPCAP`), then
@@ -216,14 +254,16 @@ impl Shedding {
         Ok(())
     }
 
-    /// Loads the seccomp filter; after `no_new_privs`, which the kernel requires.
+    /// Loads the seccomp filter (after `no_new_privs`, which the kernel requires), or checks
+    /// that the process already runs under one (inherited): `EPERM` fails the spawn of a
+    /// plugin forked where no filter is.
     pub fn apply_filter(&self) -> io::Result<()> {
-        for program in self.filter {
-            seccompiler::apply_filter(program).map_err(|e| match e {
-                seccompiler::Error::Seccomp(io) => io,
-                other => io::Error::other(other.to_string()),
-            })?;
+        match self.filter {
+            PluginFilter::Load(programs) => load(programs),
+            PluginFilter::Inherited => match rustix::thread::secure_computing_mode() {
+                Ok(rustix::thread::SecureComputingMode::Filter) => Ok(()),
+                _ => Err(io::Error::from_raw_os_error(libc::EPERM)),
+            },
         }
-        Ok(())
     }
 }

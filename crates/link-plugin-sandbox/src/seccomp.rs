@@ -14,7 +14,8 @@
 //!   back to `clone`, which the first program checks;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
 //!
-//! The host applies the same filter to every plugin but the sandbox plugin, whose bwrap needs
+//! The host applies the same filter to every plugin (inherited from the thread that forks
+//! them, [`crate::host::PluginFilter`]) but the sandbox plugin, whose bwrap needs
 //! namespaces and mounts: it gets [`sandbox_plugin_filter`], the first program without those
 //! (one `EPERM` program: keyrings, ptrace and `process_vm_*`, io_uring, bpf, perf events,
 //! userfaultfd, kexec and modules, swap, reboot, the kernel log, handle-based opens, terminal

@@ -197,3 +197,57 @@ fn sandbox_domain_as_ordinary_user() {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
 }
+
+/// A child that reports its seccomp state, and a socket the commands' filter refuses
+/// (`AF_NETLINK`: `EAFNOSUPPORT`) beside one it allows (`AF_UNIX`).
+fn seccomp_child(shedding: std::sync::Arc<host::Shedding>) -> std::io::Result<serde_json::Value> {
+    let script = format!(
+        "{PY_PRELUDE}\n\
+         st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
+         print(json.dumps({{'seccomp': st['Seccomp'].strip(), 'filters': st['Seccomp_filters'].strip(),\
+           'netlink': _e(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)),\
+           'unix': _e(lambda: socket.socket(socket.AF_UNIX))}}))"
+    );
+    let mut cmd = Command::new(PYTHON);
+    cmd.args(["-I", "-S", "-c", &script]);
+    // SAFETY: seccomp(2) or prctl calls only; nothing is allocated.
+    unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
+    let out = cmd.output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// Every plugin but the sandbox plugin inherits the commands' filter from the thread that
+/// forks it (the host's spawner threads): forked there it runs under the filter, forked from
+/// a thread without one its spawn is refused (`EPERM`) rather than run unfiltered; and the
+/// filtered thread's process keeps its other threads unfiltered.
+#[test]
+fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere() {
+    let shedding = std::sync::Arc::new(host::Shedding::for_plugin("link-plugin-auth").unwrap());
+    assert_eq!(shedding.filter(), host::PluginFilter::Inherited);
+    let refused = seccomp_child(shedding.clone()).expect_err("forked where no filter is");
+    assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
+    let filters = link_plugin_sandbox::seccomp::filter().unwrap().bpf.len();
+    let got = std::thread::spawn(move || {
+        host::filter_this_thread().unwrap();
+        seccomp_child(shedding).expect("forked on the filtered thread")
+    })
+    .join()
+    .unwrap();
+    assert_eq!(got["seccomp"], "2", "{got}");
+    assert_eq!(got["filters"], filters.to_string(), "{got}");
+    assert_eq!(got["netlink"], "EAFNOSUPPORT", "{got}");
+    assert_eq!(got["unix"], "ok", "{got}");
+    let this_thread = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+    assert!(
+        this_thread.lines().any(|l| l == "Seccomp:\t0"),
+        "the test's own thread was filtered too:\n{this_thread}"
+    );
+    // The sandbox plugin loads a filter of its own, so it is forked by the runtime's thread.
+    let sandbox = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();
+    assert!(matches!(sandbox.filter(), host::PluginFilter::Load(p) if p.len() == 1));
+}

@@ -1,0 +1,105 @@
+//! Which thread forks a plugin: the runtime's, or one of the host's spawner threads, which run
+//! under the commands' seccomp filter so that every plugin they fork inherits it
+//! (`link_plugin_sandbox::host::PluginFilter::Inherited`) instead of loading a copy of its
+//! own, which costs the kernel a check and a JIT of every program per plugin.
+//!
+//! There are two spawner threads: a fork waits for its child's exec (capabilities, Landlock,
+//! then the exec itself), so plugins forked one after another start one after another; two
+//! threads overlap those waits (start-up of full Link 0.87–0.89× one thread's, on 2 cores),
+//! and the runtime's thread prepares the next command meanwhile.
+//!
+//! The spawner threads live as long as the host and never return: a plugin's parent-death
+//! signal (`crate::host::die_with_host`) follows the thread that forked it, not the process,
+//! so a thread that ended would take its plugins with it.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use tokio::process::{Child, Command};
+
+/// The thread a plugin is forked on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forker {
+    /// The runtime's: an unconfined (diagnostic) plugin, or one that loads a filter of its own.
+    Runtime,
+    /// A spawner thread, under the commands' filter.
+    Filtered,
+}
+
+type Job = (Command, mpsc::Sender<io::Result<Child>>);
+
+/// A plugin being forked; [`Forking::wait`] gives its child.
+pub struct Forking(mpsc::Receiver<io::Result<Child>>);
+
+impl Forking {
+    /// Blocks until the fork and exec are done: the caller serves nothing meanwhile, so the
+    /// plugin cannot call the router before the host has admitted its pid.
+    pub fn wait(self) -> io::Result<Child> {
+        self.0
+            .recv()
+            .unwrap_or_else(|_| Err(io::Error::other("the host's spawner thread is gone")))
+    }
+}
+
+/// Forks `cmd` on `forker`; call from within the host's runtime. A plugin meant for the
+/// filtered thread is never forked elsewhere: where that thread could not start or take the
+/// filter, its spawn fails with the reason.
+pub fn spawn(mut cmd: Command, forker: Forker) -> Forking {
+    let (reply, forking) = mpsc::channel();
+    match forker {
+        Forker::Runtime => {
+            let _ = reply.send(cmd.spawn());
+        }
+        Forker::Filtered => match filtered() {
+            Ok(jobs) => {
+                if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
+                    let _ = reply.send(Err(io::Error::other("the host's spawner thread is gone")));
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(io::Error::other(e.clone())));
+            }
+        },
+    }
+    Forking(forking)
+}
+
+/// The queue of the next spawner thread in turn; both start on first use.
+fn filtered() -> Result<&'static mpsc::Sender<Job>, &'static String> {
+    static JOBS: OnceLock<[Result<mpsc::Sender<Job>, String>; 2]> = OnceLock::new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let all = JOBS.get_or_init(|| [start_filtered(), start_filtered()]);
+    all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()].as_ref()
+}
+
+fn start_filtered() -> Result<mpsc::Sender<Job>, String> {
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let (ready, filtered) = mpsc::channel();
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("link-spawner".into())
+        .spawn(move || {
+            let filter = link_plugin_sandbox::host::filter_this_thread();
+            let ok = filter.is_ok();
+            let _ = ready.send(filter);
+            if ok {
+                // tokio's child reaper registers with the host's runtime.
+                let _runtime = runtime.enter();
+                for (mut cmd, reply) in queue {
+                    let _ = reply.send(cmd.spawn());
+                }
+            }
+            loop {
+                std::thread::park();
+            }
+        })
+        .map_err(|e| format!("starting the host's spawner thread: {e}"))?;
+    match filtered.recv() {
+        Ok(Ok(())) => Ok(jobs),
+        Ok(Err(e)) => Err(format!(
+            "the host's spawner thread cannot take the plugins' seccomp filter: {e}"
+        )),
+        Err(_) => Err("the host's spawner thread is gone".into()),
+    }
+}
