@@ -414,10 +414,10 @@ fn schedules_are_listed_and_cancelled_over_http() {
 #[test]
 fn a_schedule_due_while_down_fires_when_the_runtime_is_back() {
     let root = state_root();
-    let late = LateHarness::new();
+    let late = support::Wrapped::new(link_protocol::routes::programs::HARNESS, "sleep 0.5");
     let spec = || {
         use link_protocol::plugin::{Mode, Profile};
-        runtime_process::RuntimeSpec::new(&late.0, Profile::Link, Mode::Diagnostic)
+        runtime_process::RuntimeSpec::new(late.dir(), Profile::Link, Mode::Diagnostic)
     };
     let mut rt = spec().up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
     let token = rt.create_token();
@@ -451,41 +451,6 @@ fn a_schedule_due_while_down_fires_when_the_runtime_is_back() {
         "the scheduled turn is not in the conversation: {agent}"
     );
     drop(rt);
-}
-
-/// The built programs of full Link, hard-linked beside the build (Landlock lets plugins run
-/// only what is under the programs directory), with a harness that starts 500 ms late.
-/// Removed on drop.
-struct LateHarness(std::path::PathBuf);
-
-impl LateHarness {
-    fn new() -> LateHarness {
-        use link_protocol::plugin::Profile;
-        use link_protocol::routes::programs;
-        use std::os::unix::fs::PermissionsExt;
-        let built = runtime_process::test_programs();
-        let dir = built.join(format!("lnk-late-harness-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for name in Profile::Link.plugins().iter().chain(&[programs::HOST]) {
-            let to = match *name {
-                programs::HARNESS => format!("{name}.real"),
-                other => other.to_owned(),
-            };
-            std::fs::hard_link(built.join(name), dir.join(to)).unwrap();
-        }
-        let late = dir.join(programs::HARNESS);
-        let script = "#!/bin/sh\nsleep 0.5\nexec \"$0.real\" \"$@\"\n";
-        std::fs::write(&late, script).unwrap();
-        std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o700)).unwrap();
-        LateHarness(dir)
-    }
-}
-
-impl Drop for LateHarness {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The agent's one schedule once it has a result (a fire that ran, or one that failed).
@@ -602,4 +567,52 @@ fn a_kept_probe_answer_is_said_and_confirmed_by_the_probe_behind_it() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     rt.down();
+}
+
+/// A process a plugin left running (started with no death signal, alive when the plugin
+/// stops) is adopted by the host, its child subreaper, and killed at `down`, which names it.
+/// The twin: a runtime whose plugins leave nothing names no leftover.
+#[test]
+fn down_kills_what_a_plugin_left_running_and_names_it() {
+    use link_harness_conformance::reaper::{is_alive, read_proc};
+    use link_protocol::plugin::{Mode, Profile};
+    let wrapped = support::Wrapped::new(
+        link_protocol::routes::programs::MEASURE,
+        "sleep 300 </dev/null >/dev/null 2>&1 &\necho $! > \"$0.stray\"",
+    );
+    let root = state_root();
+    let mut rt = runtime_process::RuntimeSpec::new(wrapped.dir(), Profile::Link, Mode::Diagnostic)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let stray_file = wrapped.dir().join(format!(
+        "{}.stray",
+        link_protocol::routes::programs::MEASURE
+    ));
+    let pid: i32 = std::fs::read_to_string(&stray_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let stray = read_proc(pid).expect("the plugin's stray is running");
+    assert_eq!(stray.comm, "sleep");
+    rt.down();
+    assert!(
+        !is_alive(pid, stray.start_time_ticks),
+        "the stray outlived the runtime"
+    );
+    let said = format!("link: killing leftover process {pid} (sleep)");
+    assert!(
+        rt.stderr().contains(&said),
+        "no {said:?} in:\n{}",
+        rt.stderr()
+    );
+
+    let clean = state_root();
+    let mut rt = support::up_in(&clean, "link", "diagnostic");
+    rt.down();
+    assert!(
+        !rt.stderr().contains("killing leftover"),
+        "a leftover named where none was left:\n{}",
+        rt.stderr()
+    );
 }

@@ -205,6 +205,20 @@ pub fn filter_this_thread() -> Result<(), SandboxError> {
     load(&filter.bpf).map_err(|e| SandboxError::Unavailable(format!("seccomp: {e}")))
 }
 
+/// Whether this thread runs under the commands' filter, by a call only that filter refuses in
+/// this way (a netlink socket, `EAFNOSUPPORT`): some filter alone proves nothing where the host
+/// itself runs under one (a container's, systemd's `SystemCallFilter=`). No allocation.
+fn under_the_commands_filter() -> bool {
+    use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
+    let netlink = socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    );
+    matches!(netlink, Err(rustix::io::Errno::AFNOSUPPORT))
+}
+
 fn load(programs: &[seccompiler::BpfProgram]) -> io::Result<()> {
     for program in programs {
         seccompiler::apply_filter(program).map_err(|e| match e {
@@ -255,15 +269,13 @@ impl Shedding {
     }
 
     /// Loads the seccomp filter (after `no_new_privs`, which the kernel requires), or checks
-    /// that the process already runs under one (inherited): `EPERM` fails the spawn of a
-    /// plugin forked where no filter is.
+    /// that the process already runs under the commands' filter (inherited): `EPERM` fails the
+    /// spawn of a plugin forked where that filter is not.
     pub fn apply_filter(&self) -> io::Result<()> {
         match self.filter {
             PluginFilter::Load(programs) => load(programs),
-            PluginFilter::Inherited => match rustix::thread::secure_computing_mode() {
-                Ok(rustix::thread::SecureComputingMode::Filter) => Ok(()),
-                _ => Err(io::Error::from_raw_os_error(libc::EPERM)),
-            },
+            PluginFilter::Inherited if under_the_commands_filter() => Ok(()),
+            PluginFilter::Inherited => Err(io::Error::from_raw_os_error(libc::EPERM)),
         }
     }
 }

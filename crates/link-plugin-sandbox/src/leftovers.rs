@@ -17,10 +17,14 @@ use std::ffi::OsString;
 use std::path::Path;
 
 /// The `argv[0]` of every bwrap started for `owner` (a runtime's state root, a probe's scratch
-/// directory): `bwrap@lnk-` and the first 16 hex digits of the sha256 of the path.
+/// directory): `bwrap@lnk-` and the first 16 hex digits of the sha256 of its canonical path.
 pub fn tag(owner: &Path) -> OsString {
     use std::os::unix::ffi::OsStrExt;
-    let digest = Sha256::digest(owner.as_os_str().as_bytes());
+    // The same directory under another spelling (a trailing slash, `.`, a symlink) from a
+    // later start must give the same tag.
+    let canonical = std::fs::canonicalize(owner)
+        .unwrap_or_else(|_| owner.components().collect::<std::path::PathBuf>());
+    let digest = Sha256::digest(canonical.as_os_str().as_bytes());
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
     format!("bwrap@lnk-{hex}").into()
 }

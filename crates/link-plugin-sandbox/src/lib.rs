@@ -18,7 +18,7 @@
 //!   never returning while a process it started (bwrap, or the namespace's init bwrap leaves
 //!   behind) is alive;
 //! - [`leftovers`]: the sandboxes a killed starter left (bubblewrap's `--die-with-parent` race),
-//!   found by the path their command line names and killed;
+//!   found by their owner's tag (bwrap's `argv[0]`) and killed;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
 //! - [`service`]: the `sandbox.exec` route of the plugin.
 //!

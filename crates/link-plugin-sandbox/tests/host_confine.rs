@@ -223,7 +223,8 @@ fn seccomp_child(shedding: std::sync::Arc<host::Shedding>) -> std::io::Result<se
 
 /// Every plugin but the sandbox plugin inherits the commands' filter from the thread that
 /// forks it (the host's spawner threads): forked there it runs under the filter, forked from
-/// a thread without one its spawn is refused (`EPERM`) rather than run unfiltered; and the
+/// a thread without it (none, or another) its spawn is refused (`EPERM`) rather than run
+/// without it; and the
 /// filtered thread's process keeps its other threads unfiltered.
 #[test]
 fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere() {
@@ -231,7 +232,30 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     assert_eq!(shedding.filter(), host::PluginFilter::Inherited);
     let refused = seccomp_child(shedding.clone()).expect_err("forked where no filter is");
     assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
-    let filters = link_plugin_sandbox::seccomp::filter().unwrap().bpf.len();
+    // Counted above what this process already runs under (a container's filter, say).
+    let own_filters = || {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .map(|n| n.trim().parse::<usize>().unwrap())
+            .expect("Seccomp_filters in /proc/thread-self/status")
+    };
+    let before = own_filters();
+    let filters = before + link_plugin_sandbox::seccomp::filter().unwrap().bpf.len();
+    // Under another filter (the sandbox plugin's, which allows netlink): refused as well.
+    let other = shedding.clone();
+    let refused = std::thread::spawn(move || {
+        rustix::thread::set_no_new_privs(true).unwrap();
+        let own = link_plugin_sandbox::seccomp::sandbox_plugin_filter().unwrap();
+        for program in &own.bpf {
+            seccompiler::apply_filter(program).unwrap();
+        }
+        seccomp_child(other).expect_err("forked under another filter")
+    })
+    .join()
+    .unwrap();
+    assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
     let got = std::thread::spawn(move || {
         host::filter_this_thread().unwrap();
         seccomp_child(shedding).expect("forked on the filtered thread")
@@ -242,10 +266,10 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     assert_eq!(got["filters"], filters.to_string(), "{got}");
     assert_eq!(got["netlink"], "EAFNOSUPPORT", "{got}");
     assert_eq!(got["unix"], "ok", "{got}");
-    let this_thread = std::fs::read_to_string("/proc/thread-self/status").unwrap();
-    assert!(
-        this_thread.lines().any(|l| l == "Seccomp:\t0"),
-        "the test's own thread was filtered too:\n{this_thread}"
+    assert_eq!(
+        own_filters(),
+        before,
+        "the test's own thread was filtered too"
     );
     // The sandbox plugin loads a filter of its own, so it is forked by the runtime's thread.
     let sandbox = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();

@@ -174,3 +174,42 @@ pub fn processes_of_user(uid: u32) -> Vec<i32> {
         .map(|p| p.pid())
         .collect()
 }
+
+/// The built programs of full Link, hard-linked beside the build (Landlock lets plugins run
+/// only what is under the programs directory), with one plugin wrapped: a shell script that
+/// runs `prelude`, then execs the real program (`NAME.real`) in the same process.
+pub struct Wrapped(PathBuf);
+
+impl Wrapped {
+    pub fn new(plugin: &str, prelude: &str) -> Wrapped {
+        use link_protocol::routes::programs;
+        use std::os::unix::fs::PermissionsExt;
+        let built = runtime_process::test_programs();
+        let dir = built.join(format!("lnk-wrapped-{}-{}", plugin, std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in Profile::Link.plugins().iter().chain(&[programs::HOST]) {
+            let to = match *name {
+                n if n == plugin => format!("{n}.real"),
+                other => other.to_owned(),
+            };
+            std::fs::hard_link(built.join(name), dir.join(to)).unwrap();
+        }
+        let wrapper = dir.join(plugin);
+        let script = format!("#!/bin/sh\n{prelude}\nexec \"$0.real\" \"$@\"\n");
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o700)).unwrap();
+        Wrapped(dir)
+    }
+
+    /// The programs directory, for `RuntimeSpec::new`.
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Wrapped {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
