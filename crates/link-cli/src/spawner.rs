@@ -29,6 +29,10 @@ pub enum Forker {
 
 type Job = (Command, mpsc::Sender<io::Result<Child>>);
 
+fn gone() -> io::Error {
+    io::Error::other("the host's spawner thread is gone")
+}
+
 /// A plugin being forked; [`Forking::wait`] gives its child.
 pub struct Forking(mpsc::Receiver<io::Result<Child>>);
 
@@ -36,9 +40,7 @@ impl Forking {
     /// Blocks until the fork and exec are done: the caller serves nothing meanwhile, so the
     /// plugin cannot call the router before the host has admitted its pid.
     pub fn wait(self) -> io::Result<Child> {
-        self.0
-            .recv()
-            .unwrap_or_else(|_| Err(io::Error::other("the host's spawner thread is gone")))
+        self.0.recv().unwrap_or_else(|_| Err(gone()))
     }
 }
 
@@ -54,7 +56,7 @@ pub fn spawn(mut cmd: Command, forker: Forker) -> Forking {
         Forker::Filtered => match filtered() {
             Ok(jobs) => {
                 if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
-                    let _ = reply.send(Err(io::Error::other("the host's spawner thread is gone")));
+                    let _ = reply.send(Err(gone()));
                 }
             }
             Err(e) => {
@@ -100,6 +102,6 @@ fn start_filtered() -> Result<mpsc::Sender<Job>, String> {
         Ok(Err(e)) => Err(format!(
             "the host's spawner thread cannot take the plugins' seccomp filter: {e}"
         )),
-        Err(_) => Err("the host's spawner thread is gone".into()),
+        Err(_) => Err(gone().to_string()),
     }
 }

@@ -73,13 +73,13 @@ pub fn live_bwrap(pid: i32) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    /// A stand-in named `bwrap` (a copy of sh, blocked reading its stdin) with `argv0`.
-    fn fake_bwrap(
+    /// A stand-in named `bwrap` (a copy of sh in `dir`, blocked reading its stdin) with `argv0`.
+    pub(crate) fn fake_bwrap(
         dir: &std::path::Path,
         argv0: impl AsRef<std::ffi::OsStr>,
     ) -> std::process::Child {

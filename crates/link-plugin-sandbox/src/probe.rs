@@ -609,17 +609,8 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         // The sandbox a dead probe left (a stand-in named bwrap, under its directory's tag),
         // and a live probe's.
-        let bwrap = tmp.join("bwrap");
-        std::fs::copy("/bin/sh", &bwrap).unwrap();
-        let sandbox_of = |dir: &Path| {
-            use std::os::unix::process::CommandExt;
-            std::process::Command::new(&bwrap)
-                .arg0(crate::leftovers::tag(dir))
-                .args(["-c", "read x"])
-                .stdin(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        };
+        let sandbox_of =
+            |dir: &Path| crate::leftovers::tests::fake_bwrap(&tmp, crate::leftovers::tag(dir));
         let mut left = sandbox_of(&dead_dir);
         let mut running = sandbox_of(&live_dir);
         std::thread::sleep(std::time::Duration::from_millis(50));
