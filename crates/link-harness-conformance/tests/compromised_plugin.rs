@@ -218,13 +218,11 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
 }
 
 /// The sandbox plugin has no filesystem rules (its bwrap mounts), but its domain still keeps
-/// it from signalling the host and from TCP, and its seccomp filter from keyrings and
-/// `process_vm_readv`. The twins: its own environment and child, and the same calls from this
-/// test; and after the attempts the real sandbox plugin, in the same
-/// domain, runs a confined command. Other processes' environments: refused by the domain for
-/// an ordinary user; as root the plugin keeps CAP_SYS_ADMIN for bwrap, which on Linux passes
-/// both Landlock's ptrace bound and non-dumpable processes, so there they stay readable (a
-/// known limit, in ARCHITECTURE.md; `host_confine` checks the ordinary-user case).
+/// it from other processes' environments (the host's, a sibling plugin's: as root too, where
+/// it keeps no CAP_SYS_ADMIN, which would pass the domain's ptrace bound), from signalling the
+/// host and from TCP, and its seccomp filter from keyrings and `process_vm_readv`. The twins:
+/// its own environment and child, and the same calls from this test; and after the attempts
+/// the real sandbox plugin, in the same domain, runs a confined command.
 #[test]
 fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
     let Some(built) = built() else { return };
@@ -234,12 +232,9 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         .up_in(root.path())
         .unwrap_or_else(|f| panic!("{f}"));
     let got = attempts(root.path(), programs::SANDBOX);
-    let mut refused = vec![("host_environ", "EACCES"), ("sibling_environ", "EACCES")];
-    if rustix::process::geteuid().is_root() {
-        println!("as root, not checked (CAP_SYS_ADMIN passes the domain): {refused:?}: {got}");
-        refused.clear();
-    }
-    for (attempt, want) in refused.into_iter().chain([
+    for (attempt, want) in [
+        ("host_environ", "EACCES"),
+        ("sibling_environ", "EACCES"),
         ("own_environ", "ok"),
         ("signal_own_child", "ok"),
         ("signal_host", "EPERM"),
@@ -247,7 +242,7 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         // Its seccomp filter, as root too.
         ("keyring", "EPERM"),
         ("read_own_memory", "EPERM"),
-    ]) {
+    ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
     assert!(

@@ -126,11 +126,12 @@ impl PluginRuleset {
 /// The capabilities a plugin keeps when Link runs as root; every other one is dropped from
 /// all its sets, the bounding set included, before it starts.
 ///
-/// - The sandbox plugin runs bwrap as root without a user namespace: mounts and namespaces
-///   (`SYS_ADMIN`, and `SYS_CHROOT` for its chroot into the new root), the loopback of the new network namespace (`NET_ADMIN`), what the helper
-///   inside needs to become the agent's uid (`SETUID`, `SETGID`, `SETPCAP`), and handing the
-///   workspace to that uid and clearing setuid bits there (`CHOWN`, `FOWNER`,
-///   `DAC_OVERRIDE`, `DAC_READ_SEARCH`).
+/// - The sandbox plugin writes the id maps of the user namespace each command's bwrap runs in
+///   (`SETUID`, `SETGID`, and `SETFCAP`, which the kernel asks of whoever maps root:
+///   [`crate::identity::user_namespace`]), so bwrap's mounts and namespaces need nothing on
+///   the host; it hands the workspace to the agent's uid and
+///   clears setuid bits there (`CHOWN`, `FOWNER`, `DAC_OVERRIDE`). No `CAP_SYS_ADMIN`: it
+///   would pass Landlock's ptrace bound and let the plugin read any process's environment.
 /// - The file store reads and writes workspaces the agents' uids own (`DAC_OVERRIDE`,
 ///   `FOWNER`).
 pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
@@ -139,14 +140,10 @@ pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
     match plugin {
         programs::SANDBOX => {
             files
-                | CapabilitySet::SYS_ADMIN
-                | CapabilitySet::NET_ADMIN
                 | CapabilitySet::SETUID
                 | CapabilitySet::SETGID
-                | CapabilitySet::SETPCAP
+                | CapabilitySet::SETFCAP
                 | CapabilitySet::CHOWN
-                | CapabilitySet::DAC_READ_SEARCH
-                | CapabilitySet::SYS_CHROOT
         }
         programs::FILE_STORE => files,
         _ => CapabilitySet::empty(),

@@ -3,18 +3,20 @@
 //! As an ordinary user, a command runs as that user inside a user namespace of its own
 //! ([`Identity::Caller`]). As root it must never be root: every agent gets a dedicated uid and
 //! gid ([`Identity::Dedicated`], `base + slot`, the slot allocated once per agent in the
-//! plugin's data directory), bubblewrap runs as root *without* a user namespace to set up the
-//! mounts, and the helper inside drops to that identity (groups, gid, uid, the capability
-//! bounding set) before Landlock and the command. Root-only files are then unreadable, files
-//! the command creates are that uid's, and a setuid file it could make would give nobody more
-//! than that uid. DESIGN.md §4 gives the reasons.
+//! plugin's data directory). bubblewrap then runs as root *inside a user namespace* the plugin
+//! makes for the command ([`user_namespace`]: root and the dedicated identity mapped to
+//! themselves, nothing else), so its mounts need no capability on the host and the plugin
+//! holds none of `CAP_SYS_ADMIN`'s; the helper inside drops to that identity (groups, gid,
+//! uid, the capability bounding set) before Landlock and the command. Root-only files are then
+//! unreadable, files the command creates are that uid's, and a setuid file it could make
+//! would give nobody more than that uid. DESIGN.md §4 gives the reasons.
 //!
 //! Because the workspace and home are written by the file tool as root too, [`prepare`]
 //! gives every entry to the agent's identity before a command, and [`clear_setid`] removes
 //! setuid and setgid bits after one. Both walk with directory descriptors and never follow a
 //! symlink, so nothing a command plants can redirect them outside the directory.
 
-use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -140,6 +142,80 @@ impl Slots {
             format!("cannot save {}: {e}", self.path.display())
         })
     }
+}
+
+/// A user namespace for one command of a dedicated identity, as a descriptor for bwrap's
+/// `--userns`: root and `uid`/`gid` mapped to themselves, no other id. bwrap, run as root,
+/// enters it before anything else and so sets up its mounts and namespaces with capabilities
+/// in that namespace alone: the plugin needs only `CAP_SETUID`, `CAP_SETGID` and (for a map
+/// that holds root) `CAP_SETFCAP` on the host to write the maps, where `CAP_SYS_ADMIN` would
+/// let it read any process's memory and environment. Root stays mapped because bwrap creates
+/// its mount points as root (an unmapped owner is `EOVERFLOW`) and reaches the state root,
+/// root's 0700 directories, by their owner bits; mapped to itself, files inside look as
+/// they do on the host.
+///
+/// The namespace is made by a short-lived child (a process can only make a user namespace
+/// it then lives in, and this one is multi-threaded); the child waits on a pipe while the
+/// maps are written and its namespace opened, then exits.
+pub fn user_namespace(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
+    let uid_map = format!("0 0 1\n{uid} {uid} 1\n");
+    let gid_map = format!("0 0 1\n{gid} {gid} 1\n");
+    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let (release_r, release_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    // SAFETY: clone without CLONE_VM is fork; the child only makes raw system calls on
+    // descriptors it owns and exits, never returning into Rust code of this process.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if pid == 0 {
+        // The child, holding a copy of every descriptor: it closes its copies of the ends it
+        // does not use, so the release pipe ends when the parent closes (or dies). Dumpable,
+        // so the parent may open its namespace: a plugin is not, and its child inherits that.
+        unsafe {
+            libc::close(ready_r.as_raw_fd());
+            libc::close(release_w.as_raw_fd());
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            libc::write(ready_w.as_raw_fd(), b"x".as_ptr().cast(), 1);
+            let mut b = 0u8;
+            libc::read(release_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    drop((ready_w, release_r));
+    let pid = pid as i32;
+    let opened = (|| {
+        let mut b = [0u8; 1];
+        if rustix::io::read(&ready_r, &mut b)? != 1 {
+            return Err(std::io::Error::other("the namespace's child exited early"));
+        }
+        let proc = format!("/proc/{pid}");
+        std::fs::write(format!("{proc}/uid_map"), &uid_map)?;
+        std::fs::write(format!("{proc}/gid_map"), &gid_map)?;
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        Ok(rustix::fs::open(
+            format!("{proc}/ns/user"),
+            flags,
+            Mode::empty(),
+        )?)
+    })();
+    drop(release_w);
+    let reaped = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(pid),
+        rustix::process::WaitOptions::empty(),
+    );
+    let ns = opened?;
+    reaped?;
+    Ok(ns)
 }
 
 /// Measures the disk space under `dir` (allocated blocks, so a sparse file counts what it

@@ -107,6 +107,9 @@ pub struct Fds {
     pub status: Option<i32>,
     /// The seccomp programs, first to last ([`crate::seccomp`]).
     pub seccomp: Vec<i32>,
+    /// The user namespace bwrap enters for a dedicated identity
+    /// ([`crate::identity::user_namespace`]).
+    pub userns: Option<i32>,
 }
 
 impl Policy {
@@ -160,18 +163,25 @@ impl Policy {
             Identity::Caller { .. } => {
                 a.flags(&["--unshare-user", "--disable-userns", "--cap-drop", "ALL"])
             }
-            // bwrap is root outside any user namespace; the helper keeps only what it needs
-            // to drop to the dedicated identity, and then drops that too.
-            Identity::Dedicated { .. } => a.flags(&[
-                "--cap-drop",
-                "ALL",
-                "--cap-add",
-                "CAP_SETUID",
-                "--cap-add",
-                "CAP_SETGID",
-                "--cap-add",
-                "CAP_SETPCAP",
-            ]),
+            // bwrap is root in the user namespace made for the command (root and the
+            // dedicated identity mapped); the helper keeps only what it needs to drop to that
+            // identity, and then drops that too.
+            Identity::Dedicated { .. } => {
+                if let Some(fd) = fds.userns {
+                    a.flags(&["--userns"]);
+                    a.push(fd.to_string());
+                }
+                a.flags(&[
+                    "--cap-drop",
+                    "ALL",
+                    "--cap-add",
+                    "CAP_SETUID",
+                    "--cap-add",
+                    "CAP_SETGID",
+                    "--cap-add",
+                    "CAP_SETPCAP",
+                ])
+            }
         }
         if let Some(fd) = fds.info {
             a.flags(&["--info-fd"]);
@@ -319,6 +329,7 @@ mod tests {
             info: Some(5),
             status: Some(6),
             seccomp: vec![7, 8],
+            userns: Some(9),
         };
         let args: Vec<String> = p
             .bwrap_args(&fds, &["true".into()])
@@ -366,7 +377,9 @@ mod tests {
             .collect::<Vec<_>>()
             .join(" ");
         assert!(!joined.contains("--unshare-user"), "{joined}");
-        assert!(joined.contains("--cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID"));
+        assert!(
+            joined.contains("--userns 9 --cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID")
+        );
         assert!(joined.contains("landlock-exec --status-fd 6 --drop-to 7:8 --limits"));
     }
 

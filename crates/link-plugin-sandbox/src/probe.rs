@@ -373,23 +373,15 @@ fn production_run(
     let outside_etc = Path::new("/etc").join(&dir.name);
     let connection_arrived = listener.set_nonblocking(true).is_ok() && listener.accept().is_ok();
     let host_ns = crate::helper::namespace_ids();
-    let dedicated = matches!(report.identity, Some(Identity::Dedicated { .. }));
     for ns in NAMESPACES {
         let separate = inside["namespaces"][ns] != host_ns[ns] && inside["namespaces"][ns] != "";
         report.namespaces.insert((*ns).into(), separate);
-        let name = format!("namespace_{ns}");
-        if *ns == "user" && dedicated {
-            // As root the command is an unprivileged uid in the host's user namespace: a
-            // namespace of its own would map it to root's uid outside.
-            let seen = if separate {
-                "separate, want shared"
-            } else {
-                "ok (shared: dedicated identity)"
-            };
-            report.checks.insert(name, seen.into());
-            continue;
-        }
-        check(&mut report, &name, separate, "shared with the host");
+        check(
+            &mut report,
+            &format!("namespace_{ns}"),
+            separate,
+            "shared with the host",
+        );
     }
     let ws_written = std::fs::read(dir.workspace().join(&dir.name)).is_ok_and(|b| b == b"probe");
     check_value(

@@ -97,6 +97,12 @@ pub enum RunError {
     /// The command ran, but setuid or setgid bits could not be cleared after it.
     #[error("cannot clear setuid/setgid bits under {}: {error}", dir.display())]
     Cleanup { dir: PathBuf, error: std::io::Error },
+    /// The user namespace of a dedicated identity could not be made; nothing ran.
+    #[error("cannot make the user namespace for {identity}: {error}")]
+    UserNamespace {
+        identity: String,
+        error: std::io::Error,
+    },
     /// No seccomp filter for this machine: nothing runs without one.
     #[error("{0}")]
     Seccomp(String),
@@ -198,10 +204,22 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         .iter()
         .map(|p| memfd("lnk-seccomp", p))
         .collect::<std::io::Result<Vec<_>>>()?;
+    let userns = match spec.policy.identity {
+        Identity::Dedicated { uid, gid } => {
+            Some(crate::identity::user_namespace(uid, gid).map_err(|e| {
+                RunError::UserNamespace {
+                    identity: spec.policy.identity.describe(),
+                    error: e,
+                }
+            })?)
+        }
+        Identity::Caller { .. } => None,
+    };
     let fds = Fds {
         info: Some(info_w.as_raw_fd()),
         status: Some(status_w.as_raw_fd()),
         seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
+        userns: userns.as_ref().map(|f| f.as_raw_fd()),
     };
     // bwrap reads its options (the host's paths among them) from a descriptor, so they
     // never appear on the command line of the namespace's init, which every process inside
@@ -211,6 +229,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let args = memfd("lnk-bwrap-args", &nul_separated(&options)?)?;
     let mut inherited = vec![info_w.as_raw_fd(), status_w.as_raw_fd(), args.as_raw_fd()];
     inherited.extend(&fds.seccomp);
+    inherited.extend(fds.userns);
     let mut cmd = std::process::Command::new(&spec.bwrap);
     cmd.arg0(crate::leftovers::tag(&spec.owner))
         .arg("--args")
@@ -258,7 +277,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let mut child = cmd
         .spawn()
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
-    drop((info_w, status_w, args, seccomp));
+    drop((info_w, status_w, args, seccomp, userns));
     let pidfd = match pidfd_of(child.id() as i32) {
         Ok(fd) => fd,
         Err(e) => {

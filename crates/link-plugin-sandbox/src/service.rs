@@ -166,6 +166,7 @@ fn run_error(e: RunError) -> RemoteError {
         RunError::Seccomp(reason) => {
             unavailable(format!("no seccomp filter, nothing ran: {reason}"))
         }
+        e @ RunError::UserNamespace { .. } => unavailable(format!("{e}; nothing ran")),
         other => RemoteError::internal(other.to_string()),
     }
 }

@@ -89,18 +89,22 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
     let port = listener.local_addr().unwrap().port();
     let parent = std::process::id();
     // The mount is made in a mount namespace of the child's own (over /tmp there), so it
-    // touches nothing here; as an ordinary user, in a user namespace too.
+    // touches nothing here, in a user namespace of its own as bwrap makes it (as root too:
+    // the plugin has no CAP_SYS_ADMIN to mount outside one).
     let script = format!(
         "{PY_PRELUDE}\n\
          import ctypes, signal, subprocess\n\
          libc = ctypes.CDLL(None, use_errno=True)\n\
          def mount():\n    \
-           if libc.unshare(0x00020000 | (0 if os.geteuid() == 0 else 0x10000000)) != 0:\n        \
+           if libc.unshare(0x00020000 | 0x10000000) != 0:\n        \
              raise OSError(ctypes.get_errno(), 'unshare')\n    \
            if libc.mount(None, b'/', None, 0x4000 | 0x40000, None) != 0:\n        \
              raise OSError(ctypes.get_errno(), 'make / private')\n    \
            if libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) != 0:\n        \
              raise OSError(ctypes.get_errno(), 'mount')\n\
+         def mount_ns_alone():\n    \
+           if libc.unshare(0x00020000) != 0:\n        \
+             raise OSError(ctypes.get_errno(), 'unshare')\n\
          def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
          child = subprocess.Popen(['/bin/sleep', '30'])\n\
          got = {{'parent_environ': _e(lambda: open('/proc/{parent}/environ', 'rb').read()),\
@@ -109,12 +113,13 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
            'signal_child': _e(lambda: os.kill(child.pid, signal.SIGKILL)),\
            'tcp': _e(tcp)}}\n\
          child.wait()\n\
+         got['mount_ns_alone'] = _e(mount_ns_alone)\n\
          got['mount'] = _e(mount)\n\
          st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
          got['nnp'] = st['NoNewPrivs'].strip()\n\
          print(json.dumps(got))"
     );
-    // As root it keeps what bwrap needs (CAP_SYS_ADMIN among them), not CAP_SYS_PTRACE.
+    // As root it keeps what it needs for its commands' user namespaces and workspaces.
     let shedding = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();
     let mut cmd = Command::new(PYTHON);
     cmd.args(["-I", "-S", "-c", &script]);
@@ -131,12 +136,10 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
 
 /// The sandbox plugin's domain has no filesystem rules, so a mount in a namespace of its own
 /// still works (what bwrap needs); it cannot signal this test process, outside the domain,
-/// nor make a TCP connection; its own child and environment are its twins. Reading this
-/// process's environment is refused by the domain only where the plugin holds no
-/// CAP_SYS_ADMIN (an ordinary user, checked by running [`sandbox_domain_as_ordinary_user`]
-/// as one); as root the plugin keeps it for bwrap, and it is the other processes being
-/// non-dumpable that refuses it (`link-harness-conformance`'s
-/// `a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain`).
+/// nor make a TCP connection, nor read this process's environment (as root too: it keeps no
+/// CAP_SYS_ADMIN, which would pass the domain's ptrace bound); its own child and environment
+/// are its twins. As root, the same again as an ordinary user
+/// ([`sandbox_domain_as_ordinary_user`]).
 #[test]
 fn the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain() {
     let Some(got) = sandbox_domain_attempts() else {
@@ -144,16 +147,18 @@ fn the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain() {
     };
     for (attempt, want) in [
         ("own_environ", "ok"),
+        ("parent_environ", "EACCES"),
         ("signal_child", "ok"),
         ("signal_parent", "EPERM"),
         ("tcp", "EACCES"),
         ("mount", "ok"),
+        // Without a user namespace: CAP_SYS_ADMIN on the host, which it has not even as root.
+        ("mount_ns_alone", "EPERM"),
         ("nnp", "1"),
     ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
     if !rustix::process::geteuid().is_root() {
-        assert_eq!(got["parent_environ"], "EACCES", "{got}");
         return;
     }
     let Some(user) = crate::hardening::Who::ordinary() else {
@@ -193,6 +198,7 @@ fn sandbox_domain_as_ordinary_user() {
         ("signal_parent", "EPERM"),
         ("tcp", "EACCES"),
         ("mount", "ok"),
+        ("mount_ns_alone", "EPERM"),
     ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
