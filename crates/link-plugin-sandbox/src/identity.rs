@@ -157,11 +157,13 @@ impl Slots {
 /// The namespace is made by a short-lived child (a process can only make a user namespace
 /// it then lives in, and this one is multi-threaded); the child waits on a pipe while the
 /// maps are written and its namespace opened, then exits.
-pub fn user_namespace(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
+pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError> {
     let uid_map = format!("0 0 1\n{uid} {uid} 1\n");
     let gid_map = format!("0 0 1\n{gid} {gid} 1\n");
-    let (ready_r, ready_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
-    let (release_r, release_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let create = |e: rustix::io::Errno| UserNamespaceError::Create(e.into());
+    let (ready_r, ready_w) = pipe().map_err(create)?;
+    let (release_r, release_w) = pipe().map_err(create)?;
     // SAFETY: clone without CLONE_VM is fork; the child only makes raw system calls on
     // descriptors it owns and exits, never returning into Rust code of this process.
     let pid = unsafe {
@@ -189,7 +191,7 @@ pub fn user_namespace(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
         }
     }
     if pid < 0 {
-        return Err(std::io::Error::last_os_error());
+        return Err(UserNamespaceError::Create(std::io::Error::last_os_error()));
     }
     drop((ready_w, release_r));
     let pid = pid as i32;
@@ -213,9 +215,21 @@ pub fn user_namespace(uid: u32, gid: u32) -> std::io::Result<OwnedFd> {
         rustix::process::Pid::from_raw(pid),
         rustix::process::WaitOptions::empty(),
     );
-    let ns = opened?;
-    reaped?;
+    let ns = opened.map_err(UserNamespaceError::Map)?;
+    reaped.map_err(|e| UserNamespaceError::Map(e.into()))?;
     Ok(ns)
+}
+
+/// Why [`user_namespace`] made none.
+#[derive(Debug, thiserror::Error)]
+pub enum UserNamespaceError {
+    /// The kernel refused the namespace itself: `user.max_user_namespaces=0`, a container's
+    /// seccomp profile; the machine cannot confine as root.
+    #[error("cannot create a user namespace: {0}")]
+    Create(std::io::Error),
+    /// The namespace was made but its ids could not be mapped or it could not be opened.
+    #[error("cannot map the ids of a new user namespace: {0}")]
+    Map(std::io::Error),
 }
 
 /// Measures the disk space under `dir` (allocated blocks, so a sparse file counts what it

@@ -9,7 +9,7 @@
 //!    on the host: the inside write landed, the outside write left nothing, no connection came.
 
 use crate::helper::Status;
-use crate::identity::Identity;
+use crate::identity::{Identity, UserNamespaceError};
 use crate::limits::Limits;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
@@ -354,6 +354,17 @@ fn production_run(
             return report.fail(status, reason);
         }
         Err(RunError::Landlock(reason)) => return report.fail(ProbeStatus::Unavailable, reason),
+        Err(
+            e @ RunError::UserNamespace {
+                error: UserNamespaceError::Create(_),
+                ..
+            },
+        ) => {
+            let fix = "user namespaces cannot be created (user.max_user_namespaces=0, or a \
+                       container's seccomp profile): raise user.max_user_namespaces or allow \
+                       clone/unshare of user namespaces";
+            return report.fail(ProbeStatus::Unavailable, format!("{fix}; {e}"));
+        }
         Err(e) => return report.fail(ProbeStatus::Broken, e.to_string()),
     };
     let inside: serde_json::Value = match serde_json::from_slice(&outcome.stdout) {

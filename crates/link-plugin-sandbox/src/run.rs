@@ -98,10 +98,10 @@ pub enum RunError {
     #[error("cannot clear setuid/setgid bits under {}: {error}", dir.display())]
     Cleanup { dir: PathBuf, error: std::io::Error },
     /// The user namespace of a dedicated identity could not be made; nothing ran.
-    #[error("cannot make the user namespace for {identity}: {error}")]
+    #[error("no user namespace for {identity}: {error}")]
     UserNamespace {
         identity: String,
-        error: std::io::Error,
+        error: crate::identity::UserNamespaceError,
     },
     /// No seccomp filter for this machine: nothing runs without one.
     #[error("{0}")]

@@ -398,12 +398,26 @@ fn the_identity_base_is_configurable_and_checked() {
             .env(link_protocol::plugin::ENV_SANDBOX_UID_BASE, base)
             .args(["exec", "--workspace"])
             .arg(&ws)
-            .args(["--", "/bin/sh", "-c", "id -u; touch ran"])
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "id -u; touch ran; cat /proc/self/uid_map",
+            ])
             .output()
             .unwrap()
     };
     let out = run("1900000000");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "1900000000\n");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("1900000000"), "{text}");
+    // Its user namespace maps root and its own uid, each to itself, and nothing else.
+    let maps: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        maps,
+        [["0", "0", "1"], ["1900000000", "1900000000", "1"]],
+        "{text}"
+    );
     assert_eq!(
         std::fs::metadata(ws.join("ran")).unwrap().uid(),
         1_900_000_000
