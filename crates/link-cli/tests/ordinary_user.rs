@@ -118,6 +118,6 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     assert_eq!(code, 0, "{err}");
     let status = up.wait().unwrap();
     assert!(status.success(), "link up exited {status:?}");
-    let left = support::processes_of_user(user.uid);
+    let left = user.processes();
     assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
 }

@@ -412,6 +412,18 @@ impl TestUser {
             .map_err(|_| format!("id {flag} {} printed no number", self.name))
     }
 
+    /// Its live processes (by real uid, zombies aside): none should be left after a test.
+    pub fn processes(&self) -> Vec<i32> {
+        let Ok(all) = procfs::process::all_processes() else {
+            return Vec::new();
+        };
+        all.flatten()
+            .filter(|p| p.uid().is_ok_and(|u| u == self.uid))
+            .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
+            .map(|p| p.pid())
+            .collect()
+    }
+
     /// `args` as this user (`runuser`), with the environment `runuser` gives.
     pub fn command(&self, args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Command {
         let mut cmd = std::process::Command::new("runuser");

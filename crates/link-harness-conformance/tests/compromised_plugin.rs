@@ -10,12 +10,13 @@
 //! machine cannot confine, it is skipped loudly (a failure under `LNK_REQUIRE_RUNTIME=1` /
 //! `LNK_REQUIRE_SANDBOX=1`).
 
-use link_harness_conformance::fixture::StateRoot;
+use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::syscalls;
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
+use rustix::fs::{Gid, Uid};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -266,4 +267,94 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
     assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
     assert!(reply.to_string().contains("confined-42"), "{reply}");
     rt.down();
+}
+
+/// The three tests above, run again as an ordinary user made for the test (as root; an
+/// ordinary user runs them as itself already): this test's executable, the programs and the
+/// impostor copied where that user can reach them, the state in a directory it owns.
+#[test]
+fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
+    if !rustix::process::geteuid().is_root() || built().is_none() {
+        return;
+    }
+    let user = match TestUser::create("lnk-cpu") {
+        Ok(u) => u,
+        Err(why) => {
+            println!("SKIPPED: {why}");
+            return;
+        }
+    };
+    let parent = OpenParent::create("lnk-compromised").unwrap();
+    let programs = parent.0.join("programs");
+    let built = test_programs();
+    let exe = std::env::current_exe().unwrap();
+    let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
+    let mut copies: Vec<(PathBuf, PathBuf)> = names
+        .map(|name| (built.join(name), programs.join(name)))
+        .collect();
+    copies.push((
+        built.join("examples/impostor"),
+        programs.join("examples/impostor"),
+    ));
+    // test_programs() is the executable's directory's parent, as in target/release/deps.
+    let test_exe = programs.join("deps").join(exe.file_name().unwrap());
+    copies.push((exe, test_exe.clone()));
+    for (from, to) in &copies {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+    }
+    let state = parent.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    // The user makes its impostor directories beside the programs and its state roots.
+    let mut owned: Vec<&Path> = vec![&programs, &state];
+    owned.extend(
+        copies
+            .iter()
+            .flat_map(|(_, to)| [to.as_path(), to.parent().unwrap()]),
+    );
+    for path in owned {
+        let (uid, gid) = (Uid::from_raw(user.uid), Gid::from_raw(user.gid));
+        rustix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+    }
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "env".into(),
+        format!(
+            "{}={}",
+            link_harness_conformance::fixture::ENV_TEST_STATE_DIR,
+            state.display()
+        )
+        .into(),
+    ];
+    for name in [
+        ENV_REQUIRE_RUNTIME,
+        "LNK_REQUIRE_SANDBOX",
+        "LNK_REQUIRE_NATIVE",
+    ] {
+        if let Some(v) = std::env::var_os(name) {
+            let mut pair = std::ffi::OsString::from(format!("{name}="));
+            pair.push(v);
+            args.push(pair);
+        }
+    }
+    args.push(test_exe.into());
+    args.extend(
+        [
+            "--exact",
+            "a_plugin_claiming_a_foreign_route_stops_start_up",
+            "a_compromised_plugin_is_refused_everything_outside_its_own_domain",
+            "a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain",
+            "--test-threads=1",
+        ]
+        .map(Into::into),
+    );
+    let out = user.command(&args).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("3 passed"),
+        "as {}: {text}\n{}",
+        user.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = user.processes();
+    assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
 }

@@ -146,24 +146,35 @@ impl Slots {
 
 /// A user namespace for one command of a dedicated identity, as a descriptor for bwrap's
 /// `--userns`: root and `uid`/`gid` mapped to themselves, no other id. bwrap, run as root,
-/// enters it before anything else and so sets up its mounts and namespaces with capabilities
-/// in that namespace alone: the plugin needs only `CAP_SETUID`, `CAP_SETGID` and (for a map
-/// that holds root) `CAP_SETFCAP` on the host to write the maps, where `CAP_SYS_ADMIN` would
-/// let it read any process's memory and environment. Root stays mapped because bwrap creates
-/// its mount points as root (an unmapped owner is `EOVERFLOW`) and reaches the state root,
-/// root's 0700 directories, by their owner bits; mapped to itself, files inside look as
-/// they do on the host.
+/// joins it before it clones and so sets up its mounts and namespaces with capabilities in
+/// that namespace alone: the plugin needs only `CAP_SETUID`, `CAP_SETGID` and (for a map that
+/// holds root) `CAP_SETFCAP` on the host to write the maps. `CAP_SYS_ADMIN`, which it no
+/// longer holds, let a process read root processes' environments outside its Landlock domain
+/// on the kernels we measured. Root stays mapped because bwrap creates its mount points as
+/// root (an unmapped owner is `EOVERFLOW`) and reaches the state root, root's 0700
+/// directories, by their owner bits. Inside, root's files look as on the host and other
+/// users' as `nobody` (65534); a workspace below another user's 0700 directory cannot be
+/// bound.
+///
+/// The namespace belongs to root (whoever makes it owns it, and bwrap as root must own it to
+/// join it), so a root process outside has every capability in it: between a root process
+/// and an agent's commands stand Landlock's domains (the plugins'), not the ptrace capability
+/// check.
 ///
 /// The namespace is made by a short-lived child (a process can only make a user namespace
 /// it then lives in, and this one is multi-threaded); the child waits on a pipe while the
 /// maps are written and its namespace opened, then exits.
 pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError> {
+    // One at a time: a child holds a copy of every descriptor of this process until it exits,
+    // and two children each holding the other's release pipe would wait for each other.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let uid_map = format!("0 0 1\n{uid} {uid} 1\n");
     let gid_map = format!("0 0 1\n{gid} {gid} 1\n");
     let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
-    let create = |e: rustix::io::Errno| UserNamespaceError::Create(e.into());
-    let (ready_r, ready_w) = pipe().map_err(create)?;
-    let (release_r, release_w) = pipe().map_err(create)?;
+    let io = |e: rustix::io::Errno| UserNamespaceError::Io(e.into());
+    let (ready_r, ready_w) = pipe().map_err(io)?;
+    let (release_r, release_w) = pipe().map_err(io)?;
     // SAFETY: clone without CLONE_VM is fork; the child only makes raw system calls on
     // descriptors it owns and exits, never returning into Rust code of this process.
     let pid = unsafe {
@@ -177,59 +188,131 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
         )
     };
     if pid == 0 {
-        // The child, holding a copy of every descriptor: it closes its copies of the ends it
-        // does not use, so the release pipe ends when the parent closes (or dies). Dumpable,
-        // so the parent may open its namespace: a plugin is not, and its child inherits that.
+        // SAFETY: raw system calls on descriptors this child holds copies of.
         unsafe {
-            libc::close(ready_r.as_raw_fd());
-            libc::close(release_w.as_raw_fd());
-            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-            libc::write(ready_w.as_raw_fd(), b"x".as_ptr().cast(), 1);
-            let mut b = 0u8;
-            libc::read(release_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
+            namespace_child(
+                ready_r.as_raw_fd(),
+                ready_w.as_raw_fd(),
+                release_r.as_raw_fd(),
+                release_w.as_raw_fd(),
+            )
         }
     }
     if pid < 0 {
-        return Err(UserNamespaceError::Create(std::io::Error::last_os_error()));
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM | libc::ENOSPC | libc::EUSERS | libc::EINVAL) => {
+                UserNamespaceError::Refused(e)
+            }
+            _ => UserNamespaceError::Io(e),
+        });
     }
     drop((ready_w, release_r));
-    let pid = pid as i32;
-    let opened = (|| {
-        let mut b = [0u8; 1];
-        if rustix::io::read(&ready_r, &mut b)? != 1 {
-            return Err(std::io::Error::other("the namespace's child exited early"));
-        }
-        let proc = format!("/proc/{pid}");
-        std::fs::write(format!("{proc}/uid_map"), &uid_map)?;
-        std::fs::write(format!("{proc}/gid_map"), &gid_map)?;
-        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-        Ok(rustix::fs::open(
-            format!("{proc}/ns/user"),
-            flags,
-            Mode::empty(),
-        )?)
-    })();
+    let pid = rustix::process::Pid::from_raw(pid as i32).expect("clone returned a pid");
+    let opened = map_and_open(pid, &ready_r, &uid_map, &gid_map);
     drop(release_w);
-    let reaped = rustix::process::waitpid(
-        rustix::process::Pid::from_raw(pid),
-        rustix::process::WaitOptions::empty(),
-    );
-    let ns = opened.map_err(UserNamespaceError::Map)?;
-    reaped.map_err(|e| UserNamespaceError::Map(e.into()))?;
+    let reaped = loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other,
+        }
+    };
+    let ns = opened?;
+    reaped.map_err(io)?;
     Ok(ns)
+}
+
+/// The namespace's child: closes every descriptor but the two pipe ends it uses (so the
+/// release pipe ends when the parent closes it or dies), makes itself dumpable (so the parent may open
+/// its namespace: a child inherits a non-dumpable parent's setting), says it is ready and
+/// waits for the release. Never returns.
+unsafe fn namespace_child(ready_r: i32, ready_w: i32, release_r: i32, release_w: i32) -> ! {
+    // SAFETY: raw system calls on descriptors this child holds copies of; errno is this
+    // thread's own.
+    unsafe {
+        libc::close(ready_r);
+        libc::close(release_w);
+        // Nor any other descriptor of the parent's: a copy of one another thread is writing
+        // would keep it open (a program being written could not be executed: ETXTBSY).
+        let (low, high) = (ready_w.min(release_r) as u32, ready_w.max(release_r) as u32);
+        for (first, last) in [
+            (3, low.wrapping_sub(1)),
+            (low + 1, high - 1),
+            (high + 1, u32::MAX),
+        ] {
+            if first <= last {
+                libc::syscall(libc::SYS_close_range, first, last, 0);
+            }
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+        let eintr = || *libc::__errno_location() == libc::EINTR;
+        while libc::write(ready_w, b"x".as_ptr().cast(), 1) < 0 && eintr() {}
+        let mut b = 0u8;
+        while libc::read(release_r, (&mut b as *mut u8).cast(), 1) < 0 && eintr() {}
+        libc::_exit(0)
+    }
+}
+
+/// Writes the child's id maps once it is ready and opens its user namespace.
+fn map_and_open(
+    pid: rustix::process::Pid,
+    ready: &OwnedFd,
+    uid_map: &str,
+    gid_map: &str,
+) -> Result<OwnedFd, UserNamespaceError> {
+    let mut b = [0u8; 1];
+    let n = loop {
+        match rustix::io::read(ready, &mut b) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other.map_err(|e| UserNamespaceError::Io(e.into()))?,
+        }
+    };
+    if n != 1 {
+        let gone = std::io::Error::other("the namespace's child exited before it was ready");
+        return Err(UserNamespaceError::Io(gone));
+    }
+    let proc = format!("/proc/{}", pid.as_raw_nonzero());
+    let write = |file: &str, map: &str| {
+        std::fs::write(format!("{proc}/{file}"), map).map_err(|e| match e.raw_os_error() {
+            // The ids are not ours to map: a user namespace of the host's own (a remapped
+            // container) that does not hold them.
+            Some(libc::EPERM | libc::EINVAL) => UserNamespaceError::Unmapped(e),
+            _ => UserNamespaceError::Io(e),
+        })
+    };
+    write("uid_map", uid_map)?;
+    write("gid_map", gid_map)?;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+    rustix::fs::open(format!("{proc}/ns/user"), flags, Mode::empty())
+        .map_err(|e| UserNamespaceError::Io(e.into()))
 }
 
 /// Why [`user_namespace`] made none.
 #[derive(Debug, thiserror::Error)]
 pub enum UserNamespaceError {
-    /// The kernel refused the namespace itself: `user.max_user_namespaces=0`, a container's
-    /// seccomp profile; the machine cannot confine as root.
-    #[error("cannot create a user namespace: {0}")]
-    Create(std::io::Error),
-    /// The namespace was made but its ids could not be mapped or it could not be opened.
-    #[error("cannot map the ids of a new user namespace: {0}")]
-    Map(std::io::Error),
+    /// The kernel refused the namespace itself (`user.max_user_namespaces=0`, a container's
+    /// seccomp profile, no user namespaces in the kernel).
+    #[error(
+        "the kernel refuses a user namespace ({0}): raise user.max_user_namespaces or allow \
+         clone/unshare of user namespaces (a container's seccomp profile)"
+    )]
+    Refused(std::io::Error),
+    /// Root and the dedicated identity cannot be mapped: Link runs in a user namespace that
+    /// does not hold them.
+    #[error(
+        "root and the dedicated identity cannot be mapped into a user namespace ({0}): where \
+         Link runs in a remapped user namespace, set {ENV_BASE} to a range it maps"
+    )]
+    Unmapped(std::io::Error),
+    #[error("cannot make a user namespace: {0}")]
+    Io(std::io::Error),
+}
+
+impl UserNamespaceError {
+    /// Whether this machine cannot do it (rather than something failing here).
+    pub fn machine_cannot(&self) -> bool {
+        !matches!(self, UserNamespaceError::Io(_))
+    }
 }
 
 /// Measures the disk space under `dir` (allocated blocks, so a sparse file counts what it
@@ -455,6 +538,42 @@ mod tests {
             .arg(&dir)
             .status();
         assert!(rm.unwrap().success());
+    }
+
+    /// Many at once, from many threads (as the plugin runs commands): each call gives a user
+    /// namespace of its own, none hangs (each child holds copies of the others' pipes).
+    #[test]
+    fn user_namespaces_are_made_concurrently() {
+        if !rustix::process::geteuid().is_root() {
+            return; // As an ordinary user commands get no dedicated identity.
+        }
+        let own = std::fs::read_link("/proc/self/ns/user").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for t in 0..8u32 {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..20 {
+                    let id = DEFAULT_BASE + 1 + t * 100 + i;
+                    let ns = user_namespace(id, id).map(|fd| {
+                        std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap()
+                    });
+                    tx.send(ns.map_err(|e| e.to_string())).unwrap();
+                }
+            });
+        }
+        drop(tx);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..160 {
+            // Generous: a hang fails here rather than blocking the run.
+            let ns = rx
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("a hang");
+            let ns = ns.unwrap();
+            assert!(ns.to_string_lossy().starts_with("user:["), "{ns:?}");
+            assert_ne!(ns, own);
+            seen.insert(ns);
+        }
+        assert!(seen.len() > 1, "{seen:?}");
     }
 
     #[test]

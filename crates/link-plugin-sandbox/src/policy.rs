@@ -167,10 +167,12 @@ impl Policy {
             // dedicated identity mapped); the helper keeps only what it needs to drop to that
             // identity, and then drops that too.
             Identity::Dedicated { .. } => {
-                if let Some(fd) = fds.userns {
-                    a.flags(&["--userns"]);
-                    a.push(fd.to_string());
-                }
+                // Never without one: bwrap would run as root in the host's user namespace.
+                let fd = fds
+                    .userns
+                    .expect("a dedicated identity's bwrap is given its user namespace");
+                a.flags(&["--userns"]);
+                a.push(fd.to_string());
                 a.flags(&[
                     "--cap-drop",
                     "ALL",

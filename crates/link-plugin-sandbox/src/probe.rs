@@ -9,7 +9,7 @@
 //!    on the host: the inside write landed, the outside write left nothing, no connection came.
 
 use crate::helper::Status;
-use crate::identity::{Identity, UserNamespaceError};
+use crate::identity::Identity;
 use crate::limits::Limits;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
@@ -354,16 +354,8 @@ fn production_run(
             return report.fail(status, reason);
         }
         Err(RunError::Landlock(reason)) => return report.fail(ProbeStatus::Unavailable, reason),
-        Err(
-            e @ RunError::UserNamespace {
-                error: UserNamespaceError::Create(_),
-                ..
-            },
-        ) => {
-            let fix = "user namespaces cannot be created (user.max_user_namespaces=0, or a \
-                       container's seccomp profile): raise user.max_user_namespaces or allow \
-                       clone/unshare of user namespaces";
-            return report.fail(ProbeStatus::Unavailable, format!("{fix}; {e}"));
+        Err(RunError::UserNamespace { error, .. }) if error.machine_cannot() => {
+            return report.fail(ProbeStatus::Unavailable, error.to_string())
         }
         Err(e) => return report.fail(ProbeStatus::Broken, e.to_string()),
     };

@@ -166,7 +166,9 @@ fn run_error(e: RunError) -> RemoteError {
         RunError::Seccomp(reason) => {
             unavailable(format!("no seccomp filter, nothing ran: {reason}"))
         }
-        e @ RunError::UserNamespace { .. } => unavailable(format!("{e}; nothing ran")),
+        RunError::UserNamespace { error, .. } if error.machine_cannot() => {
+            unavailable(format!("{error}; nothing ran"))
+        }
         other => RemoteError::internal(other.to_string()),
     }
 }

@@ -88,6 +88,14 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let parent = std::process::id();
+    // A process outside the domain, of the same uid and with no capability (shed as the host
+    // sheds a plugin's): no capability check stands between it and the child, only the domain.
+    let shedding = host::Shedding::for_plugin(link_protocol::routes::programs::AUTH).unwrap();
+    let mut bare = Command::new("/bin/sleep");
+    bare.arg("30");
+    unsafe { bare.pre_exec(move || shedding.drop_capabilities()) };
+    let mut bare = bare.spawn().expect("spawn the bare process");
+    let bare_pid = bare.id();
     // The mount is made in a mount namespace of the child's own (over /tmp there), so it
     // touches nothing here, in a user namespace of its own as bwrap makes it (as root too:
     // the plugin has no CAP_SYS_ADMIN to mount outside one).
@@ -108,6 +116,7 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
          def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
          child = subprocess.Popen(['/bin/sleep', '30'])\n\
          got = {{'parent_environ': _e(lambda: open('/proc/{parent}/environ', 'rb').read()),\
+           'bare_environ': _e(lambda: open('/proc/{bare_pid}/environ', 'rb').read()),\
            'own_environ': _e(lambda: open('/proc/self/environ', 'rb').read()),\
            'signal_parent': _e(lambda: os.kill({parent}, 0)),\
            'signal_child': _e(lambda: os.kill(child.pid, signal.SIGKILL)),\
@@ -128,9 +137,12 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
             .pre_exec(move || ruleset.restrict_child())
     };
     let got = py_json(&cmd.output().expect("spawn the confined child"));
-    // The twins from outside the domain: the same connect and environ read work here.
+    // The twins from outside the domain: the same connect and environ reads work here.
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
     assert!(std::fs::read(format!("/proc/{parent}/environ")).is_ok());
+    assert!(std::fs::read(format!("/proc/{bare_pid}/environ")).is_ok());
+    let _ = bare.kill();
+    let _ = bare.wait();
     Some(got)
 }
 
@@ -148,6 +160,7 @@ fn the_sandbox_plugin_may_mount_but_reaches_no_process_outside_its_domain() {
     for (attempt, want) in [
         ("own_environ", "ok"),
         ("parent_environ", "EACCES"),
+        ("bare_environ", "EACCES"),
         ("signal_child", "ok"),
         ("signal_parent", "EPERM"),
         ("tcp", "EACCES"),
@@ -194,6 +207,7 @@ fn sandbox_domain_as_ordinary_user() {
     for (attempt, want) in [
         ("own_environ", "ok"),
         ("parent_environ", "EACCES"),
+        ("bare_environ", "EACCES"),
         ("signal_child", "ok"),
         ("signal_parent", "EPERM"),
         ("tcp", "EACCES"),

@@ -163,18 +163,6 @@ pub fn turn_in_thread(
     })
 }
 
-/// Live processes whose real uid is `uid`.
-pub fn processes_of_user(uid: u32) -> Vec<i32> {
-    let Ok(all) = procfs::process::all_processes() else {
-        return Vec::new();
-    };
-    all.flatten()
-        .filter(|p| p.uid().is_ok_and(|u| u == uid))
-        .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
-        .map(|p| p.pid())
-        .collect()
-}
-
 /// The built programs of full Link, hard-linked beside the build (Landlock lets plugins run
 /// only what is under the programs directory), with one plugin wrapped: a shell script that
 /// runs `prelude`, then execs the real program (`NAME.real`) in the same process.
