@@ -10,8 +10,10 @@
 //! machine cannot confine, it is skipped loudly (a failure under `LNK_REQUIRE_RUNTIME=1` /
 //! `LNK_REQUIRE_SANDBOX=1`).
 
-use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
-use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
+use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser, ENV_TEST_STATE_DIR};
+use link_harness_conformance::probe::{
+    require_or_skip, sandbox_or_skip, ProbeStatus, ENV_REQUIRE_NATIVE, ENV_REQUIRE_SANDBOX,
+};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::syscalls;
 use link_protocol::plugin::{Mode, Profile};
@@ -318,18 +320,9 @@ fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
     }
     let mut args: Vec<std::ffi::OsString> = vec![
         "env".into(),
-        format!(
-            "{}={}",
-            link_harness_conformance::fixture::ENV_TEST_STATE_DIR,
-            state.display()
-        )
-        .into(),
+        format!("{}={}", ENV_TEST_STATE_DIR, state.display()).into(),
     ];
-    for name in [
-        ENV_REQUIRE_RUNTIME,
-        "LNK_REQUIRE_SANDBOX",
-        "LNK_REQUIRE_NATIVE",
-    ] {
+    for name in [ENV_REQUIRE_RUNTIME, ENV_REQUIRE_SANDBOX, ENV_REQUIRE_NATIVE] {
         if let Some(v) = std::env::var_os(name) {
             let mut pair = std::ffi::OsString::from(format!("{name}="));
             pair.push(v);

@@ -223,9 +223,9 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
 }
 
 /// The namespace's child: closes every descriptor but the two pipe ends it uses (so the
-/// release pipe ends when the parent closes it or dies), makes itself dumpable (so the parent may open
-/// its namespace: a child inherits a non-dumpable parent's setting), says it is ready and
-/// waits for the release. Never returns.
+/// release pipe ends when the parent closes it or dies), makes itself dumpable (so the parent
+/// may open its namespace: a child inherits a non-dumpable parent's setting), says it is
+/// ready and waits for the release. Never returns.
 unsafe fn namespace_child(ready_r: i32, ready_w: i32, release_r: i32, release_w: i32) -> ! {
     // SAFETY: raw system calls on descriptors this child holds copies of; errno is this
     // thread's own.
@@ -541,7 +541,8 @@ mod tests {
     }
 
     /// Many at once, from many threads (as the plugin runs commands): each call gives a user
-    /// namespace of its own, none hangs (each child holds copies of the others' pipes).
+    /// namespace of its own and none hangs (two children made at once, each holding the
+    /// other's release pipe, would wait for each other).
     #[test]
     fn user_namespaces_are_made_concurrently() {
         if !rustix::process::geteuid().is_root() {
