@@ -162,13 +162,15 @@ fn host_death_survivors_recorded_are_killed_by_the_next_up_and_reused_pids_are_n
     bystander.wait().unwrap();
 }
 
-/// A stand-in for a sandbox a killed host left (a copy of sh named `bwrap`, blocked reading
-/// its stdin) started, as the sandbox plugin starts bwrap, under the tag of `owner`.
+/// A stand-in for a sandbox a killed host left (sh through a link named `bwrap`, blocked
+/// reading its stdin) started, as the sandbox plugin starts bwrap, under the tag of `owner`.
+/// A link, not a copy: a copy just written can fail to exec with `ETXTBSY` while another
+/// test's fork still holds its write descriptor; the command name is the link's either way.
 fn leftover_bwrap(dir: &std::path::Path, owner: &std::path::Path) -> Child {
     use std::os::unix::process::CommandExt;
     let bwrap = dir.join("bwrap");
     if !bwrap.exists() {
-        std::fs::copy("/bin/sh", &bwrap).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", &bwrap).unwrap();
     }
     Command::new(&bwrap)
         .arg0(link_plugin_sandbox::leftovers::tag(owner))

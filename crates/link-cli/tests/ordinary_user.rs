@@ -8,7 +8,7 @@ use link_harness_conformance::runtime_process::test_programs;
 use link_protocol::plugin::Profile;
 use serde_json::json;
 use std::io::BufRead;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 fn post(
@@ -38,12 +38,8 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     if !support::sandbox_available() {
         return;
     }
-    let user = match TestUser::create("lnk-up") {
-        Ok(u) => u,
-        Err(why) => {
-            println!("SKIPPED: {why}");
-            return;
-        }
+    let Some(user) = TestUser::or_skip("lnk-up") else {
+        return;
     };
     // The programs where the user can reach them (the build may sit under a 0700 home).
     let parent = OpenParent::create("lnk-user-up").unwrap();
@@ -114,10 +110,54 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
         "{text}"
     );
     assert!(!text.contains("private words"), "{text}");
+    assert_plugins_non_dumpable(&user, &link);
     let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
     assert_eq!(code, 0, "{err}");
     let status = up.wait().unwrap();
     assert!(status.success(), "link up exited {status:?}");
     let left = user.processes();
     assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
+}
+
+/// The user's processes started from `bin`'s programs: (pid, program name).
+fn programs_of(user: &TestUser, bin: &Path) -> Vec<(i32, String)> {
+    user.processes()
+        .into_iter()
+        .filter_map(|pid| {
+            let argv = procfs::process::Process::new(pid).ok()?.cmdline().ok()?;
+            let program = Path::new(argv.first()?);
+            let name = program.file_name()?.to_str()?.to_owned();
+            (program.parent() == Some(bin)).then_some((pid, name))
+        })
+        .collect()
+}
+
+/// Every plugin the user's runtime runs is non-dumpable: `/proc/PID/environ` belongs to root and the
+/// user is refused its environment, where the user reads the host's (dumpable) environment.
+fn assert_plugins_non_dumpable(user: &TestUser, link: &Path) {
+    let running = programs_of(user, link.parent().unwrap());
+    let environ = |pid: i32| user.run(&["cat", &format!("/proc/{pid}/environ")]);
+    // The files in `/proc/PID` (not the directory) belong to root for a non-dumpable process.
+    let owner = |pid: i32| {
+        std::fs::metadata(format!("/proc/{pid}/environ"))
+            .unwrap()
+            .uid()
+    };
+    let host: Vec<_> = running.iter().filter(|(_, n)| n == "link").collect();
+    assert_eq!(host.len(), 1, "one host among {running:?}");
+    let (code, _, err) = environ(host[0].0);
+    assert_eq!(code, 0, "the host's environ: {err}");
+    assert_eq!(owner(host[0].0), user.uid);
+    let plugins = Profile::Link.plugins();
+    for name in plugins {
+        let pid = running
+            .iter()
+            .find(|(_, n)| n == name)
+            .unwrap_or_else(|| panic!("{name} is not among {running:?}"))
+            .0;
+        assert_eq!(owner(pid), 0, "{name}: /proc/{pid}/environ is not root's");
+        let (code, _, err) = environ(pid);
+        assert_eq!(code, 1, "{name}: {err}");
+        assert!(err.contains("Permission denied"), "{name}: {err}");
+    }
 }

@@ -1,15 +1,18 @@
 //! What each plugin of a confined full Link keeps, read from `/proc/PID/status`: no_new_privs
 //! and a seccomp filter everywhere (the sandbox plugin's own, without the namespace and mount
 //! rules its bwrap needs, the commands' for every other), and as root no
-//! capability but the few the sandbox plugin and the file store are documented to keep. Then
+//! capability but the few the sandbox plugin and the file store are documented to keep; and
+//! each non-dumpable, its environment refused to a process of its uid and rights. Then
 //! a turn that needs those few: a file written by the file tool is read by a confined command
 //! (which runs as the agent's own uid), and a file that command made is read back by the file
 //! tool.
 
 use crate::support::{self, state_root};
-use link_plugin_sandbox::host::kept_capabilities;
+use link_plugin_sandbox::host::{kept_capabilities, Shedding};
 use link_protocol::routes::programs;
 use serde_json::json;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
 
 fn status_field(pid: i32, key: &str) -> String {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -18,6 +21,45 @@ fn status_field(pid: i32, key: &str) -> String {
         .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
         .trim()
         .to_owned()
+}
+
+/// `cmd` with the capabilities `plugin` keeps (as root; an ordinary user has none) and no
+/// Landlock domain: what a process of the plugin's uid and rights, but outside its domain, is.
+fn shed_like<'a>(plugin: &str, cmd: &'a mut Command) -> &'a mut Command {
+    let shedding = Shedding::for_plugin(plugin).unwrap();
+    // SAFETY: drop_capabilities only makes system calls, with what was prepared before fork.
+    unsafe { cmd.pre_exec(move || shedding.drop_capabilities()) }
+}
+
+/// `cat /proc/PID/environ` run [`shed_like`] `plugin`: `Ok`, or cat's complaint.
+fn read_environ_like(plugin: &str, pid: i32) -> Result<(), String> {
+    let mut cat = Command::new("cat");
+    cat.arg(format!("/proc/{pid}/environ"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let out = shed_like(plugin, &mut cat).output().expect("cat starts");
+    match out.status.code() {
+        Some(0) => Ok(()),
+        Some(127) => panic!("cat is missing (exit 127)"),
+        _ => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+    }
+}
+
+/// Every plugin is non-dumpable: a process of its uid with its capabilities, outside its
+/// Landlock domain, is refused its environment (`EACCES`), where the same reader gets that of a
+/// dumpable process with the same uid and capabilities.
+fn assert_non_dumpable(pids: &[(String, i32)]) {
+    for (name, pid) in pids {
+        let mut twin = Command::new("/bin/sleep");
+        twin.arg("30");
+        let mut twin = shed_like(name, &mut twin).spawn().expect("sleep starts");
+        let allowed = read_environ_like(name, twin.id() as i32);
+        let _ = twin.kill();
+        let _ = twin.wait();
+        assert_eq!(allowed, Ok(()), "{name}: its twin's environ");
+        let refused = read_environ_like(name, *pid).expect_err(&format!("{name} is dumpable"));
+        assert!(refused.contains("Permission denied"), "{name}: {refused}");
+    }
 }
 
 #[test]
@@ -64,6 +106,7 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
             assert_eq!(bnd, kept, "{name}: CapBnd {bnd:x}, want {kept:x}");
         }
     }
+    assert_non_dumpable(&pids);
     // Allowed twin of the empty sets: the two exceptions really keep something as root.
     if root_user {
         assert_ne!(kept_capabilities(programs::SANDBOX).bits(), 0);

@@ -401,6 +401,19 @@ impl TestUser {
         Ok(user)
     }
 
+    /// A new user for a test that must also hold for an ordinary user; `None`, after saying
+    /// the test is skipped, only where this process is not root. As root a user that cannot be
+    /// made fails the test: the machine is broken, and a skip would hide it.
+    pub fn or_skip(prefix: &str) -> Option<TestUser> {
+        if !rustix::process::geteuid().is_root() {
+            println!("SKIPPED (ordinary user): not root, so no second local user can be made");
+            return None;
+        }
+        Some(TestUser::create(prefix).unwrap_or_else(|why| {
+            panic!("as root, a local user for the test: {why} (install useradd: passwd)")
+        }))
+    }
+
     fn id(&self, flag: &str) -> Result<u32, String> {
         let out = std::process::Command::new("id")
             .args([flag, &self.name])
@@ -413,12 +426,14 @@ impl TestUser {
     }
 
     /// Its live processes (by real uid, zombies aside): none should be left after a test.
+    /// The uid is read from `status`, not from the owner of `/proc/PID`, which is root for a
+    /// non-dumpable process (every plugin).
     pub fn processes(&self) -> Vec<i32> {
         let Ok(all) = procfs::process::all_processes() else {
             return Vec::new();
         };
         all.flatten()
-            .filter(|p| p.uid().is_ok_and(|u| u == self.uid))
+            .filter(|p| p.status().is_ok_and(|s| s.ruid == self.uid))
             .filter(|p| p.stat().is_ok_and(|s| s.state != 'Z'))
             .map(|p| p.pid())
             .collect()

@@ -5,7 +5,6 @@
 //! forwards agents and turns to the Mini harness over link-protocol. It holds no state.
 
 use link_connection_api::{Backend, BackendFuture};
-use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::{agent, host, programs, Empty, Route};
 use link_protocol::{client, tokens, AgentId, RemoteError};
 use std::path::PathBuf;
@@ -80,8 +79,7 @@ fn no_scheduler() -> RemoteError {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let layout = env.layout();
     let backend = Arc::new(Mini {
         tokens: layout.tokens_file(),

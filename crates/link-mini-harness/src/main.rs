@@ -186,8 +186,7 @@ impl Harness {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let harness = Arc::new(Harness::open(&env)?);
     let service = Service::new(harness)
         .on::<Delete, _, _>(|h, call: Call, _| async move { h.delete(call.agent()?).await })

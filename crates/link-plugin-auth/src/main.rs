@@ -6,7 +6,6 @@
 //! A token is returned once by `auth.issue` and never logged. Only its parent (the host's
 //! router) may connect.
 
-use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::auth::{Issue, Revoke, Revoked, TokenBody, Valid, Verify};
 use link_protocol::routes::{Empty, Route};
 use link_protocol::server::{Call, Peers, Service};
@@ -66,8 +65,7 @@ fn checked<R: Route>(body: &TokenBody) -> Result<&str, RemoteError> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let auth = Arc::new(Auth {
         file: env.layout().tokens_file(),
         lock: Mutex::new(()),

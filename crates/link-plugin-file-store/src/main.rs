@@ -45,8 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let store = Arc::new(Store::new(env.layout()));
     std::fs::create_dir_all(store.layout.data(FILE_STORE).join("agents"))?;
     let service = Service::new(store)

@@ -20,8 +20,7 @@ use std::sync::Arc;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let tool = Arc::new(FileTool {
         layout: env.layout(),
         mode: env.mode,

@@ -27,8 +27,7 @@ const MAX_FILE: u64 = 1024 * 1024;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let tool = Arc::new(CodeTool {
         router: env.layout().router_socket(),
     });

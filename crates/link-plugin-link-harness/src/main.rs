@@ -105,8 +105,7 @@ impl Harness {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let harness = Arc::new(Harness::new(&env));
     let service = Service::new(harness).on::<Turn, _, _>(Harness::turn);
     link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;

@@ -4,7 +4,7 @@
 //! diagnostic mode it refuses (`unavailable`).
 
 use link_protocol::layout::StateLayout;
-use link_protocol::plugin::{Mode, PluginEnv};
+use link_protocol::plugin::Mode;
 use link_protocol::routes::sandbox::{Exec, ExecBody};
 use link_protocol::routes::tool::{Run, RunBody, RunReply};
 use link_protocol::server::{Call, Peers, Service};
@@ -71,8 +71,7 @@ impl State {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let state = Arc::new(State {
         layout: env.layout(),
         mode: env.mode,

@@ -313,8 +313,7 @@ impl Scheduler {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let scheduler = Arc::new(Scheduler::open(&env)?);
     // Runs once serving starts, after the ready line: due schedules fire then.
     tokio::spawn(scheduler.clone().run_timer());

@@ -5,7 +5,7 @@
 
 use link_plugin_measure::sample::{descendants, sample_round};
 use link_plugin_measure::{MonitorStatus, SampleRound};
-use link_protocol::plugin::{PluginEnv, ENV_MONITOR_INTERVAL};
+use link_protocol::plugin::ENV_MONITOR_INTERVAL;
 use link_protocol::routes::host::{self, Samples};
 use link_protocol::server::{Peers, Service};
 use std::sync::{Arc, Mutex};
@@ -78,8 +78,7 @@ fn interval_from_env() -> anyhow::Result<Duration> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let monitor = Arc::new(Monitor {
         interval: interval_from_env()?,
         rounds: Mutex::new(Vec::new()),

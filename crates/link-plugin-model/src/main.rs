@@ -157,8 +157,7 @@ fn error_response(e: &RemoteError) -> Response {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let remote = Remote::from_env().map_err(anyhow::Error::msg)?;
     match &remote {
         Some(r) => tracing::info!(

@@ -222,8 +222,7 @@ fn fail(e: anyhow::Error) -> i32 {
 }
 
 fn plugin() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = link_protocol::plugin::PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     run::become_subreaper().context("prctl(PR_SET_CHILD_SUBREAPER)")?;
     let bwrap = which::which("bwrap").ok();
     if bwrap.is_none() {

@@ -32,13 +32,7 @@ impl Who {
     /// An ordinary user with a copy of the binary it can reach; `None` (said why) when no
     /// user can be made here.
     pub(crate) fn ordinary() -> Option<Who> {
-        let user = match TestUser::create("lnk-sbx") {
-            Ok(u) => u,
-            Err(why) => {
-                println!("SKIPPED (ordinary user): {why}");
-                return None;
-            }
-        };
+        let user = TestUser::or_skip("lnk-sbx")?;
         let parent = OpenParent::create("lnk-sandbox-user").unwrap();
         let bin = parent.0.join("link-plugin-sandbox");
         std::fs::copy(BIN, &bin).unwrap();

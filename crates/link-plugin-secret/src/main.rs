@@ -148,8 +148,7 @@ async fn choose(env: &PluginEnv) -> anyhow::Result<(Backend, String)> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
-    link_protocol::plugin::init_logging();
-    let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+    let env = link_protocol::plugin::start()?;
     let (backend, why) = choose(&env).await?;
     match &backend {
         Backend::File(f) => tracing::info!(

@@ -298,8 +298,33 @@ pub fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     async move { signals.recv().await }
 }
 
+/// Why a plugin could not start: its contract with the host is broken, or it could not make
+/// itself non-dumpable.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Contract(String),
+    #[error("cannot make the plugin non-dumpable (prctl PR_SET_DUMPABLE 0): {0}")]
+    Dumpable(std::io::Error),
+}
+
+/// What every plugin does first: logging to stderr ([`init_logging`]), itself made
+/// non-dumpable, and the contract read from the environment ([`PluginEnv::from_env`]).
+///
+/// Non-dumpable because a plugin's memory and `/proc/PID/environ` hold what its callers
+/// trust it with (tokens, the model key): the kernel then refuses them (and ptrace) to every
+/// process without `CAP_SYS_PTRACE`, even one of the same uid and capabilities, whose
+/// Landlock domain does not already refuse it. `exec` resets the setting, so it is made here,
+/// in the plugin's own image, not by the host before it.
+pub fn start() -> Result<PluginEnv, StartError> {
+    init_logging();
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| StartError::Dumpable(e.into()))?;
+    PluginEnv::from_env().map_err(StartError::Contract)
+}
+
 /// Logs to stderr (the host sends it to `<state>/log/<plugin>.log`); `RUST_LOG` filters.
-pub fn init_logging() {
+fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()

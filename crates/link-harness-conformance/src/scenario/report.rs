@@ -271,7 +271,12 @@ impl<'a> Recorder<'a> {
         if let Some(role) = self.roles.get(&p.pid) {
             return role.clone();
         }
-        let base = Path::new(&p.exe)
+        // A plugin is non-dumpable, so its `exe` is unreadable but to root: then its argv[0].
+        let exe = match p.exe.as_str() {
+            "" => p.argv.first().map_or("", String::as_str),
+            exe => exe,
+        };
+        let base = Path::new(exe)
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
