@@ -460,6 +460,16 @@ impl TestUser {
 
 impl Drop for TestUser {
     fn drop(&mut self) {
+        // A test that failed half-way can leave the user's processes (a whole runtime)
+        // running as a user about to be removed; a passing test has already checked that
+        // none is left ([`TestUser::processes`]).
+        for pid in self
+            .processes()
+            .into_iter()
+            .filter_map(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
         let _ = std::process::Command::new("userdel")
             .arg(&self.name)
             .status();
