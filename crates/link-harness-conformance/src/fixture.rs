@@ -426,8 +426,7 @@ impl TestUser {
     }
 
     /// Its live processes (by real uid, zombies aside): none should be left after a test.
-    /// The uid is read from `status`, not from the owner of `/proc/PID`, which is root for a
-    /// non-dumpable process (every plugin).
+    /// The real uid is read from `status`; the owner of `/proc/PID` is the effective uid.
     pub fn processes(&self) -> Vec<i32> {
         let Ok(all) = procfs::process::all_processes() else {
             return Vec::new();
