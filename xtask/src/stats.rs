@@ -208,6 +208,31 @@ pub fn ratio(mini: &[Vec<f64>], link: &[Vec<f64>], seed: u64) -> Option<Interval
     Some(interval_of(l / m, draws, r4))
 }
 
+/// The median of per-run ratios `whole / part` of paired measurements (one pair per run, such
+/// as a run's shutdown and its host's exit within it) with a 95% bootstrap interval over runs;
+/// `None` without a pair whose `part` is positive. Pairing keeps the runs' shared noise out
+/// of the interval, which a ratio of two independent medians would count twice.
+pub fn paired_ratio(pairs: &[(f64, f64)], seed: u64) -> Option<Interval> {
+    let ratios: Vec<f64> = pairs
+        .iter()
+        .filter(|(_, part)| *part > 0.0)
+        .map(|(whole, part)| whole / part)
+        .collect();
+    if ratios.is_empty() {
+        return None;
+    }
+    let mut rng = SplitMix64::new(seed ^ 0xfa1d);
+    let mut buf = Vec::with_capacity(ratios.len());
+    let draws: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            buf.clear();
+            buf.extend((0..ratios.len()).map(|_| ratios[rng.below(ratios.len())]));
+            median(&buf)
+        })
+        .collect();
+    Some(interval_of(median(&ratios), draws, r4))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +265,24 @@ mod tests {
         assert_eq!(r.next_u64(), 0x6e78_9e6a_a1b9_65f4);
         let mut r = SplitMix64::new(7);
         assert!((0..1000).all(|_| r.below(3) < 3));
+    }
+
+    #[test]
+    fn paired_ratios_keep_shared_noise_out_of_the_interval() {
+        // Runs 0.5× to 2× apart, each whole 1.1× its part: a point at 1.1.
+        let pairs: Vec<(f64, f64)> = [0.5, 0.8, 1.0, 1.5, 2.0]
+            .iter()
+            .map(|f| (11.0 * f, 10.0 * f))
+            .collect();
+        let r = paired_ratio(&pairs, 3).unwrap();
+        assert_eq!((r.estimate, r.low, r.high), (1.1, 1.1, 1.1));
+        // The unpaired ratio of the same numbers is vague.
+        let (wholes, parts): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+        let one = |v: Vec<f64>| v.into_iter().map(|x| vec![x]).collect::<Vec<_>>();
+        assert!(ratio(&one(parts), &one(wholes), 3).unwrap().width_factor() > 1.5);
+        // A part of zero is no pair; none at all, no figure.
+        assert!(paired_ratio(&[(1.0, 0.0)], 3).is_none());
+        assert!(paired_ratio(&[], 3).is_none());
     }
 
     #[test]

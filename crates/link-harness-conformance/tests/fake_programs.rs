@@ -125,7 +125,12 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     assert_eq!(outcome(&report, CheckName::NoOrphans), Status::Failed);
     let orphans = detail(&report, CheckName::NoOrphans);
     assert!(orphans.contains("sleep 300"), "{orphans}");
-    assert!(report.phases.iter().any(|p| p.name == "shutdown"));
+    // The fake `down` kills its `up`, which exits alone: its own exit time was seen, within
+    // shutdown.
+    let phase = |name: &str| report.phases.iter().find(|p| p.name == name).unwrap();
+    let (shutdown, exit) = (phase("shutdown"), phase("host_exit"));
+    assert!(exit.start_unix_ns == shutdown.start_unix_ns);
+    assert!(exit.duration_ns <= shutdown.duration_ns);
     assert!(!Path::new(&report.roots.state).exists());
     let host = report
         .processes

@@ -65,7 +65,26 @@ mod runtime {
             Status::Passed => {}
         }
         assert_cleaned_up(&report);
+        assert_host_exit_within_shutdown(&report);
         Some(report)
+    }
+
+    /// A passed run stopped the host with `link down` alone, so the host's own exit time was
+    /// seen on its pidfd: it starts with `shutdown` and ends within it.
+    fn assert_host_exit_within_shutdown(report: &Report) {
+        let phase = |name: &str| {
+            report
+                .phases
+                .iter()
+                .find(|p| p.name == name)
+                .unwrap_or_else(|| panic!("no {name} phase in {:?}", report.phases))
+        };
+        let (shutdown, exit) = (phase("shutdown"), phase("host_exit"));
+        assert_eq!(exit.start_unix_ns, shutdown.start_unix_ns);
+        assert!(
+            0 < exit.duration_ns && exit.duration_ns <= shutdown.duration_ns,
+            "host_exit {exit:?} not within shutdown {shutdown:?}"
+        );
     }
 
     fn print_summary(case: &str, report: &Report) {

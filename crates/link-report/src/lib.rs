@@ -241,6 +241,19 @@ mod tests {
     }
 
     #[test]
+    fn phase_names_and_what_counts_in_totals() {
+        assert_eq!(PhaseName::ALL.len(), 12);
+        assert_eq!(PhaseName::HostExit.as_str(), "host_exit");
+        assert_eq!(PhaseName::HostExit.within(), Some(PhaseName::Shutdown));
+        assert!(PhaseName::Idle.fixed_wait() && PhaseName::Idle.within().is_none());
+        assert!(PhaseName::in_total("shutdown") && PhaseName::is_work("shutdown"));
+        assert!(!PhaseName::in_total("host_exit") && !PhaseName::is_work("host_exit"));
+        assert!(PhaseName::in_total("idle") && !PhaseName::is_work("idle"));
+        // A phase an older or newer runner wrote counts as work.
+        assert!(PhaseName::in_total("warmup") && PhaseName::is_work("warmup"));
+    }
+
+    #[test]
     fn check_names() {
         round_trips(
             &CheckName::ALL,

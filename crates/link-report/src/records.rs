@@ -162,6 +162,53 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// Every timed phase a report can carry, in run order ([`Phase::name`] is one of these
+    /// words; a reader keeps a name it does not know as plain text).
+    pub enum PhaseName ("phase") {
+        Startup = "startup",
+        ColdTurn = "cold_turn",
+        WarmTurn = "warm_turn",
+        SecondAgent = "second_agent",
+        Refusals = "refusals",
+        ProtectedTools = "protected_tools",
+        ToolsRefused = "tools_refused",
+        Scheduler = "scheduler",
+        /// A fixed wait while the monitor samples, not work.
+        Idle = "idle",
+        StatusSeries = "status_series",
+        /// `link down` until the host and every plugin are gone and the host is collected.
+        Shutdown = "shutdown",
+        /// `link down` until the host process itself exited: the host's own exit time, the
+        /// floor `shutdown` is measured against. It lies within `shutdown`.
+        HostExit = "host_exit",
+    }
+}
+
+impl PhaseName {
+    /// A wait of fixed length, shown apart and never in a work total.
+    pub fn fixed_wait(self) -> bool {
+        self == PhaseName::Idle
+    }
+
+    /// The phase whose time this one is part of; such a phase is never in a total.
+    pub fn within(self) -> Option<PhaseName> {
+        (self == PhaseName::HostExit).then_some(PhaseName::Shutdown)
+    }
+
+    /// Whether a phase named `name` counts in a run's total time (every phase not within
+    /// another; names this vocabulary does not know count).
+    pub fn in_total(name: &str) -> bool {
+        name.parse::<PhaseName>()
+            .map_or(true, |p| p.within().is_none())
+    }
+
+    /// Whether a phase named `name` counts as work: in the total and not a fixed wait.
+    pub fn is_work(name: &str) -> bool {
+        PhaseName::in_total(name) && name.parse::<PhaseName>().map_or(true, |p| !p.fixed_wait())
+    }
+}
+
 /// A named check with what was observed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Check {

@@ -3,11 +3,11 @@
 
 use super::runs::work_ns;
 use super::{
-    status_word, Comparison, ExecRow, Loaded, PhaseRow, PhaseSample, PhaseStats, RunRecord, Side,
-    TimedRun, TracedSide, FIXED_WAIT, SCHEMA_VERSION, WIDE_INTERVAL,
+    status_word, Comparison, ExecRow, ExitOverhead, Loaded, PhaseRow, PhaseSample, PhaseStats,
+    RunRecord, Side, TimedRun, TracedSide, SCHEMA_VERSION, WIDE_INTERVAL,
 };
 use crate::stats;
-use link_report::{Mode, Phase, Profile, Status, TracePhase};
+use link_report::{Mode, Phase, PhaseName, Profile, Status, TracePhase};
 
 /// Each side's representative timed report, every timed run, and, when a trace pass ran, the
 /// traced ones.
@@ -35,6 +35,9 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let runs: Vec<RunRecord> = input.runs.iter().map(run_record).collect();
     let stats = phase_stats(&runs);
     let warnings = warnings(&runs, &stats, input.runs_requested);
+    let host_exit = [Profile::Mini, Profile::Link]
+        .map(|p| exit_overhead(&runs, p))
+        .to_vec();
     Comparison {
         schema_version: SCHEMA_VERSION,
         mode: input.mode,
@@ -49,6 +52,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         stats,
         method: stats::METHOD.into(),
         warnings,
+        host_exit,
         sandbox_bench: None,
     }
 }
@@ -122,25 +126,64 @@ fn phase_names(runs: &[RunRecord]) -> Vec<String> {
     order.into_iter().map(|(n, _)| n).collect()
 }
 
+/// One group per passed run of side `p`: the durations of its rounds of phase `name`.
+fn groups(runs: &[RunRecord], p: Profile, name: &str) -> Vec<Vec<f64>> {
+    runs.iter()
+        .filter(|r| r.profile == p && r.outcome == Status::Passed)
+        .map(|r| {
+            r.phases
+                .iter()
+                .filter(|s| s.name == name)
+                .map(|s| s.duration_ns as f64)
+                .collect::<Vec<f64>>()
+        })
+        .filter(|g| !g.is_empty())
+        .collect()
+}
+
+/// Side `p`'s shutdown over its host's own exit time: the median of its passed runs' own
+/// ratios (each run's two phases are one measurement, so they are paired).
+fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
+    let (shutdown, exit) = (PhaseName::Shutdown.as_str(), PhaseName::HostExit.as_str());
+    let duration = |r: &RunRecord, name: &str| {
+        r.phases
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.duration_ns as f64)
+    };
+    let passed: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|r| r.profile == p && r.outcome == Status::Passed)
+        .collect();
+    let pairs: Vec<(f64, f64)> = passed
+        .iter()
+        .filter_map(|r| Some((duration(r, shutdown)?, duration(r, exit)?)))
+        .collect();
+    let ratio = stats::paired_ratio(&pairs, stats::seed(exit));
+    let absent = ratio.is_none().then(|| {
+        if passed.is_empty() {
+            "no passed run".to_string()
+        } else {
+            format!("no {exit} phase (link down did not stop the host alone, or no pidfd)")
+        }
+    });
+    ExitOverhead {
+        profile: p,
+        runs: pairs.len() as u32,
+        ratio,
+        absent,
+    }
+}
+
 fn phase_stats(runs: &[RunRecord]) -> Vec<PhaseStats> {
     phase_names(runs)
         .into_iter()
         .map(|name| {
             let seed = stats::seed(&name);
-            let groups = |p: Profile| -> Vec<Vec<f64>> {
-                runs.iter()
-                    .filter(|r| r.profile == p && r.outcome == Status::Passed)
-                    .map(|r| {
-                        r.phases
-                            .iter()
-                            .filter(|s| s.name == name)
-                            .map(|s| s.duration_ns as f64)
-                            .collect::<Vec<f64>>()
-                    })
-                    .filter(|g| !g.is_empty())
-                    .collect()
-            };
-            let (m, l) = (groups(Profile::Mini), groups(Profile::Link));
+            let (m, l) = (
+                groups(runs, Profile::Mini, &name),
+                groups(runs, Profile::Link, &name),
+            );
             let absent = |p: Profile, g: &[Vec<f64>]| -> Option<String> {
                 if !g.is_empty() {
                     return None;
@@ -158,8 +201,10 @@ fn phase_stats(runs: &[RunRecord]) -> Vec<PhaseStats> {
                     )),
                 }
             };
+            let known = name.parse::<PhaseName>().ok();
             PhaseStats {
-                fixed_wait: name == FIXED_WAIT,
+                fixed_wait: known.is_some_and(|p| p.fixed_wait()),
+                within: known.and_then(|p| p.within()).map(|p| p.as_str().into()),
                 mini: stats::spread(&m, seed),
                 mini_absent: absent(Profile::Mini, &m),
                 link: stats::spread(&l, seed ^ 1),
@@ -223,7 +268,12 @@ fn side(loaded: &Loaded, traced: Option<&Loaded>) -> Side {
         peak_rss_bytes: r.samples.iter().map(|s| s.rss_bytes()).max(),
         artifacts: r.artifacts.len() as u64,
         artifact_bytes: r.artifacts.iter().map(|a| a.bytes).sum(),
-        total_phase_ns: r.phases.iter().map(|p| p.duration_ns).sum(),
+        total_phase_ns: r
+            .phases
+            .iter()
+            .filter(|p| PhaseName::in_total(&p.name))
+            .map(|p| p.duration_ns)
+            .sum(),
         work_phase_ns: work_ns(&r.phases),
         phases: r.phases.clone(),
         traced: traced.map(|t| {

@@ -225,16 +225,43 @@ pub fn stats_markdown(c: &Comparison) -> String {
         )
     };
     for s in c.stats.iter().filter(|s| !s.fixed_wait) {
-        md.push_str(&line(s, &s.name));
+        match &s.within {
+            Some(outer) => md.push_str(&line(s, &format!("{} (within {outer})", s.name))),
+            None => md.push_str(&line(s, &s.name)),
+        }
     }
     for s in c.stats.iter().filter(|s| s.fixed_wait) {
         md.push_str(&line(s, &format!("{} (fixed wait)", s.name)));
     }
     md.push_str(&format!(
         "\nMethod: {}. A side that did not pass has no figure (`skipped: …`/`failed: …`, or \
-         `—` where the phase does not exist); idle is a fixed wait, shown apart.\n",
+         `—` where the phase does not exist); idle is a fixed wait, shown apart; a phase \
+         within another is in no total.\n",
         c.method
     ));
+    md.push_str(&host_exit_markdown(c));
+    md
+}
+
+/// Each side's shutdown against its host's own exit time.
+fn host_exit_markdown(c: &Comparison) -> String {
+    if c.host_exit.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from(
+        "\nShutdown / the host's own exit time (`host_exit`: from `link down` until the host \
+         process exited, seen on its pidfd), median of each run's own ratio [95% interval]:",
+    );
+    for e in &c.host_exit {
+        let figure = match (&e.ratio, &e.absent) {
+            (Some(r), _) => format!("{} ({} runs)", r.ratio_text(), e.runs),
+            (None, Some(why)) => why.clone(),
+            (None, None) => "—".into(),
+        };
+        md.push_str(&format!(" {} {figure};", e.profile));
+    }
+    md.pop();
+    md.push_str(".\n");
     md
 }
 

@@ -28,10 +28,8 @@ use std::path::Path;
 
 /// Bumped whenever a field of the comparison changes meaning or disappears.
 /// 2: `runs`, `stats`, `method`, `warnings`; `mini`/`link` are each side's median run.
+/// (Added since, without a bump: `stats[].within`, `host_exit`.)
 pub const SCHEMA_VERSION: u32 = 2;
-
-/// The phase that is a fixed wait, not work: kept apart and out of totals.
-pub const FIXED_WAIT: &str = "idle";
 
 /// A ratio interval wider than this (upper / lower) is called out.
 pub const WIDE_INTERVAL: f64 = 1.5;
@@ -71,6 +69,9 @@ pub struct Comparison {
     /// Noise and vague figures, each naming what to do.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Per side, the shutdown phase against the host's own exit time.
+    #[serde(default)]
+    pub host_exit: Vec<ExitOverhead>,
     /// `cargo xtask runtime --bench-sandbox`: the sandbox benchmark, as in
     /// `bench-sandbox.json`; absent without the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +107,9 @@ pub struct PhaseStats {
     pub name: String,
     /// A fixed wait (idle): shown apart, never in totals.
     pub fixed_wait: bool,
+    /// The phase this one is part of (`host_exit` lies within `shutdown`): never in totals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<String>,
     pub mini: Option<Spread>,
     /// Why Mini has no figure (`skipped: ...`, `no such phase`).
     pub mini_absent: Option<String>,
@@ -113,6 +117,20 @@ pub struct PhaseStats {
     pub link_absent: Option<String>,
     /// Link/Mini ratio of medians with its 95% bootstrap interval.
     pub ratio: Option<Interval>,
+}
+
+/// One side's `shutdown` over its `host_exit` (DESIGN §7): how much longer than the host
+/// took to exit the whole stop took, collecting and checking included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExitOverhead {
+    pub profile: Profile,
+    /// Passed runs with both phases.
+    pub runs: u32,
+    /// shutdown / host_exit: the median of the runs' own ratios, with its 95% bootstrap
+    /// interval over runs ([`crate::stats::paired_ratio`]).
+    pub ratio: Option<Interval>,
+    /// Why there is no ratio.
+    pub absent: Option<String>,
 }
 
 /// A timed run as read from disk, with the load just before it.

@@ -1,8 +1,8 @@
 //! Checks over the timed runs: the same programs everywhere, and each side's median run.
 
-use super::{Loaded, TimedRun, FIXED_WAIT};
+use super::{Loaded, TimedRun};
 use anyhow::{bail, Result};
-use link_report::{Phase, Profile, Status};
+use link_report::{Phase, PhaseName, Profile, Status};
 
 /// Refuses reports that did not run the same programs: every artifact name must have one
 /// sha256 across all of them.
@@ -26,11 +26,11 @@ pub fn same_programs<'a>(reports: impl IntoIterator<Item = &'a Loaded>) -> Resul
     Ok(())
 }
 
-/// Total phase time without the fixed wait.
+/// Total phase time without the fixed wait (and without phases within others).
 pub(super) fn work_ns(phases: &[Phase]) -> u128 {
     phases
         .iter()
-        .filter(|p| p.name != FIXED_WAIT)
+        .filter(|p| PhaseName::is_work(&p.name))
         .map(|p| p.duration_ns)
         .sum()
 }

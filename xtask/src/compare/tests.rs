@@ -359,3 +359,58 @@ fn merge_keeps_run_order() {
     let merged = merge_order(&[k("b")], &[k("a"), k("b")]);
     assert_eq!(merged, vec![k("a"), k("b")]);
 }
+
+/// Adds a `host_exit` phase of `share` × each run's shutdown to every run.
+fn with_host_exit(runs: &mut [TimedRun], share: f64) {
+    for r in runs {
+        let phases = &mut r.loaded.report.phases;
+        let shutdown = phases
+            .iter()
+            .find(|p| p.name == "shutdown")
+            .unwrap()
+            .clone();
+        let took = (shutdown.duration_ns as f64 * share) as u128;
+        phases.push(link_report::Phase {
+            name: "host_exit".into(),
+            end_unix_ns: shutdown.start_unix_ns + took,
+            duration_ns: took,
+            ..shutdown
+        });
+    }
+}
+
+#[test]
+fn host_exit_lies_within_shutdown_in_no_total_and_gives_each_side_its_overhead() {
+    let plain = from_runs(&runs_of(5, |_, i| 0.88 + 0.04 * i as f64));
+    let mut runs = runs_of(5, |_, i| 0.88 + 0.04 * i as f64);
+    with_host_exit(&mut runs, 0.8);
+    let c = from_runs(&runs);
+    // In no total: the sides' totals are what they were without it.
+    assert_eq!(c.link.total_phase_ns, plain.link.total_phase_ns);
+    assert_eq!(c.mini.work_phase_ns, plain.mini.work_phase_ns);
+    let exit = c.stats.iter().find(|s| s.name == "host_exit").unwrap();
+    assert_eq!(exit.within.as_deref(), Some("shutdown"));
+    assert!(!exit.fixed_wait);
+    assert_eq!(c.host_exit.len(), 2);
+    for e in &c.host_exit {
+        let r = e.ratio.expect("each side has a ratio");
+        assert!((r.estimate - 1.25).abs() < 0.01, "{:?}: {r:?}", e.profile);
+        assert!(r.low <= r.estimate && r.estimate <= r.high);
+        assert!(e.absent.is_none());
+    }
+    let md = markdown(&c);
+    assert!(md.contains("| host_exit (within shutdown) |"), "{md}");
+    assert!(md.contains("Shutdown / the host's own exit time"), "{md}");
+    // Without the phase: no ratio, and why.
+    let none = plain
+        .host_exit
+        .iter()
+        .find(|e| e.profile == Profile::Link)
+        .unwrap();
+    assert!(none.ratio.is_none());
+    assert!(none
+        .absent
+        .as_deref()
+        .unwrap()
+        .contains("no host_exit phase"));
+}

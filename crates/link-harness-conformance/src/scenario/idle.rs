@@ -7,7 +7,7 @@ use super::session::Session;
 use super::text::ms;
 use super::IDLE_SAMPLES;
 use crate::client::host_call;
-use link_plugin_measure::{CheckName, MonitorStatus, SampleRound};
+use link_plugin_measure::{CheckName, MonitorStatus, PhaseName, SampleRound};
 use link_protocol::routes;
 use link_protocol::routes::Route as _;
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
     let t = Timer::start();
     let waited = wait_samples(s).await;
-    let took = rec.end_phase("idle", 0, t);
+    let took = rec.end_phase(PhaseName::Idle, 0, t);
     let (first, last) = waited?;
     let samples = s
         .guarded(

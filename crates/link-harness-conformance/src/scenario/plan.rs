@@ -1,7 +1,7 @@
 //! Which phases a run has, which check a failing phase is reported under, and which checks
 //! its profile and mode skip before anything starts.
 
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::plugin::{Mode, Profile};
 
 /// The timed phases, in run order (shutdown is not one: it runs whenever the host started).
@@ -20,19 +20,24 @@ pub(super) enum Step {
 }
 
 impl Step {
-    pub(super) fn name(self) -> &'static str {
+    /// The phase this step records.
+    pub(super) fn phase(self) -> PhaseName {
         match self {
-            Step::Startup => "startup",
-            Step::ColdTurn => "cold_turn",
-            Step::WarmTurns => "warm_turn",
-            Step::SecondAgent => "second_agent",
-            Step::Refusals => "refusals",
-            Step::ProtectedTools => "protected_tools",
-            Step::ToolsRefused => "tools_refused",
-            Step::Scheduler => "scheduler",
-            Step::Idle => "idle",
-            Step::StatusSeries => "status_series",
+            Step::Startup => PhaseName::Startup,
+            Step::ColdTurn => PhaseName::ColdTurn,
+            Step::WarmTurns => PhaseName::WarmTurn,
+            Step::SecondAgent => PhaseName::SecondAgent,
+            Step::Refusals => PhaseName::Refusals,
+            Step::ProtectedTools => PhaseName::ProtectedTools,
+            Step::ToolsRefused => PhaseName::ToolsRefused,
+            Step::Scheduler => PhaseName::Scheduler,
+            Step::Idle => PhaseName::Idle,
+            Step::StatusSeries => PhaseName::StatusSeries,
         }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        self.phase().as_str()
     }
 
     /// The check a failure of this phase is reported under.

@@ -5,7 +5,7 @@ use super::judge;
 use super::report::{Recorder, Timer};
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use serde_json::Value;
 
 pub(super) async fn run(
@@ -23,7 +23,7 @@ pub(super) async fn run(
     } else {
         None
     };
-    rec.end_phase("refusals", 0, t);
+    rec.end_phase(PhaseName::Refusals, 0, t);
     let unauth = match unauth {
         Ok(answers) => left_no_trace(s, a, &answers).await,
         Err(e) => Err(e),

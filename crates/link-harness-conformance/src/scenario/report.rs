@@ -11,8 +11,8 @@ use crate::fixture::StateRoot;
 use crate::{programs, reaper};
 use link_plugin_measure::sample::unix_ns;
 use link_plugin_measure::{
-    Artifact, Check, CheckName, Coverage, Phase, Platform, ProcessIdentity, Report, SampleRound,
-    Status, StatusPoint,
+    Artifact, Check, CheckName, Coverage, Phase, PhaseName, Platform, ProcessIdentity, Report,
+    SampleRound, Status, StatusPoint,
 };
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes;
@@ -23,6 +23,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// When a phase started, by the wall clock (for the report) and monotonically (its duration).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Timer {
     start_ns: u128,
     at: Instant,
@@ -159,22 +160,35 @@ impl<'a> Recorder<'a> {
     }
 
     /// Records a phase that ran from `t` until now, and the processes alive at its end.
-    pub(super) fn end_phase(&mut self, name: &str, round: u32, t: Timer) -> Duration {
-        let took = t.at.elapsed();
-        self.report.phases.push(Phase {
-            name: name.into(),
-            round,
-            start_unix_ns: t.start_ns,
-            end_unix_ns: t.start_ns + took.as_nanos(),
-            duration_ns: took.as_nanos(),
-        });
+    pub(super) fn end_phase(&mut self, name: PhaseName, round: u32, t: Timer) -> Duration {
+        let took = self.phase_until(name, round, t, Instant::now());
         let rounds = if round > 0 {
             format!(" {round}/{}", self.config.rounds)
         } else {
             String::new()
         };
         self.say(format!("phase {name}{rounds} ... {}", ms(took)));
-        self.observe(name);
+        self.observe(name.as_str());
+        took
+    }
+
+    /// Records a phase that ran from `t` until `end`, without observing processes (for a
+    /// phase that ended before the runner could look, such as [`PhaseName::HostExit`]).
+    pub(super) fn phase_until(
+        &mut self,
+        name: PhaseName,
+        round: u32,
+        t: Timer,
+        end: Instant,
+    ) -> Duration {
+        let took = end.saturating_duration_since(t.at);
+        self.report.phases.push(Phase {
+            name: name.as_str().into(),
+            round,
+            start_unix_ns: t.start_ns,
+            end_unix_ns: t.start_ns + took.as_nanos(),
+            duration_ns: took.as_nanos(),
+        });
         took
     }
 
@@ -384,28 +398,35 @@ fn not_evidence_of(profile: Profile, diagnostic: bool, skipped_run: bool) -> Vec
 
 fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
     let profile = config.profile.as_str();
-    match phase {
-        "startup" => format!("start-up of the {profile} profile until `ready`"),
-        "cold_turn" => "a first agent created and its cold first turn".into(),
-        "warm_turn" => format!("{} timed warm turns", config.rounds),
-        "second_agent" if config.concurrent_agents => {
+    let Ok(name) = phase.parse::<PhaseName>() else {
+        return phase.into();
+    };
+    match name {
+        PhaseName::Startup => format!("start-up of the {profile} profile until `ready`"),
+        PhaseName::ColdTurn => "a first agent created and its cold first turn".into(),
+        PhaseName::WarmTurn => format!("{} timed warm turns", config.rounds),
+        PhaseName::SecondAgent if config.concurrent_agents => {
             "a second agent, turns of both agents at once".into()
         }
-        "second_agent" => "a second agent and its first turn".into(),
-        "refusals" if config.profile == Profile::Link && config.mode == Mode::Confined => {
+        PhaseName::SecondAgent => "a second agent and its first turn".into(),
+        PhaseName::Refusals if config.profile == Profile::Link && config.mode == Mode::Confined => {
             "unauthenticated requests refused; a conversation write through the file tool refused"
                 .into()
         }
-        "refusals" => "unauthenticated requests refused".into(),
-        "protected_tools" => {
+        PhaseName::Refusals => "unauthenticated requests refused".into(),
+        PhaseName::ProtectedTools => {
             "the run and file tools through their protected routes, confined".into()
         }
-        "tools_refused" => "the disabled run and file tools asked to write, and refused".into(),
-        "scheduler" => "a scheduled turn fired by the scheduler".into(),
-        "idle" => "idle with the monitor sampling at a 1 s interval".into(),
-        "status_series" => "an isolated series of GET /v1/status after the monitor stopped".into(),
-        "shutdown" => "shutdown through link down, with no process left".into(),
-        other => other.into(),
+        PhaseName::ToolsRefused => {
+            "the disabled run and file tools asked to write, and refused".into()
+        }
+        PhaseName::Scheduler => "a scheduled turn fired by the scheduler".into(),
+        PhaseName::Idle => "idle with the monitor sampling at a 1 s interval".into(),
+        PhaseName::StatusSeries => {
+            "an isolated series of GET /v1/status after the monitor stopped".into()
+        }
+        PhaseName::Shutdown => "shutdown through link down, with no process left".into(),
+        PhaseName::HostExit => "the host's own exit within shutdown, watched on its pidfd".into(),
     }
 }
 

@@ -5,7 +5,7 @@ use super::report::{Recorder, Timer};
 use super::session::Session;
 use super::text::{ms, short};
 use super::turns::Alpha;
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use std::time::{Duration, Instant};
 
 pub(super) async fn run(
@@ -15,7 +15,7 @@ pub(super) async fn run(
 ) -> Result<(), String> {
     let t = Timer::start();
     let result = schedule_and_wait(s, &alpha.0).await;
-    let took = rec.end_phase("scheduler", 0, t);
+    let took = rec.end_phase(PhaseName::Scheduler, 0, t);
     let result = result.map(|d| {
         format!(
             "{d}; fired and appeared in the conversation after {}",

@@ -5,7 +5,7 @@ use super::judge::{self, Workspaces};
 use super::report::{Recorder, Timer};
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::plugin::{Mode, Profile};
 use std::path::Path;
 
@@ -22,7 +22,7 @@ pub(super) async fn run(
     let b = match created {
         Ok(b) => b,
         Err(e) => {
-            rec.end_phase("second_agent", 0, t);
+            rec.end_phase(PhaseName::SecondAgent, 0, t);
             return Err(e);
         }
     };
@@ -32,7 +32,7 @@ pub(super) async fn run(
     } else {
         s.turn(&b, "hello from beta").await
     };
-    rec.end_phase("second_agent", 0, t);
+    rec.end_phase(PhaseName::SecondAgent, 0, t);
     turns?;
     let result = isolation(s, a, &b).await;
     rec.judge(CheckName::AgentFilesIsolated, result)

@@ -9,11 +9,13 @@ use super::startup::log_tail;
 use super::text::{ms, one_line};
 use crate::reaper;
 use crate::runtime_process::RuntimeProcess;
-use link_plugin_measure::CheckName;
-use std::time::Duration;
+use link_plugin_measure::{CheckName, PhaseName};
+use std::time::{Duration, Instant};
 
-/// The `shutdown` phase and the `processes_stopped` check.
+/// The `shutdown` phase (with `host_exit` within it) and the `processes_stopped` check.
 pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32) {
+    let limit = Duration::from_secs(60 * scale as u64);
+    let watch = HostExit::watch(host.host_pid(), limit);
     let t = Timer::start();
     let down = host.run(&["down"], Duration::from_secs(120 * scale as u64));
     let mut problems = Vec::new();
@@ -26,7 +28,6 @@ pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32)
         )),
         Err(e) => problems.push(format!("link down: {e}")),
     }
-    let limit = Duration::from_secs(60 * scale as u64);
     let mut status = host.wait_timeout(limit);
     if status.is_none() {
         problems.push(format!(
@@ -41,7 +42,11 @@ pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32)
         host.kill_group();
         status = host.try_wait().ok().flatten();
     }
-    let took = rec.end_phase("shutdown", 0, t);
+    let took = rec.end_phase(PhaseName::Shutdown, 0, t);
+    // The host's own exit time means something only when `link down` alone stopped it.
+    if let (Some(exited), true) = (watch.exited(), problems.is_empty()) {
+        rec.phase_until(PhaseName::HostExit, 0, t, exited);
+    }
     match status {
         Some(s) if s.success() => {}
         Some(s) => problems.push(format!("link up exited with {s}")),
@@ -120,4 +125,26 @@ pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32) {
         CheckName::NoOrphans,
         judge::no_orphans(recorded.len(), &reaped, &left, me),
     );
+}
+
+/// A thread waiting on the host's pidfd: the moment the host exits, before anyone collects
+/// it, however `link down` and the runner's own wait are scheduled.
+struct HostExit(Option<std::thread::JoinHandle<Option<Instant>>>);
+
+impl HostExit {
+    /// Starts watching `pid` (a child of this runner not yet collected, so the pidfd is the
+    /// host's) for up to `limit`; without a pidfd there is nothing to watch.
+    fn watch(pid: i32, limit: Duration) -> HostExit {
+        let Ok(Some(fd)) = link_protocol::exit::pidfd(pid) else {
+            return HostExit(None);
+        };
+        HostExit(Some(std::thread::spawn(move || {
+            link_protocol::exit::wait(&fd, limit).then(Instant::now)
+        })))
+    }
+
+    /// When the host exited, if it did while watched.
+    fn exited(self) -> Option<Instant> {
+        self.0?.join().ok().flatten()
+    }
 }

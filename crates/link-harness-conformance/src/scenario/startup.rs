@@ -10,7 +10,7 @@ use crate::client::{host_call, Connection};
 use crate::fixture::StateRoot;
 use crate::interrupt;
 use crate::runtime_process::{Exclusive, NotReady, RuntimeProcess, RuntimeSpec};
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::routes;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,7 +77,7 @@ pub(super) async fn ready<'a>(
     timer: Timer,
 ) -> Result<Session<'a>, String> {
     let ready = host.wait_ready().map_err(describe);
-    let took = rec.end_phase("startup", 0, timer);
+    let took = rec.end_phase(PhaseName::Startup, 0, timer);
     let socket: PathBuf = ready.map_err(|e| format!("{e}; {}", log_tail(host)))?;
     let layout = host.layout().clone();
     let peer = link_protocol::client::connection_peer(&layout);

@@ -4,7 +4,7 @@ use super::judge;
 use super::report::{Recorder, Timer};
 use super::session::Session;
 use link_plugin_measure::sample::unix_ns;
-use link_plugin_measure::{CheckName, StatusPoint};
+use link_plugin_measure::{CheckName, PhaseName, StatusPoint};
 use link_protocol::routes;
 use std::time::Instant;
 
@@ -29,7 +29,7 @@ pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), S
             }
         }
     }
-    rec.end_phase("status_series", 0, t);
+    rec.end_phase(PhaseName::StatusSeries, 0, t);
     rec.status_series(points.clone());
     if let Some(e) = error {
         return Err(e);

@@ -3,11 +3,11 @@
 //! both asked to write in the workspace, and each must be refused.
 
 use super::judge::{self, ToolEvidence};
-use super::plan::{Step, DIAGNOSTIC_TOOLS};
+use super::plan::DIAGNOSTIC_TOOLS;
 use super::report::{Recorder, Timer};
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 use std::path::Path;
 
 pub(super) async fn run(
@@ -42,7 +42,7 @@ pub(super) async fn run(
             }
         }
     }
-    rec.end_phase("protected_tools", 0, t);
+    rec.end_phase(PhaseName::ProtectedTools, 0, t);
     if let Some(e) = error {
         return Err(e);
     }
@@ -102,7 +102,7 @@ pub(super) async fn refused(
     for (_, _, instruction, _) in asks {
         replies.push(s.turn(a, instruction).await?);
     }
-    rec.end_phase(Step::ToolsRefused.name(), 0, t);
+    rec.end_phase(PhaseName::ToolsRefused, 0, t);
     let mut failure = Ok(());
     for ((name, tool, instruction, file), reply) in asks.into_iter().zip(&replies) {
         match judge::tool_refused(reply, tool, instruction, take(&ws.join(file))) {

@@ -3,7 +3,7 @@
 use super::judge;
 use super::report::{Recorder, Timer};
 use super::session::Session;
-use link_plugin_measure::CheckName;
+use link_plugin_measure::{CheckName, PhaseName};
 
 /// The agent the cold turn created, which every later phase uses.
 pub(super) struct Alpha(pub String);
@@ -17,12 +17,12 @@ pub(super) async fn cold(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<Alph
     let id = match created {
         Ok(id) => id,
         Err(e) => {
-            rec.end_phase("cold_turn", 0, t);
+            rec.end_phase(PhaseName::ColdTurn, 0, t);
             return Err(e);
         }
     };
     let reply = s.turn(&id, "hello from the runtime runner").await;
-    let took = rec.end_phase("cold_turn", 0, t);
+    let took = rec.end_phase(PhaseName::ColdTurn, 0, t);
     let reply = reply?;
     rec.judge(CheckName::ColdTurn, judge::cold_turn(&id, &reply, took))?;
     Ok(Alpha(id))
@@ -38,7 +38,7 @@ pub(super) async fn warm(
     for round in 1..=s.config.rounds {
         let t = Timer::start();
         let reply = s.turn(&alpha.0, &format!("warm turn {round}")).await;
-        times.push(rec.end_phase("warm_turn", round, t));
+        times.push(rec.end_phase(PhaseName::WarmTurn, round, t));
         judge::warm_turn(round, &reply?)?;
     }
     rec.judge(CheckName::WarmTurn, Ok(judge::warm_turns(times)))
