@@ -178,7 +178,10 @@ impl Launch<'_> {
 
     fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
         let layout = self.layout;
-        let mut writable = vec![layout.data(name), layout.home(name)];
+        let mut writable = vec![layout.home(name)];
+        if plugin::keeps_data(name) {
+            writable.push(layout.data(name));
+        }
         writable.extend(extra_writable(layout, name));
         let allow = crate::host::Allowance {
             programs: self.programs,

@@ -219,6 +219,11 @@ fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
         )
         .up_in(root.path())
         .unwrap_or_else(|f| panic!("{f}"));
+    // A data area only for the plugins that keep one (the others may make none).
+    for plugin in Profile::Link.plugins() {
+        let made = layout.data(plugin).is_dir();
+        assert_eq!(made, link_protocol::plugin::keeps_data(plugin), "{plugin}");
+    }
     let (code, _, err) = model_key("set", root.path(), &format!("{secret}\n"));
     assert_eq!(code, 0, "{err}");
     // Kept by the secret plugin's file backend, owner-only.

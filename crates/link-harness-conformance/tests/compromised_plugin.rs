@@ -104,7 +104,7 @@ fn spec(programs: &Programs) -> RuntimeSpec {
 
 fn attempts(root: &Path, plugin: &str) -> Value {
     let layout = link_protocol::layout::StateLayout::new(root);
-    let path = layout.data(plugin).join("attempts.json");
+    let path = layout.home(plugin).join("attempts.json");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("the impostor wrote no {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
@@ -175,6 +175,12 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
         "the twin: keyctl works outside the plugin"
     );
     assert_eq!(got["keyring"], "EPERM", "{got}");
+
+    // The file tool keeps no data: none is made for it and it may make none; its home is its.
+    assert_eq!(got["make_data_area"], "EACCES", "{got}");
+    assert!(!layout.data(programs::FILE_TOOL).exists());
+    assert_eq!(got["own_home_file"], "ok", "{got}");
+    assert!(layout.home(programs::FILE_TOOL).join("twin.txt").is_file());
 
     // The store through the router: only for the agent of the call it serves.
     rt.create_agent("alpha");

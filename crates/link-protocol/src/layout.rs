@@ -6,7 +6,7 @@
 //! <root>/run/<p>/<p>.sock  each plugin's socket, in a directory only it may change
 //! <root>/log/<p>.log     each plugin's stderr
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
-//! <root>/data/<p>/       each plugin's own state area (the only place it may write)
+//! <root>/data/<p>/       the state area of a plugin that keeps one (`plugin::KEEPS_DATA`)
 //! <root>/auth/tokens     bearer-token hashes shared by both connection services
 //! <root>/data/file-store/agents/<id>/{workspace/,conversation.jsonl}   full Link agents
 //! <root>/data/agent/homes/<id>/                                     their isolated homes

@@ -5,6 +5,7 @@
 //! stdout, `ready {"routes": [...]}`, and never writes to stdout again; logs go to stderr.
 //! SIGTERM asks it to stop its helpers and exit.
 
+use crate::routes::programs;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,24 @@ pub fn passthrough_for(plugin: &str, test_hooks: bool) -> impl Iterator<Item = &
         .filter(move |k| test_hooks || !TEST_VARIABLES.contains(k))
 }
 
+/// The plugins that keep state in their data area (`LNK_DATA`). Only they get one made and
+/// writable; every other plugin's is named, not made, and its Landlock domain lets it make
+/// none (least privilege, and a dozen fewer directories on every start of a fresh state
+/// root). The one place that decides.
+pub const KEEPS_DATA: &[&str] = &[
+    programs::AGENT,
+    programs::FILE_STORE,
+    programs::SECRET,
+    programs::SANDBOX,
+    programs::SCHEDULER,
+    programs::MINI_HARNESS,
+];
+
+/// Whether `plugin` keeps state in its data area ([`KEEPS_DATA`]).
+pub fn keeps_data(plugin: &str) -> bool {
+    KEEPS_DATA.contains(&plugin)
+}
+
 /// `HOME` and the XDG base directories for a process whose home is `home`.
 pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
     [
@@ -158,17 +177,20 @@ pub struct Contract<'a> {
 }
 
 impl Contract<'_> {
-    /// Makes the plugin's home, data area, run and log directories.
+    /// Makes the plugin's home, run and log directories, and its data area if it keeps one
+    /// ([`keeps_data`]).
     pub fn create_dirs(&self) -> std::io::Result<()> {
         // The XDG directories inside the home are named, not made: a program makes the ones
         // it uses, as the XDG spec expects, and five fewer directories per plugin is a
         // measurable part of start-up on a fresh state root.
-        let dirs = [
+        let mut dirs = vec![
             self.layout.home(self.name),
-            self.layout.data(self.name),
             self.layout.plugin_run_dir(self.name),
             self.layout.log_dir(),
         ];
+        if keeps_data(self.name) {
+            dirs.push(self.layout.data(self.name));
+        }
         for dir in &dirs {
             private_dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))
