@@ -43,7 +43,10 @@ impl Monitor {
 
     async fn run(self: Arc<Self>, host: i32) {
         let mut stop = self.stop.subscribe();
-        let mut ticker = tokio::time::interval(self.interval);
+        // The first pass one interval after start, not at once: a pass at start would read
+        // /proc of every process the host is still starting, on the start-up it measures.
+        let first = tokio::time::Instant::now() + self.interval;
+        let mut ticker = tokio::time::interval_at(first, self.interval);
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}

@@ -19,6 +19,16 @@ pub(crate) struct Who {
     bin: PathBuf,
 }
 
+/// `exe` at `to`, executable by anyone: a hard link where the two share a filesystem, so no
+/// descriptor open for writing exists that a fork of another test thread could hold when
+/// this one executes it (`ETXTBSY`); a copy otherwise.
+fn link_or_copy(exe: &Path, to: &Path) {
+    if std::fs::hard_link(exe, to).is_err() {
+        std::fs::copy(exe, to).unwrap();
+    }
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 impl Who {
     pub(crate) fn me() -> Who {
         Who {
@@ -35,8 +45,7 @@ impl Who {
         let user = TestUser::or_skip("lnk-sbx")?;
         let parent = OpenParent::create("lnk-sandbox-user").unwrap();
         let bin = parent.0.join("link-plugin-sandbox");
-        std::fs::copy(BIN, &bin).unwrap();
-        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        link_or_copy(Path::new(BIN), &bin);
         Some(Who {
             user: Some(user),
             _root: None,
@@ -52,8 +61,7 @@ impl Who {
             return exe.to_path_buf();
         };
         let copy = parent.0.join(exe.file_name().expect("a file"));
-        std::fs::copy(exe, &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        link_or_copy(exe, &copy);
         copy
     }
 
