@@ -158,6 +158,7 @@ pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
         let seconds: u128 = mine
             .iter()
             .flat_map(|r| &r.loaded.report.phases)
+            .filter(|p| link_report::PhaseName::in_total(&p.name))
             .map(|p| p.duration_ns)
             .sum();
         let name = side_name(side.profile);

@@ -754,6 +754,7 @@ fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
         let execs: Option<u64> = side.traced.as_ref().filter(|t| t.available).map(|_| {
             c.execs
                 .iter()
+                .filter(|r| link_report::PhaseName::in_total(&r.name))
                 .filter_map(|r| {
                     match side.profile {
                         Profile::Mini => &r.mini,

@@ -155,6 +155,14 @@ pub fn render(c: &Comparison) -> String {
     out
 }
 
+/// A phase's name, and the phase it lies within, if any.
+fn label(s: &PhaseStats) -> String {
+    match &s.within {
+        Some(outer) => format!("{} (in {outer})", s.name),
+        None => s.name.clone(),
+    }
+}
+
 /// One phase: its label, both lanes, the ratio.
 fn row(s: &PhaseStats, top: f64, shade: bool) -> String {
     let mut out = format!("<g class=\"row\" data-phase=\"{}\">\n", esc(&s.name));
@@ -168,7 +176,7 @@ fn row(s: &PhaseStats, top: f64, shade: bool) -> String {
         top + 24.0,
         12.0,
         " font-weight=\"bold\"",
-        &cut(&s.name, LABEL_CHARS),
+        &cut(&label(s), LABEL_CHARS),
     ));
     let n = |sp: &Option<Spread>| sp.as_ref().map_or("—".into(), |s| s.samples.to_string());
     out.push_str(&text(

@@ -19,7 +19,8 @@ pub fn start_order(profile: Profile) -> &'static [&'static str] {
     profile.plugins()
 }
 
-/// Directories a confined plugin may write besides its data area, home and the run dir.
+/// Directories a confined plugin may write besides its home, its data area (if it keeps one:
+/// `plugin::keeps_data`) and its socket directory.
 fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
     match name {
         "link-plugin-auth" => vec![layout.auth_dir()],

@@ -265,6 +265,12 @@ fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
 fn mini_keeps_no_remote_model_key_and_says_so() {
     let root = state_root();
     let mut rt = support::up(&root, "mini");
+    // Of Mini's plugins only its harness keeps data.
+    let layout = link_protocol::layout::StateLayout::new(root.path());
+    for plugin in Profile::Mini.plugins() {
+        let made = layout.data(plugin).is_dir();
+        assert_eq!(made, link_protocol::plugin::keeps_data(plugin), "{plugin}");
+    }
     let (code, _, err) = model_key("set", root.path(), "sk-mini\n");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("Mini has no secret plugin"), "{err}");

@@ -129,8 +129,7 @@ fn stand_in_programs_take_the_skip_fail_and_orphan_paths() {
     // shutdown.
     let phase = |name: &str| report.phases.iter().find(|p| p.name == name).unwrap();
     let (shutdown, exit) = (phase("shutdown"), phase("host_exit"));
-    assert!(exit.start_unix_ns == shutdown.start_unix_ns);
-    assert!(exit.duration_ns <= shutdown.duration_ns);
+    assert!(0 < exit.duration_ns && exit.duration_ns <= shutdown.duration_ns);
     assert!(!Path::new(&report.roots.state).exists());
     let host = report
         .processes

@@ -5,8 +5,8 @@
 //! [`code`]); `{op: "patch", path, old, new}` replaces the one occurrence of `old` and
 //! answers `{bytes}`, refusing with `conflict` when `old` is missing or ambiguous.
 //!
-//! This plugin may not read workspaces itself (under Landlock it reaches only its own data
-//! area): it walks and reads them through the router with `store.file.list`/`read`, and
+//! This plugin may not read workspaces itself (under Landlock it writes only its own home;
+//! it keeps no data area): it walks and reads them through the router with `store.file.list`/`read`, and
 //! writes patches with `store.file.write`, so the file store's path rules apply to it too.
 
 mod code;

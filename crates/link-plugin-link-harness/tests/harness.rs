@@ -69,9 +69,13 @@ mod runtime {
         Some(report)
     }
 
-    /// A passed run stopped the host with `link down` alone, so the host's own exit time was
-    /// seen on its pidfd: it starts with `shutdown` and ends within it.
+    /// A passed run stopped the host with `link down` alone, so where pidfds work the host's
+    /// own exit time was seen on one: it starts with `shutdown` and ends within it.
     fn assert_host_exit_within_shutdown(report: &Report) {
+        if link_protocol::exit::pidfd(std::process::id() as i32).is_err() {
+            println!("no pidfds here (Linux before 5.3): no host_exit phase to check");
+            return;
+        }
         let phase = |name: &str| {
             report
                 .phases

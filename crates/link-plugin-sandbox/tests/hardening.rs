@@ -19,13 +19,15 @@ pub(crate) struct Who {
     bin: PathBuf,
 }
 
-/// `exe` at `to`, executable by anyone: a hard link where the two share a filesystem, so no
-/// descriptor open for writing exists that a fork of another test thread could hold when
-/// this one executes it (`ETXTBSY`); a copy otherwise.
+/// `exe` (a build output, mode 0755) at `to`: a hard link where the two share a filesystem,
+/// so no descriptor open for writing exists that a fork of another test thread could hold
+/// when this one executes it (`ETXTBSY`); else a copy, made executable by anyone, which
+/// still has that window.
 fn link_or_copy(exe: &Path, to: &Path) {
-    if std::fs::hard_link(exe, to).is_err() {
-        std::fs::copy(exe, to).unwrap();
+    if std::fs::hard_link(exe, to).is_ok() {
+        return;
     }
+    std::fs::copy(exe, to).unwrap();
     std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 

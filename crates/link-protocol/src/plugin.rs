@@ -125,8 +125,8 @@ pub fn passthrough_for(plugin: &str, test_hooks: bool) -> impl Iterator<Item = &
 
 /// The plugins that keep state in their data area (`LNK_DATA`). Only they get one made and
 /// writable; every other plugin's is named, not made, and its Landlock domain lets it make
-/// none (least privilege, and a dozen fewer directories on every start of a fresh state
-/// root). The one place that decides.
+/// none (least privilege, and seven fewer directories on every start of full Link on a fresh
+/// state root, three of Mini). The one place that decides.
 pub const KEEPS_DATA: &[&str] = &[
     programs::AGENT,
     programs::FILE_STORE,

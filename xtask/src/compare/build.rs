@@ -158,18 +158,24 @@ fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
     let pairs: Vec<(f64, f64)> = passed
         .iter()
         .filter_map(|r| Some((duration(r, shutdown)?, duration(r, exit)?)))
+        .filter(|(_, part)| *part > 0.0)
         .collect();
+    let over: Vec<f64> = pairs.iter().map(|(whole, part)| whole - part).collect();
     let ratio = stats::paired_ratio(&pairs, stats::seed(exit));
     let absent = ratio.is_none().then(|| {
         if passed.is_empty() {
             "no passed run".to_string()
         } else {
-            format!("no {exit} phase (link down did not stop the host alone, or no pidfd)")
+            format!(
+                "no {exit} phase (link down did not stop the host alone, no pidfd, or a \
+                 runner older than the phase)"
+            )
         }
     });
     ExitOverhead {
         profile: p,
         runs: pairs.len() as u32,
+        median_over_ns: (!over.is_empty()).then(|| stats::median(&over).round()),
         ratio,
         absent,
     }

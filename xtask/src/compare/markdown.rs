@@ -254,7 +254,13 @@ fn host_exit_markdown(c: &Comparison) -> String {
     );
     for e in &c.host_exit {
         let figure = match (&e.ratio, &e.absent) {
-            (Some(r), _) => format!("{} ({} runs)", r.ratio_text(), e.runs),
+            (Some(r), _) => format!(
+                "{} (+{} ms; {} runs)",
+                r.ratio_text(),
+                e.median_over_ns
+                    .map_or("—".into(), |ns| format!("{:.2}", ns / 1e6)),
+                e.runs
+            ),
             (None, Some(why)) => why.clone(),
             (None, None) => "—".into(),
         };

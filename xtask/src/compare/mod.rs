@@ -119,13 +119,18 @@ pub struct PhaseStats {
     pub ratio: Option<Interval>,
 }
 
-/// One side's `shutdown` over its `host_exit` (DESIGN §7): how much longer than the host
-/// took to exit the whole stop took, collecting and checking included.
+/// One side's `shutdown` over its `host_exit`: how much longer than the host took to exit
+/// the stop took (`link down` seeing the exit and returning, and the runner collecting the
+/// host), as a ratio and in nanoseconds; a ratio alone would flatter a side whose host is
+/// slower to exit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExitOverhead {
     pub profile: Profile,
     /// Passed runs with both phases.
     pub runs: u32,
+    /// The median of the runs' shutdown − host_exit.
+    #[serde(default)]
+    pub median_over_ns: Option<f64>,
     /// shutdown / host_exit: the median of the runs' own ratios, with its 95% bootstrap
     /// interval over runs ([`crate::stats::paired_ratio`]).
     pub ratio: Option<Interval>,

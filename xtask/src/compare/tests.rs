@@ -397,6 +397,7 @@ fn host_exit_lies_within_shutdown_in_no_total_and_gives_each_side_its_overhead()
         assert!((r.estimate - 1.25).abs() < 0.01, "{:?}: {r:?}", e.profile);
         assert!(r.low <= r.estimate && r.estimate <= r.high);
         assert!(e.absent.is_none());
+        assert!(e.median_over_ns.is_some_and(|ns| ns > 0.0), "{e:?}");
     }
     let md = markdown(&c);
     assert!(md.contains("| host_exit (within shutdown) |"), "{md}");

@@ -43,7 +43,7 @@ async fn wait_samples(s: &Session<'_>) -> Result<(MonitorStatus, MonitorStatus),
         + Duration::from_secs(30 * s.scale() as u64);
     let deadline = Instant::now() + limit;
     loop {
-        s.guarded("idle", 5, async {
+        s.guarded(PhaseName::Idle.as_str(), 5, async {
             tokio::time::sleep(Duration::from_millis(100)).await;
             Ok::<(), String>(())
         })

@@ -161,14 +161,25 @@ impl<'a> Recorder<'a> {
 
     /// Records a phase that ran from `t` until now, and the processes alive at its end.
     pub(super) fn end_phase(&mut self, name: PhaseName, round: u32, t: Timer) -> Duration {
-        let took = self.phase_until(name, round, t, Instant::now());
+        self.end_phase_at(name, round, t, Instant::now())
+    }
+
+    /// [`end_phase`](Self::end_phase) for a phase that ended at `end`.
+    pub(super) fn end_phase_at(
+        &mut self,
+        name: PhaseName,
+        round: u32,
+        t: Timer,
+        end: Instant,
+    ) -> Duration {
+        let took = self.phase_until(name, round, t, end);
         let rounds = if round > 0 {
             format!(" {round}/{}", self.config.rounds)
         } else {
             String::new()
         };
         self.say(format!("phase {name}{rounds} ... {}", ms(took)));
-        self.observe(name.as_str());
+        self.observe(name);
         took
     }
 
@@ -246,7 +257,8 @@ impl<'a> Recorder<'a> {
     }
 
     /// Records every live descendant the run started as a process identity seen in `phase`.
-    pub(super) fn observe(&mut self, phase: &str) {
+    pub(super) fn observe(&mut self, phase: PhaseName) {
+        let phase = phase.as_str();
         for p in self.scope.snapshot() {
             let key = (p.pid, p.start_time_ticks);
             let idx = match self.seen.get(&key) {

@@ -15,7 +15,11 @@ use std::time::{Duration, Instant};
 /// The `shutdown` phase (with `host_exit` within it) and the `processes_stopped` check.
 pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32) {
     let limit = Duration::from_secs(60 * scale as u64);
-    let watch = HostExit::watch(host.host_pid(), limit);
+    // A host already collected may have had its pid reused: nothing to watch then.
+    let watch = match host.try_wait() {
+        Ok(None) => HostExit::watch(host.host_pid(), limit),
+        _ => HostExit(None),
+    };
     let t = Timer::start();
     let down = host.run(&["down"], Duration::from_secs(120 * scale as u64));
     let mut problems = Vec::new();
@@ -42,10 +46,13 @@ pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32)
         host.kill_group();
         status = host.try_wait().ok().flatten();
     }
-    let took = rec.end_phase(PhaseName::Shutdown, 0, t);
-    // The host's own exit time means something only when `link down` alone stopped it.
+    let ended = Instant::now();
+    let took = rec.end_phase_at(PhaseName::Shutdown, 0, t, ended);
+    // The host's own exit time means something only when `link down` alone stopped it. The
+    // watcher reads the clock once it is scheduled after the exit, which under load can be
+    // after the runner collected the host: the exit was no later than that.
     if let (Some(exited), true) = (watch.exited(), problems.is_empty()) {
-        rec.phase_until(PhaseName::HostExit, 0, t, exited);
+        rec.phase_until(PhaseName::HostExit, 0, t, exited.min(ended));
     }
     match status {
         Some(s) if s.success() => {}

@@ -103,7 +103,7 @@ pub(super) async fn ready<'a>(
         socket_exists: socket.exists(),
         took,
     });
-    rec.observe("startup");
+    rec.observe(PhaseName::Startup);
     rec.judge(CheckName::Startup, result)?;
     Ok(Session {
         config,
