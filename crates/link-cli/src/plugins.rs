@@ -19,8 +19,8 @@ pub fn start_order(profile: Profile) -> &'static [&'static str] {
     profile.plugins()
 }
 
-/// Directories a confined plugin may write besides its home, its data area (if it keeps one:
-/// `plugin::keeps_data`) and its socket directory.
+/// Directories a confined plugin may write besides its own (`plugin::own_dirs`) and its
+/// socket directory.
 fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
     match name {
         "link-plugin-auth" => vec![layout.auth_dir()],
@@ -179,10 +179,7 @@ impl Launch<'_> {
 
     fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
         let layout = self.layout;
-        let mut writable = vec![layout.home(name)];
-        if plugin::keeps_data(name) {
-            writable.push(layout.data(name));
-        }
+        let mut writable = plugin::own_dirs(layout, name);
         writable.extend(extra_writable(layout, name));
         let allow = crate::host::Allowance {
             programs: self.programs,

@@ -141,6 +141,16 @@ pub fn keeps_data(plugin: &str) -> bool {
     KEEPS_DATA.contains(&plugin)
 }
 
+/// The private directories `plugin` may write: its home, and its data area if it keeps one.
+/// The host makes them ([`Contract::create_dirs`]) and grants them (its Landlock rules).
+pub fn own_dirs(layout: &crate::layout::StateLayout, plugin: &str) -> Vec<PathBuf> {
+    let mut dirs = vec![layout.home(plugin)];
+    if keeps_data(plugin) {
+        dirs.push(layout.data(plugin));
+    }
+    dirs
+}
+
 /// `HOME` and the XDG base directories for a process whose home is `home`.
 pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
     [
@@ -183,14 +193,9 @@ impl Contract<'_> {
         // The XDG directories inside the home are named, not made: a program makes the ones
         // it uses, as the XDG spec expects, and five fewer directories per plugin is a
         // measurable part of start-up on a fresh state root.
-        let mut dirs = vec![
-            self.layout.home(self.name),
-            self.layout.plugin_run_dir(self.name),
-            self.layout.log_dir(),
-        ];
-        if keeps_data(self.name) {
-            dirs.push(self.layout.data(self.name));
-        }
+        let mut dirs = own_dirs(self.layout, self.name);
+        dirs.push(self.layout.plugin_run_dir(self.name));
+        dirs.push(self.layout.log_dir());
         for dir in &dirs {
             private_dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))

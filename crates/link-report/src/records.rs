@@ -205,7 +205,8 @@ impl PhaseName {
 
     /// Whether a phase named `name` counts as work: in the total and not a fixed wait.
     pub fn is_work(name: &str) -> bool {
-        PhaseName::in_total(name) && name.parse::<PhaseName>().map_or(true, |p| !p.fixed_wait())
+        name.parse::<PhaseName>()
+            .map_or(true, |p| p.within().is_none() && !p.fixed_wait())
     }
 }
 

@@ -126,10 +126,15 @@ fn phase_names(runs: &[RunRecord]) -> Vec<String> {
     order.into_iter().map(|(n, _)| n).collect()
 }
 
+/// Side `p`'s passed runs.
+fn passed(runs: &[RunRecord], p: Profile) -> impl Iterator<Item = &RunRecord> {
+    runs.iter()
+        .filter(move |r| r.profile == p && r.outcome == Status::Passed)
+}
+
 /// One group per passed run of side `p`: the durations of its rounds of phase `name`.
 fn groups(runs: &[RunRecord], p: Profile, name: &str) -> Vec<Vec<f64>> {
-    runs.iter()
-        .filter(|r| r.profile == p && r.outcome == Status::Passed)
+    passed(runs, p)
         .map(|r| {
             r.phases
                 .iter()
@@ -151,19 +156,14 @@ fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
             .find(|s| s.name == name)
             .map(|s| s.duration_ns as f64)
     };
-    let passed: Vec<&RunRecord> = runs
-        .iter()
-        .filter(|r| r.profile == p && r.outcome == Status::Passed)
-        .collect();
-    let pairs: Vec<(f64, f64)> = passed
-        .iter()
+    let pairs: Vec<(f64, f64)> = passed(runs, p)
         .filter_map(|r| Some((duration(r, shutdown)?, duration(r, exit)?)))
         .filter(|(_, part)| *part > 0.0)
         .collect();
     let over: Vec<f64> = pairs.iter().map(|(whole, part)| whole - part).collect();
     let ratio = stats::paired_ratio(&pairs, stats::seed(exit));
     let absent = ratio.is_none().then(|| {
-        if passed.is_empty() {
+        if passed(runs, p).next().is_none() {
             "no passed run".to_string()
         } else {
             format!(
