@@ -674,7 +674,9 @@ pub struct Allowance<'a> {
 /// never runs a single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
 /// and namespaces, gets a Landlock domain without filesystem rules instead
 /// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
-/// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`).
+/// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
+/// and a mount namespace of its own in which only `allow.writable` and its socket directory
+/// can be written (`link_plugin_sandbox::view`).
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     name: &str,
@@ -686,10 +688,21 @@ pub fn confine_command(
         host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
+    let sandbox = name == link_protocol::routes::programs::SANDBOX;
+    if sandbox {
+        // First: it needs the capabilities the next step sheds.
+        let mut dirs = allow.writable.clone();
+        dirs.extend(allow.sockets.iter().cloned());
+        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs)
+            .context("preparing the sandbox plugin's read-only view")?;
+        // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
+        // allocated.
+        unsafe { cmd.pre_exec(move || view.enter()) };
+    }
     let caps = shedding.clone();
     // SAFETY: prctl and capset calls only; nothing is allocated.
     unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
-    let rules = if name == link_protocol::routes::programs::SANDBOX {
+    let rules = if sandbox {
         host::sandbox_plugin_rules()
     } else {
         let mut rules =

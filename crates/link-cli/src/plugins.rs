@@ -4,6 +4,7 @@ use crate::spawner::Forker;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{self, Mode, Profile, Ready};
+use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -20,10 +21,13 @@ pub fn start_order(profile: Profile) -> &'static [&'static str] {
 }
 
 /// Directories a confined plugin may write besides its own (`plugin::own_dirs`) and its
-/// socket directory.
+/// socket directory. The sandbox plugin's are the roots of the agents' workspaces and homes
+/// it binds into commands: read-only mounts, not Landlock, keep it to them
+/// (`link_plugin_sandbox::view`), so they must exist before it starts.
 fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
     match name {
         "link-plugin-auth" => vec![layout.auth_dir()],
+        programs::SANDBOX => vec![layout.agents_dir(), layout.agent_homes_dir()],
         _ => vec![],
     }
 }
@@ -180,7 +184,10 @@ impl Launch<'_> {
     fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
         let layout = self.layout;
         let mut writable = plugin::own_dirs(layout, name);
-        writable.extend(extra_writable(layout, name));
+        for dir in extra_writable(layout, name) {
+            plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            writable.push(dir);
+        }
         let allow = crate::host::Allowance {
             programs: self.programs,
             readable: extra_readable(layout, name),

@@ -17,8 +17,12 @@
 //!
 //! Put in the sandbox plugin's place, it runs with that plugin's domain (no filesystem rules,
 //! so bwrap may mount): it tries to read the host's and a sibling's environment, signal the
-//! host and connect over TCP (twins: its own environment, its own child), writes what it got,
-//! and then execs the real sandbox plugin (`link-plugin-sandbox.real`), so the runtime works.
+//! host and connect over TCP (twins: its own environment, its own child); in its read-only
+//! view, to write the pids file, a socket in `run/`, another plugin's socket, the state root
+//! and a device, and to clear the read-only flag from a namespace of its own (twins: a file
+//! in its data area and the agents' workspaces, its own socket directory, `/dev/null`, a
+//! mount in that namespace); writes what it got, and then execs the real sandbox plugin
+//! (`link-plugin-sandbox.real`), so the runtime works.
 
 use link_harness_conformance::syscalls;
 use link_protocol::plugin::{PluginEnv, ENV_PROGRAMS};
@@ -101,6 +105,7 @@ fn outcome<T>(result: std::io::Result<T>) -> Value {
             Some(libc::ENOENT) => "ENOENT".into(),
             Some(libc::ENOSYS) => "ENOSYS".into(),
             Some(libc::ECONNREFUSED) => "ECONNREFUSED".into(),
+            Some(libc::EROFS) => "EROFS".into(),
             _ => e.to_string().into(),
         },
     }
@@ -157,12 +162,7 @@ impl Impostor {
             "remove_other_socket",
             outcome(std::fs::remove_file(&store_socket)),
         );
-        self.record(
-            "bind_in_run",
-            outcome(std::os::unix::net::UnixListener::bind(
-                layout.run_dir().join("connection.sock.new"),
-            )),
-        );
+        self.bind_in_run();
         self.record(
             "bind_over_other",
             outcome(std::os::unix::net::UnixListener::bind(
@@ -180,6 +180,13 @@ impl Impostor {
             "own_home_file",
             outcome(std::fs::write(self.home().join("twin.txt"), "twin")),
         );
+    }
+
+    /// A socket beside the host's in `run/`, where no plugin may make one.
+    fn bind_in_run(&self) {
+        let beside = self.env.layout().run_dir().join("connection.sock.new");
+        let bound = std::os::unix::net::UnixListener::bind(beside);
+        self.record("bind_in_run", outcome(bound));
     }
 
     fn home(&self) -> PathBuf {
@@ -210,6 +217,51 @@ impl Impostor {
         self.record(
             "read_own_memory",
             outcome(syscalls::read_memory(std::process::id() as i32)),
+        );
+        self.in_read_only_view(&store_socket);
+    }
+
+    /// What its read-only view refuses, each beside what it may write.
+    fn in_read_only_view(&self, store_socket: &Path) {
+        use std::fs::OpenOptions;
+        let layout = self.env.layout();
+        let append = |path: &Path| OpenOptions::new().append(true).open(path);
+        let pids = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(layout.pids_file());
+        self.record("write_pids_file", outcome(pids));
+        self.bind_in_run();
+        self.record(
+            "rename_other_socket",
+            outcome(std::fs::rename(
+                store_socket,
+                store_socket.with_extension("aside"),
+            )),
+        );
+        self.record(
+            "write_state_root",
+            outcome(std::fs::write(layout.root().join("escaped.txt"), "x")),
+        );
+        self.record("write_device", outcome(append(Path::new("/dev/kmsg"))));
+        self.record("write_null", outcome(append(Path::new("/dev/null"))));
+        self.record(
+            "own_data_file",
+            outcome(std::fs::write(self.env.data.join("twin.txt"), "twin")),
+        );
+        let twin = layout.agents_dir().join(".impostor-twin");
+        let wrote = std::fs::write(&twin, "twin").and_then(|_| std::fs::remove_file(&twin));
+        self.record("workspaces_file", outcome(wrote));
+        self.record("own_socket_dir", own_socket_dir(&self.env.socket));
+        let home = self.home();
+        self.record(
+            "mount_in_own_namespace",
+            outcome(in_own_namespaces(|| mount_tmpfs(&home))),
+        );
+        let state_mount = mount_point_of(layout.root());
+        self.record(
+            "clear_read_only",
+            outcome(in_own_namespaces(|| clear_read_only(&state_mount))),
         );
     }
 
@@ -273,6 +325,83 @@ fn own_socket_dir(own: &Path) -> Value {
         .and_then(|_| std::fs::rename(&made, &moved))
         .and_then(|_| std::fs::remove_file(&moved));
     outcome(steps)
+}
+
+/// Runs `f` in a child in a user and mount namespace of its own, where it holds every
+/// capability: what it got, as the child's exit status.
+fn in_own_namespaces(f: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+    // SAFETY: the impostor is single-threaded here; the child makes system calls and exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: unshare takes flags only.
+        let got = if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            f()
+        };
+        let code = got.err().and_then(|e| e.raw_os_error()).unwrap_or(0);
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
+}
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).expect("no NUL in a path")
+}
+
+fn mount_tmpfs(dir: &Path) -> std::io::Result<()> {
+    let dir = c_path(dir);
+    // SAFETY: NUL-terminated strings and no data.
+    let ret = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            dir.as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The mount point of the mount holding `path`: the longest that `/proc/self/mountinfo`
+/// lists above it.
+fn mount_point_of(path: &Path) -> PathBuf {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|line| line.split(' ').nth(4).map(PathBuf::from))
+        .filter(|point| path.starts_with(point))
+        .max_by_key(|point| point.as_os_str().len())
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// `mount_setattr(mount, {attr_clr: MOUNT_ATTR_RDONLY})`: `mount` must be a mount point.
+fn clear_read_only(path: &Path) -> std::io::Result<()> {
+    let path = c_path(path);
+    // struct mount_attr: attr_set, attr_clr (MOUNT_ATTR_RDONLY), propagation, userns_fd.
+    let attr: [u64; 4] = [0, 1, 0, 0];
+    // SAFETY: a NUL-terminated path and a mount_attr of the size passed (442: mount_setattr).
+    let ret = unsafe { libc::syscall(442, libc::AT_FDCWD, path.as_ptr(), 0, attr.as_ptr(), 32) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// `kill(pid, 0)`: may this process signal `pid`?

@@ -16,6 +16,7 @@ use link_harness_conformance::probe::{
 };
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::syscalls;
+use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use rustix::fs::{Gid, Uid};
@@ -251,6 +252,18 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         // Its seccomp filter, as root too.
         ("keyring", "EPERM"),
         ("read_own_memory", "EPERM"),
+        // Its read-only view, as root (which keeps DAC_OVERRIDE) too.
+        ("write_pids_file", "EROFS"),
+        ("bind_in_run", "EROFS"),
+        ("rename_other_socket", "EROFS"),
+        ("write_state_root", "EROFS"),
+        ("write_device", "EACCES"),
+        ("write_null", "ok"),
+        ("own_data_file", "ok"),
+        ("workspaces_file", "ok"),
+        ("own_socket_dir", "ok"),
+        ("mount_in_own_namespace", "ok"),
+        ("clear_read_only", "EPERM"),
     ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
@@ -268,6 +281,22 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         rustix::process::Pid::from_raw(rt.host_pid()).unwrap()
     )
     .is_ok());
+    let layout = StateLayout::new(root.path());
+    let host_side = std::fs::OpenOptions::new()
+        .append(true)
+        .open(layout.pids_file());
+    assert!(
+        host_side.is_ok(),
+        "the twin: the host's view writes the pids file"
+    );
+    assert!(!layout.root().join("escaped.txt").exists());
+    if rustix::process::geteuid().is_root() {
+        let kmsg = std::fs::OpenOptions::new().append(true).open("/dev/kmsg");
+        assert!(
+            kmsg.is_ok(),
+            "the twin: root opens /dev/kmsg outside: {kmsg:?}"
+        );
+    }
     let tcp = std::net::TcpStream::connect(("127.0.0.1", 1)).unwrap_err();
     assert_eq!(tcp.kind(), std::io::ErrorKind::ConnectionRefused);
     rt.create_agent("alpha");

@@ -30,7 +30,7 @@ mod conversation;
 mod paths;
 mod workspace;
 
-use link_protocol::routes::programs::{AGENT as AGENT_PLUGIN, FILE_STORE, HARNESS};
+use link_protocol::routes::programs::{AGENT as AGENT_PLUGIN, HARNESS};
 use link_protocol::routes::store::{
     AgentCreate, AgentDelete, AppendBody, Appended, Content, Conversation, ConversationAppend,
     ConversationRead, FileList, FileRead, FileWrite, Listing, PathBody, ReadBody, Workspace,
@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 async fn main() -> anyhow::Result<()> {
     let env = link_protocol::plugin::start()?;
     let store = Arc::new(Store::new(env.layout()));
-    std::fs::create_dir_all(store.layout.data(FILE_STORE).join("agents"))?;
+    std::fs::create_dir_all(store.layout.agents_dir())?;
     let service = Service::new(store)
         .on::<AgentCreate, _, _>(|s, call: Call, _| async move { s.create(&call) })
         .on::<AgentDelete, _, _>(|s, call: Call, _| async move { s.delete(&call) })

@@ -20,7 +20,8 @@
 //! - [`leftovers`]: the sandboxes a killed starter left (bubblewrap's `--die-with-parent` race),
 //!   found by their owner's tag (bwrap's `argv[0]`) and killed;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
-//! - [`service`]: the `sandbox.exec` route of the plugin.
+//! - [`service`]: the `sandbox.exec` route of the plugin;
+//! - [`view`]: the plugin's own mount namespace, read-only but what it must write.
 //!
 //! The binary is the plugin, the `probe` and `exec` commands for people, and the helper that
 //! runs inside each sandbox (`landlock-exec`). There is never an unconfined fallback.
@@ -36,6 +37,7 @@ pub mod rules;
 pub mod run;
 pub mod seccomp;
 pub mod service;
+pub mod view;
 
 pub use policy::Policy;
 pub use probe::{probe, probe_blocking, ProbeReport, ProbeStatus};

@@ -100,11 +100,13 @@ impl StateLayout {
     pub fn tokens_file(&self) -> PathBuf {
         self.auth_dir().join("tokens")
     }
+    /// Full Link: every agent's files, owned by the file store.
+    pub fn agents_dir(&self) -> PathBuf {
+        self.data("link-plugin-file-store").join("agents")
+    }
     /// Full Link: an agent's files, owned by the file store.
     pub fn agent_dir(&self, agent: &str) -> PathBuf {
-        self.data("link-plugin-file-store")
-            .join("agents")
-            .join(agent)
+        self.agents_dir().join(agent)
     }
     /// The agent's workspace: the only place its tools may write.
     pub fn agent_workspace(&self, agent: &str) -> PathBuf {
@@ -116,7 +118,11 @@ impl StateLayout {
     }
     /// The agent's isolated home for the commands its tools run; owned by the agent plugin.
     pub fn agent_home(&self, agent: &str) -> PathBuf {
-        self.data("link-plugin-agent").join("homes").join(agent)
+        self.agent_homes_dir().join(agent)
+    }
+    /// Every agent's isolated home; owned by the agent plugin.
+    pub fn agent_homes_dir(&self) -> PathBuf {
+        self.data("link-plugin-agent").join("homes")
     }
 
     /// Every socket path this root will hold.

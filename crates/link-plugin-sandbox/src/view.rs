@@ -1,0 +1,226 @@
+//! The sandbox plugin's view of the filesystem: a mount namespace of its own in which every
+//! mount is read-only but the directories it must write, and `/dev` gives no device but the
+//! few a command uses.
+//!
+//! The plugin cannot take Landlock filesystem rules (its bwrap mounts: [`crate::host`]), so
+//! without this it could write wherever its uid can — as root, with the `DAC_OVERRIDE` it
+//! keeps, any file on the machine and any disk — and replace `run/pids.json` or the host's
+//! sockets, on which every peer check rests. Read-only mounts refuse a write whatever the
+//! capabilities (`EROFS`); the plugin keeps no `CAP_SYS_ADMIN` to remount them; and every
+//! mount namespace it or its bwrap makes is owned by a user namespace below the one that made
+//! these mounts, where the kernel locks them and their read-only flag.
+//!
+//! `/proc` stays writable: the plugin writes the id maps of its commands' user namespaces
+//! there, and a mount over part of it (`/proc/sys`) would keep bwrap from mounting the
+//! commands' own `/proc` (the kernel mounts a new procfs in a user namespace only where an
+//! existing one is fully visible). As root, the plugin can therefore still write sysctls.
+//!
+//! An ordinary user needs a user namespace of its own to make the mount namespace. It does
+//! not undo the plugin's non-dumpable: `exec` gives the plugin's memory the nearest user
+//! namespace that maps its program's owner (`would_dump`), the host's for programs the user
+//! does not own, so the user's other processes still cannot read it (ordinary_user tests it).
+//! Where the user owns the programs, they could replace them anyway.
+//!
+//! Prepared in the parent ([`PluginView::prepare`]: every path as a C string, the id maps
+//! as text), entered between fork and exec ([`PluginView::enter`]: system calls only).
+
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The device nodes a command may use (bwrap's `--dev` binds these from the plugin's `/dev`).
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// `mount_setattr(2)` (Linux 5.12), the same number on every architecture.
+const SYS_MOUNT_SETATTR: libc::c_long = 442;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+/// `struct mount_attr`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A prepared view, entered by the child between fork and exec.
+#[derive(Debug)]
+pub struct PluginView {
+    writable: Vec<CString>,
+    devices: Vec<CString>,
+    /// An ordinary user needs a user namespace to own a mount namespace: its own uid and gid
+    /// mapped to themselves, so the plugin is who it was.
+    maps: Option<IdMaps>,
+}
+
+#[derive(Debug)]
+struct IdMaps {
+    uid_map: CString,
+    gid_map: CString,
+}
+
+impl PluginView {
+    /// A view in which only `writable` (each must exist) can be written.
+    pub fn prepare(writable: &[PathBuf]) -> io::Result<PluginView> {
+        let writable = writable
+            .iter()
+            .map(|dir| {
+                if !dir.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("{} must exist to stay writable", dir.display()),
+                    ));
+                }
+                c_path(dir)
+            })
+            .collect::<io::Result<_>>()?;
+        let devices = DEVICES
+            .iter()
+            .map(Path::new)
+            .filter(|d| d.exists())
+            .map(c_path)
+            .collect::<io::Result<_>>()?;
+        let maps = (!rustix::process::geteuid().is_root()).then(|| {
+            let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
+            IdMaps {
+                uid_map: c_text(format!("{0} {0} 1\n", uid.as_raw())),
+                gid_map: c_text(format!("{0} {0} 1\n", gid.as_raw())),
+            }
+        });
+        Ok(PluginView {
+            writable,
+            devices,
+            maps,
+        })
+    }
+
+    /// Enters the view: a new mount namespace (and, for an ordinary user, a user namespace
+    /// mapping only itself) with no propagation to or from the host's; device binds kept,
+    /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
+    /// directories writable again. Meant for `CommandExt::pre_exec`, before the capabilities
+    /// are shed: it allocates nothing, and any failure fails the spawn.
+    pub fn enter(&self) -> io::Result<()> {
+        match &self.maps {
+            None => unshare(libc::CLONE_NEWNS)?,
+            Some(maps) => {
+                unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)?;
+                write_file(c"/proc/self/setgroups", c"deny")?;
+                write_file(c"/proc/self/uid_map", &maps.uid_map)?;
+                write_file(c"/proc/self/gid_map", &maps.gid_map)?;
+            }
+        }
+        // SAFETY: NUL-terminated strings and null type and data.
+        check(unsafe {
+            libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        })?;
+        for device in &self.devices {
+            bind(device)?;
+        }
+        set_attr(c"/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)?;
+        set_attr(c"/dev", AT_RECURSIVE, MOUNT_ATTR_NODEV, 0)?;
+        for device in &self.devices {
+            set_attr(device, 0, 0, MOUNT_ATTR_NODEV)?;
+        }
+        set_attr(c"/proc", 0, 0, MOUNT_ATTR_RDONLY)?;
+        for dir in &self.writable {
+            bind(dir)?;
+            set_attr(dir, AT_RECURSIVE, 0, MOUNT_ATTR_RDONLY)?;
+        }
+        Ok(())
+    }
+}
+
+fn unshare(flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unshare takes flags only; the child is single-threaded between fork and exec.
+    check(unsafe { libc::unshare(flags) })
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
+}
+
+fn c_text(text: String) -> CString {
+    CString::new(text).expect("digits and spaces")
+}
+
+fn check(ret: libc::c_int) -> io::Result<()> {
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A recursive bind of `path` onto itself: a mount of its own whose flags can be changed.
+fn bind(path: &std::ffi::CStr) -> io::Result<()> {
+    let flags = libc::MS_BIND | libc::MS_REC;
+    // SAFETY: two NUL-terminated paths and null type and data.
+    check(unsafe {
+        libc::mount(
+            path.as_ptr(),
+            path.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    })
+}
+
+/// `mount_setattr(AT_FDCWD, path, flags, {set, clr})`.
+fn set_attr(path: &std::ffi::CStr, flags: libc::c_uint, set: u64, clr: u64) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clr,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a NUL-terminated path and a mount_attr of the size passed.
+    let ret = unsafe {
+        libc::syscall(
+            SYS_MOUNT_SETATTR,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    check(ret as libc::c_int)
+}
+
+/// Writes `text` to `path` in one write, as `/proc`'s id-map files require.
+fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: open, write and close on a descriptor this function owns.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let bytes = text.to_bytes();
+        let written = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if written != bytes.len() as isize {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
