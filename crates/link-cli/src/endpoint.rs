@@ -1,8 +1,10 @@
 //! Full Link's connection endpoint: the shared HTTP contract over the router, with token
-//! verification delegated to the auth plugin.
+//! verification delegated to the auth plugin (its answers remembered while the token store
+//! is unchanged: [`crate::verified`]).
 
 use crate::host::Shared;
 use crate::router::HOST;
+use crate::verified::{Lookup, Verified};
 use link_connection_api::{Backend, BackendFuture};
 use link_protocol::routes::{agent, auth, schedule, store, Empty, Route};
 use link_protocol::{ErrorCode, RemoteError, Request};
@@ -11,7 +13,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-struct Link(Arc<Shared>);
+struct Link {
+    shared: Arc<Shared>,
+    verified: Verified,
+}
 
 impl Link {
     /// Calls through the router; a call still in flight when the runtime starts stopping
@@ -29,9 +34,9 @@ impl Link {
             caller: None,
             body,
         };
-        let mut stopping = self.0.stopping.subscribe();
+        let mut stopping = self.shared.stopping.subscribe();
         tokio::select! {
-            result = crate::router::call(&self.0, HOST, req) => result,
+            result = crate::router::call(&self.shared, HOST, req) => result,
             reason = stopping.wait_for(Option::is_some) => {
                 let reason = reason.ok().and_then(|r| r.clone()).unwrap_or_default();
                 Err(RemoteError::new(ErrorCode::Unavailable, format!("the runtime is stopping: {reason}")))
@@ -75,10 +80,18 @@ impl Backend for Link {
         token: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<bool, RemoteError>> + Send + 'a>> {
         Box::pin(async move {
+            let generation = match self.verified.lookup(token) {
+                Lookup::Valid => return Ok(true),
+                Lookup::Ask(generation) => generation,
+            };
             let body = auth::TokenBody {
                 token: token.to_owned(),
             };
-            Ok(self.request::<auth::Verify>(None, &body).await?.valid)
+            let valid = self.request::<auth::Verify>(None, &body).await?.valid;
+            if valid {
+                self.verified.remember(token, generation);
+            }
+            Ok(valid)
         })
     }
     fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a> {
@@ -121,7 +134,7 @@ impl Backend for Link {
         Box::pin(self.json::<agent::Delete>(Some(id), &Empty {}))
     }
     fn status(&self) -> BackendFuture<'_> {
-        Box::pin(async move { Ok(self.0.status_json()) })
+        Box::pin(async move { Ok(self.shared.status_json()) })
     }
     /// The agent must exist: the scheduler alone would list nothing for a wrong name.
     fn list_schedules<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
@@ -140,7 +153,9 @@ impl Backend for Link {
 
 /// Serves the HTTP contract on `run/connection.sock`.
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
-    if let Err(e) = link_connection_api::serve(listener, Arc::new(Link(shared))).await {
+    let verified = Verified::watching(&shared.layout.tokens_file());
+    let link = Link { shared, verified };
+    if let Err(e) = link_connection_api::serve(listener, Arc::new(link)).await {
         link_protocol::errln!("link: connection endpoint failed: {e}");
     }
 }

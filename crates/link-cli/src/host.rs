@@ -557,12 +557,15 @@ impl Probe {
             .and_then(|k| crate::probe_cache::lookup(programs, k));
         // Behind a kept answer the probe starts once the runtime is ready (first poll), so it
         // takes no CPU from the start itself; else it runs while the plugins start.
+        // It then also runs at the lowest priority (nice 19, which bwrap and the helper
+        // inherit): it confirms what start-up already went on with, and must not slow the
+        // first turns while it does.
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
             Some(_) => {
                 let programs = programs.to_owned();
-                Box::pin(async move { sandbox_probe(&programs).await })
+                Box::pin(async move { sandbox_probe(&programs, Priority::Background).await })
             }
-            None => Box::pin(sandbox_probe(programs)),
+            None => Box::pin(sandbox_probe(programs, Priority::Normal)),
         };
         Probe {
             run,
@@ -611,14 +614,32 @@ impl Probe {
     }
 }
 
+/// How the probe competes for the CPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// Start-up waits for it.
+    Normal,
+    /// Nobody waits for it: nice 19.
+    Background,
+}
+
 /// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
 /// with the probe's reason. Returns what `link status` shows of it.
-fn sandbox_probe(programs: &Path) -> impl std::future::Future<Output = Result<SandboxStatus>> {
+fn sandbox_probe(
+    programs: &Path,
+    priority: Priority,
+) -> impl std::future::Future<Output = Result<SandboxStatus>> {
     let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
     cmd.arg("probe")
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     die_with_host(&mut cmd);
+    if priority == Priority::Background {
+        // SAFETY: one system call on this child alone; nothing is allocated.
+        unsafe {
+            cmd.pre_exec(|| Ok(rustix::process::setpriority_process(None, 19)?));
+        }
+    }
     let run = cmd.output();
     async move {
         let out = run.await.context("running link-plugin-sandbox probe")?;

@@ -15,6 +15,7 @@ mod plugins;
 mod probe_cache;
 mod router;
 mod spawner;
+mod verified;
 
 use clap::{Parser, Subcommand};
 use link_protocol::plugin::{Mode, Profile};

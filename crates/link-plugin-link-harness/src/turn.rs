@@ -1,6 +1,7 @@
 //! One turn: the model ↔ tools loop for one agent.
 //!
-//! Order matters for durability: the user message is appended before the model is called,
+//! Order matters for durability: the user message is durable before any reply is recorded
+//! or tool runs (the first model call may overlap its append: a completion acts nowhere),
 //! and every assistant and tool entry is appended as soon as it exists, so whatever a client
 //! was told happened is in the log even if the turn dies next.
 
@@ -36,8 +37,9 @@ pub async fn run(
     message: &str,
     kept: &mut Option<Conversation>,
 ) -> Result<TurnReply, RemoteError> {
-    let mut turn = begin(deps, agent, message, kept.take()).await?;
-    let result = steps(deps, mode, agent, &mut turn).await;
+    let specs = tools::specs(mode);
+    let (mut turn, first) = begin(deps, agent, message, kept.take(), &specs).await?;
+    let result = steps(deps, mode, &specs, agent, &mut turn, first).await;
     if result.is_ok() && turn.in_sync {
         *kept = Some(turn.conversation);
     }
@@ -52,28 +54,33 @@ struct Turn {
     stored: usize,
 }
 
-/// Appends the user entry, durable before the model is called, to the conversation: the
-/// kept one when the log is still as it was left, else the log as loaded now.
+/// Appends the user entry to the conversation: the kept one when the log is still as it was
+/// left, else the log as loaded now. With a kept conversation the first model call is made
+/// while the append is in flight (the completion has no effect anywhere, so it can be
+/// thrown away): it is returned, and used only once the append succeeded, so the user
+/// entry is still durable before any reply is recorded or tool runs. A conflict throws the
+/// completion away and loads the log.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
     message: &str,
     kept: Option<Conversation>,
-) -> Result<Turn, RemoteError> {
+    specs: &[Value],
+) -> Result<(Turn, Option<Value>), RemoteError> {
     let user = conversation::user_entry(message);
     if let Some(mut conversation) = kept {
         let expect = Some(conversation.total);
-        match deps
-            .append(agent, std::slice::from_ref(&user), expect)
-            .await
-        {
-            Ok(_) => {
-                conversation.push(user);
-                return Ok(Turn {
+        conversation.push(user.clone());
+        let messages = conversation.messages();
+        let append = deps.append(agent, std::slice::from_ref(&user), expect);
+        match append_while_completing(append, deps.complete(&messages, specs)).await {
+            Ok(completion) => {
+                let turn = Turn {
                     conversation,
                     in_sync: true,
                     stored: 1,
-                });
+                };
+                return Ok((turn, Some(completion?)));
             }
             // A torn tail, a re-created agent: the log is not what this harness left.
             Err(e) if e.code == ErrorCode::Conflict => {
@@ -88,7 +95,29 @@ async fn begin(
         stored: 0,
     };
     record(deps, agent, &mut turn, user).await?;
-    Ok(turn)
+    Ok((turn, None))
+}
+
+/// Awaits `append` while `complete` runs. A failed append ends the completion unfinished
+/// (dropped) and is the error; otherwise → the completion's own result. The outer result
+/// is the append's, the inner the model's.
+async fn append_while_completing(
+    append: impl std::future::Future<Output = Result<usize, RemoteError>>,
+    complete: impl std::future::Future<Output = Result<Value, RemoteError>>,
+) -> Result<Result<Value, RemoteError>, RemoteError> {
+    tokio::pin!(append, complete);
+    let mut completed = None;
+    let appended = loop {
+        tokio::select! {
+            appended = &mut append => break appended,
+            done = &mut complete, if completed.is_none() => completed = Some(done),
+        }
+    };
+    appended?;
+    Ok(match completed {
+        Some(done) => done,
+        None => complete.await,
+    })
 }
 
 /// The agent's conversation from the file store, after checking the agent exists: only the
@@ -107,17 +136,21 @@ async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError>
     Ok(Conversation::from_tail(log.total, log.entries))
 }
 
-/// The model ↔ tools loop, after the user entry.
+/// The model ↔ tools loop, after the user entry; `first` is a completion already made.
 async fn steps(
     deps: &Deps,
     mode: Mode,
+    specs: &[Value],
     agent: &AgentId,
     turn: &mut Turn,
+    mut first: Option<Value>,
 ) -> Result<TurnReply, RemoteError> {
-    let specs = tools::specs(mode);
     let mut report = Vec::new();
     for step in 1..=MAX_STEPS {
-        let completion = deps.complete(&turn.conversation.messages(), &specs).await?;
+        let completion = match first.take() {
+            Some(completion) => completion,
+            None => deps.complete(&turn.conversation.messages(), specs).await?,
+        };
         let reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
         record(deps, agent, turn, reply.entry()).await?;
         if reply.calls.is_empty() {

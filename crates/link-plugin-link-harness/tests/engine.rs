@@ -244,3 +244,36 @@ fn confined_file_and_run_tools() {
     assert_eq!(last_tool["ok"], false, "{last_tool}");
     link.down();
 }
+
+/// A turn's first model call overlaps the append of its user entry to the log the harness
+/// kept from the last turn. When that log changed behind the harness (an entry written by
+/// hand), the append is refused as a conflict: the completion made meanwhile is dropped,
+/// the log is loaded again, and the turn is answered once, after the hand-written entry.
+#[test]
+fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
+    let Ok(link) = start(Mode::Diagnostic) else {
+        unreachable!("diagnostic mode needs no confinement")
+    };
+    let id = create_agent(&link, "kept");
+    link.turn(&id, "first");
+    let log = link.layout().agent_conversation(&id);
+    let mut bytes = std::fs::read(&log).unwrap();
+    bytes.extend_from_slice(b"{\"role\":\"user\",\"content\":\"by hand\"}\n");
+    std::fs::write(&log, &bytes).unwrap();
+    // The model counts the user messages it is shown: three means the log as it is now.
+    let reply = link.turn(&id, "second");
+    assert_eq!(reply["reply"], "link-local reply #3: second", "{reply}");
+    let log = link.conversation(&id);
+    assert_eq!(
+        roles(&log),
+        ["user", "assistant", "user", "user", "assistant"],
+        "{log:?}"
+    );
+    assert_eq!(log[2]["content"], "by hand");
+    assert_eq!(log[3]["content"], "second");
+    assert_eq!(log[4]["content"], reply["reply"]);
+    // The next turn goes on from the log as this one left it.
+    let third = link.turn(&id, "third");
+    assert_eq!(third["reply"], "link-local reply #4: third", "{third}");
+    assert_eq!(link.conversation(&id).len(), 7);
+}

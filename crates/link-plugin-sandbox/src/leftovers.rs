@@ -78,14 +78,16 @@ pub(crate) mod tests {
     use std::os::unix::process::CommandExt;
     use std::process::{Command, Stdio};
 
-    /// A stand-in named `bwrap` (a copy of sh in `dir`, blocked reading its stdin) with `argv0`.
+    /// A stand-in named `bwrap` (sh through a symlink in `dir`, so its comm is `bwrap`,
+    /// blocked reading its stdin) with `argv0`. Not a copy: another test thread's fork can
+    /// hold a copy's write descriptor when it is executed (ETXTBSY).
     pub(crate) fn fake_bwrap(
         dir: &std::path::Path,
         argv0: impl AsRef<std::ffi::OsStr>,
     ) -> std::process::Child {
         let bwrap = dir.join("bwrap");
-        if !bwrap.exists() {
-            std::fs::copy("/bin/sh", &bwrap).unwrap();
+        if bwrap.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink("/bin/sh", &bwrap).unwrap();
         }
         Command::new(&bwrap)
             .arg0(argv0)
