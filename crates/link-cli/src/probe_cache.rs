@@ -3,8 +3,8 @@
 //! boot, the kernel release, the uid, the user-namespace settings, the `bwrap` found on PATH
 //! and the `link-plugin-sandbox` program (each file by device, inode, size and mtime, which
 //! also covers the seccomp filter and the policy compiled into it) — and even then the probe
-//! still runs, after `ready` and at nice 19: if it no longer says `enforced` the runtime stops with its
-//! reason and the entry is removed. A refusal is never kept, so a fix is seen at once.
+//! still runs, after `ready` and at nice 19: if it no longer says `enforced` the runtime stops
+//! with its reason and the entry is removed. A refusal is never kept, so a fix is seen at once.
 //!
 //! The entry lives beside the programs (`.link-probe-<uid>.json`); where that directory is not
 //! writable nothing is kept and every start probes first.
