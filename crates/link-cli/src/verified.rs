@@ -1,13 +1,21 @@
 //! The tokens the auth plugin said are valid, remembered by full Link's endpoint so that a
 //! request with a token verified before costs no round trip to the auth plugin.
 //!
-//! An answer stands only while the token store is untouched: an inotify watch on the store's
-//! directory and on the file itself (any write, rename, removal or change of mode, through any
-//! path) forgets every answer at once. The kernel queues the event inside the system call that
-//! changed the store, so once `link token revoke` has returned, the next request sees it and
-//! asks the auth plugin again. An answer that was in flight while the store changed is not
-//! remembered (the generation it was asked under is gone). Where the watch cannot be made,
-//! nothing is remembered and every request is verified by the auth plugin.
+//! An answer stands only while the token store is untouched. Two checks see a change, and
+//! either forgets every answer at once:
+//! - an inotify watch on the store's directory and on the file itself (any write, rename,
+//!   removal or change of mode, through any path). The kernel queues the event inside the
+//!   system call that changed the store, so once `link token revoke` has returned, the next
+//!   request sees it and asks the auth plugin again;
+//! - on every look, the identity of what the path names now (device, inode, and the file's
+//!   size, mtime and ctime): a directory removed and made again, renamed away and replaced, a
+//!   symlink or a bind mount put in its place, or a write inotify does not report (through a
+//!   shared mapping, or from another machine on a network filesystem) all show here.
+//!
+//! The watches are made again after each change; while they cannot be (no inotify watch left,
+//! the directory missing), nothing is remembered. An answer that was in flight while the store
+//! changed is not remembered (the generation it was asked under is gone). Where no watch can be
+//! made at all, every request is verified by the auth plugin.
 
 use rustix::fd::OwnedFd;
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
@@ -41,6 +49,26 @@ struct State {
     generation: u64,
     /// sha256 (hex) of the tokens found valid in this generation.
     valid: HashSet<String>,
+    /// What the paths named when the watches were last made; `None`: they could not be made
+    /// (or the store changed while they were), so nothing is remembered until they are.
+    seen: Option<Identity>,
+}
+
+/// What the store's paths name: the directory's (device, inode), and the file's, `None` while
+/// there is no file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Identity {
+    dir: (u64, u64),
+    file: Option<FileIdentity>,
+}
+
+/// A file's device, inode, size, mtime and ctime (seconds, nanoseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileIdentity {
+    at: (u64, u64),
+    size: i64,
+    mtime: (i64, u64),
+    ctime: (i64, u64),
 }
 
 impl Verified {
@@ -55,16 +83,21 @@ impl Verified {
                 )
             })
             .ok();
-        Verified {
+        let verified = Verified {
             watch,
             file: file.to_owned(),
             state: Mutex::new(State::default()),
+        };
+        if let Some(fd) = &verified.watch {
+            let mut state = verified.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.seen = rewatch(fd, file);
         }
+        verified
     }
 
     pub fn lookup(&self, token: &str) -> Lookup {
         let state = self.current();
-        // Without a watch nothing was ever remembered: the set is empty.
+        // Without a watch (or while blind) nothing is remembered: the set is empty.
         if state.valid.contains(&link_protocol::tokens::hash(token)) {
             return Lookup::Valid;
         }
@@ -74,7 +107,7 @@ impl Verified {
     /// Remembers that the auth plugin found `token` valid when asked under `generation`.
     pub fn remember(&self, token: &str, generation: u64) {
         let mut state = self.current();
-        if self.watch.is_none() || state.generation != generation {
+        if state.seen.is_none() || state.generation != generation {
             return;
         }
         if state.valid.len() >= MAX {
@@ -87,11 +120,12 @@ impl Verified {
     fn current(&self) -> std::sync::MutexGuard<'_, State> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(fd) = &self.watch {
-            if changed(fd) {
+            // Both checks run every time: inotify's queue must be drained either way.
+            let events = changed(fd);
+            if events || state.seen.is_none() || identity(&self.file) != state.seen {
                 state.generation += 1;
                 state.valid.clear();
-                // The store is replaced by a rename: watch the file that holds it now.
-                let _ = inotify::add_watch(fd, &self.file, FILE_EVENTS);
+                state.seen = rewatch(fd, &self.file);
             }
         }
         state
@@ -117,13 +151,52 @@ const FILE_EVENTS: WatchFlags = WatchFlags::MODIFY
 
 fn watch(file: &Path) -> rustix::io::Result<OwnedFd> {
     let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
-    let dir = file.parent().unwrap_or(Path::new("."));
-    inotify::add_watch(&fd, dir, DIR_EVENTS)?;
-    match inotify::add_watch(&fd, file, FILE_EVENTS) {
+    add_watches(&fd, file)?;
+    Ok(fd)
+}
+
+/// Watches what the directory and the file are now (the old watches stay on inodes that left
+/// the store's paths, harmless: any event there only forgets more).
+fn add_watches(fd: &OwnedFd, file: &Path) -> rustix::io::Result<()> {
+    inotify::add_watch(fd, dir_of(file), DIR_EVENTS)?;
+    match inotify::add_watch(fd, file, FILE_EVENTS) {
         // No token yet: its creation is an event of the directory.
-        Ok(_) | Err(Errno::NOENT) => Ok(fd),
+        Ok(_) | Err(Errno::NOENT) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Makes the watches again and says what they watch; `None` when they could not be made or the
+/// paths changed while they were being made (the next look tries again).
+fn rewatch(fd: &OwnedFd, file: &Path) -> Option<Identity> {
+    let before = identity(file)?;
+    add_watches(fd, file).ok()?;
+    let after = identity(file)?;
+    // A change between the two looks may have moved a watch onto an inode already gone.
+    (before == after && !changed(fd)).then_some(after)
+}
+
+fn dir_of(file: &Path) -> &Path {
+    file.parent().unwrap_or(Path::new("."))
+}
+
+/// `None` when the directory cannot be looked at (then nothing can be trusted).
+fn identity(file: &Path) -> Option<Identity> {
+    let dir = rustix::fs::stat(dir_of(file)).ok()?;
+    let file = match rustix::fs::stat(file) {
+        Ok(st) => Some(FileIdentity {
+            at: (st.st_dev, st.st_ino),
+            size: st.st_size,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }),
+        Err(Errno::NOENT) => None,
+        Err(_) => return None,
+    };
+    Some(Identity {
+        dir: (dir.st_dev, dir.st_ino),
+        file,
+    })
 }
 
 /// True when any event (or an overflow, or an error reading them) is pending; reads them all.
@@ -158,7 +231,8 @@ mod tests {
     }
 
     /// Each way the store changes (a token made, one revoked, the file written in place
-    /// through another name, its mode changed, it removed) forgets what was remembered.
+    /// through another name, its mode changed) forgets what was remembered; removals and
+    /// replacements are `a_store_replaced_under_the_watch_is_watched_again`.
     #[test]
     fn any_change_of_the_store_forgets_every_answer() {
         let (dir, file) = store();
@@ -219,6 +293,80 @@ mod tests {
         }
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();
+    }
+
+    /// A token made, found valid and remembered, then revoked: the revocation must be seen.
+    fn assert_revocation_seen(v: &Verified, file: &Path, what: &str) {
+        let token = link_protocol::tokens::create(file).unwrap();
+        let Lookup::Ask(generation) = v.lookup(&token) else {
+            panic!("{what}: a new token was remembered before it was answered");
+        };
+        v.remember(&token, generation);
+        assert_eq!(v.lookup(&token), Lookup::Valid, "{what}: not remembered");
+        assert!(link_protocol::tokens::revoke(file, &token).unwrap());
+        assert!(
+            matches!(v.lookup(&token), Lookup::Ask(_)),
+            "{what}: a revoked token is still taken as valid"
+        );
+    }
+
+    /// The store's directory or file replaced under the watch (removed and made again, renamed
+    /// away, a symlink in its place): the answers go, and what the path names now is watched.
+    #[test]
+    fn a_store_replaced_under_the_watch_is_watched_again() {
+        let (dir, file) = store();
+        let v = Verified::watching(&file);
+        assert_revocation_seen(&v, &file, "no tokens file at first");
+        let moved = dir.with_extension("moved");
+        let elsewhere = dir.with_extension("elsewhere");
+        type Replace<'a> = (&'a str, Box<dyn Fn() + 'a>);
+        let replacements: Vec<Replace<'_>> = vec![
+            (
+                "the file removed",
+                Box::new(|| std::fs::remove_file(&file).unwrap()),
+            ),
+            (
+                "the directory removed and made again",
+                Box::new(|| {
+                    std::fs::remove_dir_all(&dir).unwrap();
+                    std::fs::create_dir(&dir).unwrap();
+                }),
+            ),
+            (
+                "the directory renamed away and replaced",
+                Box::new(|| {
+                    std::fs::rename(&dir, &moved).unwrap();
+                    std::fs::create_dir(&dir).unwrap();
+                    std::fs::copy(moved.join("tokens"), &file).unwrap();
+                    std::fs::remove_dir_all(&moved).unwrap();
+                }),
+            ),
+            (
+                "a symlink in the directory's place",
+                Box::new(|| {
+                    std::fs::create_dir_all(&elsewhere).unwrap();
+                    std::fs::copy(&file, elsewhere.join("tokens")).unwrap();
+                    std::fs::remove_dir_all(&dir).unwrap();
+                    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+                }),
+            ),
+        ];
+        for (what, replace) in replacements {
+            let token = link_protocol::tokens::create(&file).unwrap();
+            let Lookup::Ask(generation) = v.lookup(&token) else {
+                panic!("{what}: remembered before it was answered");
+            };
+            v.remember(&token, generation);
+            assert_eq!(v.lookup(&token), Lookup::Valid, "{what}: not remembered");
+            replace();
+            assert!(
+                matches!(v.lookup(&token), Lookup::Ask(_)),
+                "{what}: the answer outlived the replacement"
+            );
+            assert_revocation_seen(&v, &file, what);
+        }
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::remove_dir_all(&elsewhere).unwrap();
     }
 
     /// An answer asked for before the store changed is not remembered after it.

@@ -59,7 +59,9 @@ struct Turn {
 /// while the append is in flight (the completion has no effect anywhere, so it can be
 /// thrown away): it is returned, and used only once the append succeeded, so the user
 /// entry is still durable before any reply is recorded or tool runs. A conflict throws the
-/// completion away and loads the log.
+/// completion away and loads the log. The turn's model is `link-local`, which the model plugin
+/// answers itself; a model it forwards to a provider would see (and bill) the message before it
+/// is durable, so such a model would have to wait for the append instead.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
@@ -74,10 +76,10 @@ async fn begin(
         let messages = conversation.messages();
         let append = deps.append(agent, std::slice::from_ref(&user), expect);
         match append_while_completing(append, deps.complete(&messages, specs)).await {
-            Ok(completion) => {
+            Ok((total, completion)) => {
                 let turn = Turn {
+                    in_sync: in_sync(agent, total, &conversation),
                     conversation,
-                    in_sync: true,
                     stored: 1,
                 };
                 return Ok((turn, Some(completion?)));
@@ -99,12 +101,12 @@ async fn begin(
 }
 
 /// Awaits `append` while `complete` runs. A failed append ends the completion unfinished
-/// (dropped) and is the error; otherwise → the completion's own result. The outer result
-/// is the append's, the inner the model's.
+/// (dropped) and is the error; otherwise → the log's new total and the completion's own
+/// result. The outer result is the append's, the inner the model's.
 async fn append_while_completing(
     append: impl std::future::Future<Output = Result<usize, RemoteError>>,
     complete: impl std::future::Future<Output = Result<Value, RemoteError>>,
-) -> Result<Result<Value, RemoteError>, RemoteError> {
+) -> Result<(usize, Result<Value, RemoteError>), RemoteError> {
     tokio::pin!(append, complete);
     let mut completed = None;
     let appended = loop {
@@ -113,11 +115,12 @@ async fn append_while_completing(
             done = &mut complete, if completed.is_none() => completed = Some(done),
         }
     };
-    appended?;
-    Ok(match completed {
+    let total = appended?;
+    let done = match completed {
         Some(done) => done,
         None => complete.await,
-    })
+    };
+    Ok((total, done))
 }
 
 /// The agent's conversation from the file store, after checking the agent exists: only the
@@ -225,15 +228,24 @@ async fn record(
     };
     turn.stored += 1;
     turn.conversation.push(entry);
-    if total != turn.conversation.total {
-        tracing::info!(
-            "the conversation log of {agent} holds {total} entries, not the {} this turn \
-             knows of; it will be loaded again",
-            turn.conversation.total
-        );
+    if !in_sync(agent, total, &turn.conversation) {
         turn.in_sync = false;
     }
     Ok(())
+}
+
+/// Whether the log's total after an append is the one this turn knows of; when not, the next
+/// turn loads the log again.
+fn in_sync(agent: &AgentId, total: usize, conversation: &Conversation) -> bool {
+    if total == conversation.total {
+        return true;
+    }
+    tracing::info!(
+        "the conversation log of {agent} holds {total} entries, not the {} this turn knows \
+         of; it will be loaded again",
+        conversation.total
+    );
+    false
 }
 
 /// A full disk after this turn stored `stored` entries: those stay (the log says what
@@ -300,6 +312,63 @@ fn refused(message: String) -> Outcome {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    type Outcome = Result<(usize, Result<Value, RemoteError>), RemoteError>;
+
+    /// `append_while_completing` with an append that takes `append_ms` and ends `appended`, and
+    /// a completion that takes `complete_ms` and ends `completed`; also → whether the
+    /// completion ran to its end.
+    fn overlap(
+        append_ms: u64,
+        appended: Result<usize, RemoteError>,
+        complete_ms: u64,
+        completed: Result<Value, RemoteError>,
+    ) -> (Outcome, bool) {
+        let finished = std::cell::Cell::new(false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let sleep = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
+        let outcome = rt.block_on(append_while_completing(
+            async {
+                sleep(append_ms).await;
+                appended
+            },
+            async {
+                sleep(complete_ms).await;
+                finished.set(true);
+                completed
+            },
+        ));
+        (outcome, finished.get())
+    }
+
+    #[test]
+    fn a_completion_counts_only_once_its_append_succeeded() {
+        let full = || RemoteError::new(ErrorCode::InsufficientStorage, "disk full");
+        let model_down = || RemoteError::new(ErrorCode::Unavailable, "model down");
+        // The model answers first: its answer waits for the append.
+        let (outcome, finished) = overlap(30, Ok(3), 0, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap().0, 3);
+        assert!(finished);
+        // The append ends first: the completion is awaited to its end.
+        let (outcome, _) = overlap(0, Ok(3), 30, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap().1.unwrap(), json!("hi"));
+        // The append fails: its error, whether the model had answered or not; an unfinished
+        // completion is dropped unfinished.
+        let (outcome, _) = overlap(30, Err(full()), 0, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
+        let (outcome, finished) = overlap(0, Err(full()), 30, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
+        assert!(!finished, "the completion ran on after its append failed");
+        // The model fails before the append succeeded: the append stands, the model's error
+        // is the inner one.
+        let (outcome, _) = overlap(30, Ok(3), 0, Err(model_down()));
+        let (total, done) = outcome.unwrap();
+        assert_eq!(total, 3);
+        assert_eq!(done.unwrap_err().code, ErrorCode::Unavailable);
+    }
 
     #[test]
     fn the_step_bound_is_named() {

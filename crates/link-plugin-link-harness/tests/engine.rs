@@ -263,6 +263,13 @@ fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
     // The model counts the user messages it is shown: three means the log as it is now.
     let reply = link.turn(&id, "second");
     assert_eq!(reply["reply"], "link-local reply #3: second", "{reply}");
+    // ... and the harness had kept the conversation: the conflict path ran, not a plain load.
+    let harness_log =
+        std::fs::read_to_string(link.layout().log_file("link-plugin-link-harness")).unwrap();
+    assert!(
+        harness_log.contains(&format!("loading the conversation of {id} again")),
+        "{harness_log}"
+    );
     let log = link.conversation(&id);
     assert_eq!(
         roles(&log),
