@@ -139,3 +139,32 @@ fn a_stopped_plugin_times_out_its_routes_is_marked_unresponsive_and_recovers() {
     );
     rt.down();
 }
+
+/// A token the auth plugin found valid is taken again without asking it (so a stopped auth
+/// plugin does not stall it) until the token store changes; then it is asked again — here it
+/// is stopped, so the request times out instead of being let in — and answers once continued.
+#[test]
+fn a_verified_token_needs_no_auth_call_until_the_token_store_changes() {
+    let root = state_root();
+    let mut rt = up(&root);
+    let token = rt.create_token();
+    assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    let stopped = Stopped::new(rt.plugin_pid("link-plugin-auth"));
+    let started = Instant::now();
+    for _ in 0..3 {
+        let resp = rt.get("/v1/status", Some(&token));
+        assert_eq!(resp.status, 200, "{:?}", resp.json());
+    }
+    assert!(
+        started.elapsed() < DEADLINE,
+        "a remembered token waited for the stopped auth plugin"
+    );
+    // Another token made by hand changes the store: nothing remembered stands.
+    link_protocol::tokens::create(&rt.layout().tokens_file()).unwrap();
+    let resp = rt.get("/v1/status", Some(&token));
+    assert_eq!(resp.status, 504, "{:?}", resp.json());
+    assert_eq!(resp.json()["error"]["code"], "timeout", "{:?}", resp.json());
+    drop(stopped);
+    assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    rt.down();
+}

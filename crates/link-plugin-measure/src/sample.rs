@@ -47,6 +47,22 @@ pub fn sample_process(pid: i32) -> Option<ProcessSample> {
     })
 }
 
+/// The CPU time `pid` has used so far, over all its threads, in nanoseconds: the scheduler's
+/// own count (`/proc/PID/task/*/schedstat`), not utime+stime rounded to clock ticks, which is
+/// too coarse for a start-up of a few milliseconds. `None` once it is gone or where the
+/// kernel keeps no such count.
+pub fn cpu_run_ns(pid: i32) -> Option<u64> {
+    let tasks = procfs::process::Process::new(pid).ok()?.tasks().ok()?;
+    let mut total = None;
+    for task in tasks.flatten() {
+        // A thread that ended meanwhile took its time with it.
+        if let Ok(s) = task.schedstat() {
+            *total.get_or_insert(0) += s.sum_exec_runtime;
+        }
+    }
+    total
+}
+
 /// Samples `pids` (processes that vanished meanwhile are left out).
 pub fn sample_round(index: u64, pids: &[i32]) -> SampleRound {
     SampleRound {
@@ -63,6 +79,28 @@ pub fn is_alive(pid: i32) -> bool {
 
 #[cfg(test)]
 mod tests {
+    /// CPU used by any thread counts, to the nanosecond; a process that is gone has none.
+    #[test]
+    fn cpu_time_counts_every_thread_and_a_gone_process_has_none() {
+        let me = std::process::id() as i32;
+        let before = super::cpu_run_ns(me).expect("this process's CPU time");
+        let spin = std::thread::spawn(|| {
+            let start = std::time::Instant::now();
+            let mut x = 0u64;
+            while start.elapsed() < std::time::Duration::from_millis(20) {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            // Still alive when counted: a thread that ended takes its time with it.
+            super::cpu_run_ns(std::process::id() as i32)
+        });
+        let during = spin.join().unwrap().expect("CPU time with the thread");
+        assert!(during >= before + 15_000_000, "{before} -> {during}");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert_eq!(super::cpu_run_ns(pid), None);
+    }
+
     #[test]
     fn samples_self_and_finds_children() {
         let me = std::process::id() as i32;

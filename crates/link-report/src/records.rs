@@ -27,6 +27,21 @@ pub struct Report {
     pub coverage: Coverage,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<TraceSection>,
+    /// The CPU time start-up took, counted when the ready line came; absent: not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_cpu: Option<StartupCpu>,
+}
+
+/// The CPU time (user and system, every thread) the host and every process it started and
+/// still ran had used when its ready line came: start-up's work, whatever its parallelism. On
+/// `cpus` CPUs start-up cannot take less than `cpu_ns / cpus`. A process that had already
+/// exited is not in it; the sandbox probe full Link starts right after `ready` (behind a kept
+/// answer) may be, with what it had used by then.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartupCpu {
+    pub cpu_ns: u64,
+    /// The processes counted: the host and its live descendants.
+    pub processes: u32,
 }
 
 /// A program the run used, as found on disk.
@@ -300,6 +315,7 @@ impl Report {
             outcome: Outcome::default(),
             coverage: Coverage::default(),
             trace: None,
+            startup_cpu: None,
         }
     }
 }

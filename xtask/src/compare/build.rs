@@ -4,7 +4,8 @@
 use super::runs::work_ns;
 use super::{
     status_word, Comparison, ExecRow, ExitOverhead, Loaded, PhaseRow, PhaseSample, PhaseStats,
-    RunRecord, Side, TimedRun, TracedSide, SCHEMA_VERSION, WIDE_INTERVAL,
+    RunRecord, Side, StartupCpuSide, StartupCpuStats, TimedRun, TracedSide, SCHEMA_VERSION,
+    WIDE_INTERVAL,
 };
 use crate::stats;
 use link_report::{Mode, Phase, PhaseName, Profile, Status, TracePhase};
@@ -38,6 +39,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let host_exit = [Profile::Mini, Profile::Link]
         .map(|p| exit_overhead(&runs, p))
         .to_vec();
+    let startup_cpu = startup_cpu(&runs, input.mini.report.platform.cpus);
     Comparison {
         schema_version: SCHEMA_VERSION,
         mode: input.mode,
@@ -54,6 +56,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         warnings,
         host_exit,
         sandbox_bench: None,
+        startup_cpu,
     }
 }
 
@@ -107,6 +110,7 @@ fn run_record(r: &TimedRun) -> RunRecord {
                 duration_ns: p.duration_ns,
             })
             .collect(),
+        startup_cpu: rep.startup_cpu,
     }
 }
 
@@ -179,6 +183,39 @@ fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
         ratio,
         absent,
     }
+}
+
+/// Each side's start-up CPU time over its passed runs that measured it, and Link/Mini.
+fn startup_cpu(runs: &[RunRecord], cpus: usize) -> Option<StartupCpuStats> {
+    let groups = |p: Profile| -> Vec<Vec<f64>> {
+        passed(runs, p)
+            .filter_map(|r| r.startup_cpu)
+            .map(|c| vec![c.cpu_ns as f64])
+            .collect()
+    };
+    let (mini, link) = (groups(Profile::Mini), groups(Profile::Link));
+    if mini.is_empty() && link.is_empty() {
+        return None;
+    }
+    let side = |p: Profile, g: &[Vec<f64>]| {
+        let counts: Vec<f64> = passed(runs, p)
+            .filter_map(|r| r.startup_cpu)
+            .map(|c| c.processes as f64)
+            .collect();
+        let median_ns = (!g.is_empty()).then(|| stats::median(&g.concat()));
+        StartupCpuSide {
+            profile: p,
+            runs: g.len() as u32,
+            median_ns,
+            processes: (!counts.is_empty()).then(|| stats::median(&counts).round() as u32),
+            floor_ns: median_ns.filter(|_| cpus > 0).map(|ns| ns / cpus as f64),
+        }
+    };
+    Some(StartupCpuStats {
+        cpus,
+        sides: vec![side(Profile::Mini, &mini), side(Profile::Link, &link)],
+        ratio: stats::ratio(&mini, &link, stats::seed("startup_cpu")),
+    })
 }
 
 fn phase_stats(runs: &[RunRecord]) -> Vec<PhaseStats> {

@@ -240,6 +240,45 @@ pub fn stats_markdown(c: &Comparison) -> String {
         c.method
     ));
     md.push_str(&host_exit_markdown(c));
+    md.push_str(&startup_cpu_markdown(c));
+    md
+}
+
+/// Start-up's CPU time, and the floor it puts under start-up on this machine.
+fn startup_cpu_markdown(c: &Comparison) -> String {
+    let Some(cpu) = &c.startup_cpu else {
+        return String::new();
+    };
+    let figure = |ns: Option<f64>| ns.map_or("—".into(), |ns| format!("{:.1} ms", ns / 1e6));
+    let mut md = String::from(
+        "\nStart-up CPU time (the host and every process it started that still ran, all \
+         threads, summed from `/proc/PID/task/*/schedstat` when the ready line came), median \
+         of passed runs:",
+    );
+    for s in &cpu.sides {
+        let processes = s.processes.map_or("—".into(), |n| n.to_string());
+        md.push_str(&format!(
+            " {} {} ({processes} processes; {} runs);",
+            s.profile,
+            figure(s.median_ns),
+            s.runs
+        ));
+    }
+    if let Some(r) = &cpu.ratio {
+        md.push_str(&format!(" Link/Mini {}.", r.ratio_text()));
+    } else {
+        md.pop();
+        md.push('.');
+    }
+    md.push_str(&format!(
+        " On {} CPUs no start-up can be shorter than its CPU time / {}:",
+        cpu.cpus, cpu.cpus
+    ));
+    for s in &cpu.sides {
+        md.push_str(&format!(" {} {};", s.profile, figure(s.floor_ns)));
+    }
+    md.pop();
+    md.push_str(".\n");
     md
 }
 

@@ -76,6 +76,31 @@ pub struct Comparison {
     /// `bench-sandbox.json`; absent without the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_bench: Option<crate::bench_sandbox::SandboxBench>,
+    /// Start-up's CPU time on each side; absent when no passed run measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_cpu: Option<StartupCpuStats>,
+}
+
+/// Start-up's CPU time (`Report::startup_cpu`) over each side's passed runs, and the floor it
+/// puts under start-up on this machine's CPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartupCpuStats {
+    pub cpus: usize,
+    pub sides: Vec<StartupCpuSide>,
+    /// Link/Mini, the ratio of medians with its 95% bootstrap interval over runs.
+    pub ratio: Option<Interval>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StartupCpuSide {
+    pub profile: Profile,
+    /// Passed runs that measured it.
+    pub runs: u32,
+    pub median_ns: Option<f64>,
+    /// The processes counted, median over those runs.
+    pub processes: Option<u32>,
+    /// `median_ns / cpus`: no start-up of this side can be shorter on this machine.
+    pub floor_ns: Option<f64>,
 }
 
 /// One timed run as it is compared.
@@ -91,6 +116,8 @@ pub struct RunRecord {
     pub noise: Noise,
     /// Every phase round's duration.
     pub phases: Vec<PhaseSample>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub startup_cpu: Option<link_report::StartupCpu>,
 }
 
 /// One phase round of one run.

@@ -415,3 +415,45 @@ fn host_exit_lies_within_shutdown_in_no_total_and_gives_each_side_its_overhead()
         .unwrap()
         .contains("no host_exit phase"));
 }
+
+#[test]
+fn startup_cpu_gives_each_side_its_median_its_floor_and_the_ratio() {
+    let mut runs = runs_of(4, |_, _| 1.0);
+    // Without the figure (older reports) there is no line, not a zero.
+    assert_eq!(from_runs(&runs).startup_cpu, None);
+    assert!(!markdown(&from_runs(&runs)).contains("Start-up CPU"));
+    for r in &mut runs {
+        let (ms, processes) = match r.loaded.report.profile {
+            Profile::Mini => (10 + r.index as u64, 5),
+            Profile::Link => (30 + r.index as u64, 13),
+        };
+        r.loaded.report.startup_cpu = Some(link_report::StartupCpu {
+            cpu_ns: ms * 1_000_000,
+            processes,
+        });
+    }
+    let c = from_runs(&runs);
+    let cpu = c.startup_cpu.as_ref().expect("measured");
+    let [mini, link] = [&cpu.sides[0], &cpu.sides[1]];
+    assert_eq!(
+        (mini.profile, mini.runs, mini.processes),
+        (Profile::Mini, 4, Some(5))
+    );
+    assert_eq!(mini.median_ns, Some(12.5e6));
+    assert_eq!(link.median_ns, Some(32.5e6));
+    assert_eq!(link.processes, Some(13));
+    let cpus = cpu.cpus as f64;
+    assert!(cpus >= 1.0);
+    assert_eq!(link.floor_ns, Some(32.5e6 / cpus));
+    let ratio = cpu.ratio.expect("both sides measured");
+    assert_eq!(ratio.estimate, 2.6);
+    assert!(ratio.low <= 2.6 && 2.6 <= ratio.high, "{ratio:?}");
+    let md = markdown(&c);
+    assert!(md.contains("mini 12.5 ms (5 processes; 4 runs)"), "{md}");
+    assert!(md.contains("link 32.5 ms (13 processes; 4 runs)"), "{md}");
+    assert!(md.contains("Link/Mini 2.60×"), "{md}");
+    // A failed run's figure is not in its side's.
+    runs[1].loaded.report.outcome.status = Status::Failed;
+    let link = &from_runs(&runs).startup_cpu.unwrap().sides[1];
+    assert_eq!(link.runs, 3);
+}

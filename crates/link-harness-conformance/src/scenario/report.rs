@@ -243,6 +243,10 @@ impl<'a> Recorder<'a> {
     }
 
     /// The host's pid, so the processes seen from now on name it `host`.
+    pub(super) fn startup_cpu(&mut self, cpu: Option<link_plugin_measure::StartupCpu>) {
+        self.report.startup_cpu = cpu;
+    }
+
     pub(super) fn host_started(&mut self, pid: i32) {
         self.host_pid = Some(pid);
     }

@@ -79,6 +79,7 @@ pub(super) async fn ready<'a>(
     let ready = host.wait_ready().map_err(describe);
     let took = rec.end_phase(PhaseName::Startup, 0, timer);
     let socket: PathBuf = ready.map_err(|e| format!("{e}; {}", log_tail(host)))?;
+    rec.startup_cpu(cpu_so_far(host.host_pid()));
     let layout = host.layout().clone();
     let peer = link_protocol::client::connection_peer(&layout);
     let conn = Connection::new(&socket, token).served_by(peer);
@@ -110,6 +111,20 @@ pub(super) async fn ready<'a>(
         layout,
         conn,
     })
+}
+
+/// The CPU time the host `host` and its live descendants have used; `None` when the host's
+/// own cannot be read (then no figure stands, rather than a part taken for the whole).
+fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
+    let mut cpu_ns = link_plugin_measure::sample::cpu_run_ns(host)?;
+    let mut processes = 1;
+    for pid in link_plugin_measure::sample::descendants(host) {
+        if let Some(ns) = link_plugin_measure::sample::cpu_run_ns(pid) {
+            cpu_ns += ns;
+            processes += 1;
+        }
+    }
+    Some(link_plugin_measure::StartupCpu { cpu_ns, processes })
 }
 
 fn describe(e: NotReady) -> String {
