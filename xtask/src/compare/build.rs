@@ -197,18 +197,28 @@ fn startup_cpu(runs: &[RunRecord], cpus: usize) -> Option<StartupCpuStats> {
     if mini.is_empty() && link.is_empty() {
         return None;
     }
+    let startup = PhaseName::Startup.as_str();
     let side = |p: Profile, g: &[Vec<f64>]| {
         let counts: Vec<f64> = passed(runs, p)
             .filter_map(|r| r.startup_cpu)
             .map(|c| c.processes as f64)
             .collect();
         let median_ns = (!g.is_empty()).then(|| stats::median(&g.concat()));
+        // Each run's start-up against that run's own floor: one measurement, so paired.
+        let pairs: Vec<(f64, f64)> = passed(runs, p)
+            .filter(|_| cpus > 0)
+            .filter_map(|r| {
+                let wall = r.phases.iter().find(|s| s.name == startup)?.duration_ns;
+                Some((wall as f64, r.startup_cpu?.cpu_ns as f64 / cpus as f64))
+            })
+            .collect();
         StartupCpuSide {
             profile: p,
             runs: g.len() as u32,
             median_ns,
             processes: (!counts.is_empty()).then(|| stats::median(&counts).round() as u32),
             floor_ns: median_ns.filter(|_| cpus > 0).map(|ns| ns / cpus as f64),
+            over_floor: stats::paired_ratio(&pairs, stats::seed("startup_over_floor")),
         }
     };
     Some(StartupCpuStats {

@@ -275,7 +275,12 @@ fn startup_cpu_markdown(c: &Comparison) -> String {
         cpu.cpus, cpu.cpus
     ));
     for s in &cpu.sides {
-        md.push_str(&format!(" {} {};", s.profile, figure(s.floor_ns)));
+        let over = s.over_floor.map_or("—".into(), |r| r.ratio_text());
+        md.push_str(&format!(
+            " {} {}, start-up {over} of it;",
+            s.profile,
+            figure(s.floor_ns)
+        ));
     }
     md.pop();
     md.push_str(".\n");

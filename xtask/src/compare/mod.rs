@@ -101,6 +101,10 @@ pub struct StartupCpuSide {
     pub processes: Option<u32>,
     /// `median_ns / cpus`: no start-up of this side can be shorter on this machine.
     pub floor_ns: Option<f64>,
+    /// The `startup` phase over the run's own floor, median of the runs' own ratios with its
+    /// 95% interval: how far start-up is from using every CPU all the time.
+    #[serde(default)]
+    pub over_floor: Option<Interval>,
 }
 
 /// One timed run as it is compared.

@@ -445,6 +445,24 @@ fn startup_cpu_gives_each_side_its_median_its_floor_and_the_ratio() {
     let cpus = cpu.cpus as f64;
     assert!(cpus >= 1.0);
     assert_eq!(link.floor_ns, Some(32.5e6 / cpus));
+    // Each run's start-up over its own floor.
+    let startup_ns = |p: Profile, i: u32| {
+        let r = runs
+            .iter()
+            .find(|r| r.loaded.report.profile == p && r.index == i);
+        let phases = &r.unwrap().loaded.report.phases;
+        phases
+            .iter()
+            .find(|s| s.name == "startup")
+            .unwrap()
+            .duration_ns as f64
+    };
+    let own: Vec<f64> = (1..=4)
+        .map(|i| startup_ns(Profile::Link, i) / ((30 + i) as f64 * 1e6 / cpus))
+        .collect();
+    let over = link.over_floor.expect("paired");
+    assert_eq!(over.estimate, (stats::median(&own) * 1e4).round() / 1e4);
+    assert!(over.low <= over.estimate && over.estimate <= over.high);
     let ratio = cpu.ratio.expect("both sides measured");
     assert_eq!(ratio.estimate, 2.6);
     assert!(ratio.low <= 2.6 && 2.6 <= ratio.high, "{ratio:?}");
