@@ -72,9 +72,10 @@ struct FileIdentity {
 }
 
 impl Verified {
-    /// Watches `file` (the token store) and its directory.
+    /// Watches `file` (the token store) and its directory; where they cannot be watched yet
+    /// (no directory), every look tries again.
     pub fn watching(file: &Path) -> Verified {
-        let watch = watch(file)
+        let watch = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)
             .inspect_err(|e| {
                 link_protocol::errln!(
                     "link: cannot watch the token store {} ({e}): every request is verified \
@@ -83,22 +84,29 @@ impl Verified {
                 )
             })
             .ok();
-        let verified = Verified {
+        let seen = watch.as_ref().and_then(|fd| rewatch(fd, file));
+        if watch.is_some() && seen.is_none() {
+            link_protocol::errln!(
+                "link: cannot watch the token store {} yet: requests are verified by the auth \
+                 plugin until it can be",
+                file.display()
+            );
+        }
+        Verified {
             watch,
             file: file.to_owned(),
-            state: Mutex::new(State::default()),
-        };
-        if let Some(fd) = &verified.watch {
-            let mut state = verified.state.lock().unwrap_or_else(|e| e.into_inner());
-            state.seen = rewatch(fd, file);
+            state: Mutex::new(State {
+                seen,
+                ..State::default()
+            }),
         }
-        verified
     }
 
     pub fn lookup(&self, token: &str) -> Lookup {
+        let hash = link_protocol::tokens::hash(token);
         let state = self.current();
         // Without a watch (or while blind) nothing is remembered: the set is empty.
-        if state.valid.contains(&link_protocol::tokens::hash(token)) {
+        if state.valid.contains(&hash) {
             return Lookup::Valid;
         }
         Lookup::Ask(state.generation)
@@ -106,6 +114,7 @@ impl Verified {
 
     /// Remembers that the auth plugin found `token` valid when asked under `generation`.
     pub fn remember(&self, token: &str, generation: u64) {
+        let hash = link_protocol::tokens::hash(token);
         let mut state = self.current();
         if state.seen.is_none() || state.generation != generation {
             return;
@@ -113,7 +122,7 @@ impl Verified {
         if state.valid.len() >= MAX {
             state.valid.clear();
         }
-        state.valid.insert(link_protocol::tokens::hash(token));
+        state.valid.insert(hash);
     }
 
     /// The state, after forgetting everything if the store changed since the last look.
@@ -148,12 +157,6 @@ const FILE_EVENTS: WatchFlags = WatchFlags::MODIFY
     .union(WatchFlags::ATTRIB)
     .union(WatchFlags::DELETE_SELF)
     .union(WatchFlags::MOVE_SELF);
-
-fn watch(file: &Path) -> rustix::io::Result<OwnedFd> {
-    let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK)?;
-    add_watches(&fd, file)?;
-    Ok(fd)
-}
 
 /// Watches what the directory and the file are now (the old watches stay on inodes that left
 /// the store's paths, harmless: any event there only forgets more).
@@ -384,13 +387,22 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A store whose directory appears only after the endpoint started is watched from then.
     #[test]
-    fn without_a_watch_nothing_is_remembered() {
-        let v = Verified::watching(Path::new("/nonexistent-lnk-dir/tokens"));
+    fn a_store_made_after_the_start_is_watched_once_it_exists() {
+        let (dir, file) = store();
+        std::fs::remove_dir(&dir).unwrap();
+        let v = Verified::watching(&file);
         let Lookup::Ask(generation) = v.lookup("lnk_x") else {
-            panic!("remembered without a watch");
+            panic!("remembered before anything was answered");
         };
         v.remember("lnk_x", generation);
-        assert!(matches!(v.lookup("lnk_x"), Lookup::Ask(_)));
+        assert!(
+            matches!(v.lookup("lnk_x"), Lookup::Ask(_)),
+            "remembered unwatched"
+        );
+        std::fs::create_dir(&dir).unwrap();
+        assert_revocation_seen(&v, &file, "the directory made after the start");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

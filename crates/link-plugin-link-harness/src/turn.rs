@@ -359,7 +359,8 @@ mod tests {
         // completion is dropped unfinished.
         let (outcome, _) = overlap(30, Err(full()), 0, Ok(json!("hi")));
         assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
-        let (outcome, finished) = overlap(0, Err(full()), 30, Ok(json!("hi")));
+        // (A completion that would take a minute: it can only finish if it is not dropped.)
+        let (outcome, finished) = overlap(0, Err(full()), 60_000, Ok(json!("hi")));
         assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
         assert!(!finished, "the completion ran on after its append failed");
         // The model fails before the append succeeded: the append stands, the model's error

@@ -84,17 +84,22 @@ mod tests {
     fn cpu_time_counts_every_thread_and_a_gone_process_has_none() {
         let me = std::process::id() as i32;
         let before = super::cpu_run_ns(me).expect("this process's CPU time");
-        let spin = std::thread::spawn(|| {
-            let start = std::time::Instant::now();
-            let mut x = 0u64;
-            while start.elapsed() < std::time::Duration::from_millis(20) {
-                x = std::hint::black_box(x.wrapping_add(1));
+        // Spins until this process has used 20 ms more (however slowly a loaded machine
+        // gives it the CPU), then counts while the spinning thread is still alive.
+        let spin = std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                let now = super::cpu_run_ns(me).expect("CPU time with the thread");
+                if now >= before + 20_000_000 || std::time::Instant::now() > deadline {
+                    return now;
+                }
+                for _ in 0..10_000 {
+                    std::hint::black_box(std::time::Instant::now());
+                }
             }
-            // Still alive when counted: a thread that ended takes its time with it.
-            super::cpu_run_ns(std::process::id() as i32)
         });
-        let during = spin.join().unwrap().expect("CPU time with the thread");
-        assert!(during >= before + 15_000_000, "{before} -> {during}");
+        let during = spin.join().unwrap();
+        assert!(during >= before + 20_000_000, "{before} -> {during}");
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id() as i32;
         child.wait().unwrap();

@@ -34,9 +34,9 @@ pub struct Report {
 
 /// The CPU time (user and system, every thread) the host and every process it started and
 /// still ran had used when its ready line came: start-up's work, whatever its parallelism. On
-/// `cpus` CPUs start-up cannot take less than `cpu_ns / cpus`. A process that had already
-/// exited is not in it; the sandbox probe full Link starts right after `ready` (behind a kept
-/// answer) may be, with what it had used by then.
+/// `cpus` CPUs start-up cannot take less than `cpu_ns / cpus`. Not in it: a process (or a
+/// thread) that had already exited, and the sandbox probe full Link starts right after
+/// `ready` behind a kept answer, with what that probe runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartupCpu {
     pub cpu_ns: u64,

@@ -252,8 +252,9 @@ fn startup_cpu_markdown(c: &Comparison) -> String {
     let figure = |ns: Option<f64>| ns.map_or("—".into(), |ns| format!("{:.1} ms", ns / 1e6));
     let mut md = String::from(
         "\nStart-up CPU time (the host and every process it started that still ran, all \
-         threads, summed from `/proc/PID/task/*/schedstat` when the ready line came), median \
-         of passed runs:",
+         their threads, summed from `/proc/PID/task/*/schedstat` when the ready line came; \
+         exited processes and threads and the sandbox probe started after `ready` are not in \
+         it), median of passed runs:",
     );
     for s in &cpu.sides {
         let processes = s.processes.map_or("—".into(), |n| n.to_string());

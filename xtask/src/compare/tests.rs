@@ -474,4 +474,17 @@ fn startup_cpu_gives_each_side_its_median_its_floor_and_the_ratio() {
     runs[1].loaded.report.outcome.status = Status::Failed;
     let link = &from_runs(&runs).startup_cpu.unwrap().sides[1];
     assert_eq!(link.runs, 3);
+    // A side without the figure shows none, and there is no ratio.
+    for r in runs
+        .iter_mut()
+        .filter(|r| r.loaded.report.profile == Profile::Link)
+    {
+        r.loaded.report.startup_cpu = None;
+    }
+    let c = from_runs(&runs);
+    let cpu = c.startup_cpu.as_ref().unwrap();
+    assert_eq!((cpu.sides[1].median_ns, cpu.ratio), (None, None));
+    let md = markdown(&c);
+    assert!(md.contains("link — (— processes; 0 runs)"), "{md}");
+    assert!(!md.contains("Link/Mini 2."), "{md}");
 }

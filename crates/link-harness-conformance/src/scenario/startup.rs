@@ -113,18 +113,56 @@ pub(super) async fn ready<'a>(
     })
 }
 
-/// The CPU time the host `host` and its live descendants have used; `None` when the host's
-/// own cannot be read (then no figure stands, rather than a part taken for the whole).
+/// The CPU time the host `host` and its live descendants have used, but for the sandbox probe
+/// full Link starts right after `ready` behind a kept answer (and whatever that probe runs):
+/// it is not start-up's work. `None` when the host's own cannot be read (then no figure
+/// stands, rather than a part taken for the whole).
 fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
-    let mut cpu_ns = link_plugin_measure::sample::cpu_run_ns(host)?;
+    use link_plugin_measure::sample::cpu_run_ns;
+    let mut cpu_ns = cpu_run_ns(host)?;
     let mut processes = 1;
-    for pid in link_plugin_measure::sample::descendants(host) {
-        if let Some(ns) = link_plugin_measure::sample::cpu_run_ns(pid) {
+    for pid in outside_the_probe(host) {
+        if let Some(ns) = cpu_run_ns(pid) {
             cpu_ns += ns;
             processes += 1;
         }
     }
     Some(link_plugin_measure::StartupCpu { cpu_ns, processes })
+}
+
+/// The live descendants of `host` that are neither a `link-plugin-sandbox probe` nor started
+/// by one.
+fn outside_the_probe(host: i32) -> Vec<i32> {
+    let procs: Vec<_> = link_plugin_measure::sample::descendants(host)
+        .into_iter()
+        .filter_map(crate::reaper::read_proc)
+        .collect();
+    let is_probe = |p: &crate::reaper::ProcInfo| {
+        p.argv.get(1).map(String::as_str) == Some("probe")
+            && p.argv[0].ends_with(link_protocol::routes::programs::SANDBOX)
+    };
+    let mut probe: std::collections::HashSet<i32> = procs
+        .iter()
+        .filter(|p| is_probe(p))
+        .map(|p| p.pid)
+        .collect();
+    // Down the tree, whatever order the pids come in.
+    loop {
+        let more: Vec<i32> = procs
+            .iter()
+            .filter(|p| probe.contains(&p.ppid) && !probe.contains(&p.pid))
+            .map(|p| p.pid)
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        probe.extend(more);
+    }
+    procs
+        .iter()
+        .map(|p| p.pid)
+        .filter(|pid| !probe.contains(pid))
+        .collect()
 }
 
 fn describe(e: NotReady) -> String {
