@@ -6,7 +6,8 @@
 //! There are two spawner threads: a fork waits for its child's exec (capabilities, Landlock,
 //! then the exec itself), so plugins forked one after another start one after another; two
 //! threads overlap those waits (start-up of full Link 0.87–0.89× one thread's, on 2 cores),
-//! and the runtime's thread prepares the next command meanwhile.
+//! and the runtime's thread prepares the next command meanwhile. The first takes the filter
+//! and starts the second, which inherits it: one load of the filter, not two.
 //!
 //! The spawner threads live as long as the host and never return: a plugin's parent-death
 //! signal (`crate::host::die_with_host`) follows the thread that forked it, not the process,
@@ -69,39 +70,56 @@ pub fn spawn(mut cmd: Command, forker: Forker) -> Forking {
 
 /// The queue of the next spawner thread in turn; both start on first use.
 fn filtered() -> Result<&'static mpsc::Sender<Job>, &'static String> {
-    static JOBS: OnceLock<[Result<mpsc::Sender<Job>, String>; 2]> = OnceLock::new();
+    static JOBS: OnceLock<Result<[mpsc::Sender<Job>; 2], String>> = OnceLock::new();
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let all = JOBS.get_or_init(|| [start_filtered(), start_filtered()]);
-    all[NEXT.fetch_add(1, Ordering::Relaxed) % all.len()].as_ref()
+    let both = JOBS.get_or_init(start_filtered).as_ref()?;
+    Ok(&both[NEXT.fetch_add(1, Ordering::Relaxed) % both.len()])
 }
 
-fn start_filtered() -> Result<mpsc::Sender<Job>, String> {
-    let (jobs, queue) = mpsc::channel::<Job>();
-    let (ready, filtered) = mpsc::channel();
+/// Starts the first spawner thread, which takes the filter and then starts the second: a
+/// thread inherits the filter of the thread that starts it (the kernel shares it), so the
+/// filter is checked and compiled by the kernel once, not once per thread.
+fn start_filtered() -> Result<[mpsc::Sender<Job>; 2], String> {
+    let (ready, started) = mpsc::channel();
     let runtime = tokio::runtime::Handle::current();
     std::thread::Builder::new()
         .name("link-spawner".into())
         .spawn(move || {
-            let filter = link_plugin_sandbox::host::filter_this_thread();
-            let ok = filter.is_ok();
-            let _ = ready.send(filter);
-            if ok {
-                // tokio's child reaper registers with the host's runtime.
-                let _runtime = runtime.enter();
-                for (mut cmd, reply) in queue {
-                    let _ = reply.send(cmd.spawn());
-                }
+            if let Err(e) = link_plugin_sandbox::host::filter_this_thread() {
+                let _ = ready.send(Err(format!(
+                    "the host's spawner thread cannot take the plugins' seccomp filter: {e}"
+                )));
+                park_forever();
             }
-            loop {
-                std::thread::park();
-            }
+            let (first, queue) = mpsc::channel::<Job>();
+            let (second, second_queue) = mpsc::channel::<Job>();
+            let second_runtime = runtime.clone();
+            let started_second = std::thread::Builder::new()
+                .name("link-spawner".into())
+                .spawn(move || serve(second_runtime, second_queue));
+            let _ = ready.send(
+                started_second
+                    .map(|_| [first, second])
+                    .map_err(|e| format!("starting the host's second spawner thread: {e}")),
+            );
+            serve(runtime, queue)
         })
         .map_err(|e| format!("starting the host's spawner thread: {e}"))?;
-    match filtered.recv() {
-        Ok(Ok(())) => Ok(jobs),
-        Ok(Err(e)) => Err(format!(
-            "the host's spawner thread cannot take the plugins' seccomp filter: {e}"
-        )),
-        Err(_) => Err(gone().to_string()),
+    started.recv().unwrap_or_else(|_| Err(gone().to_string()))
+}
+
+/// Forks what comes in, then lives on: see the module's documentation.
+fn serve(runtime: tokio::runtime::Handle, queue: mpsc::Receiver<Job>) -> ! {
+    // tokio's child reaper registers with the host's runtime.
+    let _runtime = runtime.enter();
+    for (mut cmd, reply) in queue {
+        let _ = reply.send(cmd.spawn());
+    }
+    park_forever()
+}
+
+fn park_forever() -> ! {
+    loop {
+        std::thread::park();
     }
 }
