@@ -18,6 +18,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// How long `up` waits for a previous run's surviving plugins to die once SIGKILLed.
 const SURVIVOR_WAIT: Duration = Duration::from_secs(10);
+/// The sandbox probe answers in tens of milliseconds; this bounds one that is stuck.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub use link_protocol::routes::host::{HostStatus, PluginStatus, SandboxStatus};
 
@@ -217,17 +219,17 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     )
     .await;
     shared.router.started();
-    let outcome = match all_started {
-        Ok(()) => match probe.as_mut() {
-            Some(probe) => probe.answer().await.map(|found| {
-                *shared.sandbox.lock().expect("lock") = Some(found);
-            }),
-            None => Ok(()),
-        },
-        Err(e) => Err(e),
+    let outcome = match (all_started, probe.as_mut()) {
+        (Ok(()), Some(probe)) => probe_answer(probe, &shared, &mut died, &mut signals)
+            .await
+            .map(|found| *shared.sandbox.lock().expect("lock") = Some(found)),
+        (outcome, _) => outcome,
     };
     let (code, reason) = match outcome {
         Err(e) => {
+            // Its process is killed now, while it is still this host's unreaped child (after
+            // `reap_strays` its pid could name another process).
+            drop(probe);
             link_protocol::errln!("link: {e:#}");
             (1, format!("{e:#}"))
         }
@@ -244,7 +246,12 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     shared.stopping.send_replace(Some(reason));
     *shared.phase.lock().expect("lock") = "stopping";
     stop_all(&shared, &mut started).await;
+    // A probe still running is killed when its future goes with `supervise`; reaped here,
+    // it leaves a scratch directory only the host can now remove.
     reap_strays();
+    if confined_link {
+        link_plugin_sandbox::probe::sweep_dead_probe_dirs();
+    }
     Ok(code)
 }
 
@@ -295,6 +302,9 @@ async fn start_all(
                 launch.layout.log_file(dead).display()
             )),
             _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
+            _ = shared.stop.notified() => {
+                Err(anyhow::anyhow!("stopped by `link down` during start-up"))
+            }
         };
         ready.with_context(|| format!("starting {name} (pid {pid})"))?;
         register(launch, shared, plugin)?;
@@ -338,6 +348,34 @@ fn publish_connection(layout: &StateLayout) -> Result<()> {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(relative, &link)
         .with_context(|| format!("linking {} to {}", link.display(), target.display()))
+}
+
+/// The probe's answer start-up goes on with, unless the runtime is stopped, a plugin dies or
+/// the probe takes longer than [`PROBE_TIMEOUT`] meanwhile: a stuck probe must not keep
+/// `link down` waiting.
+async fn probe_answer(
+    probe: &mut Probe,
+    shared: &Shared,
+    died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
+    signals: &mut link_protocol::plugin::ShutdownSignals,
+) -> Result<SandboxStatus> {
+    tokio::select! {
+        found = tokio::time::timeout(PROBE_TIMEOUT, probe.answer()) => found.unwrap_or_else(|_| {
+            bail!(
+                "the sandbox probe did not answer within {PROBE_TIMEOUT:?}; run \
+                 `link-plugin-sandbox probe` (or `cargo xtask doctor`) to see where it stops"
+            )
+        }),
+        _ = shared.stop.notified() => {
+            bail!("stopped by `link down` during start-up, while the sandbox probe ran")
+        }
+        _ = signals.recv() => bail!("interrupted during start-up, while the sandbox probe ran"),
+        Some((dead, status)) = died.recv() => bail!(
+            "{dead} exited during start-up ({}); see {}",
+            describe(Some(&status)),
+            shared.layout.log_file(dead).display()
+        ),
+    }
 }
 
 /// Waits for a stop request or a plugin's death; returns the exit code and the reason.

@@ -396,3 +396,79 @@ fn host_death_mid_probe_leaves_nothing() {
     );
     rt.down();
 }
+
+/// `link down` while the sandbox probe runs a command (held there with SIGSTOP, so it cannot
+/// finish and clean up first): the host ends the probe and removes the scratch directory the
+/// probe could not.
+#[test]
+fn down_mid_probe_leaves_no_scratch_directory() {
+    if !support::sandbox_available() {
+        return;
+    }
+    // The probe may finish between being seen and being stopped: then try with a new start.
+    for attempt in 1..=10 {
+        let root = state_root();
+        let mut rt = support::spec("link", "confined")
+            .spawn_in(root.path())
+            .expect("spawn link up");
+        let probe = probe_on_a_command(&mut rt);
+        assert!(signal(probe, "STOP"), "cannot stop the probe {probe}");
+        let held = !probe_dirs_of(probe).is_empty();
+        if !held {
+            assert!(signal(probe, "CONT"));
+        }
+        let down = support::link(&["down", "--state"], root.path())
+            .output()
+            .unwrap();
+        assert!(
+            down.status.success(),
+            "{}",
+            String::from_utf8_lossy(&down.stderr)
+        );
+        rt.wait_exit();
+        if !held {
+            eprintln!("attempt {attempt}: the probe finished before it was held");
+            continue;
+        }
+        assert!(!is_alive_pid(probe), "the probe {probe} outlived the host");
+        assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
+        return;
+    }
+    panic!("the probe was never held mid-run in 10 starts");
+}
+
+/// The pid of the sandbox probe of `rt`'s host, once its bwrap runs a real command (which
+/// names the probe's scratch directory).
+fn probe_on_a_command(rt: &mut RuntimeProcess) -> i32 {
+    let host = rt.host_pid();
+    let deadline = Instant::now() + GONE_WITHIN;
+    loop {
+        let found = running(host, "bwrap").into_iter().find(|&(pid, probe)| {
+            let marker = format!("lnk-probe-{probe}-");
+            procfs::process::Process::new(pid)
+                .and_then(|p| p.cmdline())
+                .is_ok_and(|c| c.join(" ").contains(&marker))
+        });
+        if let Some((_, probe)) = found {
+            return probe;
+        }
+        assert!(
+            Instant::now() < deadline && matches!(rt.try_wait(), Ok(None)),
+            "no bwrap of the sandbox probe seen while link up started or just after:\n{}",
+            rt.stderr()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn signal(pid: i32, name: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn is_alive_pid(pid: i32) -> bool {
+    read_proc(pid).is_some_and(|p| !matches!(p.state, 'Z' | 'X'))
+}

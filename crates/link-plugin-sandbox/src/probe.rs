@@ -284,9 +284,16 @@ impl ProbeDir {
 
 const PROBE_DIR_PREFIX: &str = "lnk-probe-";
 
+/// [`sweep_probe_dirs`] in this process's temporary directory, the one its probes use: for a
+/// host that has just ended the probe it started (a stop while the probe ran).
+pub fn sweep_dead_probe_dirs() {
+    sweep_probe_dirs(&std::env::temp_dir());
+}
+
 /// Ends what probes whose process is gone left: a probe killed mid-step (kill -9 of the host
-/// takes it down at once) cannot remove its scratch directory, and its bwrap may outlive it
-/// ([`crate::leftovers`]). A pid reused since keeps its directory until that process is gone.
+/// takes it down at once, a host stopping mid-probe kills it) cannot remove its scratch
+/// directory, and its bwrap may outlive it ([`crate::leftovers`]). A pid reused since keeps
+/// its directory until that process is gone.
 fn sweep_probe_dirs(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
