@@ -296,11 +296,9 @@ async fn start_all(
         let (name, pid) = (plugin.name, plugin.pid);
         let ready = tokio::select! {
             r = plugin.ready(launch) => r,
-            Some((dead, status)) = died.recv() => Err(anyhow::anyhow!(
-                "{dead} exited during start-up ({}); see {}",
-                describe(Some(&status)),
-                launch.layout.log_file(dead).display()
-            )),
+            Some((dead, status)) = died.recv() => {
+                Err(died_during_start_up(launch.layout, dead, &status))
+            }
             _ = signals.recv() => Err(anyhow::anyhow!("interrupted during start-up")),
             _ = shared.stop.notified() => {
                 Err(anyhow::anyhow!("stopped by `link down` during start-up"))
@@ -370,12 +368,18 @@ async fn probe_answer(
             bail!("stopped by `link down` during start-up, while the sandbox probe ran")
         }
         _ = signals.recv() => bail!("interrupted during start-up, while the sandbox probe ran"),
-        Some((dead, status)) = died.recv() => bail!(
-            "{dead} exited during start-up ({}); see {}",
-            describe(Some(&status)),
-            shared.layout.log_file(dead).display()
-        ),
+        Some((dead, status)) = died.recv() => {
+            Err(died_during_start_up(&shared.layout, dead, &status))
+        }
     }
+}
+
+fn died_during_start_up(layout: &StateLayout, dead: &str, status: &ExitStatus) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{dead} exited during start-up ({}); see {}",
+        describe(Some(status)),
+        layout.log_file(dead).display()
+    )
 }
 
 /// Waits for a stop request or a plugin's death; returns the exit code and the reason.

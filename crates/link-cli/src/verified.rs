@@ -283,34 +283,33 @@ mod tests {
             ),
         ];
         for (what, change) in changes {
-            let Lookup::Ask(generation) = v.lookup(&token) else {
-                panic!("{what}: remembered before it was answered");
-            };
-            v.remember(&token, generation);
-            assert_eq!(v.lookup(&token), Lookup::Valid, "{what}: not remembered");
-            change();
-            assert!(
-                matches!(v.lookup(&token), Lookup::Ask(_)),
-                "{what}: the answer outlived the change"
-            );
+            assert_forgotten_after(&v, &token, what, change);
         }
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::remove_dir_all(&outside).unwrap();
     }
 
+    /// `token`, asked for, found valid and remembered, is forgotten after `change`.
+    fn assert_forgotten_after(v: &Verified, token: &str, what: &str, change: impl FnOnce()) {
+        let Lookup::Ask(generation) = v.lookup(token) else {
+            panic!("{what}: remembered before it was answered");
+        };
+        v.remember(token, generation);
+        assert_eq!(v.lookup(token), Lookup::Valid, "{what}: not remembered");
+        change();
+        assert!(
+            matches!(v.lookup(token), Lookup::Ask(_)),
+            "{what}: the answer outlived the change"
+        );
+    }
+
     /// A token made, found valid and remembered, then revoked: the revocation must be seen.
     fn assert_revocation_seen(v: &Verified, file: &Path, what: &str) {
         let token = link_protocol::tokens::create(file).unwrap();
-        let Lookup::Ask(generation) = v.lookup(&token) else {
-            panic!("{what}: a new token was remembered before it was answered");
-        };
-        v.remember(&token, generation);
-        assert_eq!(v.lookup(&token), Lookup::Valid, "{what}: not remembered");
-        assert!(link_protocol::tokens::revoke(file, &token).unwrap());
-        assert!(
-            matches!(v.lookup(&token), Lookup::Ask(_)),
-            "{what}: a revoked token is still taken as valid"
-        );
+        let what = format!("{what}, then the token revoked");
+        assert_forgotten_after(v, &token, &what, || {
+            assert!(link_protocol::tokens::revoke(file, &token).unwrap());
+        });
     }
 
     /// The store's directory or file replaced under the watch (removed and made again, renamed
@@ -356,16 +355,7 @@ mod tests {
         ];
         for (what, replace) in replacements {
             let token = link_protocol::tokens::create(&file).unwrap();
-            let Lookup::Ask(generation) = v.lookup(&token) else {
-                panic!("{what}: remembered before it was answered");
-            };
-            v.remember(&token, generation);
-            assert_eq!(v.lookup(&token), Lookup::Valid, "{what}: not remembered");
-            replace();
-            assert!(
-                matches!(v.lookup(&token), Lookup::Ask(_)),
-                "{what}: the answer outlived the replacement"
-            );
+            assert_forgotten_after(&v, &token, what, replace);
             assert_revocation_seen(&v, &file, what);
         }
         std::fs::remove_file(&dir).unwrap();

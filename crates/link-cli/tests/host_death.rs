@@ -316,32 +316,14 @@ fn host_death_mid_probe_leaves_nothing() {
         .spawn_in(root.path())
         .expect("spawn link up");
     let host = rt.host_pid();
-    let deadline = Instant::now() + GONE_WITHIN;
-    // The probe's run on a real command (not `bwrap --version`): its scratch directory exists.
-    let on_a_command = |(pid, ppid): &(i32, i32)| {
-        let marker = format!("lnk-probe-{ppid}-");
-        procfs::process::Process::new(*pid)
-            .and_then(|p| p.cmdline())
-            .is_ok_and(|c| c.join(" ").contains(&marker))
-    };
-    let (bwrap, sandbox) = loop {
-        if let Some(&found) = running(host, "bwrap").iter().find(|b| on_a_command(b)) {
-            break found;
-        }
-        assert!(
-            Instant::now() < deadline && matches!(rt.try_wait(), Ok(None)),
-            "no bwrap of the sandbox probe seen while link up started or just after:\n{}",
-            rt.stderr()
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    };
+    let (bwrap, sandbox) = probe_on_a_command(&mut rt);
     // What names the probe's directory (its bwrap and what that started) is checked after the
     // next start instead: bubblewrap's own race (see `link_plugin_sandbox::leftovers`) can
     // leave its sandbox init alive, even one already running at this snapshot, and the next
     // probe ends it.
     let started: Vec<_> = support::tree(host)
         .into_iter()
-        .filter(|(pid, _)| *pid != host && !on_a_command(&(*pid, sandbox)))
+        .filter(|&(pid, _)| pid != host && !names_the_scratch_dir_of(pid, sandbox))
         .collect();
     let took = kill_host_until_gone(&mut rt, &started);
     eprintln!(
@@ -411,11 +393,11 @@ fn down_mid_probe_leaves_no_scratch_directory() {
         let mut rt = support::spec("link", "confined")
             .spawn_in(root.path())
             .expect("spawn link up");
-        let probe = probe_on_a_command(&mut rt);
-        assert!(signal(probe, "STOP"), "cannot stop the probe {probe}");
+        let (_, probe) = probe_on_a_command(&mut rt);
+        support::kill(probe, rustix::process::Signal::STOP.as_raw());
         let held = !probe_dirs_of(probe).is_empty();
         if !held {
-            assert!(signal(probe, "CONT"));
+            support::kill(probe, rustix::process::Signal::CONT.as_raw());
         }
         let down = support::link(&["down", "--state"], root.path())
             .output()
@@ -430,27 +412,27 @@ fn down_mid_probe_leaves_no_scratch_directory() {
             eprintln!("attempt {attempt}: the probe finished before it was held");
             continue;
         }
-        assert!(!is_alive_pid(probe), "the probe {probe} outlived the host");
+        assert!(
+            !link_protocol::exit::running(probe),
+            "the probe {probe} outlived the host"
+        );
         assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
         return;
     }
     panic!("the probe was never held mid-run in 10 starts");
 }
 
-/// The pid of the sandbox probe of `rt`'s host, once its bwrap runs a real command (which
-/// names the probe's scratch directory).
-fn probe_on_a_command(rt: &mut RuntimeProcess) -> i32 {
+/// The sandbox probe of `rt`'s host, once it runs bwrap on a real command (not
+/// `bwrap --version`), whose arguments name the probe's scratch directory: (bwrap, probe).
+fn probe_on_a_command(rt: &mut RuntimeProcess) -> (i32, i32) {
     let host = rt.host_pid();
     let deadline = Instant::now() + GONE_WITHIN;
     loop {
-        let found = running(host, "bwrap").into_iter().find(|&(pid, probe)| {
-            let marker = format!("lnk-probe-{probe}-");
-            procfs::process::Process::new(pid)
-                .and_then(|p| p.cmdline())
-                .is_ok_and(|c| c.join(" ").contains(&marker))
-        });
-        if let Some((_, probe)) = found {
-            return probe;
+        let found = running(host, "bwrap")
+            .into_iter()
+            .find(|&(bwrap, probe)| names_the_scratch_dir_of(bwrap, probe));
+        if let Some(found) = found {
+            return found;
         }
         assert!(
             Instant::now() < deadline && matches!(rt.try_wait(), Ok(None)),
@@ -461,14 +443,10 @@ fn probe_on_a_command(rt: &mut RuntimeProcess) -> i32 {
     }
 }
 
-fn signal(pid: i32, name: &str) -> bool {
-    Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn is_alive_pid(pid: i32) -> bool {
-    read_proc(pid).is_some_and(|p| !matches!(p.state, 'Z' | 'X'))
+/// Whether the command line of `pid` names a scratch directory of the probe `probe`.
+fn names_the_scratch_dir_of(pid: i32, probe: i32) -> bool {
+    let marker = format!("lnk-probe-{probe}-");
+    procfs::process::Process::new(pid)
+        .and_then(|p| p.cmdline())
+        .is_ok_and(|c| c.join(" ").contains(&marker))
 }

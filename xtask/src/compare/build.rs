@@ -8,7 +8,7 @@ use super::{
     WIDE_INTERVAL,
 };
 use crate::stats;
-use link_report::{Mode, Phase, PhaseName, Profile, Status, TracePhase};
+use link_report::{Mode, Phase, PhaseName, Profile, StartupCpu, Status, TracePhase};
 
 /// Each side's representative timed report, every timed run, and, when a trace pass ran, the
 /// traced ones.
@@ -154,12 +154,6 @@ fn groups(runs: &[RunRecord], p: Profile, name: &str) -> Vec<Vec<f64>> {
 /// ratios (each run's two phases are one measurement, so they are paired).
 fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
     let (shutdown, exit) = (PhaseName::Shutdown.as_str(), PhaseName::HostExit.as_str());
-    let duration = |r: &RunRecord, name: &str| {
-        r.phases
-            .iter()
-            .find(|s| s.name == name)
-            .map(|s| s.duration_ns as f64)
-    };
     let pairs: Vec<(f64, f64)> = passed(runs, p)
         .filter_map(|r| Some((duration(r, shutdown)?, duration(r, exit)?)))
         .filter(|(_, part)| *part > 0.0)
@@ -185,46 +179,53 @@ fn exit_overhead(runs: &[RunRecord], p: Profile) -> ExitOverhead {
     }
 }
 
+/// The first round of phase `name` in run `r`, in ns.
+fn duration(r: &RunRecord, name: &str) -> Option<f64> {
+    r.phases
+        .iter()
+        .find(|s| s.name == name)
+        .map(|s| s.duration_ns as f64)
+}
+
 /// Each side's start-up CPU time over its passed runs that measured it, and Link/Mini.
 fn startup_cpu(runs: &[RunRecord], cpus: usize) -> Option<StartupCpuStats> {
-    let groups = |p: Profile| -> Vec<Vec<f64>> {
+    let measured = |p: Profile| -> Vec<(&RunRecord, StartupCpu)> {
         passed(runs, p)
-            .filter_map(|r| r.startup_cpu)
-            .map(|c| vec![c.cpu_ns as f64])
+            .filter_map(|r| Some((r, r.startup_cpu?)))
             .collect()
     };
-    let (mini, link) = (groups(Profile::Mini), groups(Profile::Link));
+    let (mini, link) = (measured(Profile::Mini), measured(Profile::Link));
     if mini.is_empty() && link.is_empty() {
         return None;
     }
+    // One group (of one figure) per run, as the phases' bootstrap takes them.
+    let groups = |m: &[(&RunRecord, StartupCpu)]| -> Vec<Vec<f64>> {
+        m.iter().map(|(_, c)| vec![c.cpu_ns as f64]).collect()
+    };
     let startup = PhaseName::Startup.as_str();
-    let side = |p: Profile, g: &[Vec<f64>]| {
-        let counts: Vec<f64> = passed(runs, p)
-            .filter_map(|r| r.startup_cpu)
-            .map(|c| c.processes as f64)
-            .collect();
-        let median_ns = (!g.is_empty()).then(|| stats::median(&g.concat()));
+    let side = |p: Profile, m: &[(&RunRecord, StartupCpu)]| {
+        let cpu: Vec<f64> = m.iter().map(|(_, c)| c.cpu_ns as f64).collect();
+        let counts: Vec<f64> = m.iter().map(|(_, c)| c.processes as f64).collect();
+        let median_ns = (!cpu.is_empty()).then(|| stats::median(&cpu));
+        let floor = |cpu_ns: f64| (cpus > 0).then(|| cpu_ns / cpus as f64);
         // Each run's start-up against that run's own floor: one measurement, so paired.
-        let pairs: Vec<(f64, f64)> = passed(runs, p)
-            .filter(|_| cpus > 0)
-            .filter_map(|r| {
-                let wall = r.phases.iter().find(|s| s.name == startup)?.duration_ns;
-                Some((wall as f64, r.startup_cpu?.cpu_ns as f64 / cpus as f64))
-            })
+        let pairs: Vec<(f64, f64)> = m
+            .iter()
+            .filter_map(|(r, c)| Some((duration(r, startup)?, floor(c.cpu_ns as f64)?)))
             .collect();
         StartupCpuSide {
             profile: p,
-            runs: g.len() as u32,
+            runs: m.len() as u32,
             median_ns,
             processes: (!counts.is_empty()).then(|| stats::median(&counts).round() as u32),
-            floor_ns: median_ns.filter(|_| cpus > 0).map(|ns| ns / cpus as f64),
+            floor_ns: median_ns.and_then(floor),
             over_floor: stats::paired_ratio(&pairs, stats::seed("startup_over_floor")),
         }
     };
     Some(StartupCpuStats {
         cpus,
         sides: vec![side(Profile::Mini, &mini), side(Profile::Link, &link)],
-        ratio: stats::ratio(&mini, &link, stats::seed("startup_cpu")),
+        ratio: stats::ratio(&groups(&mini), &groups(&link), stats::seed("startup_cpu")),
     })
 }
 
