@@ -60,7 +60,7 @@ impl Status {
 }
 
 /// The arguments of `landlock-exec [--status-fd N] [--drop-to UID:GID] [--limits L]
-/// [--chdir DIR] [--rw DIR]... -- COMMAND...`.
+/// [--chdir DIR] [--rw DIR]... [--hide FILE]... -- COMMAND...`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Args {
     pub status_fd: Option<RawFd>,
@@ -70,6 +70,8 @@ pub struct Args {
     /// The working directory, entered once the identity is the command's.
     pub chdir: Option<PathBuf>,
     pub rw: Vec<PathBuf>,
+    /// Files the command must not read ([`Rules::inside`]).
+    pub hide: Vec<PathBuf>,
     pub command: Vec<OsString>,
 }
 
@@ -101,6 +103,9 @@ pub fn parse_args(mut args: impl Iterator<Item = OsString>) -> Result<Args, Stri
             Some("--rw") => parsed
                 .rw
                 .push(args.next().ok_or("--rw needs a directory")?.into()),
+            Some("--hide") => parsed
+                .hide
+                .push(args.next().ok_or("--hide needs a file")?.into()),
             Some("--") => {
                 parsed.command = args.collect();
                 return Ok(parsed);
@@ -120,6 +125,7 @@ pub fn landlock_exec(args: Args) -> ! {
         limits,
         chdir,
         rw,
+        hide,
         command: argv,
     } = args;
     // SAFETY: the fd number was passed by our parent for us alone.
@@ -155,7 +161,7 @@ pub fn landlock_exec(args: Args) -> ! {
     }
     // What the command creates is its own alone, as the state root's files are.
     rustix::process::umask(Mode::from_raw_mode(0o077));
-    match Rules::inside(&rw).restrict_self() {
+    match Rules::inside(&rw, &hide).restrict_self() {
         Ok(abi) => report(format!("ok {abi}")),
         Err(e) => {
             link_protocol::errln!("link-plugin-sandbox: refusing to run unconfined: {e}");
@@ -420,9 +426,13 @@ mod tests {
                 .collect::<Vec<_>>()
                 .into_iter()
         };
-        let a = parse_args(args("--status-fd 7 --rw /w --rw /h -- sh -c --rw")).unwrap();
+        let a = parse_args(args(
+            "--status-fd 7 --rw /w --hide /s --rw /h -- sh -c --rw",
+        ))
+        .unwrap();
         assert_eq!(a.status_fd, Some(7));
         assert_eq!(a.rw, [PathBuf::from("/w"), PathBuf::from("/h")]);
+        assert_eq!(a.hide, [PathBuf::from("/s")]);
         assert_eq!(a.command, ["sh", "-c", "--rw"]);
         assert!(parse_args(args("--rw /w")).is_err());
         assert!(parse_args(args("--bogus -- x")).is_err());

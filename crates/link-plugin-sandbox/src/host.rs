@@ -35,6 +35,7 @@ pub fn plugin_rules(programs: PathBuf, read_write: &[PathBuf], sockets: &[PathBu
     Rules {
         read_exec,
         read_only: SYSTEM_READ.iter().map(PathBuf::from).collect(),
+        list_only: vec![],
         read_write: read_write.to_vec(),
         rw_files: ["/dev/null", "/dev/zero", "/dev/full"]
             .map(PathBuf::from)

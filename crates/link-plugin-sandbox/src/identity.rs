@@ -222,6 +222,37 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
     Ok(ns)
 }
 
+/// How many identities' namespaces [`shared_user_namespace`] keeps (the oldest goes first).
+const KEPT_NAMESPACES: usize = 64;
+
+/// [`user_namespace`] for `uid`/`gid`, made on the first command of that identity and kept
+/// for the life of the process: each call gets a new descriptor of the same namespace. Making
+/// one costs a fork of the calling process (about 2 ms in the plugin, a tokio process, on
+/// the 2-core machine: `cargo xtask bench-sandbox`'s plugin path), which every command of
+/// an agent used to pay.
+///
+/// Sharing it gives commands nothing over one another: its maps are written once and can
+/// never change, and a user namespace grants only capabilities, which no command has in it
+/// (the helper drops every one and sets `no_new_privs` before the command runs). What
+/// separates two commands of one identity (their own mount, PID, network, IPC and UTS
+/// namespaces, and Landlock domains that refuse ptrace and signals across) is made anew for
+/// each by bwrap.
+pub fn shared_user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError> {
+    static KEPT: std::sync::Mutex<Vec<((u32, u32), OwnedFd)>> = std::sync::Mutex::new(Vec::new());
+    let io = |e: rustix::io::Errno| UserNamespaceError::Io(e.into());
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, ns)) = kept.iter().find(|(ids, _)| *ids == (uid, gid)) {
+        return rustix::io::fcntl_dupfd_cloexec(ns, 0).map_err(io);
+    }
+    let ns = user_namespace(uid, gid)?;
+    let copy = rustix::io::fcntl_dupfd_cloexec(&ns, 0).map_err(io)?;
+    if kept.len() == KEPT_NAMESPACES {
+        kept.remove(0);
+    }
+    kept.push(((uid, gid), ns));
+    Ok(copy)
+}
+
 /// The namespace's child: closes every descriptor but the two pipe ends it uses (so the
 /// release pipe ends when the parent closes it or dies), makes itself dumpable (so the parent
 /// may open its namespace: a child inherits a non-dumpable parent's setting), says it is
@@ -575,6 +606,25 @@ mod tests {
             seen.insert(ns);
         }
         assert!(seen.len() > 1, "{seen:?}");
+    }
+
+    /// One namespace per identity, each call a descriptor of its own of it, closed on exec.
+    #[test]
+    fn an_identitys_namespace_is_made_once_and_handed_out_again() {
+        if !rustix::process::geteuid().is_root() {
+            return; // As an ordinary user commands get no dedicated identity.
+        }
+        let ns = |id: u32| {
+            let fd = shared_user_namespace(id, id).unwrap();
+            let flags = rustix::io::fcntl_getfd(&fd).unwrap();
+            assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+            let name = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
+            name
+        };
+        let (id, other) = (DEFAULT_BASE + 2001, DEFAULT_BASE + 2002);
+        let first = ns(id);
+        assert_eq!(ns(id), first);
+        assert_ne!(ns(other), first);
     }
 
     #[test]

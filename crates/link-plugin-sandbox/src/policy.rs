@@ -25,8 +25,10 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 const SYSTEM: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
-/// Files under /etc that root could read through the owner bits even without capabilities.
-const MASKED_FILES: &[&str] = &[
+/// Secrets under /etc that only their modes guard: where the command's identity could read
+/// one ([`could_read`]), the helper's Landlock rules leave it out ([`Rules::inside`]);
+/// elsewhere its modes refuse it inside as on the host.
+const SECRET_FILES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
     "/etc/shadow-",
@@ -133,7 +135,16 @@ impl Policy {
 
     /// The Landlock rules the helper applies inside the namespace.
     pub fn landlock_rules(&self) -> Rules {
-        Rules::inside(&self.inside_writable())
+        Rules::inside(&self.inside_writable(), &self.hidden())
+    }
+
+    /// The secrets the command's identity could read on the host, which it must not inside.
+    fn hidden(&self) -> Vec<PathBuf> {
+        SECRET_FILES
+            .iter()
+            .map(PathBuf::from)
+            .filter(|f| could_read(self.identity, f))
+            .collect()
     }
 
     fn inside_writable(&self) -> Vec<PathBuf> {
@@ -223,9 +234,13 @@ impl Policy {
         a.flags(&["--limits"]);
         a.push(self.limits.helper_arg());
         a.flags(&["--chdir", WORKSPACE]);
-        for dir in self.landlock_rules().read_write {
+        for dir in self.inside_writable() {
             a.flags(&["--rw"]);
             a.push(dir);
+        }
+        for file in self.hidden() {
+            a.flags(&["--hide"]);
+            a.push(file);
         }
         a.flags(&["--"]);
         a.0.extend(command.iter().cloned());
@@ -301,16 +316,49 @@ fn system_binds(a: &mut Args) {
             _ => {}
         }
     }
-    for file in MASKED_FILES {
-        if Path::new(file).is_file() {
-            a.op("--ro-bind", Path::new("/dev/null"), file);
-        }
-    }
     for dir in MASKED_DIRS {
         if Path::new(dir).is_dir() {
             a.flags(&["--tmpfs", dir]);
         }
     }
+}
+
+/// Whether `identity` could read the file at `path` (false when there is no file). The caller
+/// is asked with access(2): its real ids and every group it holds, which its commands keep in
+/// their user namespace, ACLs included. The dedicated identity has no supplementary group, so
+/// the modes answer, with any access ACL counted as readable. A file that cannot be examined
+/// counts as readable, and is hidden.
+fn could_read(identity: Identity, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => return false,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    match identity {
+        Identity::Caller { .. } => rustix::fs::access(path, rustix::fs::Access::READ_OK).is_ok(),
+        Identity::Dedicated { uid, gid } => {
+            let acl = rustix::fs::getxattr_query(path, "system.posix_acl_access");
+            let no_acl = matches!(
+                acl,
+                Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP)
+            );
+            !no_acl || readable_by_modes((meta.uid(), meta.gid(), meta.mode()), (uid, gid))
+        }
+    }
+}
+
+/// The permission bits' answer for a process of `uid` and `gid` alone: the owner's bits if it
+/// owns the file, else the group's if the group is its own, else the others'.
+fn readable_by_modes((owner, group, mode): (u32, u32, u32), (uid, gid): (u32, u32)) -> bool {
+    let bit = if owner == uid {
+        0o400
+    } else if group == gid {
+        0o040
+    } else {
+        0o004
+    };
+    mode & bit != 0
 }
 
 #[cfg(test)]
@@ -348,10 +396,21 @@ mod tests {
         assert!(joined.contains("--bind /w /workspace"));
         assert!(joined.contains("--size 268435456 --perms 01777 --tmpfs /home/agent"));
         assert!(joined.contains("--size 268435456 --perms 01777 --tmpfs /tmp"));
-        assert!(joined.ends_with(
+        // The secrets this process could read (as the caller would) are hidden from it.
+        let hide: String = p
+            .hidden()
+            .iter()
+            .map(|f| format!(" --hide {}", f.display()))
+            .collect();
+        assert!(joined.ends_with(&format!(
             "/.lnk-sandbox landlock-exec --status-fd 6 --limits 256,4294967296,600,1073741824 \
-             --chdir /workspace --rw /workspace --rw /home/agent --rw /tmp --rw /dev/shm -- true"
-        ));
+             --chdir /workspace --rw /workspace --rw /home/agent --rw /tmp --rw /dev/shm{hide} \
+             -- true"
+        )));
+        assert!(
+            !joined.contains("/dev/null"),
+            "no file is bound over: {joined}"
+        );
 
         // In a session of its own with no terminal the command shares it: no new session.
         let own = Policy {
@@ -383,6 +442,43 @@ mod tests {
             joined.contains("--userns 9 --cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID")
         );
         assert!(joined.contains("landlock-exec --status-fd 6 --drop-to 7:8 --limits"));
+    }
+
+    #[test]
+    fn a_secret_is_hidden_only_where_its_modes_let_the_identity_read_it() {
+        let shadow = (0, 42, 0o100640);
+        assert!(!readable_by_modes(shadow, (7, 7)));
+        assert!(readable_by_modes(shadow, (7, 42)), "its group reads it");
+        assert!(
+            readable_by_modes((0, 42, 0o100644), (7, 7)),
+            "anyone reads it"
+        );
+        assert!(readable_by_modes((7, 0, 0o100400), (7, 7)), "it owns it");
+        // The owner's bits alone count for the owner, the group's for the group.
+        assert!(!readable_by_modes((7, 0, 0o100044), (7, 0)));
+        assert!(!readable_by_modes((0, 7, 0o100404), (8, 7)));
+
+        let dir = std::env::temp_dir().join(format!("lnk-hide-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("secret");
+        std::fs::write(&file, "x").unwrap();
+        let me = Identity::Caller {
+            uid: rustix::process::getuid().as_raw(),
+            gid: rustix::process::getgid().as_raw(),
+        };
+        let stranger = Identity::Dedicated { uid: 7, gid: 7 };
+        use std::os::unix::fs::PermissionsExt;
+        for (mode, me_reads, stranger_reads) in [(0o600, true, false), (0o604, true, true)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(could_read(me, &file), me_reads, "{mode:o}");
+            assert_eq!(could_read(stranger, &file), stranger_reads, "{mode:o}");
+        }
+        assert!(!could_read(me, &dir.join("missing")));
+        assert!(
+            !could_read(stranger, &dir),
+            "a directory is not a file to hide"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

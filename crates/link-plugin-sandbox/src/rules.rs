@@ -29,6 +29,8 @@ pub struct Rules {
     pub read_exec: Vec<PathBuf>,
     /// Read and list, no execute (missing ones are skipped).
     pub read_only: Vec<PathBuf>,
+    /// List directories only: no file beneath is readable through this rule.
+    pub list_only: Vec<PathBuf>,
     /// Every right beneath these directories (each must exist).
     pub read_write: Vec<PathBuf>,
     /// Read and write these files, typically `/dev/null` (missing ones are skipped).
@@ -47,12 +49,26 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules applied inside the sandbox: the (already minimal) visible tree read-only, the
-    /// given directories writable, no TCP, scoped signals and abstract sockets.
-    pub fn inside(read_write: &[PathBuf]) -> Rules {
+    /// The rules applied inside the sandbox: the (already minimal) visible tree read-only but
+    /// the `hidden` files, the given directories writable, no TCP, scoped signals and abstract
+    /// sockets.
+    ///
+    /// A hidden file is left out by granting, in each directory on its way, every other entry
+    /// present now, and listing alone for the rest: Landlock's rules hold on to the files they
+    /// name, so a file put in the hidden one's place later (a password change renames a new
+    /// `/etc/shadow` into place) has no rule and stays unreadable. Other files that appear in
+    /// those directories while the command runs are unreadable too.
+    pub fn inside(read_write: &[PathBuf], hidden: &[PathBuf]) -> Rules {
+        let root = Path::new("/");
+        let (read_exec, list_only) = if hidden.is_empty() {
+            (vec![root.into()], vec![])
+        } else {
+            (readable_except(root, hidden), vec![root.into()])
+        };
         Rules {
-            read_exec: vec!["/".into()],
+            read_exec,
             read_only: vec![],
+            list_only,
             read_write: read_write.to_vec(),
             rw_files: ["/dev/null", "/dev/zero", "/dev/full"]
                 .map(PathBuf::from)
@@ -94,6 +110,7 @@ impl Rules {
         for (paths, access, required) in [
             (&self.read_exec, read, false),
             (&self.read_only, read_only, false),
+            (&self.list_only, AccessFs::ReadDir.into(), false),
             (&self.read_write, AccessFs::from_all(PINNED_ABI), true),
             (&self.rw_files, file_rw, false),
             (&self.make_sock, sock, true),
@@ -114,6 +131,26 @@ impl Rules {
             .map_err(|e| SandboxError::Landlock(e.to_string()))?;
         check_status(&status)
     }
+}
+
+/// Every entry of `dir` but `hidden`, descending into the directories that lead to one. A
+/// directory that cannot be read grants nothing: what cannot be listed is not granted.
+fn readable_except(dir: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut granted = Vec::new();
+    for path in entries.flatten().map(|e| e.path()) {
+        if hidden.contains(&path) {
+            continue;
+        }
+        if hidden.iter().any(|h| h.starts_with(&path)) {
+            granted.extend(readable_except(&path, hidden));
+        } else {
+            granted.push(path);
+        }
+    }
+    granted
 }
 
 fn add_path(
@@ -191,4 +228,36 @@ pub fn abi_number(abi: ABI) -> u32 {
     all.iter()
         .position(|a| *a == abi)
         .map_or(0, |i| i as u32 + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hidden_file_leaves_every_other_entry_on_its_way_granted() {
+        let dir = std::env::temp_dir().join(format!("lnk-rules-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("b/c")).unwrap();
+        for f in ["a", "b/secret", "b/d"] {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        let mut granted = readable_except(&dir, &[dir.join("b/secret")]);
+        granted.sort();
+        assert_eq!(granted, [dir.join("a"), dir.join("b/c"), dir.join("b/d")]);
+        assert_eq!(
+            readable_except(&dir.join("missing"), &[]),
+            Vec::<PathBuf>::new()
+        );
+
+        let plain = Rules::inside(&[], &[]);
+        assert_eq!(
+            (plain.read_exec, plain.list_only),
+            (vec!["/".into()], vec![])
+        );
+        let hiding = Rules::inside(&[], &[dir.join("b/secret")]);
+        assert_eq!(hiding.list_only, [PathBuf::from("/")]);
+        assert!(!hiding.read_exec.contains(&PathBuf::from("/")));
+        assert!(hiding.read_exec.contains(&PathBuf::from("/usr")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -151,14 +151,6 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     let mut spec = spec.clone();
     spec.policy.limits.file_size_bytes = left.min(limits.file_size_bytes);
     let mut outcome = run_confined(&spec);
-    for _ in 0..2 {
-        match &outcome {
-            Err(RunError::Bwrap { stderr, .. }) if raced_a_replaced_file(stderr) => {
-                outcome = run_confined(&spec);
-            }
-            _ => break,
-        }
-    }
     if let Ok(o) = &mut outcome {
         if by_quota && o.signal == Some(libc::SIGXFSZ) {
             o.limit_hit = Some(LimitHit::WorkspaceQuota {
@@ -181,16 +173,6 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     outcome
 }
 
-/// bwrap failed to remount a file it had just bound over a masked file (`/etc/shadow`)
-/// because the file was replaced meanwhile (`useradd`, `passwd` rename a new one into place):
-/// nothing ran, and a second attempt sees the new file. bwrap says it either way: it cannot
-/// remount the destination, or cannot find it in the mount table (whose entry now reads
-/// `//deleted`).
-fn raced_a_replaced_file(stderr: &str) -> bool {
-    stderr.contains("Can't bind mount")
-        && (stderr.contains("Unable to remount destination") || stderr.contains("in mount table"))
-}
-
 fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let stop = &stop_pipe()?.0;
     if STOPPED.load(Ordering::SeqCst) {
@@ -205,14 +187,14 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         .map(|p| memfd("lnk-seccomp", p))
         .collect::<std::io::Result<Vec<_>>>()?;
     let userns = match spec.policy.identity {
-        Identity::Dedicated { uid, gid } => {
-            Some(crate::identity::user_namespace(uid, gid).map_err(|e| {
+        Identity::Dedicated { uid, gid } => Some(
+            crate::identity::shared_user_namespace(uid, gid).map_err(|e| {
                 RunError::UserNamespace {
                     identity: spec.policy.identity.describe(),
                     error: e,
                 }
-            })?)
-        }
+            })?,
+        ),
         Identity::Caller { .. } => None,
     };
     let fds = Fds {

@@ -178,7 +178,96 @@ fn root_only_files_are_unreadable_inside() {
         assert_eq!(got["secret"], "EACCES", "{got}");
         assert_eq!(got["public"], "ok", "{got}");
         assert_ne!(got["uid"], 0, "{got}");
+        // The password hashes are refused by their own modes, not hidden behind an empty file.
+        let got = who.exec_py(
+            &ws,
+            "print(json.dumps({'shadow': r('/etc/shadow'), 'passwd': r('/etc/passwd')}))",
+        );
+        assert_eq!(got["shadow"], "EACCES", "{got}");
+        assert_eq!(got["passwd"], "ok", "{got}");
     });
+}
+
+/// A user whose groups let it read the password hashes on the host (the `shadow` group) is
+/// refused them inside, where the same user without that group is refused them by their
+/// modes. It stays so when the host puts a new `/etc/shadow` in place during the command (as
+/// `useradd` does): a file bound over the old one, as the sandbox once did, was no longer in
+/// the way once the file was renamed over, and the new one could be read.
+#[test]
+fn secrets_the_caller_can_read_stay_hidden_inside() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let Some(who) = Who::ordinary() else {
+        return;
+    };
+    let user = who.user.as_ref().expect("an ordinary user");
+    let Ok(gid) = std::fs::metadata("/etc/shadow").map(|m| m.gid()) else {
+        println!("SKIPPED: no /etc/shadow on this machine");
+        return;
+    };
+    // runuser takes a group by its name.
+    let entry = Command::new("getent")
+        .args(["group", &gid.to_string()])
+        .output()
+        .unwrap();
+    let entry = String::from_utf8_lossy(&entry.stdout).into_owned();
+    let group = entry.split(':').next().filter(|g| !g.is_empty());
+    let group = group.unwrap_or_else(|| panic!("no name for /etc/shadow's group {gid}"));
+    let ws = who.workspace("a1");
+    let check = "import time\nfirst = r('/etc/shadow')\ntwin = r('/etc/passwd')\n\
+                 open('ready', 'w').close()\n\
+                 t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n\
+                 \x20   time.sleep(0.01)\n\
+                 print(json.dumps({'before': first, 'twin': twin, 'after': r('/etc/shadow')}))";
+    let script = format!("{PY_PRELUDE}\n{check}");
+    let python = [PYTHON, "-I", "-S", "-c", script.as_str()];
+    let as_member = |inside: bool| {
+        let mut args: Vec<&std::ffi::OsStr> = Vec::new();
+        if inside {
+            args.extend([who.bin.as_os_str(), "exec".as_ref(), "--workspace".as_ref()]);
+            args.extend([ws.as_os_str(), "--".as_ref()]);
+        }
+        args.extend(python.iter().map(std::ffi::OsStr::new));
+        let mut cmd = Command::new("runuser");
+        cmd.args(["-u", &user.name, "-G", group, "--"])
+            .args(&args)
+            .current_dir(&ws)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    let go = || std::fs::write(ws.join("go"), "").unwrap();
+    go();
+    let outside = py_json(&as_member(false).output().unwrap());
+    assert_eq!(
+        outside["before"], "ok",
+        "the group reads it on the host: {outside}"
+    );
+    std::fs::remove_file(ws.join("go")).unwrap();
+
+    let running = as_member(true).spawn().unwrap();
+    let ready = ws.join("ready");
+    let since = std::time::Instant::now();
+    while !ready.exists() && since.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let old = std::fs::metadata("/etc/shadow").unwrap().ino();
+    let other = TestUser::create("lnk-sbx-new").unwrap();
+    assert_ne!(
+        std::fs::metadata("/etc/shadow").unwrap().ino(),
+        old,
+        "useradd renames"
+    );
+    go();
+    let inside = py_json(&running.wait_with_output().unwrap());
+    drop(other);
+    assert_eq!(inside["before"], "EACCES", "{inside}");
+    assert_eq!(inside["twin"], "ok", "{inside}");
+    assert_eq!(inside["after"], "EACCES", "once replaced: {inside}");
+
+    let without = who.exec_py(&ws, check);
+    assert_eq!(without["before"], "EACCES", "{without}");
 }
 
 #[test]
