@@ -4,8 +4,8 @@
 //! ([`Identity::Caller`]). As root it must never be root: every agent gets a dedicated uid and
 //! gid ([`Identity::Dedicated`], `base + slot`, the slot allocated once per agent in the
 //! plugin's data directory). bubblewrap then runs as root *inside a user namespace* the plugin
-//! makes for the command ([`user_namespace`]: root and the dedicated identity mapped to
-//! themselves, nothing else), so its mounts need no capability on the host and the plugin
+//! makes for the identity on its first command and keeps ([`shared_user_namespace`]: root and
+//! the dedicated identity mapped to themselves, nothing else), so its mounts need no capability on the host and the plugin
 //! holds none of `CAP_SYS_ADMIN`'s; the helper inside drops to that identity (groups, gid,
 //! uid, the capability bounding set) before Landlock and the command. Root-only files are then
 //! unreadable, files the command creates are that uid's, and a setuid file it could make
@@ -144,7 +144,7 @@ impl Slots {
     }
 }
 
-/// A user namespace for one command of a dedicated identity, as a descriptor for bwrap's
+/// A user namespace for the commands of a dedicated identity, as a descriptor for bwrap's
 /// `--userns`: root and `uid`/`gid` mapped to themselves, no other id. bwrap, run as root,
 /// joins it before it clones and so sets up its mounts and namespaces with capabilities in
 /// that namespace alone: the plugin needs only `CAP_SETUID`, `CAP_SETGID` and (for a map that
@@ -226,17 +226,19 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
 const KEPT_NAMESPACES: usize = 64;
 
 /// [`user_namespace`] for `uid`/`gid`, made on the first command of that identity and kept
-/// for the life of the process: each call gets a new descriptor of the same namespace. Making
-/// one costs a fork of the calling process (about 2 ms in the plugin, a tokio process, on
-/// the 2-core machine: `cargo xtask bench-sandbox`'s plugin path), which every command of
-/// an agent used to pay.
+/// (the [`KEPT_NAMESPACES`] most recently made): each call gets a new descriptor of the same
+/// namespace. Making one costs a fork of the calling process, which every command of an agent
+/// used to pay: about 1.5 ms of the plugin path on the 2-core machine (an interleaved A/B of
+/// `cargo xtask bench-sandbox`).
 ///
 /// Sharing it gives commands nothing over one another: its maps are written once and can
-/// never change, and a user namespace grants only capabilities, which no command has in it
-/// (the helper drops every one and sets `no_new_privs` before the command runs). What
-/// separates two commands of one identity (their own mount, PID, network, IPC and UTS
-/// namespaces, and Landlock domains that refuse ptrace and signals across) is made anew for
-/// each by bwrap.
+/// never change, and no command holds a capability in it (the helper drops every one and
+/// sets `no_new_privs` before the command runs). What separates two commands of one identity
+/// (their own mount, PID, network, IPC and UTS namespaces, and Landlock domains that refuse
+/// ptrace and signals across) is made anew for each by bwrap. What the kernel counts per uid
+/// and user namespace (the processes `RLIMIT_NPROC` bounds, pending signals, inotify
+/// watches) is now shared by an identity's commands; the plugin runs one agent's commands one
+/// at a time and each ends with every process it started, so the limits stay per command.
 pub fn shared_user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError> {
     static KEPT: std::sync::Mutex<Vec<((u32, u32), OwnedFd)>> = std::sync::Mutex::new(Vec::new());
     let io = |e: rustix::io::Errno| UserNamespaceError::Io(e.into());

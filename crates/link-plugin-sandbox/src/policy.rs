@@ -110,7 +110,7 @@ pub struct Fds {
     /// The seccomp programs, first to last ([`crate::seccomp`]).
     pub seccomp: Vec<i32>,
     /// The user namespace bwrap enters for a dedicated identity
-    /// ([`crate::identity::user_namespace`]).
+    /// ([`crate::identity::shared_user_namespace`]).
     pub userns: Option<i32>,
 }
 
@@ -174,7 +174,7 @@ impl Policy {
             Identity::Caller { .. } => {
                 a.flags(&["--unshare-user", "--disable-userns", "--cap-drop", "ALL"])
             }
-            // bwrap is root in the user namespace made for the command (root and the
+            // bwrap is root in the user namespace made for the identity (root and the
             // dedicated identity mapped); the helper keeps only what it needs to drop to that
             // identity, and then drops that too.
             Identity::Dedicated { .. } => {
@@ -336,7 +336,10 @@ fn could_read(identity: Identity, path: &Path) -> bool {
         Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
     };
     match identity {
-        Identity::Caller { .. } => rustix::fs::access(path, rustix::fs::Access::READ_OK).is_ok(),
+        Identity::Caller { .. } => !matches!(
+            rustix::fs::access(path, rustix::fs::Access::READ_OK),
+            Err(rustix::io::Errno::ACCESS)
+        ),
         Identity::Dedicated { uid, gid } => {
             let acl = rustix::fs::getxattr_query(path, "system.posix_acl_access");
             let no_acl = matches!(

@@ -54,10 +54,12 @@ impl Rules {
     /// sockets.
     ///
     /// A hidden file is left out by granting, in each directory on its way, every other entry
-    /// present now, and listing alone for the rest: Landlock's rules hold on to the files they
-    /// name, so a file put in the hidden one's place later (a password change renames a new
-    /// `/etc/shadow` into place) has no rule and stays unreadable. Other files that appear in
-    /// those directories while the command runs are unreadable too.
+    /// present now ([`readable_except`] says which are left out besides), and listing alone
+    /// for the rest: Landlock's rules hold on to the files they name, so a file put in the
+    /// hidden one's place later (a password change renames a new `/etc/shadow` into place)
+    /// has no rule and stays unreadable. So does any file that appears or is replaced in
+    /// those directories while the command runs (`useradd` replaces `/etc/passwd` too): the
+    /// price, paid only where a hidden file was readable by the command's identity.
     pub fn inside(read_write: &[PathBuf], hidden: &[PathBuf]) -> Rules {
         let root = Path::new("/");
         let (read_exec, list_only) = if hidden.is_empty() {
@@ -134,14 +136,40 @@ impl Rules {
 }
 
 /// Every entry of `dir` but `hidden`, descending into the directories that lead to one. A
-/// directory that cannot be read grants nothing: what cannot be listed is not granted.
+/// directory that cannot be read grants nothing: what cannot be listed is not granted. Left
+/// out besides:
+/// - every entry whose name begins with a hidden file's name: the tools that replace one write
+///   the next version beside it first (`shadow+`, `shadow.edit`), and a rule on that file
+///   would follow it once renamed into place;
+/// - another name of a hidden file among those entries (a hard link);
+/// - symlinks: a rule on one lands on what it points to, which is granted (or not) where it is.
 fn readable_except(dir: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
+    let inodes: Vec<(u64, u64)> = hidden
+        .iter()
+        .filter_map(|h| std::fs::metadata(h).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
+    let prefixes: Vec<&std::ffi::OsStr> = hidden
+        .iter()
+        .filter(|h| h.parent() == Some(dir))
+        .filter_map(|h| h.file_name())
+        .collect();
     let mut granted = Vec::new();
-    for path in entries.flatten().map(|e| e.path()) {
-        if hidden.contains(&path) {
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let named_like = prefixes
+            .iter()
+            .any(|p| name.as_encoded_bytes().starts_with(p.as_encoded_bytes()));
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if named_like || meta.file_type().is_symlink() || inodes.contains(&(meta.dev(), meta.ino()))
+        {
             continue;
         }
         if hidden.iter().any(|h| h.starts_with(&path)) {
@@ -241,6 +269,10 @@ mod tests {
         for f in ["a", "b/secret", "b/d"] {
             std::fs::write(dir.join(f), "x").unwrap();
         }
+        // The next version written beside it, another name for it, a symlink to it.
+        std::fs::write(dir.join("b/secret+"), "x").unwrap();
+        std::fs::hard_link(dir.join("b/secret"), dir.join("b/other-name")).unwrap();
+        std::os::unix::fs::symlink("secret", dir.join("b/pointer")).unwrap();
         let mut granted = readable_except(&dir, &[dir.join("b/secret")]);
         granted.sort();
         assert_eq!(granted, [dir.join("a"), dir.join("b/c"), dir.join("b/d")]);

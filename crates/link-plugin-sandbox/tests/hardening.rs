@@ -192,7 +192,8 @@ fn root_only_files_are_unreadable_inside() {
 /// refused them inside, where the same user without that group is refused them by their
 /// modes. It stays so when the host puts a new `/etc/shadow` in place during the command (as
 /// `useradd` does): a file bound over the old one, as the sandbox once did, was no longer in
-/// the way once the file was renamed over, and the new one could be read.
+/// the way once the file was renamed over, and the new one could be read. (Run as an
+/// ordinary user only: as root the command's dedicated identity holds no group.)
 #[test]
 fn secrets_the_caller_can_read_stay_hidden_inside() {
     if !sandbox_or_skip() {
@@ -215,11 +216,19 @@ fn secrets_the_caller_can_read_stay_hidden_inside() {
     let group = entry.split(':').next().filter(|g| !g.is_empty());
     let group = group.unwrap_or_else(|| panic!("no name for /etc/shadow's group {gid}"));
     let ws = who.workspace("a1");
-    let check = "import time\nfirst = r('/etc/shadow')\ntwin = r('/etc/passwd')\n\
-                 open('ready', 'w').close()\n\
-                 t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n\
-                 \x20   time.sleep(0.01)\n\
-                 print(json.dumps({'before': first, 'twin': twin, 'after': r('/etc/shadow')}))";
+    // The allowed twin: a file beside them that no concurrent `useradd` replaces.
+    let twin = PathBuf::from(format!("/etc/{}", unique("lnk-twin")));
+    let _planted = Planted(vec![twin.clone()]);
+    std::fs::write(&twin, "public words").unwrap();
+    std::fs::set_permissions(&twin, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let check = format!(
+        "import time\nfirst = r('/etc/shadow')\ntwin = r({twin:?})\n\
+         open('ready', 'w').close()\n\
+         t = time.time()\nwhile not os.path.exists('go') and time.time() - t < 60:\n\
+         \x20   time.sleep(0.01)\n\
+         print(json.dumps({{'before': first, 'twin': twin, 'after': r('/etc/shadow')}}))"
+    );
+    let check = check.as_str();
     let script = format!("{PY_PRELUDE}\n{check}");
     let python = [PYTHON, "-I", "-S", "-c", script.as_str()];
     let as_member = |inside: bool| {
