@@ -151,11 +151,19 @@ impl Backend for Link {
     }
 }
 
-/// Serves the HTTP contract on `run/connection.sock`.
+/// Serves the HTTP contract on `run/connection.sock`; stops watching the token store once the
+/// runtime starts to stop ([`Verified::stop_watching`]).
 pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
     let verified = Verified::watching(&shared.layout.tokens_file());
-    let link = Link { shared, verified };
-    if let Err(e) = link_connection_api::serve(listener, Arc::new(link)).await {
+    let link = Arc::new(Link { shared, verified });
+    let mut stopping = link.shared.stopping.subscribe();
+    let unwatch = link.clone();
+    tokio::spawn(async move {
+        // An error: the sender is gone, and the runtime with it.
+        let _ = stopping.wait_for(Option::is_some).await;
+        unwatch.verified.stop_watching();
+    });
+    if let Err(e) = link_connection_api::serve(listener, link).await {
         link_protocol::errln!("link: connection endpoint failed: {e}");
     }
 }

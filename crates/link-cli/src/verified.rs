@@ -37,14 +37,19 @@ pub enum Lookup {
 }
 
 pub struct Verified {
-    /// The inotify descriptor; `None`: nothing is remembered.
-    watch: Option<OwnedFd>,
     file: PathBuf,
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
+    /// The inotify descriptor; `None`: nothing is remembered.
+    watch: Option<OwnedFd>,
+    /// Every watch made on it, current or left on inodes that moved away.
+    watches: Vec<i32>,
+    /// The descriptor once [`Verified::stop_watching`] removed its watches: closed with
+    /// `Verified`, by then without waiting.
+    retired: Option<OwnedFd>,
     /// Bumped whenever the store changed.
     generation: u64,
     /// sha256 (hex) of the tokens found valid in this generation.
@@ -84,7 +89,10 @@ impl Verified {
                 )
             })
             .ok();
-        let seen = watch.as_ref().and_then(|fd| rewatch(fd, file));
+        let mut watches = Vec::new();
+        let seen = watch
+            .as_ref()
+            .and_then(|fd| rewatch(fd, file, &mut watches));
         if watch.is_some() && seen.is_none() {
             link_protocol::errln!(
                 "link: cannot watch the token store {} yet: requests are verified by the auth \
@@ -93,9 +101,10 @@ impl Verified {
             );
         }
         Verified {
-            watch,
             file: file.to_owned(),
             state: Mutex::new(State {
+                watch,
+                watches,
                 seen,
                 ..State::default()
             }),
@@ -125,16 +134,45 @@ impl Verified {
         state.valid.insert(hash);
     }
 
+    /// Forgets every answer and removes the watches, for good: from here on every token is
+    /// asked of the auth plugin. The runtime calls it when it starts to stop. Closing an
+    /// inotify descriptor that still holds watches waits for the kernel to free them (an RCU
+    /// grace period, up to 15-20 ms on the 2-core machine), and the host's exit waits for
+    /// that; watches removed here are freed in the background while the plugins stop, and the
+    /// descriptor then closes at once.
+    pub fn stop_watching(&self) {
+        let mut state = self.lock();
+        state.valid.clear();
+        state.seen = None;
+        if let Some(fd) = state.watch.take() {
+            for wd in std::mem::take(&mut state.watches) {
+                // A watch already gone (its inode deleted) is an error, and nothing to do.
+                let _ = inotify::remove_watch(&fd, wd);
+            }
+            state.retired = Some(fd);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The state, after forgetting everything if the store changed since the last look.
     fn current(&self) -> std::sync::MutexGuard<'_, State> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(fd) = &self.watch {
+        let mut state = self.lock();
+        let State {
+            watch,
+            watches,
+            seen,
+            ..
+        } = &mut *state;
+        if let Some(fd) = watch {
             // Both checks run every time: inotify's queue must be drained either way.
             let events = changed(fd);
-            if events || state.seen.is_none() || identity(&self.file) != state.seen {
+            if events || seen.is_none() || identity(&self.file) != *seen {
+                *seen = rewatch(fd, &self.file, watches);
                 state.generation += 1;
                 state.valid.clear();
-                state.seen = rewatch(fd, &self.file);
             }
         }
         state
@@ -158,22 +196,37 @@ const FILE_EVENTS: WatchFlags = WatchFlags::MODIFY
     .union(WatchFlags::DELETE_SELF)
     .union(WatchFlags::MOVE_SELF);
 
-/// Watches what the directory and the file are now (the old watches stay on inodes that left
-/// the store's paths, harmless: any event there only forgets more).
-fn add_watches(fd: &OwnedFd, file: &Path) -> rustix::io::Result<()> {
-    inotify::add_watch(fd, dir_of(file), DIR_EVENTS)?;
+/// How many watch descriptors [`State::watches`] keeps.
+const KEPT_WATCHES: usize = 16;
+
+/// Watches what the directory and the file are now, adding each watch to `watches` (the old
+/// watches stay on inodes that left the store's paths, harmless: any event there only forgets
+/// more).
+fn add_watches(fd: &OwnedFd, file: &Path, watches: &mut Vec<i32>) -> rustix::io::Result<()> {
+    let mut keep = |wd: i32| {
+        if !watches.contains(&wd) {
+            // The oldest are on inodes long deleted, whose watches went with them.
+            if watches.len() == KEPT_WATCHES {
+                watches.remove(0);
+            }
+            watches.push(wd);
+        }
+    };
+    keep(inotify::add_watch(fd, dir_of(file), DIR_EVENTS)?);
     match inotify::add_watch(fd, file, FILE_EVENTS) {
+        Ok(wd) => keep(wd),
         // No token yet: its creation is an event of the directory.
-        Ok(_) | Err(Errno::NOENT) => Ok(()),
-        Err(e) => Err(e),
+        Err(Errno::NOENT) => {}
+        Err(e) => return Err(e),
     }
+    Ok(())
 }
 
 /// Makes the watches again and says what they watch; `None` when they could not be made or the
 /// paths changed while they were being made (the next look tries again).
-fn rewatch(fd: &OwnedFd, file: &Path) -> Option<Identity> {
+fn rewatch(fd: &OwnedFd, file: &Path, watches: &mut Vec<i32>) -> Option<Identity> {
     let before = identity(file)?;
-    add_watches(fd, file).ok()?;
+    add_watches(fd, file, watches).ok()?;
     let after = identity(file)?;
     // A change between the two looks may have moved a watch onto an inode already gone.
     (before == after && !changed(fd)).then_some(after)
@@ -393,6 +446,43 @@ mod tests {
         );
         std::fs::create_dir(&dir).unwrap();
         assert_revocation_seen(&v, &file, "the directory made after the start");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Once stopped, what was remembered is forgotten, nothing is remembered again, and no
+    /// watch is left on the descriptor.
+    #[test]
+    fn a_stopped_watch_remembers_nothing_and_holds_no_watch() {
+        let (dir, file) = store();
+        let token = link_protocol::tokens::create(&file).unwrap();
+        let v = Verified::watching(&file);
+        let Lookup::Ask(generation) = v.lookup(&token) else {
+            panic!("remembered before anything was answered");
+        };
+        v.remember(&token, generation);
+        assert_eq!(v.lookup(&token), Lookup::Valid);
+        let watches = v.lock().watches.clone();
+        assert_eq!(watches.len(), 2, "the directory's and the file's");
+        v.stop_watching();
+        let Lookup::Ask(generation) = v.lookup(&token) else {
+            panic!("still remembered once stopped");
+        };
+        v.remember(&token, generation);
+        assert!(
+            matches!(v.lookup(&token), Lookup::Ask(_)),
+            "remembered once stopped"
+        );
+        let state = v.lock();
+        let retired = state
+            .retired
+            .as_ref()
+            .expect("the descriptor is kept to close");
+        for wd in watches {
+            let gone = inotify::remove_watch(retired, wd);
+            assert_eq!(gone, Err(Errno::INVAL), "watch {wd} is still there");
+        }
+        drop(state);
+        v.stop_watching();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
