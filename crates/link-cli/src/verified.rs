@@ -15,7 +15,8 @@
 //! The watches are made again after each change; while they cannot be (no inotify watch left,
 //! the directory missing), nothing is remembered. An answer that was in flight while the store
 //! changed is not remembered (the generation it was asked under is gone). Where no watch can be
-//! made at all, every request is verified by the auth plugin.
+//! made at all, every request is verified by the auth plugin. Once the runtime starts to stop,
+//! nothing is remembered and the watches are removed ([`Verified::stop_watching`]).
 
 use rustix::fd::OwnedFd;
 use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
