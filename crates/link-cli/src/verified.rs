@@ -357,6 +357,18 @@ mod tests {
         );
     }
 
+    /// A token the auth plugin found valid is asked about again all the same.
+    fn assert_not_remembered(v: &Verified, token: &str, what: &str) {
+        let Lookup::Ask(generation) = v.lookup(token) else {
+            panic!("{what}: remembered before it was answered");
+        };
+        v.remember(token, generation);
+        assert!(
+            matches!(v.lookup(token), Lookup::Ask(_)),
+            "{what}: remembered"
+        );
+    }
+
     /// A token made, found valid and remembered, then revoked: the revocation must be seen.
     fn assert_revocation_seen(v: &Verified, file: &Path, what: &str) {
         let token = link_protocol::tokens::create(file).unwrap();
@@ -437,14 +449,7 @@ mod tests {
         let (dir, file) = store();
         std::fs::remove_dir(&dir).unwrap();
         let v = Verified::watching(&file);
-        let Lookup::Ask(generation) = v.lookup("lnk_x") else {
-            panic!("remembered before anything was answered");
-        };
-        v.remember("lnk_x", generation);
-        assert!(
-            matches!(v.lookup("lnk_x"), Lookup::Ask(_)),
-            "remembered unwatched"
-        );
+        assert_not_remembered(&v, "lnk_x", "unwatched");
         std::fs::create_dir(&dir).unwrap();
         assert_revocation_seen(&v, &file, "the directory made after the start");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -457,22 +462,10 @@ mod tests {
         let (dir, file) = store();
         let token = link_protocol::tokens::create(&file).unwrap();
         let v = Verified::watching(&file);
-        let Lookup::Ask(generation) = v.lookup(&token) else {
-            panic!("remembered before anything was answered");
-        };
-        v.remember(&token, generation);
-        assert_eq!(v.lookup(&token), Lookup::Valid);
         let watches = v.lock().watches.clone();
         assert_eq!(watches.len(), 2, "the directory's and the file's");
-        v.stop_watching();
-        let Lookup::Ask(generation) = v.lookup(&token) else {
-            panic!("still remembered once stopped");
-        };
-        v.remember(&token, generation);
-        assert!(
-            matches!(v.lookup(&token), Lookup::Ask(_)),
-            "remembered once stopped"
-        );
+        assert_forgotten_after(&v, &token, "stopped", || v.stop_watching());
+        assert_not_remembered(&v, &token, "once stopped");
         let state = v.lock();
         let retired = state
             .retired

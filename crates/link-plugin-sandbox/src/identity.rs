@@ -4,12 +4,13 @@
 //! ([`Identity::Caller`]). As root it must never be root: every agent gets a dedicated uid and
 //! gid ([`Identity::Dedicated`], `base + slot`, the slot allocated once per agent in the
 //! plugin's data directory). bubblewrap then runs as root *inside a user namespace* the plugin
-//! makes for the identity on its first command and keeps ([`shared_user_namespace`]: root and
-//! the dedicated identity mapped to themselves, nothing else), so its mounts need no capability on the host and the plugin
-//! holds none of `CAP_SYS_ADMIN`'s; the helper inside drops to that identity (groups, gid,
-//! uid, the capability bounding set) before Landlock and the command. Root-only files are then
-//! unreadable, files the command creates are that uid's, and a setuid file it could make
-//! would give nobody more than that uid. DESIGN.md §4 gives the reasons.
+//! makes for the identity on its first command and keeps ([`shared_user_namespace`]: root
+//! and the dedicated identity mapped to themselves, nothing else), so its mounts need no
+//! capability on the host and the plugin holds none of `CAP_SYS_ADMIN`'s; the helper inside
+//! drops to that identity (groups, gid, uid, the capability bounding set) before Landlock and
+//! the command. Root-only files are then unreadable, files the command creates are that uid's,
+//! and a setuid file it could make would give nobody more than that uid. DESIGN.md §4 gives
+//! the reasons.
 //!
 //! Because the workspace and home are written by the file tool as root too, [`prepare`]
 //! gives every entry to the agent's identity before a command, and [`clear_setid`] removes
@@ -226,7 +227,7 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
 const KEPT_NAMESPACES: usize = 64;
 
 /// [`user_namespace`] for `uid`/`gid`, made on the first command of that identity and kept
-/// (the [`KEPT_NAMESPACES`] most recently made): each call gets a new descriptor of the same
+/// (the `KEPT_NAMESPACES` most recently made): each call gets a new descriptor of the same
 /// namespace. Making one costs a fork of the calling process, which every command of an agent
 /// used to pay: about 1.5 ms of the plugin path on the 2-core machine (an interleaved A/B of
 /// `cargo xtask bench-sandbox`).
@@ -620,8 +621,7 @@ mod tests {
             let fd = shared_user_namespace(id, id).unwrap();
             let flags = rustix::io::fcntl_getfd(&fd).unwrap();
             assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
-            let name = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap();
-            name
+            std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap()
         };
         let (id, other) = (DEFAULT_BASE + 2001, DEFAULT_BASE + 2002);
         let first = ns(id);

@@ -3,7 +3,6 @@
 
 use crate::identity::Identity;
 use crate::limits::Limits;
-use crate::rules::Rules;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -26,8 +25,8 @@ const SYSTEM: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
 ];
 /// Secrets under /etc that only their modes guard: where the command's identity could read
-/// one ([`could_read`]), the helper's Landlock rules leave it out ([`Rules::inside`]);
-/// elsewhere its modes refuse it inside as on the host.
+/// one ([`could_read`]), the helper's Landlock rules leave it out
+/// ([`crate::rules::Rules::inside`]); elsewhere its modes refuse it inside as on the host.
 const SECRET_FILES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
@@ -133,12 +132,8 @@ impl Policy {
         }
     }
 
-    /// The Landlock rules the helper applies inside the namespace.
-    pub fn landlock_rules(&self) -> Rules {
-        Rules::inside(&self.inside_writable(), &self.hidden())
-    }
-
-    /// The secrets the command's identity could read on the host, which it must not inside.
+    /// The secrets the command's identity could read on the host, which it must not inside:
+    /// the helper's `--hide` files ([`crate::rules::Rules::inside`]).
     fn hidden(&self) -> Vec<PathBuf> {
         SECRET_FILES
             .iter()
@@ -147,6 +142,7 @@ impl Policy {
             .collect()
     }
 
+    /// The helper's `--rw` directories ([`crate::rules::Rules::inside`]).
     fn inside_writable(&self) -> Vec<PathBuf> {
         [WORKSPACE, HOME]
             .iter()

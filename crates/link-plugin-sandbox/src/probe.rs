@@ -284,7 +284,7 @@ impl ProbeDir {
 
 const PROBE_DIR_PREFIX: &str = "lnk-probe-";
 
-/// [`sweep_probe_dirs`] in this process's temporary directory, the one its probes use: for a
+/// `sweep_probe_dirs` in this process's temporary directory, the one its probes use: for a
 /// host that has just ended the probe it started (a stop while the probe ran).
 pub fn sweep_dead_probe_dirs() {
     sweep_probe_dirs(&std::env::temp_dir());

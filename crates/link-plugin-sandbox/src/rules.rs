@@ -54,7 +54,7 @@ impl Rules {
     /// sockets.
     ///
     /// A hidden file is left out by granting, in each directory on its way, every other entry
-    /// present now ([`readable_except`] says which are left out besides), and listing alone
+    /// present now (`readable_except` says which are left out besides), and listing alone
     /// for the rest: Landlock's rules hold on to the files they name, so a file put in the
     /// hidden one's place later (a password change renames a new `/etc/shadow` into place)
     /// has no rule and stays unreadable. So does any file that appears or is replaced in
