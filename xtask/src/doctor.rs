@@ -38,7 +38,8 @@ pub fn run(ws: &Workspace) -> bool {
     let findings = vec![
         programs(ws),
         sandbox_probe(ws),
-        on_path(system::BUBBLEWRAP),
+        installed(system::BUBBLEWRAP),
+        installed(system::LIBSECCOMP),
         strace(),
         state_dir(),
     ];
@@ -243,15 +244,15 @@ pub fn hints(reason: &str) -> Vec<String> {
     out
 }
 
-/// The package's program on PATH, or the command that installs it here (for each known
-/// distribution when this one is not).
-fn on_path(package: Package) -> Finding {
+/// Where the package's program (or header) is, or the command that installs it here (for each
+/// known distribution when this one is not).
+fn installed(package: Package) -> Finding {
     let what = package.name;
-    match which::which(package.program) {
-        Ok(p) => Finding::ok(what, format!("{}", p.display())),
-        Err(_) => Finding::fix(
+    match package.found() {
+        Some(p) => Finding::ok(what, format!("{}", p.display())),
+        None => Finding::fix(
             what,
-            format!("`{}` is not on PATH", package.program),
+            package.absence(),
             vec![system::install_hint(&[package])],
         ),
     }
@@ -259,7 +260,7 @@ fn on_path(package: Package) -> Finding {
 
 /// strace on PATH is not enough: it must be allowed to trace (ptrace) here.
 fn strace() -> Finding {
-    let found = on_path(system::STRACE);
+    let found = installed(system::STRACE);
     if !found.ok {
         return found;
     }

@@ -43,7 +43,7 @@ commands:
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
-  install   install the missing system packages (bubblewrap, strace), saying what it runs
+  install   install the missing system packages (bubblewrap, strace, libseccomp's headers), saying what it runs
 ";
 
 #[derive(Parser)]
@@ -70,8 +70,8 @@ enum Cmd {
     Qualify(BaselineArgs),
     /// Probe confinement and tracing support and say what to install or change.
     Doctor,
-    /// Install the missing system packages (bubblewrap, strace) with the distribution's
-    /// package manager, through sudo when not root, saying what it runs.
+    /// Install the missing system packages (bubblewrap, strace, libseccomp's headers) with the
+    /// distribution's package manager, through sudo when not root, saying what it runs.
     Install,
 }
 
@@ -80,8 +80,9 @@ struct RuntimeArgs {
     /// Run the locked release build first.
     #[arg(long)]
     build: bool,
-    /// First install the missing system packages (bubblewrap; strace with --trace) with the
-    /// distribution's package manager, through sudo when not root, saying what it runs.
+    /// First install the missing system packages (bubblewrap, libseccomp's headers; strace
+    /// with --trace) with the distribution's package manager, through sudo when not root,
+    /// saying what it runs.
     #[arg(long)]
     install: bool,
     /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
@@ -229,7 +230,9 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
         Cmd::Doctor => Ok(if doctor::run(&ws) { 0 } else { 1 }),
         Cmd::Install => {
             system::install_missing(true)?;
-            link_protocol::errln!("xtask: bubblewrap and strace are installed");
+            link_protocol::errln!(
+                "xtask: bubblewrap, strace and libseccomp's headers are installed"
+            );
             Ok(0)
         }
     }

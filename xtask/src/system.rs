@@ -1,37 +1,89 @@
-//! The system packages the main job needs — bubblewrap (confinement) and, for `--trace`,
-//! strace — and the command that installs them on this distribution.
+//! The system packages the main job needs — bubblewrap (confinement), libseccomp's headers
+//! (the build compiles the seccomp filter with it) and, for `--trace`, strace — and the
+//! command that installs them on this distribution.
 
 use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A system package: the program it provides and its package name (the same on every
-/// distribution the install command knows).
+/// A system package: what shows it is installed, and its package name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Package {
-    pub program: &'static str,
+    pub provides: Provides,
+    /// Its name where the distributions agree.
     pub name: &'static str,
+    /// Its name for the managers that call it otherwise.
+    pub elsewhere: &'static [(Manager, &'static str)],
+}
+
+/// What a package puts on the machine that the xtask looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provides {
+    /// A program on PATH.
+    Program(&'static str),
+    /// A C header under `/usr/include`, which a build needs.
+    Header(&'static str),
 }
 
 pub const BUBBLEWRAP: Package = Package {
-    program: "bwrap",
+    provides: Provides::Program("bwrap"),
     name: "bubblewrap",
+    elsewhere: &[],
 };
 pub const STRACE: Package = Package {
-    program: "strace",
+    provides: Provides::Program("strace"),
     name: "strace",
+    elsewhere: &[],
+};
+/// `link-plugin-sandbox`'s build script compiles the seccomp filter with libseccomp.
+pub const LIBSECCOMP: Package = Package {
+    provides: Provides::Header("seccomp.h"),
+    name: "libseccomp-dev",
+    elsewhere: &[
+        (Manager::Dnf, "libseccomp-devel"),
+        (Manager::Zypper, "libseccomp-devel"),
+        (Manager::Pacman, "libseccomp"),
+    ],
 };
 
-/// The packages whose program is not on PATH: bubblewrap always, strace when `trace`.
+impl Package {
+    /// Where what it provides was found, if it was.
+    pub fn found(self) -> Option<PathBuf> {
+        match self.provides {
+            Provides::Program(p) => which::which(p).ok(),
+            Provides::Header(h) => Some(Path::new("/usr/include").join(h)).filter(|p| p.is_file()),
+        }
+    }
+
+    /// Why it counts as missing, for messages.
+    pub fn absence(self) -> String {
+        match self.provides {
+            Provides::Program(p) => format!("`{p}` is not on PATH"),
+            Provides::Header(h) => format!("/usr/include/{h} is not there (the build needs it)"),
+        }
+    }
+
+    /// Its name for `manager`.
+    pub fn name_for(self, manager: Manager) -> &'static str {
+        self.elsewhere
+            .iter()
+            .find(|(m, _)| *m == manager)
+            .map_or(self.name, |(_, name)| name)
+    }
+}
+
+/// The packages not installed: bubblewrap and libseccomp's headers always, strace when
+/// `trace`.
 pub fn missing(trace: bool) -> Vec<Package> {
     let wanted: &[Package] = if trace {
-        &[BUBBLEWRAP, STRACE]
+        &[BUBBLEWRAP, LIBSECCOMP, STRACE]
     } else {
-        &[BUBBLEWRAP]
+        &[BUBBLEWRAP, LIBSECCOMP]
     };
     wanted
         .iter()
         .copied()
-        .filter(|p| which::which(p.program).is_err())
+        .filter(|p| p.found().is_none())
         .collect()
 }
 
@@ -74,7 +126,7 @@ impl Manager {
 
     /// The install command line for `packages` (without `sudo`).
     pub fn install_line(self, packages: &[Package]) -> String {
-        let names: Vec<&str> = packages.iter().map(|p| p.name).collect();
+        let names: Vec<&str> = packages.iter().map(|p| p.name_for(self)).collect();
         let names = names.join(" ");
         match self {
             Manager::Apt => format!("apt-get install -y {names}"),
@@ -145,7 +197,7 @@ pub fn install_missing(trace: bool) -> Result<()> {
     }
     let still = missing(trace);
     if !still.is_empty() {
-        bail!("{} still not on PATH after installing", names(&still));
+        bail!("{} still missing after installing", names(&still));
     }
     Ok(())
 }
@@ -185,6 +237,26 @@ mod tests {
         assert_eq!(Manager::from_os_release("ID=alpine\n"), Some(Manager::Apk));
         // IDS=... is not ID=...
         assert_eq!(Manager::from_os_release("IDS=debian\nID=nixos\n"), None);
+    }
+
+    #[test]
+    fn a_package_has_its_name_for_each_manager() {
+        assert_eq!(
+            Manager::Apt.install_line(&[BUBBLEWRAP, LIBSECCOMP]),
+            "apt-get install -y bubblewrap libseccomp-dev"
+        );
+        assert_eq!(
+            Manager::Dnf.install_line(&[LIBSECCOMP]),
+            "dnf install -y libseccomp-devel"
+        );
+        assert_eq!(
+            Manager::Pacman.install_line(&[LIBSECCOMP]),
+            "pacman -S --noconfirm libseccomp"
+        );
+        assert_eq!(
+            Manager::Apk.install_line(&[LIBSECCOMP]),
+            "apk add libseccomp-dev"
+        );
     }
 
     #[test]

@@ -185,7 +185,7 @@ pub struct Shedding {
 pub enum PluginFilter {
     /// Loaded between fork and exec: the sandbox plugin's own
     /// ([`crate::seccomp::sandbox_plugin_filter`]).
-    Load(&'static [seccompiler::BpfProgram]),
+    Load(&'static seccompiler::BpfProgram),
     /// The commands' filter ([`crate::seccomp::filter`]), inherited from the thread that forks
     /// the plugin, which runs under it ([`filter_this_thread`]): a filter is shared by the
     /// processes that inherit it, where each load costs the kernel a copy, a check and a JIT
@@ -197,7 +197,7 @@ pub enum PluginFilter {
 /// `no_new_privs`, so every process it forks starts under both: the host's spawner thread,
 /// which forks the plugins of [`PluginFilter::Inherited`].
 pub fn filter_this_thread() -> Result<(), SandboxError> {
-    let filter = crate::seccomp::filter().map_err(SandboxError::Unavailable)?;
+    let filter = crate::seccomp::filter();
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| SandboxError::Unavailable(format!("no_new_privs: {e}")))?;
     load(&filter.bpf).map_err(|e| SandboxError::Unavailable(format!("seccomp: {e}")))
@@ -217,21 +217,17 @@ fn under_the_commands_filter() -> bool {
     matches!(netlink, Err(rustix::io::Errno::AFNOSUPPORT))
 }
 
-fn load(programs: &[seccompiler::BpfProgram]) -> io::Result<()> {
-    for program in programs {
-        seccompiler::apply_filter(program).map_err(|e| match e {
-            seccompiler::Error::Seccomp(io) => io,
-            other => io::Error::other(other.to_string()),
-        })?;
-    }
-    Ok(())
+fn load(program: &seccompiler::BpfProgram) -> io::Result<()> {
+    seccompiler::apply_filter(program).map_err(|e| match e {
+        seccompiler::Error::Seccomp(io) => io,
+        other => io::Error::other(other.to_string()),
+    })
 }
 
 impl Shedding {
     pub fn for_plugin(plugin: &str) -> Result<Shedding, SandboxError> {
         let filter = if plugin == link_protocol::routes::programs::SANDBOX {
-            let own = crate::seccomp::sandbox_plugin_filter().map_err(SandboxError::Unavailable)?;
-            PluginFilter::Load(own.bpf.as_slice())
+            PluginFilter::Load(&crate::seccomp::sandbox_plugin_filter().bpf)
         } else {
             PluginFilter::Inherited
         };

@@ -100,14 +100,14 @@ pub struct Policy {
 }
 
 /// The descriptors bwrap is given, by number in the child.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Fds {
     /// Receives bwrap's JSON with the namespace's init pid.
     pub info: Option<i32>,
     /// Receives the helper's status lines.
     pub status: Option<i32>,
-    /// The seccomp programs, first to last ([`crate::seccomp`]).
-    pub seccomp: Vec<i32>,
+    /// The seccomp program ([`crate::seccomp`]): no command runs without it.
+    pub seccomp: i32,
     /// The user namespace bwrap enters for a dedicated identity
     /// ([`crate::identity::shared_user_namespace`]).
     pub userns: Option<i32>,
@@ -196,11 +196,8 @@ impl Policy {
             a.flags(&["--info-fd"]);
             a.push(fd.to_string());
         }
-        // `--add-seccomp-fd` (repeatable) rather than `--seccomp` (one program only).
-        for fd in &fds.seccomp {
-            a.flags(&["--add-seccomp-fd"]);
-            a.push(fd.to_string());
-        }
+        a.flags(&["--add-seccomp-fd"]);
+        a.push(fds.seccomp.to_string());
         system_binds(&mut a);
         let tmp = self.limits.tmp_bytes.to_string();
         a.flags(&["--proc", "/proc", "--dev", "/dev"]);
@@ -377,7 +374,7 @@ mod tests {
         let fds = Fds {
             info: Some(5),
             status: Some(6),
-            seccomp: vec![7, 8],
+            seccomp: 7,
             userns: Some(9),
         };
         let args: Vec<String> = p
@@ -389,7 +386,7 @@ mod tests {
         assert!(joined.starts_with(
             "--new-session --die-with-parent --unshare-pid --unshare-net --unshare-ipc \
              --unshare-uts --unshare-user --disable-userns --cap-drop ALL --info-fd 5 \
-             --add-seccomp-fd 7 --add-seccomp-fd 8"
+             --add-seccomp-fd 7"
         ));
         assert_eq!(args.iter().filter(|a| *a == "--bind").count(), 1);
         assert!(joined.contains("--bind /w /workspace"));

@@ -103,9 +103,6 @@ pub enum RunError {
         identity: String,
         error: crate::identity::UserNamespaceError,
     },
-    /// No seccomp filter for this machine: nothing runs without one.
-    #[error("{0}")]
-    Seccomp(String),
     #[error("cannot start bubblewrap {0}: {1}")]
     Spawn(PathBuf, std::io::Error),
     /// [`stop_all`] was called: the process is shutting down and starts nothing more.
@@ -180,12 +177,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     }
     let (info_r, info_w) = cloexec_pipe()?;
     let (status_r, status_w) = cloexec_pipe()?;
-    let filter = crate::seccomp::filter().map_err(RunError::Seccomp)?;
-    let seccomp = filter
-        .programs
-        .iter()
-        .map(|p| memfd("lnk-seccomp", p))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    let seccomp = memfd("lnk-seccomp", crate::seccomp::filter().program)?;
     let userns = match spec.policy.identity {
         Identity::Dedicated { uid, gid } => Some(
             crate::identity::shared_user_namespace(uid, gid).map_err(|e| {
@@ -200,7 +192,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let fds = Fds {
         info: Some(info_w.as_raw_fd()),
         status: Some(status_w.as_raw_fd()),
-        seccomp: seccomp.iter().map(|f| f.as_raw_fd()).collect(),
+        seccomp: seccomp.as_raw_fd(),
         userns: userns.as_ref().map(|f| f.as_raw_fd()),
     };
     // bwrap reads its options (the host's paths among them) from a descriptor, so they
@@ -209,8 +201,12 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let mut options = spec.policy.bwrap_args(&fds, &spec.argv);
     let command = options.split_off(options.iter().position(|a| a == "--").unwrap_or(0));
     let args = memfd("lnk-bwrap-args", &nul_separated(&options)?)?;
-    let mut inherited = vec![info_w.as_raw_fd(), status_w.as_raw_fd(), args.as_raw_fd()];
-    inherited.extend(&fds.seccomp);
+    let mut inherited = vec![
+        info_w.as_raw_fd(),
+        status_w.as_raw_fd(),
+        args.as_raw_fd(),
+        fds.seccomp,
+    ];
     inherited.extend(fds.userns);
     let mut cmd = std::process::Command::new(&spec.bwrap);
     cmd.arg0(crate::leftovers::tag(&spec.owner))

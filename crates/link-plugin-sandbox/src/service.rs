@@ -163,9 +163,6 @@ fn run_error(e: RunError) -> RemoteError {
             "Landlock not enforced inside the sandbox, nothing ran: {reason}"
         )),
         RunError::Stopped => unavailable("the sandbox plugin is stopping; nothing ran"),
-        RunError::Seccomp(reason) => {
-            unavailable(format!("no seccomp filter, nothing ran: {reason}"))
-        }
         RunError::UserNamespace { error, .. } if error.machine_cannot() => {
             unavailable(format!("{error}; nothing ran"))
         }

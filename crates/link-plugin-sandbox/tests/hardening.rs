@@ -365,7 +365,23 @@ def sys(*a):
     return errno.errorcode.get(ctypes.get_errno(), "?")
 def sock(af):
     return _e(lambda: socket.socket(af, socket.SOCK_RAW if af == socket.AF_NETLINK else socket.SOCK_STREAM).close())
+# The kernel reads an int argument's low 32 bits only: bits above must not slip past the filter.
+HIGH = 1 << 32
+def killed_by(nr):
+    pid = os.fork()
+    if pid == 0:
+        libc.syscall(nr)
+        os._exit(0)
+    status = os.waitpid(pid, 0)[1]
+    return os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit %d" % os.WEXITSTATUS(status)
 print(json.dumps({{
+    "clone3": sys({clone3}, None, 0),
+    "socket_inet_high": sys({socket}, ctypes.c_long(HIGH | 2), 1, 0),
+    "tiocsti": sys({ioctl}, 0, ctypes.c_long({tiocsti}), None),
+    "tiocsti_high": sys({ioctl}, 0, ctypes.c_long(HIGH | {tiocsti}), None),
+    "tiocgwinsz_high": sys({ioctl}, 0, ctypes.c_long(HIGH | {tiocgwinsz}), None),
+    "x32_getpid": killed_by(0x40000000 | {getpid}),
+    "getpid_child": killed_by({getpid}),
     "unshare_user": sys({unshare}, {newuser}),
     "keyctl": sys({keyctl}, 0, -3, 0),
     "io_uring_setup": sys({io_uring}, 1, None),
@@ -381,8 +397,22 @@ print(json.dumps({{
             io_uring = libc::SYS_io_uring_setup,
             bpf = libc::SYS_bpf,
             getpid = libc::SYS_getpid,
+            clone3 = libc::SYS_clone3,
+            socket = libc::SYS_socket,
+            ioctl = libc::SYS_ioctl,
+            tiocsti = libc::TIOCSTI,
+            tiocgwinsz = libc::TIOCGWINSZ,
         );
         let got = who.exec_py(&ws, &script);
+        assert_eq!(got["clone3"], "ENOSYS", "{got}");
+        // Refused by the filter (EPERM), where the kernel would answer /dev/null with ENOTTY.
+        assert_eq!(got["tiocsti"], "EPERM", "{got}");
+        assert_eq!(got["tiocsti_high"], "EPERM", "{got}");
+        assert_eq!(got["tiocgwinsz_high"], "ENOTTY", "{got}");
+        // AF_INET with a high bit set: refused, where plain AF_INET ("inet") is allowed.
+        assert_eq!(got["socket_inet_high"], "EAFNOSUPPORT", "{got}");
+        assert_eq!(got["x32_getpid"], libc::SIGSYS, "{got}");
+        assert_eq!(got["getpid_child"], "exit 0", "{got}");
         for refused in ["unshare_user", "keyctl", "io_uring_setup", "bpf"] {
             assert_eq!(got[refused], "EPERM", "{refused}: {got}");
         }
@@ -469,7 +499,8 @@ fn the_probe_names_identity_filter_and_limits() {
             }
             None => assert_eq!(identity["kind"], "caller"),
         }
-        assert_eq!(report["seccomp"]["name"], "link-seccomp-v2");
+        assert_eq!(report["seccomp"]["name"], "link-seccomp-v3");
+        assert_eq!(report["seccomp"]["programs"], 1);
         assert_eq!(report["seccomp"]["sha256"].as_str().map(str::len), Some(64));
         assert_eq!(report["limits"]["processes"], 256);
         for check in [
