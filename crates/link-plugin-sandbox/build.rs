@@ -8,85 +8,17 @@
 //! kernel walking every chain once per system-call number to build its action cache; this one
 //! program costs it about 0.23 ms (issue 14).
 //!
-//! The rules use this build machine's `libc` numbers, so the crate is built for the machine it
-//! runs on: a cross build stops here.
+//! The rules (`src/seccomp_rules.rs`) use this build machine's `libc` numbers, so the crate is
+//! built for the machine it runs on: a cross build stops here.
 
 use libseccomp::{
     ScmpAction, ScmpArgCompare as Cmp, ScmpCompareOp as Op, ScmpFilterContext, ScmpSyscall,
 };
 use std::path::Path;
 
-/// Denied to commands whatever their arguments; bubblewrap, in the sandbox plugin, needs them.
-const NAMESPACES_AND_MOUNTS: &[libc::c_long] = &[
-    libc::SYS_unshare,
-    libc::SYS_setns,
-    libc::SYS_mount,
-    libc::SYS_umount2,
-    libc::SYS_pivot_root,
-    libc::SYS_chroot,
-    libc::SYS_move_mount,
-    libc::SYS_open_tree,
-    libc::SYS_fsopen,
-    libc::SYS_fsconfig,
-    libc::SYS_fsmount,
-    libc::SYS_fspick,
-    libc::SYS_mount_setattr,
-];
-
-/// Denied to every plugin and command whatever their arguments.
-const ALWAYS: &[libc::c_long] = &[
-    libc::SYS_keyctl,
-    libc::SYS_add_key,
-    libc::SYS_request_key,
-    libc::SYS_ptrace,
-    libc::SYS_process_vm_readv,
-    libc::SYS_process_vm_writev,
-    libc::SYS_io_uring_setup,
-    libc::SYS_io_uring_enter,
-    libc::SYS_io_uring_register,
-    libc::SYS_bpf,
-    libc::SYS_perf_event_open,
-    libc::SYS_userfaultfd,
-    libc::SYS_kexec_load,
-    libc::SYS_kexec_file_load,
-    libc::SYS_init_module,
-    libc::SYS_finit_module,
-    libc::SYS_delete_module,
-    libc::SYS_swapon,
-    libc::SYS_swapoff,
-    libc::SYS_reboot,
-    libc::SYS_syslog,
-    libc::SYS_acct,
-    libc::SYS_quotactl,
-    libc::SYS_name_to_handle_at,
-    libc::SYS_open_by_handle_at,
-    libc::SYS_lookup_dcookie,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_uselib,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_ioperm,
-    #[cfg(target_arch = "x86_64")]
-    libc::SYS_iopl,
-];
-
-/// `clone` flags that create a namespace.
-const NAMESPACE_FLAGS: &[libc::c_int] = &[
-    libc::CLONE_NEWUSER,
-    libc::CLONE_NEWNS,
-    libc::CLONE_NEWPID,
-    libc::CLONE_NEWNET,
-    libc::CLONE_NEWUTS,
-    libc::CLONE_NEWIPC,
-    libc::CLONE_NEWCGROUP,
-];
-
-/// `fchmodat2` (Linux 6.6) has the same number on every architecture; libseccomp 2.5 has no
-/// name for it.
-const FCHMODAT2: libc::c_long = 452;
-
-/// The low 32 bits, where the kernel reads an `int` or `unsigned int` argument: a filter that
-/// compared all 64 would let `ioctl(fd, TIOCSTI | 1 << 32)` through (CVE-2019-10063).
-const LOW_32: u64 = 0xffff_ffff;
+#[path = "src/seccomp_rules.rs"]
+mod rules;
+use rules::*;
 
 fn main() {
     let target = std::env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets the target arch");
@@ -96,11 +28,29 @@ fn main() {
         "the seccomp filters are compiled with this build machine's system-call numbers; build \
          link-plugin-sandbox on a {target} machine"
     );
+    assert_eq!(
+        std::env::var("CARGO_CFG_TARGET_POINTER_WIDTH").as_deref(),
+        Ok("64"),
+        "the seccomp filters are built for the 64-bit system-call ABI"
+    );
+    // 2.5 for the binary-tree layout; older ones also compared 64-bit arguments wrongly
+    // (CVE-2019-9893). The seccomp tests check the programs against the rules whatever the
+    // version.
+    let version = libseccomp::ScmpVersion::current().expect("libseccomp's version");
+    assert!(
+        libseccomp::check_version((2, 5, 0).into()).unwrap_or(false),
+        "libseccomp {}.{}.{} is older than 2.5.0: install a newer libseccomp development \
+         package",
+        version.major,
+        version.minor,
+        version.micro
+    );
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let out = Path::new(&out);
     export(commands(), &out.join("commands.bpf"));
     export(sandbox_plugin(), &out.join("sandbox-plugin.bpf"));
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=src/seccomp_rules.rs");
 }
 
 /// A filter that allows what no rule matches and kills a process that switches to another
@@ -136,7 +86,7 @@ fn always(f: &mut ScmpFilterContext) {
     for &nr in ALWAYS {
         deny(f, libc::EPERM, nr, &[]);
     }
-    for request in [libc::TIOCSTI, libc::TIOCLINUX] {
+    for request in INJECTION {
         let cmp = Cmp::new(1, Op::MaskedEqual(LOW_32), request);
         deny(f, libc::EPERM, libc::SYS_ioctl, &[cmp]);
     }
@@ -168,27 +118,11 @@ fn commands() -> ScmpFilterContext {
 /// (with `O_CREAT`), `creat` or `mknod`. (`openat2` passes its mode in memory: the walk after
 /// the command clears what it makes.)
 fn setid_files(f: &mut ScmpFilterContext) {
-    let setid = [libc::S_ISUID as u64, libc::S_ISGID as u64];
-    // The mode argument's position in each chmod call.
-    let mut chmods = vec![
-        (libc::SYS_fchmod, 1),
-        (libc::SYS_fchmodat, 2),
-        (FCHMODAT2, 2),
-    ];
-    #[cfg(target_arch = "x86_64")]
-    chmods.push((libc::SYS_chmod, 1));
-    let mut creates = vec![(libc::SYS_mknodat, 2, None), (libc::SYS_openat, 3, Some(2))];
-    #[cfg(target_arch = "x86_64")]
-    creates.extend([
-        (libc::SYS_open, 2, Some(1)),
-        (libc::SYS_creat, 1, None),
-        (libc::SYS_mknod, 1, None),
-    ]);
-    for bit in setid {
-        for &(nr, mode) in &chmods {
+    for bit in SETID {
+        for (nr, mode) in chmods() {
             deny(f, libc::EPERM, nr, &[has_bits(mode, bit)]);
         }
-        for &(nr, mode, flags) in &creates {
+        for (nr, mode, flags) in creates() {
             let mut cmp = vec![has_bits(mode, bit)];
             cmp.extend(flags.map(|flags| has_bits(flags, libc::O_CREAT as u64)));
             deny(f, libc::EPERM, nr, &cmp);
@@ -201,12 +135,15 @@ fn setid_files(f: &mut ScmpFilterContext) {
 /// `AF_INET6` but `AF_UNIX` and `AF_INET`, and every one above. A value with any of the upper
 /// 32 bits set is above, so refused, whatever the kernel would read in the lower ones.
 fn other_sockets(f: &mut ScmpFilterContext) {
-    let allowed = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
-    for domain in (0..libc::AF_INET6).filter(|d| !allowed.contains(d)) {
+    let highest = *ALLOWED_DOMAINS
+        .iter()
+        .max()
+        .expect("some domain is allowed");
+    for domain in (0..highest).filter(|d| !ALLOWED_DOMAINS.contains(d)) {
         let cmp = Cmp::new(0, Op::Equal, domain as u64);
         deny(f, libc::EAFNOSUPPORT, libc::SYS_socket, &[cmp]);
     }
-    let above = Cmp::new(0, Op::Greater, libc::AF_INET6 as u64);
+    let above = Cmp::new(0, Op::Greater, highest as u64);
     deny(f, libc::EAFNOSUPPORT, libc::SYS_socket, &[above]);
 }
 

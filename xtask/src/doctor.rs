@@ -247,7 +247,7 @@ pub fn hints(reason: &str) -> Vec<String> {
 /// Where the package's program (or header) is, or the command that installs it here (for each
 /// known distribution when this one is not).
 fn installed(package: Package) -> Finding {
-    let what = package.name;
+    let what = system::Manager::here().map_or(package.name, |m| package.name_for(m));
     match package.found() {
         Some(p) => Finding::ok(what, format!("{}", p.display())),
         None => Finding::fix(

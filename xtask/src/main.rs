@@ -43,7 +43,8 @@ commands:
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
-  install   install the missing system packages (bubblewrap, strace, libseccomp's headers), saying what it runs
+  install   install the missing system packages (bubblewrap, strace, libseccomp-dev),
+            saying what it runs
 ";
 
 #[derive(Parser)]
@@ -70,8 +71,9 @@ enum Cmd {
     Qualify(BaselineArgs),
     /// Probe confinement and tracing support and say what to install or change.
     Doctor,
-    /// Install the missing system packages (bubblewrap, strace, libseccomp's headers) with the
-    /// distribution's package manager, through sudo when not root, saying what it runs.
+    /// Install the missing system packages (bubblewrap, strace, libseccomp's development
+    /// package) with the distribution's package manager, through sudo when not root, saying
+    /// what it runs.
     Install,
 }
 
@@ -80,9 +82,9 @@ struct RuntimeArgs {
     /// Run the locked release build first.
     #[arg(long)]
     build: bool,
-    /// First install the missing system packages (bubblewrap, libseccomp's headers; strace
-    /// with --trace) with the distribution's package manager, through sudo when not root,
-    /// saying what it runs.
+    /// First install the missing system packages (bubblewrap, libseccomp's development
+    /// package; strace with --trace) with the distribution's package manager, through sudo
+    /// when not root, saying what it runs.
     #[arg(long)]
     install: bool,
     /// `confined` (default) or `diagnostic` (explicitly unconfined; never qualification).
@@ -231,7 +233,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
         Cmd::Install => {
             system::install_missing(true)?;
             link_protocol::errln!(
-                "xtask: bubblewrap, strace and libseccomp's headers are installed"
+                "xtask: bubblewrap, strace and libseccomp's development package are installed"
             );
             Ok(0)
         }

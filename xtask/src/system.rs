@@ -1,6 +1,7 @@
-//! The system packages the main job needs — bubblewrap (confinement), libseccomp's headers
-//! (the build compiles the seccomp filter with it) and, for `--trace`, strace — and the
-//! command that installs them on this distribution.
+//! The system packages the main job needs — bubblewrap (confinement), libseccomp's
+//! development package (the build compiles the seccomp filter with it; its header is what
+//! shows it is there) and, for `--trace`, strace — and the command that installs them on this
+//! distribution.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -72,8 +73,8 @@ impl Package {
     }
 }
 
-/// The packages not installed: bubblewrap and libseccomp's headers always, strace when
-/// `trace`.
+/// The packages not installed: bubblewrap and libseccomp's development package always,
+/// strace when `trace`.
 pub fn missing(trace: bool) -> Vec<Package> {
     let wanted: &[Package] = if trace {
         &[BUBBLEWRAP, LIBSECCOMP, STRACE]

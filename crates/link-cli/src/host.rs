@@ -776,8 +776,8 @@ pub fn confine_command(
     let mut ruleset = host::prepare(&rules)?;
     // SAFETY: restrict_child makes two system calls and allocates nothing on success.
     unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
-    // SAFETY: seccomp(2) calls on programs built before the fork, or a prctl; nothing is
-    // allocated.
+    // SAFETY: a seccomp(2) call on a program decoded before the fork, or a socket(2) call;
+    // nothing is allocated.
     unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
     Ok(forker)
 }

@@ -267,7 +267,7 @@ impl Shedding {
     /// spawn of a plugin forked where that filter is not.
     pub fn apply_filter(&self) -> io::Result<()> {
         match self.filter {
-            PluginFilter::Load(programs) => load(programs),
+            PluginFilter::Load(program) => load(program),
             PluginFilter::Inherited if under_the_commands_filter() => Ok(()),
             PluginFilter::Inherited => Err(io::Error::from_raw_os_error(libc::EPERM)),
         }

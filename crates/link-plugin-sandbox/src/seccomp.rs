@@ -22,8 +22,10 @@
 //! commands still get the whole filter from bwrap. [`crate::host::Shedding`].
 //!
 //! Each program starts with libseccomp's architecture check, which kills a process that
-//! switches to another system-call ABI (i386, or x32 on x86_64); the probe checks that an x32
-//! call is killed.
+//! switches to another system-call ABI (i386, or x32 on x86_64: every number from
+//! `0x4000_0000` up but -1, which the kernel answers with `ENOSYS`); the probe checks that an
+//! x32 call is killed. The tests run both programs on every system call against the rules
+//! (`seccomp_rules.rs`), so a libseccomp that compiled them otherwise fails them.
 
 use seccompiler::{sock_filter, BpfProgram};
 use sha2::{Digest, Sha256};
@@ -85,8 +87,155 @@ fn decode(program: &'static [u8]) -> Filter {
 }
 
 #[cfg(test)]
+#[path = "seccomp_rules.rs"]
+mod rules;
+
+#[cfg(test)]
 mod tests {
+    use super::rules::*;
     use super::*;
+
+    const ALLOW: u32 = 0x7fff_0000;
+    const KILL_PROCESS: u32 = 0x8000_0000;
+    #[cfg(target_arch = "x86_64")]
+    const AUDIT_ARCH: u32 = 0xc000_003e;
+    #[cfg(target_arch = "aarch64")]
+    const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+    fn errno(e: libc::c_int) -> u32 {
+        0x0005_0000 | e as u32
+    }
+
+    /// Runs `program` on one system call as the kernel would: its `SECCOMP_RET_*` answer.
+    /// Reads the instructions libseccomp emits, and fails on any other.
+    fn answer(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        // struct seccomp_data: nr, arch, instruction_pointer, args (little-endian halves).
+        let word = |offset: u32| match offset {
+            0 => nr,
+            4 => arch,
+            8 | 12 => 0,
+            16..=63 => {
+                let arg = args[(offset as usize - 16) / 8];
+                if offset.is_multiple_of(8) {
+                    arg as u32
+                } else {
+                    (arg >> 32) as u32
+                }
+            }
+            _ => panic!("load beyond seccomp_data at {offset}"),
+        };
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            let taken = match i.code {
+                0x20 => {
+                    a = word(i.k);
+                    continue;
+                }
+                0x54 => {
+                    a &= i.k;
+                    continue;
+                }
+                0x05 => {
+                    pc += i.k as usize;
+                    continue;
+                }
+                0x06 => return i.k,
+                0x15 => a == i.k,
+                0x25 => a > i.k,
+                0x35 => a >= i.k,
+                0x45 => a & i.k != 0,
+                code => panic!(
+                    "instruction {code:#x} at {} is not one this test reads",
+                    pc - 1
+                ),
+            };
+            pc += if taken { i.jt } else { i.jf } as usize;
+        }
+    }
+
+    /// What the rules say of one system call on this architecture.
+    fn ruled(commands: bool, nr: libc::c_long, args: [u64; 6]) -> u32 {
+        let has = |arg: u32, bits: u64| args[arg as usize] & bits == bits;
+        let low = |arg: usize| args[arg] & LOW_32;
+        if ALWAYS.contains(&nr) || (commands && NAMESPACES_AND_MOUNTS.contains(&nr)) {
+            return errno(libc::EPERM);
+        }
+        if nr == libc::SYS_ioctl && INJECTION.contains(&low(1)) {
+            return errno(libc::EPERM);
+        }
+        if !commands {
+            return ALLOW;
+        }
+        let namespace = NAMESPACE_FLAGS.iter().any(|&f| has(0, f as u64));
+        let setid = SETID.iter().any(|&bit| {
+            chmods().iter().any(|&(n, mode)| n == nr && has(mode, bit))
+                || creates().iter().any(|&(n, mode, flags)| {
+                    n == nr && has(mode, bit) && flags.is_none_or(|f| has(f, libc::O_CREAT as u64))
+                })
+        });
+        if (nr == libc::SYS_clone && namespace) || setid {
+            return errno(libc::EPERM);
+        }
+        if nr == libc::SYS_clone3 {
+            return errno(libc::ENOSYS);
+        }
+        // A domain with any of the upper 32 bits set is refused, whatever the lower ones say.
+        let domain = i32::try_from(args[0]).ok();
+        if nr == libc::SYS_socket && !domain.is_some_and(|d| ALLOWED_DOMAINS.contains(&d)) {
+            return errno(libc::EAFNOSUPPORT);
+        }
+        ALLOW
+    }
+
+    /// Argument sets that reach every rule: each value a rule looks at, with the upper 32 bits
+    /// clear, one set, or all set, in one argument or in all six at once.
+    fn argument_sets() -> Vec<[u64; 6]> {
+        let mut values: Vec<u64> = vec![0, libc::TIOCGWINSZ];
+        values.extend(INJECTION);
+        values.extend(SETID);
+        values.extend(SETID.map(|b| b | libc::O_CREAT as u64));
+        values.push(libc::O_CREAT as u64);
+        values.extend(NAMESPACE_FLAGS.iter().map(|&f| f as u64));
+        values.extend(0..=16);
+        let mut sets = Vec::new();
+        for v in values {
+            for high in [0, 1u64 << 32, LOW_32 << 32] {
+                let v = v | high;
+                sets.push([v; 6]);
+                for arg in 0..6 {
+                    let mut one = [0; 6];
+                    one[arg] = v;
+                    sets.push(one);
+                }
+            }
+        }
+        sets
+    }
+
+    #[test]
+    fn each_program_answers_every_call_as_the_rules_say() {
+        let sets = argument_sets();
+        for (commands, filter) in [(true, filter()), (false, sandbox_plugin_filter())] {
+            for nr in 0..=600 {
+                for args in &sets {
+                    let got = answer(&filter.bpf, nr, AUDIT_ARCH, *args);
+                    let want = ruled(commands, nr.into(), *args);
+                    assert_eq!(got, want, "commands={commands} nr={nr} args={args:x?}");
+                }
+            }
+            // Another ABI is killed: a foreign architecture, or x32's numbers on x86_64.
+            assert_eq!(answer(&filter.bpf, 39, 0x4000_0003, [0; 6]), KILL_PROCESS);
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(
+                answer(&filter.bpf, 0x4000_0027, AUDIT_ARCH, [0; 6]),
+                KILL_PROCESS
+            );
+            // syscall(-1) reaches the kernel, which answers ENOSYS.
+            assert_eq!(answer(&filter.bpf, u32::MAX, AUDIT_ARCH, [0; 6]), ALLOW);
+        }
+    }
 
     #[test]
     fn the_filters_are_whole_programs_and_the_plugins_one_is_smaller() {
