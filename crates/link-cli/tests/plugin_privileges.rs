@@ -14,6 +14,27 @@ use serde_json::json;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
+/// The mount points of `pid`'s mount namespace (`/proc/PID/mountinfo`'s fifth field).
+fn mount_points(pid: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+        .collect()
+}
+
+/// `/sys`, `/dev/pts`, `/dev/shm` or below: the mounts the sandbox plugin's view sheds.
+fn unused_by_the_sandbox(point: &str) -> bool {
+    [
+        "/sys",
+        "/dev/pts",
+        "/dev/shm",
+        "/dev/mqueue",
+        "/dev/hugepages",
+    ]
+    .iter()
+    .any(|p| point == *p || point.starts_with(&format!("{p}/")))
+}
+
 fn status_field(pid: i32, key: &str) -> String {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     text.lines()
@@ -100,6 +121,27 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
         }
     }
     assert_non_dumpable(&pids);
+    // As root, the sandbox plugin's view has none of the mounts its bwrap would read back
+    // after each bind for nothing; the test's own namespace keeps them (an ordinary user's view
+    // keeps them too: the kernel locks the mounts a user namespace inherits).
+    if root_user {
+        let sandbox = pids.iter().find(|(n, _)| n == programs::SANDBOX).unwrap().1;
+        let shed: Vec<String> = mount_points(&sandbox.to_string())
+            .into_iter()
+            .filter(|p| unused_by_the_sandbox(p))
+            .collect();
+        assert_eq!(
+            shed,
+            Vec::<String>::new(),
+            "left in the sandbox plugin's view"
+        );
+        assert!(
+            mount_points("self")
+                .iter()
+                .any(|p| unused_by_the_sandbox(p)),
+            "the twin: this test's namespace has such mounts"
+        );
+    }
     // Allowed twin of the empty sets: the two exceptions really keep something as root.
     if root_user {
         assert_ne!(kept_capabilities(programs::SANDBOX).bits(), 0);

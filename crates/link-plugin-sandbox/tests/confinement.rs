@@ -267,3 +267,49 @@ fn without_bwrap_on_path_the_probe_says_unavailable() {
     // And with bwrap reachable, the same probe proves confinement (or names why not).
     let _ = sandbox_or_skip();
 }
+
+/// As root, `exec` runs bwrap from a mount namespace of its own without `/sys` and the other
+/// mounts no command gets (fewer lines for bwrap to read back after each bind); the caller's
+/// namespace keeps them, and the command still runs.
+#[test]
+fn exec_as_root_sheds_unused_mounts_in_its_own_namespace_only() {
+    if !sandbox_or_skip() || !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let mount_points = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4).map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let is_sys = |p: &String| p == "/sys" || p.starts_with("/sys/");
+    let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+    let child = std::process::Command::new(BIN)
+        .args(["exec", "--workspace"])
+        .arg(&ws)
+        .args(["--", "/bin/sh", "-c", "sleep 2; echo ran"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    let ns = || std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    // Read while the command sleeps: the namespace is made before bwrap starts.
+    let shed = wait_for(5, || {
+        let theirs = mount_points(&pid);
+        ns().is_some_and(|n| n != ours) && !theirs.is_empty() && !theirs.iter().any(is_sys)
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        shed,
+        "exec ran bwrap from no namespace of its own without /sys"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    // The twin, after the command too: this namespace still has /sys.
+    assert!(
+        mount_points("self").iter().any(is_sys),
+        "/sys gone from the caller"
+    );
+}
