@@ -756,7 +756,8 @@ pub fn confine_command(
         // First: it needs the capabilities the next step sheds.
         let mut dirs = allow.writable.clone();
         dirs.extend(allow.sockets.iter().cloned());
-        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs)
+        let program = std::path::Path::new(cmd.as_std().get_program());
+        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs, program)
             .context("preparing the sandbox plugin's read-only view")?;
         // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
         // allocated.

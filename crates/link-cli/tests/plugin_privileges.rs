@@ -22,17 +22,11 @@ fn mount_points(pid: &str) -> Vec<String> {
         .collect()
 }
 
-/// `/sys`, `/dev/pts`, `/dev/shm` or below: the mounts the sandbox plugin's view sheds.
+/// At or below one of the mounts the sandbox plugin's view sheds.
 fn unused_by_the_sandbox(point: &str) -> bool {
-    [
-        "/sys",
-        "/dev/pts",
-        "/dev/shm",
-        "/dev/mqueue",
-        "/dev/hugepages",
-    ]
-    .iter()
-    .any(|p| point == *p || point.starts_with(&format!("{p}/")))
+    link_plugin_sandbox::view::UNUSED
+        .iter()
+        .any(|p| std::path::Path::new(point).starts_with(p))
 }
 
 fn status_field(pid: i32, key: &str) -> String {

@@ -150,14 +150,6 @@ fn probe() -> anyhow::Result<()> {
 fn exec(a: ExecArgs) -> ! {
     run::set_single_threaded();
     let _ = run::become_subreaper();
-    if rustix::process::geteuid().is_root() {
-        // Fewer mounts for bwrap to read back after each of its binds.
-        if let Err(e) = link_plugin_sandbox::view::without_unused_mounts() {
-            std::process::exit(fail(anyhow::anyhow!(
-                "cannot make a mount namespace for the command: {e}"
-            )));
-        }
-    }
     let code = exec_status(a);
     run::reap_orphans();
     std::process::exit(code);
@@ -194,6 +186,18 @@ fn exec_status(a: ExecArgs) -> i32 {
         Ok(i) => i,
         Err(e) => return fail(anyhow::anyhow!(e)),
     };
+    if rustix::process::geteuid().is_root() {
+        // Fewer mounts for bwrap to read back after each of its binds.
+        let bwrap = bwrap.canonicalize().unwrap_or_else(|_| bwrap.clone());
+        let needed: Vec<&std::path::Path> = [&workspace, &helper, &bwrap]
+            .into_iter()
+            .chain(home.as_ref())
+            .map(PathBuf::as_path)
+            .collect();
+        if let Err(e) = link_plugin_sandbox::view::without_unused_mounts(&needed) {
+            return fail(anyhow::anyhow!("cannot shed unused mounts: {e}"));
+        }
+    }
     let spec = run::Spec {
         bwrap,
         owner: workspace.clone(),

@@ -39,17 +39,25 @@ const DEVICES: &[&str] = &[
     "/dev/tty",
 ];
 
-/// Mounts neither the plugin nor its commands use (bwrap gives each command its own `/dev/pts`
-/// and `/dev/shm`, and no `/sys`). Every mount the plugin's bwrap sees is a line of
-/// `/proc/self/mountinfo`, which bwrap reads again after each of its binds: here the 13 of
-/// `/sys` cost every command 0.7 ms (issue 14).
-const UNUSED: &[&std::ffi::CStr] = &[
-    c"/sys",
-    c"/dev/pts",
-    c"/dev/shm",
-    c"/dev/mqueue",
-    c"/dev/hugepages",
+/// Mounts neither the plugin nor its commands use: bwrap gives each command its own `/dev/pts`
+/// and `/dev/shm`, and no `/sys`, and the plugin's commands write to pipes, not a terminal.
+/// Every mount the plugin's bwrap sees is a line of `/proc/self/mountinfo`, which bwrap reads
+/// again after each of its binds: on the 2-core machine of issue 14, the 13 mounts of `/sys`
+/// cost every command 0.7 ms. A mount below which a path the plugin needs lies is kept.
+pub const UNUSED: &[&str] = &[
+    "/sys",
+    "/dev/pts",
+    "/dev/shm",
+    "/dev/mqueue",
+    "/dev/hugepages",
 ];
+
+/// What the `exec` command sheds: `/sys` alone. Its command may write to a terminal (bwrap
+/// names it `/dev/console` through `/dev/pts`), and `/dev/shm` holds few mounts.
+pub const UNUSED_BY_EXEC: &[&str] = &["/sys"];
+
+/// At most this many mounts are detached at one path (they may be stacked).
+const MAX_STACKED: usize = 32;
 
 /// `mount_setattr(2)` (Linux 5.12), the same number on every architecture.
 const SYS_MOUNT_SETATTR: libc::c_long = 442;
@@ -71,6 +79,8 @@ struct MountAttr {
 pub struct PluginView {
     writable: Vec<CString>,
     devices: Vec<CString>,
+    /// The [`UNUSED`] mounts to detach.
+    shed: Vec<CString>,
     /// An ordinary user needs a user namespace to own a mount namespace: its own uid and gid
     /// mapped to themselves, so the plugin is who it was.
     maps: Option<IdMaps>,
@@ -83,8 +93,18 @@ struct IdMaps {
 }
 
 impl PluginView {
-    /// A view in which only `writable` (each must exist) can be written.
-    pub fn prepare(writable: &[PathBuf]) -> io::Result<PluginView> {
+    /// A view in which only `writable` (each must exist) can be written, for the plugin at
+    /// `program`.
+    pub fn prepare(writable: &[PathBuf], program: &Path) -> io::Result<PluginView> {
+        // As the kernel resolves them: a symlink into /dev/shm keeps /dev/shm.
+        let needed: Vec<PathBuf> = writable
+            .iter()
+            .map(PathBuf::as_path)
+            .chain([program])
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
+            .collect();
+        let needed: Vec<&Path> = needed.iter().map(PathBuf::as_path).collect();
+        let shed = sheddable(UNUSED, &needed)?;
         let writable = writable
             .iter()
             .map(|dir| {
@@ -113,6 +133,7 @@ impl PluginView {
         Ok(PluginView {
             writable,
             devices,
+            shed,
             maps,
         })
     }
@@ -120,8 +141,9 @@ impl PluginView {
     /// Enters the view: a new mount namespace (and, for an ordinary user, a user namespace
     /// mapping only itself) with no propagation to or from the host's; device binds kept,
     /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
-    /// directories writable again, and the [`UNUSED`] mounts gone where the kernel lets them
-    /// go (not in an ordinary user's view, whose inherited mounts it locks). Meant for
+    /// directories writable again, and the `UNUSED` mounts no needed path lies below gone
+    /// where the kernel lets them go (not in an ordinary user's view, whose inherited mounts it
+    /// locks). Meant for
     /// `CommandExt::pre_exec`, before the capabilities are shed: it allocates nothing, and any
     /// failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
@@ -148,24 +170,38 @@ impl PluginView {
             bind(dir)?;
             set_attr(dir, AT_RECURSIVE, 0, MOUNT_ATTR_RDONLY)?;
         }
-        detach_unused()
+        self.shed.iter().try_for_each(|path| detach_all(path))
     }
 }
 
 /// For the `exec` command as root, which runs bwrap itself: a mount namespace of its own
-/// without the [`UNUSED`] mounts (the caller's stays as it was). `Ok(false)`, changing nothing,
-/// where this process may not make one (`EPERM`: root without `CAP_SYS_ADMIN`, in a container);
-/// bwrap confines the command the same either way. The process must be single-threaded.
-pub fn without_unused_mounts() -> io::Result<bool> {
+/// without the `UNUSED_BY_EXEC` mounts below which none of `needed` (resolved paths) lies; the
+/// caller's stays as it was. Changes nothing where this process may not make one (`EPERM`:
+/// root without `CAP_SYS_ADMIN`, in a container): bwrap confines the command the same either
+/// way. The process must be single-threaded.
+pub fn without_unused_mounts(needed: &[&Path]) -> io::Result<()> {
+    let shed = sheddable(UNUSED_BY_EXEC, needed)?;
+    if shed.is_empty() {
+        return Ok(());
+    }
     match unshare(libc::CLONE_NEWNS) {
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(false),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Ok(()),
         other => other?,
     }
     // Private before anything is detached: a detach would otherwise reach the caller's
     // namespace through the shared peer group.
     make_private()?;
-    detach_unused()?;
-    Ok(true)
+    shed.iter().try_for_each(|path| detach_all(path))
+}
+
+/// The mounts of `unused` below which none of `needed` lies.
+fn sheddable(unused: &[&str], needed: &[&Path]) -> io::Result<Vec<CString>> {
+    unused
+        .iter()
+        .map(Path::new)
+        .filter(|mount| !needed.iter().any(|path| path.starts_with(mount)))
+        .map(c_path)
+        .collect()
 }
 
 /// No propagation to or from the namespace this one was copied from.
@@ -180,10 +216,6 @@ fn make_private() -> io::Result<()> {
             std::ptr::null(),
         )
     })
-}
-
-fn detach_unused() -> io::Result<()> {
-    UNUSED.iter().try_for_each(|path| detach_all(path))
 }
 
 fn unshare(flags: libc::c_int) -> io::Result<()> {
@@ -208,19 +240,22 @@ fn check(ret: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Detaches every mount stacked at `path`, with those below them; stops where none is left, or
-/// where the kernel locks it (`EINVAL` both), or there is no `path` (`ENOENT`).
+/// Detaches every mount stacked at `path` (not through a symlink), with those below them;
+/// stops where none is left, or where the kernel locks it (`EINVAL` both), or there is no
+/// `path` (`ENOENT`).
 fn detach_all(path: &std::ffi::CStr) -> io::Result<()> {
-    loop {
+    for _ in 0..MAX_STACKED {
+        let flags = libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW;
         // SAFETY: a NUL-terminated path and flags.
-        match check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) }) {
-            Ok(()) => continue,
+        match check(unsafe { libc::umount2(path.as_ptr(), flags) }) {
+            Ok(()) => {}
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOENT)) => {
                 return Ok(())
             }
             Err(e) => return Err(e),
         }
     }
+    Ok(())
 }
 
 /// A recursive bind of `path` onto itself: a mount of its own whose flags can be changed.
@@ -277,4 +312,23 @@ fn write_file(path: &std::ffi::CStr, text: &std::ffi::CStr) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_a_needed_path_lies_below_is_kept() {
+        let shm = Path::new("/dev/shm/agents");
+        let shed = sheddable(UNUSED, &[Path::new("/srv/state"), shm]).unwrap();
+        let shed: Vec<&str> = shed.iter().map(|c| c.to_str().unwrap()).collect();
+        assert_eq!(shed, ["/sys", "/dev/pts", "/dev/mqueue", "/dev/hugepages"]);
+        // Whole components only: /dev/shmem is not below /dev/shm.
+        let shed = sheddable(UNUSED_BY_EXEC, &[Path::new("/system/ws")]).unwrap();
+        assert_eq!(shed.len(), 1);
+        assert!(sheddable(UNUSED_BY_EXEC, &[Path::new("/sys/fs/ws")])
+            .unwrap()
+            .is_empty());
+    }
 }
