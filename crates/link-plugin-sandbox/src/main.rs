@@ -188,7 +188,6 @@ fn exec_status(a: ExecArgs) -> i32 {
     };
     if rustix::process::geteuid().is_root() {
         // Fewer mounts for bwrap to read back after each of its binds.
-        let bwrap = bwrap.canonicalize().unwrap_or_else(|_| bwrap.clone());
         let needed: Vec<&std::path::Path> = [&workspace, &helper, &bwrap]
             .into_iter()
             .chain(home.as_ref())

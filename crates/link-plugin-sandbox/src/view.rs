@@ -96,14 +96,11 @@ impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
     /// `program`.
     pub fn prepare(writable: &[PathBuf], program: &Path) -> io::Result<PluginView> {
-        // As the kernel resolves them: a symlink into /dev/shm keeps /dev/shm.
-        let needed: Vec<PathBuf> = writable
+        let needed: Vec<&Path> = writable
             .iter()
             .map(PathBuf::as_path)
             .chain([program])
-            .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
             .collect();
-        let needed: Vec<&Path> = needed.iter().map(PathBuf::as_path).collect();
         let shed = sheddable(UNUSED, &needed)?;
         let writable = writable
             .iter()
@@ -143,9 +140,8 @@ impl PluginView {
     /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
     /// directories writable again, and the `UNUSED` mounts no needed path lies below gone
     /// where the kernel lets them go (not in an ordinary user's view, whose inherited mounts it
-    /// locks). Meant for
-    /// `CommandExt::pre_exec`, before the capabilities are shed: it allocates nothing, and any
-    /// failure fails the spawn.
+    /// locks). Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
+    /// allocates nothing, and any failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
         match &self.maps {
             None => unshare(libc::CLONE_NEWNS)?,
@@ -175,7 +171,7 @@ impl PluginView {
 }
 
 /// For the `exec` command as root, which runs bwrap itself: a mount namespace of its own
-/// without the `UNUSED_BY_EXEC` mounts below which none of `needed` (resolved paths) lies; the
+/// without the `UNUSED_BY_EXEC` mounts below which none of `needed` lies; the
 /// caller's stays as it was. Changes nothing where this process may not make one (`EPERM`:
 /// root without `CAP_SYS_ADMIN`, in a container): bwrap confines the command the same either
 /// way. The process must be single-threaded.
@@ -194,8 +190,13 @@ pub fn without_unused_mounts(needed: &[&Path]) -> io::Result<()> {
     shed.iter().try_for_each(|path| detach_all(path))
 }
 
-/// The mounts of `unused` below which none of `needed` lies.
+/// The mounts of `unused` below which none of `needed` lies, resolved as the kernel resolves
+/// it: a symlink into `/dev/shm` keeps `/dev/shm`.
 fn sheddable(unused: &[&str], needed: &[&Path]) -> io::Result<Vec<CString>> {
+    let needed: Vec<PathBuf> = needed
+        .iter()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()))
+        .collect();
     unused
         .iter()
         .map(Path::new)

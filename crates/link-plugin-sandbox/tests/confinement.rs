@@ -279,14 +279,12 @@ fn exec_as_root_sheds_sys_in_its_own_namespace_only() {
     let root = Root::new();
     let ws = root.workspace("a1");
     let mounts = root.workspace("mounts");
-    // CAP_SYS_ADMIN (bit 21): without it (a container), exec keeps the caller's namespace,
-    // and the wait below for /sys to go from exec's ends on the `stop` file instead.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .unwrap();
-    let sys_admin = u64::from_str_radix(eff.trim(), 16).unwrap() & (1 << 21) != 0;
+    // Without CAP_SYS_ADMIN (a container), exec keeps the caller's namespace, and the wait
+    // below for /sys to go from exec's ends on the `stop` file instead.
+    let sys_admin = rustix::thread::capabilities(None)
+        .unwrap()
+        .effective
+        .contains(rustix::thread::CapabilitySet::SYS_ADMIN);
     if !sys_admin {
         std::fs::write(mounts.join("stop"), "").unwrap();
     }
