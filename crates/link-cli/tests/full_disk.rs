@@ -2,7 +2,7 @@
 //! the runtime runs. A turn that cannot be stored answers 507 naming the state root, the log
 //! on disk holds exactly the acknowledged entries (nothing partial), the host and every
 //! plugin stay up, and once space is freed the next turn works. A disk that fills between
-//! two entries of one full Link turn keeps what was stored and the 507 says so.
+//! two steps of one full Link turn keeps what was stored and the 507 says so.
 //!
 //! Mounting needs root (CAP_SYS_ADMIN); where it is not permitted the tests print SKIPPED
 //! with the reason, unless `LNK_REQUIRE_NATIVE=1` makes that a failure.
@@ -311,47 +311,98 @@ fn page_slack(path: &Path) -> usize {
     ((PAGE - len % PAGE) % PAGE) as usize
 }
 
-/// Full Link stores a turn's entries as they happen (its user entry before the model is
-/// called), so a disk can fill between two of them. The message is sized to fit the slack of
-/// the log's last page and its reply (which quotes it) not: the turn answers 507 saying the
-/// message was stored and its reply not, the log holds exactly that (no partial line), and the
-/// runtime goes on once space is freed.
+/// Full Link stores a turn step by step: the message with the model's first reply in one
+/// append, then each tool result and later reply as it happens, so a disk can fill between two
+/// of them. Two turns on a full disk, each sized against the slack of the log's last page (an
+/// append that fits it needs no new block):
+/// - a plain message that would fit alone but not with its reply: 507 saying nothing was
+///   stored, and the log is as it was;
+/// - a `search` whose message and tool call fit and whose tool result does not: 507 saying
+///   the message and the entry after it stay, the log holds exactly those (no partial line).
+///
+/// The runtime goes on once space is freed.
 #[test]
-fn link_says_the_message_was_kept_when_the_disk_fills_before_its_reply() {
+fn link_says_what_of_a_turn_was_kept_when_the_disk_fills_mid_turn() {
     let Some((root, mount)) = mounted_root() else {
         return;
     };
     let state = root.path().to_owned();
     let (mut rt, token, agent) = up_after_a_first_turn(&root, "link", "diagnostic");
     let log = find_log(&state, agent).expect("the agent's log");
-    let first = log_on_disk(&state, agent)[0].to_string();
-    // A user line is its content plus a fixed frame; a little more is left for safety.
-    let overhead = first.len() + 1 - "first".len() + 16;
-    while page_slack(&log) < overhead + 64 {
-        let (status, body) = turn(&rt, &token, agent, &"p".repeat(300));
-        assert_eq!(status, 200, "{body}");
-    }
-    let message = "y".repeat(page_slack(&log) - overhead);
-    let acknowledged = conversation(&rt, &token, agent);
     let plugins = alive_plugins(&rt);
+    // A probe of a search turn (message, tool call, tool result, reply): its first two lines
+    // each hold the pattern once.
+    let (status, body) = turn(&rt, &token, agent, "search Q");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["tool_calls"][0]["tool"], "code", "{body}");
+    let text = std::fs::read_to_string(&log).expect("read the log");
+    let lines: Vec<&str> = text.lines().collect();
+    let probe = &lines[lines.len() - 4..lines.len() - 2];
+    assert!(probe[0].contains("\"search Q\""), "{probe:?}");
+    for line in probe {
+        assert_eq!(line.matches('Q').count(), 1, "{line}");
+    }
+    let pair = probe.iter().map(|l| l.len() + 1).sum::<usize>();
+    let pad = |rt: &RuntimeProcess, room: usize| {
+        while page_slack(&log) < room {
+            let (status, body) = turn(rt, &token, agent, &"p".repeat(300));
+            assert_eq!(status, 200, "{body}");
+        }
+    };
 
+    // The plain message fills the slack; its reply would need a new block.
+    pad(&rt, 256);
+    let empty = json!({"content": "", "role": "user"}).to_string().len() + 1;
+    let message = "y".repeat(page_slack(&log) - empty);
+    let acknowledged = conversation(&rt, &token, agent);
     let filler = fill(&state);
     let (status, body) = turn(&rt, &token, agent, &message);
-    assert_eq!(status, 507, "the reply could not be stored: {body}");
+    assert_eq!(
+        status, 507,
+        "neither the message nor its reply could be stored: {body}"
+    );
+    let said = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("nothing was stored"), "{body}");
+    assert_eq!(
+        log_on_disk(&state, agent),
+        acknowledged,
+        "the log is as it was"
+    );
+    std::fs::remove_file(&filler).expect("remove the filler");
+
+    // The search's message and tool call fill the slack, to the byte or one short: each
+    // pattern byte is in both lines.
+    pad(&rt, pair + 256);
+    let pattern = "y".repeat(1 + (page_slack(&log) - pair) / 2);
+    let message = format!("search {pattern}");
+    let acknowledged = conversation(&rt, &token, agent);
+    let filler = fill(&state);
+    let (status, body) = turn(&rt, &token, agent, &message);
+    assert_eq!(status, 507, "the tool's result could not be stored: {body}");
     let said = body["error"]["message"].as_str().unwrap_or_default();
     for part in [
         format!("the disk holding {} is full", state.display()),
-        "your message had been stored".to_owned(),
+        "your message and the entry after it had been stored".to_owned(),
         "the reply is not in it".to_owned(),
         "sending the message again would store it".to_owned(),
     ] {
         assert!(said.contains(&part), "the 507 says {part:?}: {body}");
     }
     let on_disk = log_on_disk(&state, agent);
-    let mut expected = acknowledged.clone();
-    expected.push(json!({"role": "user", "content": message}));
-    assert_eq!(on_disk, expected, "the message is kept, nothing after it");
-    assert_eq!(conversation(&rt, &token, agent), expected);
+    assert_eq!(on_disk[..acknowledged.len()], acknowledged[..]);
+    let kept = &on_disk[acknowledged.len()..];
+    assert_eq!(
+        kept.len(),
+        2,
+        "the message and its tool call, nothing after: {kept:?}"
+    );
+    assert_eq!(kept[0], json!({"role": "user", "content": message}));
+    assert_eq!(kept[1]["role"], "assistant", "{kept:?}");
+    assert!(
+        kept[1]["tool_calls"].to_string().contains(&pattern),
+        "{kept:?}"
+    );
+    assert_eq!(conversation(&rt, &token, agent), on_disk);
     assert_eq!(
         rt.try_wait().expect("the host's status"),
         None,
@@ -364,7 +415,7 @@ fn link_says_the_message_was_kept_when_the_disk_fills_before_its_reply() {
     let (status, body) = turn(&rt, &token, agent, "after space was freed");
     assert_eq!(status, 200, "{body}");
     let after = conversation(&rt, &token, agent);
-    assert_eq!(after[..expected.len()], expected[..]);
+    assert_eq!(after[..on_disk.len()], on_disk[..]);
     assert_eq!(log_on_disk(&state, agent), after);
     rt.restart();
     assert_eq!(conversation(&rt, &token, agent), after);

@@ -10,8 +10,9 @@
 //!
 //! Between turns it keeps each agent's conversation in memory (it is the only appender:
 //! the grant table and the store both say so) and trusts it only when the store accepts the
-//! next user entry as the one right after it; otherwise it loads the log again. So a warm
-//! turn costs two appends through the router, not a read of the whole growing log.
+//! next turn's entries as the ones right after it; otherwise it loads the log again. So a warm
+//! turn costs one append through the router (its user entry and reply together, as Mini's
+//! harness stores them), not a read of the whole growing log.
 
 mod conversation;
 mod deps;

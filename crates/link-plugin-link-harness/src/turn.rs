@@ -1,13 +1,15 @@
 //! One turn: the model ↔ tools loop for one agent.
 //!
-//! Order matters for durability: the user message is durable before any reply is recorded
-//! or tool runs (the first model call may overlap its append: a completion acts nowhere),
-//! and every assistant and tool entry is appended as soon as it exists, so whatever a client
-//! was told happened is in the log even if the turn dies next.
+//! Order matters for durability: each step's entries are appended, in one durable append,
+//! before anything acts on them, so whatever a client was told happened, or a tool did, is in
+//! the log even if the turn dies next. The user entry goes in with the model's first reply
+//! (the completion acts nowhere, so nothing happened before it is stored), as Mini's harness
+//! stores a turn: one append for a plain turn, and a turn that fails before its first reply
+//! is stored leaves the log as it was, so the message can be sent again.
 
 use crate::conversation::{self, Conversation};
 use crate::deps::Deps;
-use crate::tools::{self, ToolCall};
+use crate::tools::{self, Reply, ToolCall};
 use link_protocol::plugin::Mode;
 use link_protocol::routes::agent::{self, ToolCallReport, TurnReply};
 use link_protocol::routes::{owner_of, store};
@@ -26,7 +28,7 @@ struct Outcome {
 /// Runs one turn of `agent` for `message`; → `{reply, tool_calls}`.
 ///
 /// `kept` is the conversation as the harness's last turn of this agent left it. It is used
-/// only once the store has accepted this turn's user entry as the entry right after it
+/// only once the store has accepted this turn's first entries as the entries right after it
 /// (`expect_total`); any other state of the log means a full load, as for a first turn.
 /// After the turn it holds the conversation again, or nothing when this turn cannot vouch
 /// for it (an error, or a log that grew by other than this turn's entries).
@@ -54,73 +56,55 @@ struct Turn {
     stored: usize,
 }
 
-/// Appends the user entry to the conversation: the kept one when the log is still as it was
-/// left, else the log as loaded now. With a kept conversation the first model call is made
-/// while the append is in flight (the completion has no effect anywhere, so it can be
-/// thrown away): it is returned, and used only once the append succeeded, so the user
-/// entry is still durable before any reply is recorded or tool runs. A conflict throws the
-/// completion away and loads the log. The turn's model is `link-local`, which the model plugin
-/// answers itself; a model it forwards to a provider would see (and bill) the message before it
-/// is durable, so such a model would have to wait for the append instead.
+/// The turn's first step: the model's first reply, stored with the user entry. On the kept
+/// conversation when the log is still as it was left; a conflict (a torn tail, a re-created
+/// agent, an entry written behind the harness) throws that reply away and runs the step again
+/// on the log as loaded now. The turn's model is `link-local`, which the model plugin answers
+/// itself; a model it forwards to a provider sees (and bills) the message before it is stored.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
     message: &str,
     kept: Option<Conversation>,
     specs: &[Value],
-) -> Result<(Turn, Option<Value>), RemoteError> {
+) -> Result<(Turn, Reply), RemoteError> {
     let user = conversation::user_entry(message);
-    if let Some(mut conversation) = kept {
+    if let Some(conversation) = kept {
         let expect = Some(conversation.total);
-        conversation.push(user.clone());
-        let messages = conversation.messages();
-        let append = deps.append(agent, std::slice::from_ref(&user), expect);
-        match append_while_completing(append, deps.complete(&messages, specs)).await {
-            Ok((total, completion)) => {
-                let turn = Turn {
-                    in_sync: in_sync(agent, total, &conversation),
-                    conversation,
-                    stored: 1,
-                };
-                return Ok((turn, Some(completion?)));
-            }
-            // A torn tail, a re-created agent: the log is not what this harness left.
+        match first_step(deps, agent, conversation, &user, expect, specs).await {
             Err(e) if e.code == ErrorCode::Conflict => {
                 tracing::info!("loading the conversation of {agent} again: {e}");
             }
-            Err(e) => return Err(e),
+            done => return done,
         }
     }
-    let mut turn = Turn {
-        conversation: load(deps, agent).await?,
-        in_sync: true,
-        stored: 0,
-    };
-    record(deps, agent, &mut turn, user).await?;
-    Ok((turn, None))
+    let conversation = load(deps, agent).await?;
+    first_step(deps, agent, conversation, &user, None, specs).await
 }
 
-/// Awaits `append` while `complete` runs. A failed append ends the completion unfinished
-/// (dropped) and is the error; otherwise → the log's new total and the completion's own
-/// result. The outer result is the append's, the inner the model's.
-async fn append_while_completing(
-    append: impl std::future::Future<Output = Result<usize, RemoteError>>,
-    complete: impl std::future::Future<Output = Result<Value, RemoteError>>,
-) -> Result<(usize, Result<Value, RemoteError>), RemoteError> {
-    tokio::pin!(append, complete);
-    let mut completed = None;
-    let appended = loop {
-        tokio::select! {
-            appended = &mut append => break appended,
-            done = &mut complete, if completed.is_none() => completed = Some(done),
-        }
+/// Completes `conversation` with `user` and appends both in one append (with `expect`, only
+/// to a log of exactly that many entries).
+async fn first_step(
+    deps: &Deps,
+    agent: &AgentId,
+    mut conversation: Conversation,
+    user: &Value,
+    expect: Option<usize>,
+    specs: &[Value],
+) -> Result<(Turn, Reply), RemoteError> {
+    conversation.push(user.clone());
+    let completion = deps.complete(&conversation.messages(), specs).await?;
+    let reply = tools::parse_reply(&completion, 1).map_err(RemoteError::internal)?;
+    let total = deps
+        .append(agent, &[user.clone(), reply.entry()], expect)
+        .await?;
+    conversation.push(reply.entry());
+    let turn = Turn {
+        in_sync: in_sync(agent, total, &conversation),
+        conversation,
+        stored: 2,
     };
-    let total = appended?;
-    let done = match completed {
-        Some(done) => done,
-        None => complete.await,
-    };
-    Ok((total, done))
+    Ok((turn, reply))
 }
 
 /// The agent's conversation from the file store, after checking the agent exists: only the
@@ -139,23 +123,18 @@ async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError>
     Ok(Conversation::from_tail(log.total, log.entries))
 }
 
-/// The model ↔ tools loop, after the user entry; `first` is a completion already made.
+/// The model ↔ tools loop from the first reply on, which is stored already.
 async fn steps(
     deps: &Deps,
     mode: Mode,
     specs: &[Value],
     agent: &AgentId,
     turn: &mut Turn,
-    mut first: Option<Value>,
+    mut reply: Reply,
 ) -> Result<TurnReply, RemoteError> {
     let mut report = Vec::new();
-    for step in 1..=MAX_STEPS {
-        let completion = match first.take() {
-            Some(completion) => completion,
-            None => deps.complete(&turn.conversation.messages(), specs).await?,
-        };
-        let reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
-        record(deps, agent, turn, reply.entry()).await?;
+    let mut step = 1;
+    loop {
         if reply.calls.is_empty() {
             return Ok(TurnReply {
                 reply: reply.content,
@@ -165,7 +144,7 @@ async fn steps(
         for call in &reply.calls {
             let outcome = call_tool(deps, mode, agent, call).await?;
             let entry = conversation::tool_entry(&call.id, &call.name, outcome.ok, &outcome.output);
-            record(deps, agent, turn, entry).await?;
+            record(deps, agent, turn, vec![entry], None).await?;
             report.push(ToolCallReport {
                 tool: call.name.clone(),
                 input: call.input_value(),
@@ -173,8 +152,14 @@ async fn steps(
                 output: outcome.output,
             });
         }
+        if step == MAX_STEPS {
+            return Err(step_bound(agent));
+        }
+        step += 1;
+        let completion = deps.complete(&turn.conversation.messages(), specs).await?;
+        reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
+        record(deps, agent, turn, vec![reply.entry()], None).await?;
     }
-    Err(step_bound(agent))
 }
 
 /// The error of a turn whose model never gave a final reply.
@@ -210,24 +195,28 @@ async fn repair_torn(deps: &Deps, agent: &AgentId, reason: &str) -> RemoteError 
     }
 }
 
-/// Appends an entry as it happens. The turn goes on even if the log holds other entries
-/// than the turn knows of (nothing of what the model was shown is lost), but the harness
-/// then does not keep this conversation for the next turn.
+/// Appends a step's entries as they happen (with `expect`, only to a log of exactly that
+/// many entries). The turn goes on even if the log holds other entries than the turn knows
+/// of (nothing of what the model was shown is lost), but the harness then does not keep this
+/// conversation for the next turn.
 async fn record(
     deps: &Deps,
     agent: &AgentId,
     turn: &mut Turn,
-    entry: Value,
+    entries: Vec<Value>,
+    expect: Option<usize>,
 ) -> Result<(), RemoteError> {
-    let total = match deps.append(agent, std::slice::from_ref(&entry), None).await {
+    let total = match deps.append(agent, &entries, expect).await {
         Ok(total) => total,
         Err(e) if e.code == ErrorCode::InsufficientStorage && turn.stored > 0 => {
             return Err(storage_full_mid_turn(deps, agent, turn.stored, &e))
         }
         Err(e) => return Err(e),
     };
-    turn.stored += 1;
-    turn.conversation.push(entry);
+    turn.stored += entries.len();
+    for entry in entries {
+        turn.conversation.push(entry);
+    }
     if !in_sync(agent, total, &turn.conversation) {
         turn.in_sync = false;
     }
@@ -259,6 +248,7 @@ fn storage_full_mid_turn(
     tracing::warn!("a full disk stopped the turn of {agent}: {}", e.message);
     let later = match stored {
         1 => String::new(),
+        2 => " and the entry after it".to_owned(),
         n => format!(" and the {} entries after it", n - 1),
     };
     RemoteError::storage_full(
@@ -312,64 +302,6 @@ fn refused(message: String) -> Outcome {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    type Outcome = Result<(usize, Result<Value, RemoteError>), RemoteError>;
-
-    /// `append_while_completing` with an append that takes `append_ms` and ends `appended`, and
-    /// a completion that takes `complete_ms` and ends `completed`; also → whether the
-    /// completion ran to its end.
-    fn overlap(
-        append_ms: u64,
-        appended: Result<usize, RemoteError>,
-        complete_ms: u64,
-        completed: Result<Value, RemoteError>,
-    ) -> (Outcome, bool) {
-        let finished = std::cell::Cell::new(false);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let sleep = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
-        let outcome = rt.block_on(append_while_completing(
-            async {
-                sleep(append_ms).await;
-                appended
-            },
-            async {
-                sleep(complete_ms).await;
-                finished.set(true);
-                completed
-            },
-        ));
-        (outcome, finished.get())
-    }
-
-    #[test]
-    fn a_completion_counts_only_once_its_append_succeeded() {
-        let full = || RemoteError::new(ErrorCode::InsufficientStorage, "disk full");
-        let model_down = || RemoteError::new(ErrorCode::Unavailable, "model down");
-        // The model answers first: its answer waits for the append.
-        let (outcome, finished) = overlap(30, Ok(3), 0, Ok(json!("hi")));
-        assert_eq!(outcome.unwrap().0, 3);
-        assert!(finished);
-        // The append ends first: the completion is awaited to its end.
-        let (outcome, _) = overlap(0, Ok(3), 30, Ok(json!("hi")));
-        assert_eq!(outcome.unwrap().1.unwrap(), json!("hi"));
-        // The append fails: its error, whether the model had answered or not; an unfinished
-        // completion is dropped unfinished.
-        let (outcome, _) = overlap(30, Err(full()), 0, Ok(json!("hi")));
-        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
-        // (A completion that would take a minute: it can only finish if it is not dropped.)
-        let (outcome, finished) = overlap(0, Err(full()), 60_000, Ok(json!("hi")));
-        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
-        assert!(!finished, "the completion ran on after its append failed");
-        // The model fails before the append succeeded: the append stands, the model's error
-        // is the inner one.
-        let (outcome, _) = overlap(30, Ok(3), 0, Err(model_down()));
-        let (total, done) = outcome.unwrap();
-        assert_eq!(total, 3);
-        assert_eq!(done.unwrap_err().code, ErrorCode::Unavailable);
-    }
 
     #[test]
     fn the_step_bound_is_named() {

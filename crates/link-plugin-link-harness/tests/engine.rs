@@ -245,10 +245,11 @@ fn confined_file_and_run_tools() {
     link.down();
 }
 
-/// A turn's first model call overlaps the append of its user entry to the log the harness
-/// kept from the last turn. When that log changed behind the harness (an entry written by
-/// hand), the append is refused as a conflict: the completion made meanwhile is dropped,
-/// the log is loaded again, and the turn is answered once, after the hand-written entry.
+/// A turn's first model call is made on the conversation the harness kept from the last turn,
+/// and its entries are appended only to a log that still ends there. When that log changed
+/// behind the harness (an entry written by hand), the append is refused as a conflict: the
+/// completion is dropped, the log is loaded again, and the turn is answered once, after the
+/// hand-written entry.
 #[test]
 fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
     let Ok(link) = start(Mode::Diagnostic) else {
