@@ -5,7 +5,9 @@
 //! the log even if the turn dies next. The user entry goes in with the model's first reply
 //! (the completion acts nowhere, so nothing happened before it is stored), as Mini's harness
 //! stores a turn: one append for a plain turn, and a turn that fails before its first reply
-//! is stored leaves the log as it was, so the message can be sent again.
+//! is stored leaves the log as it was, so the message can be sent again. A tool's result is
+//! stored as soon as it exists; the step's last result while the model already reads it (its
+//! answer is used only once that result is stored).
 
 use crate::conversation::{self, Conversation};
 use crate::deps::Deps;
@@ -95,15 +97,20 @@ async fn first_step(
     conversation.push(user.clone());
     let completion = deps.complete(&conversation.messages(), specs).await?;
     let reply = tools::parse_reply(&completion, 1).map_err(RemoteError::internal)?;
-    let total = deps
-        .append(agent, &[user.clone(), reply.entry()], expect)
-        .await?;
     conversation.push(reply.entry());
-    let turn = Turn {
-        in_sync: in_sync(agent, total, &conversation),
+    let mut turn = Turn {
         conversation,
-        stored: 2,
+        in_sync: true,
+        stored: 0,
     };
+    record(
+        deps,
+        agent,
+        &mut turn,
+        &[user.clone(), reply.entry()],
+        expect,
+    )
+    .await?;
     Ok((turn, reply))
 }
 
@@ -141,24 +148,30 @@ async fn steps(
                 tool_calls: report,
             });
         }
-        for call in &reply.calls {
+        let mut next = None;
+        for (i, call) in reply.calls.iter().enumerate() {
             let outcome = call_tool(deps, mode, agent, call).await?;
             let entry = conversation::tool_entry(&call.id, &call.name, outcome.ok, &outcome.output);
-            record(deps, agent, turn, vec![entry], None).await?;
             report.push(ToolCallReport {
                 tool: call.name.clone(),
                 input: call.input_value(),
                 ok: outcome.ok,
                 output: outcome.output,
             });
+            turn.conversation.push(entry.clone());
+            if i + 1 == reply.calls.len() && step < MAX_STEPS {
+                next = Some(complete_while_storing(deps, agent, turn, entry, specs).await?);
+            } else {
+                record(deps, agent, turn, &[entry], None).await?;
+            }
         }
-        if step == MAX_STEPS {
+        let Some(completion) = next else {
             return Err(step_bound(agent));
-        }
+        };
         step += 1;
-        let completion = deps.complete(&turn.conversation.messages(), specs).await?;
-        reply = tools::parse_reply(&completion, step).map_err(RemoteError::internal)?;
-        record(deps, agent, turn, vec![reply.entry()], None).await?;
+        reply = tools::parse_reply(&completion?, step).map_err(RemoteError::internal)?;
+        turn.conversation.push(reply.entry());
+        record(deps, agent, turn, &[reply.entry()], None).await?;
     }
 }
 
@@ -195,32 +208,84 @@ async fn repair_torn(deps: &Deps, agent: &AgentId, reason: &str) -> RemoteError 
     }
 }
 
-/// Appends a step's entries as they happen (with `expect`, only to a log of exactly that
-/// many entries). The turn goes on even if the log holds other entries than the turn knows
-/// of (nothing of what the model was shown is lost), but the harness then does not keep this
-/// conversation for the next turn.
+/// Appends entries the turn's conversation already ends with, as they happen (with `expect`,
+/// only to a log of exactly that many entries before them).
 async fn record(
     deps: &Deps,
     agent: &AgentId,
     turn: &mut Turn,
-    entries: Vec<Value>,
+    entries: &[Value],
     expect: Option<usize>,
 ) -> Result<(), RemoteError> {
-    let total = match deps.append(agent, &entries, expect).await {
-        Ok(total) => total,
-        Err(e) if e.code == ErrorCode::InsufficientStorage && turn.stored > 0 => {
-            return Err(storage_full_mid_turn(deps, agent, turn.stored, &e))
+    let total = deps
+        .append(agent, entries, expect)
+        .await
+        .map_err(|e| append_error(deps, agent, turn, e))?;
+    settle(agent, turn, entries.len(), total);
+    Ok(())
+}
+
+/// Stores a step's last tool result, which the conversation already ends with, while the
+/// model reads the step's results: the completion acts nowhere, and it is returned only once
+/// the result is stored (a failed append drops it unfinished), so the result is still durable
+/// before anything acts on what the model answered. The outer error is the append's, the inner
+/// the model's.
+async fn complete_while_storing(
+    deps: &Deps,
+    agent: &AgentId,
+    turn: &mut Turn,
+    entry: Value,
+    specs: &[Value],
+) -> Result<Result<Value, RemoteError>, RemoteError> {
+    let messages = turn.conversation.messages();
+    let append = deps.append(agent, std::slice::from_ref(&entry), None);
+    let (total, completion) = append_while_completing(append, deps.complete(&messages, specs))
+        .await
+        .map_err(|e| append_error(deps, agent, turn, e))?;
+    settle(agent, turn, 1, total);
+    Ok(completion)
+}
+
+/// Awaits `append` while `complete` runs. A failed append ends the completion unfinished
+/// (dropped) and is the error; otherwise → the log's new total and the completion's own
+/// result. The outer result is the append's, the inner the model's.
+async fn append_while_completing(
+    append: impl std::future::Future<Output = Result<usize, RemoteError>>,
+    complete: impl std::future::Future<Output = Result<Value, RemoteError>>,
+) -> Result<(usize, Result<Value, RemoteError>), RemoteError> {
+    tokio::pin!(append, complete);
+    let mut completed = None;
+    let appended = loop {
+        tokio::select! {
+            appended = &mut append => break appended,
+            done = &mut complete, if completed.is_none() => completed = Some(done),
         }
-        Err(e) => return Err(e),
     };
-    turn.stored += entries.len();
-    for entry in entries {
-        turn.conversation.push(entry);
+    let total = appended?;
+    let done = match completed {
+        Some(done) => done,
+        None => complete.await,
+    };
+    Ok((total, done))
+}
+
+/// The error of a refused append: a full disk after this turn stored entries says those
+/// stay; anything else is the store's own.
+fn append_error(deps: &Deps, agent: &AgentId, turn: &Turn, e: RemoteError) -> RemoteError {
+    if e.code == ErrorCode::InsufficientStorage && turn.stored > 0 {
+        return storage_full_mid_turn(deps, agent, turn.stored, &e);
     }
+    e
+}
+
+/// Counts `count` entries stored, the log holding `total` now. The turn goes on even if the
+/// log holds other entries than the turn knows of (nothing of what the model was shown is
+/// lost), but the harness then does not keep this conversation for the next turn.
+fn settle(agent: &AgentId, turn: &mut Turn, count: usize, total: usize) {
+    turn.stored += count;
     if !in_sync(agent, total, &turn.conversation) {
         turn.in_sync = false;
     }
-    Ok(())
 }
 
 /// Whether the log's total after an append is the one this turn knows of; when not, the next
@@ -302,6 +367,64 @@ fn refused(message: String) -> Outcome {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    type Outcome = Result<(usize, Result<Value, RemoteError>), RemoteError>;
+
+    /// `append_while_completing` with an append that takes `append_ms` and ends `appended`, and
+    /// a completion that takes `complete_ms` and ends `completed`; also → whether the
+    /// completion ran to its end.
+    fn overlap(
+        append_ms: u64,
+        appended: Result<usize, RemoteError>,
+        complete_ms: u64,
+        completed: Result<Value, RemoteError>,
+    ) -> (Outcome, bool) {
+        let finished = std::cell::Cell::new(false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let sleep = |ms| tokio::time::sleep(std::time::Duration::from_millis(ms));
+        let outcome = rt.block_on(append_while_completing(
+            async {
+                sleep(append_ms).await;
+                appended
+            },
+            async {
+                sleep(complete_ms).await;
+                finished.set(true);
+                completed
+            },
+        ));
+        (outcome, finished.get())
+    }
+
+    #[test]
+    fn a_completion_counts_only_once_its_append_succeeded() {
+        let full = || RemoteError::new(ErrorCode::InsufficientStorage, "disk full");
+        let model_down = || RemoteError::new(ErrorCode::Unavailable, "model down");
+        // The model answers first: its answer waits for the append.
+        let (outcome, finished) = overlap(30, Ok(3), 0, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap().0, 3);
+        assert!(finished);
+        // The append ends first: the completion is awaited to its end.
+        let (outcome, _) = overlap(0, Ok(3), 30, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap().1.unwrap(), json!("hi"));
+        // The append fails: its error, whether the model had answered or not; an unfinished
+        // completion is dropped unfinished.
+        let (outcome, _) = overlap(30, Err(full()), 0, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
+        // (A completion that would take a minute: it can only finish if it is not dropped.)
+        let (outcome, finished) = overlap(0, Err(full()), 60_000, Ok(json!("hi")));
+        assert_eq!(outcome.unwrap_err().code, ErrorCode::InsufficientStorage);
+        assert!(!finished, "the completion ran on after its append failed");
+        // The model fails before the append succeeded: the append stands, the model's error
+        // is the inner one.
+        let (outcome, _) = overlap(30, Ok(3), 0, Err(model_down()));
+        let (total, done) = outcome.unwrap();
+        assert_eq!(total, 3);
+        assert_eq!(done.unwrap_err().code, ErrorCode::Unavailable);
+    }
 
     #[test]
     fn the_step_bound_is_named() {
