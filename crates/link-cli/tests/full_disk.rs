@@ -2,7 +2,7 @@
 //! the runtime runs. A turn that cannot be stored answers 507 naming the state root, the log
 //! on disk holds exactly the acknowledged entries (nothing partial), the host and every
 //! plugin stay up, and once space is freed the next turn works. A disk that fills between
-//! two steps of one full Link turn keeps what was stored and the 507 says so.
+//! two appends of one full Link turn keeps what was stored and the 507 says so.
 //!
 //! Mounting needs root (CAP_SYS_ADMIN); where it is not permitted the tests print SKIPPED
 //! with the reason, unless `LNK_REQUIRE_NATIVE=1` makes that a failure.
@@ -362,7 +362,9 @@ fn link_says_what_of_a_turn_was_kept_when_the_disk_fills_mid_turn() {
         "neither the message nor its reply could be stored: {body}"
     );
     let said = body["error"]["message"].as_str().unwrap_or_default();
-    assert!(said.contains("nothing was stored"), "{body}");
+    for part in ["conversation log", "nothing was stored"] {
+        assert!(said.contains(part), "the 507 says {part:?}: {body}");
+    }
     assert_eq!(
         log_on_disk(&state, agent),
         acknowledged,
@@ -383,7 +385,7 @@ fn link_says_what_of_a_turn_was_kept_when_the_disk_fills_mid_turn() {
     for part in [
         format!("the disk holding {} is full", state.display()),
         "your message and the entry after it had been stored".to_owned(),
-        "the reply is not in it".to_owned(),
+        "the model's final reply is not in it".to_owned(),
         "sending the message again would store it".to_owned(),
     ] {
         assert!(said.contains(&part), "the 507 says {part:?}: {body}");

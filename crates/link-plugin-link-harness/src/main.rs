@@ -1,7 +1,8 @@
 //! link-plugin-link-harness: full Link's turn engine. It owns `turn.run`: for one agent it
 //! loads the conversation from the file store, calls the model, runs the tool calls the model
 //! asks for over their protected routes (`tool.run`, `tool.file`, `tool.code`,
-//! `schedule.create`), feeds the results back, and records every entry as it happens.
+//! `schedule.create`), feeds the results back, and stores every entry before anything acts
+//! on it (`turn`).
 //!
 //! It keeps no state of its own on disk: conversations belong to the file store, agents to
 //! the agent plugin. Every outgoing call goes through the host's router, which lets this
@@ -11,8 +12,8 @@
 //! Between turns it keeps each agent's conversation in memory (it is the only appender:
 //! the grant table and the store both say so) and trusts it only when the store accepts the
 //! next turn's entries as the ones right after it; otherwise it loads the log again. So a warm
-//! turn costs one append through the router (its user entry and reply together, as Mini's
-//! harness stores them), not a read of the whole growing log.
+//! plain turn costs one append through the router (its user entry and reply together, as
+//! Mini's harness stores them), not a read of the whole growing log.
 
 mod conversation;
 mod deps;

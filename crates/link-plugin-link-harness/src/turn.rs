@@ -1,13 +1,17 @@
 //! One turn: the model ↔ tools loop for one agent.
 //!
-//! Order matters for durability: each step's entries are appended, in one durable append,
-//! before anything acts on them, so whatever a client was told happened, or a tool did, is in
-//! the log even if the turn dies next. The user entry goes in with the model's first reply
-//! (the completion acts nowhere, so nothing happened before it is stored), as Mini's harness
-//! stores a turn: one append for a plain turn, and a turn that fails before its first reply
-//! is stored leaves the log as it was, so the message can be sent again. A tool's result is
-//! stored as soon as it exists; the step's last result while the model already reads it (its
-//! answer is used only once that result is stored).
+//! Order matters for durability: nothing acts on an entry before it is durable (a tool runs
+//! only once the reply that asked for it is stored, the client is answered only once every
+//! entry is), so whatever a client was told happened, or a tool did, is in the log even if
+//! the turn dies next. What only the model reads may be read before it is stored, since a
+//! completion acts nowhere:
+//! - the user entry goes in with the model's first reply, in one append, as Mini's harness
+//!   stores a turn: one append for a plain turn, and a turn that fails before its first reply
+//!   is stored leaves the log as it was, so the message can be sent again;
+//! - each tool result is appended as soon as it exists, the step's last one while the model
+//!   already reads the step's results; that answer is used only once the result is stored
+//!   (`tests::a_completion_counts_only_once_its_append_succeeded`);
+//! - each later reply is appended before its tools run or the client is answered.
 
 use crate::conversation::{self, Conversation};
 use crate::deps::Deps;
@@ -29,7 +33,7 @@ struct Outcome {
 
 /// Runs one turn of `agent` for `message`; → `{reply, tool_calls}`.
 ///
-/// `kept` is the conversation as the harness's last turn of this agent left it. It is used
+/// `kept` is the conversation as the harness's last turn of this agent left it. It is trusted
 /// only once the store has accepted this turn's first entries as the entries right after it
 /// (`expect_total`); any other state of the log means a full load, as for a first turn.
 /// After the turn it holds the conversation again, or nothing when this turn cannot vouch
@@ -58,11 +62,14 @@ struct Turn {
     stored: usize,
 }
 
-/// The turn's first step: the model's first reply, stored with the user entry. On the kept
-/// conversation when the log is still as it was left; a conflict (a torn tail, a re-created
-/// agent, an entry written behind the harness) throws that reply away and runs the step again
-/// on the log as loaded now. The turn's model is `link-local`, which the model plugin answers
-/// itself; a model it forwards to a provider sees (and bills) the message before it is stored.
+/// The turn's first step: the model's first reply, stored with the user entry, only to a log
+/// that still ends where the conversation the model was shown ends (`expect_total`). On the
+/// kept conversation when the log is still as it was left; a conflict there (a torn tail, a
+/// re-created agent, an entry written behind the harness) throws that reply away and runs the
+/// step again on the log as loaded now; a conflict after that load (the log changed during
+/// the model call) ends the turn with nothing stored. The turn's model is `link-local`, which
+/// the model plugin answers itself; a model it forwarded to a provider would see (and bill)
+/// what it reads before it is stored, twice after a conflict.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
@@ -81,7 +88,20 @@ async fn begin(
         }
     }
     let conversation = load(deps, agent).await?;
-    first_step(deps, agent, conversation, &user, None, specs).await
+    let expect = Some(conversation.total);
+    first_step(deps, agent, conversation, &user, expect, specs)
+        .await
+        .map_err(|e| match e.code {
+            ErrorCode::Conflict => RemoteError::new(
+                ErrorCode::Conflict,
+                format!(
+                    "the conversation of agent {agent} changed while its turn ran ({}); \
+                     nothing of this turn was stored: send the message again",
+                    e.message
+                ),
+            ),
+            _ => e,
+        })
 }
 
 /// Completes `conversation` with `user` and appends both in one append (with `expect`, only
@@ -311,17 +331,17 @@ fn storage_full_mid_turn(
     e: &RemoteError,
 ) -> RemoteError {
     tracing::warn!("a full disk stopped the turn of {agent}: {}", e.message);
+    // A turn stores its message with the first reply, so `stored` is at least 2 here.
     let later = match stored {
-        1 => String::new(),
-        2 => " and the entry after it".to_owned(),
-        n => format!(" and the {} entries after it", n - 1),
+        2 => "the entry after it".to_owned(),
+        n => format!("the {} entries after it", n - 1),
     };
     RemoteError::storage_full(
         &deps.state_root,
         format!("the next entry of agent {agent}'s conversation could not be appended"),
         format!(
-            "your message{later} had been stored and stay in the conversation; the reply is \
-             not in it. Free space and go on with the conversation: sending the message again \
+            "your message and {later} had been stored and stay in the conversation; the \
+             model's final reply is not in it. Free space and go on with the conversation: sending the message again \
              would store it (and run its tools) twice"
         ),
     )

@@ -248,8 +248,8 @@ fn confined_file_and_run_tools() {
 /// A turn's first model call is made on the conversation the harness kept from the last turn,
 /// and its entries are appended only to a log that still ends there. When that log changed
 /// behind the harness (an entry written by hand), the append is refused as a conflict: the
-/// completion is dropped, the log is loaded again, and the turn is answered once, after the
-/// hand-written entry.
+/// completion's reply is thrown away, the log is loaded again, and the turn is answered once,
+/// after the hand-written entry.
 #[test]
 fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
     let Ok(link) = start(Mode::Diagnostic) else {
@@ -281,6 +281,93 @@ fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
     assert_eq!(log[3]["content"], "second");
     assert_eq!(log[4]["content"], reply["reply"]);
     // The next turn goes on from the log as this one left it.
+    let third = link.turn(&id, "third");
+    assert_eq!(third["reply"], "link-local reply #4: third", "{third}");
+    assert_eq!(link.conversation(&id).len(), 7);
+}
+
+/// Connections to `socket` the kernel holds, accepted or not: every server-side socket of a
+/// connection carries the listener's path in `/proc/net/unix`, as the listener does.
+fn connections_to(socket: &std::path::Path) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let path = socket.to_str().unwrap();
+    let named = table.lines().filter(|l| l.ends_with(path)).count();
+    named.saturating_sub(1)
+}
+
+/// A model process held with SIGSTOP, let go on drop whatever happened.
+struct Held(rustix::process::Pid);
+
+impl Held {
+    fn stop(pid: i32) -> Held {
+        let pid = rustix::process::Pid::from_raw(pid).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::STOP).unwrap();
+        Held(pid)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = rustix::process::kill_process(self.0, rustix::process::Signal::CONT);
+    }
+}
+
+/// A turn's first entries are stored only to a log that still ends where the conversation the
+/// model was shown ends, a loaded one too. After a restart the harness keeps nothing, so the
+/// turn loads the log; an entry written by hand while the model is held (SIGSTOP, once the
+/// harness has connected to it) makes that append a conflict: the turn answers 409 saying
+/// nothing of it was stored, the log holds the hand-written entry and nothing else new, and the
+/// next turn is answered from the log as it is. The twin: the same turn with the model held
+/// and nothing written is answered 200.
+#[test]
+fn a_log_changed_during_a_turns_first_model_call_stores_nothing_of_it() {
+    let Ok(mut link) = start(Mode::Diagnostic) else {
+        unreachable!("diagnostic mode needs no confinement")
+    };
+    let id = create_agent(&link, "moved");
+    link.turn(&id, "first");
+    let log = link.layout().agent_conversation(&id);
+    let socket = link.layout().plugin_socket("link-plugin-model");
+    let turn_path = format!("/v1/agents/{id}/turns");
+    for write_by_hand in [false, true] {
+        link.restart();
+        let model = link.plugin_pid("link-plugin-model");
+        let held = Held::stop(model);
+        let (status, body) = std::thread::scope(|s| {
+            let turn =
+                s.spawn(|| link.http("POST", &turn_path, Some(json!({"message": "second"}))));
+            wait_for("the harness to call the held model", || {
+                (connections_to(&socket) > 0).then_some(())
+            });
+            if write_by_hand {
+                let mut bytes = std::fs::read(&log).unwrap();
+                bytes.extend_from_slice(b"{\"role\":\"user\",\"content\":\"by hand\"}\n");
+                std::fs::write(&log, &bytes).unwrap();
+            }
+            drop(held);
+            turn.join().unwrap()
+        });
+        if !write_by_hand {
+            assert_eq!(status, 200, "{body}");
+            continue;
+        }
+        assert_eq!(status, 409, "{body}");
+        let said = body["error"]["message"].as_str().unwrap_or_default();
+        for part in [
+            "changed while its turn ran",
+            "nothing of this turn was stored",
+        ] {
+            assert!(said.contains(part), "the 409 says {part:?}: {body}");
+        }
+    }
+    let entries = link.conversation(&id);
+    assert_eq!(
+        roles(&entries),
+        ["user", "assistant", "user", "assistant", "user"],
+        "{entries:?}"
+    );
+    assert_eq!(entries[4]["content"], "by hand");
+    // Four user messages are in the log once this one is: first, second, by hand, third.
     let third = link.turn(&id, "third");
     assert_eq!(third["reply"], "link-local reply #4: third", "{third}");
     assert_eq!(link.conversation(&id).len(), 7);
