@@ -341,8 +341,8 @@ fn storage_full_mid_turn(
         format!("the next entry of agent {agent}'s conversation could not be appended"),
         format!(
             "your message and {later} had been stored and stay in the conversation; the \
-             model's final reply is not in it. Free space and go on with the conversation: sending the message again \
-             would store it (and run its tools) twice"
+             model's final reply is not in it. Free space and go on with the conversation: \
+             sending the message again would store it (and run its tools) twice"
         ),
     )
 }

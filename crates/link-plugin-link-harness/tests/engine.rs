@@ -77,6 +77,13 @@ fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// Appends a user entry `by hand` to the conversation log behind the runtime's back.
+fn append_by_hand(log: &std::path::Path) {
+    let mut bytes = std::fs::read(log).unwrap();
+    bytes.extend_from_slice(b"{\"role\":\"user\",\"content\":\"by hand\"}\n");
+    std::fs::write(log, &bytes).unwrap();
+}
+
 #[test]
 fn diagnostic_turns_code_tool_and_scheduler() {
     let Ok(mut link) = start(Mode::Diagnostic) else {
@@ -258,9 +265,7 @@ fn a_turn_on_a_log_changed_behind_the_harness_is_answered_once() {
     let id = create_agent(&link, "kept");
     link.turn(&id, "first");
     let log = link.layout().agent_conversation(&id);
-    let mut bytes = std::fs::read(&log).unwrap();
-    bytes.extend_from_slice(b"{\"role\":\"user\",\"content\":\"by hand\"}\n");
-    std::fs::write(&log, &bytes).unwrap();
+    append_by_hand(&log);
     // The model counts the user messages it is shown: three means the log as it is now.
     let reply = link.turn(&id, "second");
     assert_eq!(reply["reply"], "link-local reply #3: second", "{reply}");
@@ -340,9 +345,7 @@ fn a_log_changed_during_a_turns_first_model_call_stores_nothing_of_it() {
                 (connections_to(&socket) > 0).then_some(())
             });
             if write_by_hand {
-                let mut bytes = std::fs::read(&log).unwrap();
-                bytes.extend_from_slice(b"{\"role\":\"user\",\"content\":\"by hand\"}\n");
-                std::fs::write(&log, &bytes).unwrap();
+                append_by_hand(&log);
             }
             drop(held);
             turn.join().unwrap()
