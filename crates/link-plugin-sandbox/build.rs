@@ -8,6 +8,10 @@
 //! kernel walking every chain once per system-call number to build its action cache; this one
 //! program costs it about 0.23 ms (issue 14).
 //!
+//! It also compiles the sandbox helper (`crates/link-sandbox-helper`) into a static program of
+//! its own, `$OUT_DIR/link-sandbox-helper`, also embedded: `panic = "abort"` and no C library
+//! are flags Cargo gives a whole profile, not one program, so rustc is run here.
+//!
 //! The rules (`src/seccomp_rules.rs`) use this build machine's `libc` numbers, so the crate is
 //! built for the machine it runs on: a cross build stops here.
 
@@ -49,8 +53,61 @@ fn main() {
     let out = Path::new(&out);
     export(commands(), &out.join("commands.bpf"));
     export(sandbox_plugin(), &out.join("sandbox-plugin.bpf"));
+    helper(out);
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/seccomp_rules.rs");
+}
+
+/// Compiles the helper's library, then its entry (`src/start.rs`) against it, into a static
+/// executable that links nothing but them and `core`.
+fn helper(out: &Path) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../link-sandbox-helper/src");
+    let rustc = std::env::var_os("RUSTC").expect("cargo sets RUSTC");
+    let common = [
+        "--edition=2021",
+        "-Cpanic=abort",
+        "-Copt-level=s",
+        "-Ccodegen-units=1",
+        "-Cdebuginfo=0",
+        "-Dwarnings",
+    ];
+    let run = |args: &[&std::ffi::OsStr]| {
+        let status = std::process::Command::new(&rustc)
+            .args(common)
+            .args(args)
+            .status()
+            .expect("rustc runs");
+        assert!(
+            status.success(),
+            "rustc could not build the sandbox helper: {args:?}"
+        );
+    };
+    let lib = out.join("liblink_sandbox_helper.rlib");
+    run(&[
+        "--crate-type=rlib".as_ref(),
+        "--crate-name=link_sandbox_helper".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        source.join("lib.rs").as_os_str(),
+    ]);
+    let extern_lib = format!("link_sandbox_helper={}", lib.display());
+    let program = out.join("link-sandbox-helper");
+    run(&[
+        "--crate-type=bin".as_ref(),
+        "--crate-name=link_sandbox_helper_start".as_ref(),
+        "-Clto=fat".as_ref(),
+        "-Crelocation-model=static".as_ref(),
+        "-Cstrip=symbols".as_ref(),
+        "-Clink-arg=-nostartfiles".as_ref(),
+        "-Clink-arg=-nostdlib".as_ref(),
+        "-Clink-arg=-static".as_ref(),
+        "--extern".as_ref(),
+        extern_lib.as_ref(),
+        "-o".as_ref(),
+        program.as_os_str(),
+        source.join("start.rs").as_os_str(),
+    ]);
+    println!("cargo:rerun-if-changed={}", source.display());
 }
 
 /// A filter that allows what no rule matches and kills a process that switches to another

@@ -1,31 +1,36 @@
-//! What this binary does inside the sandbox: apply Landlock, then execute the command
-//! (`landlock-exec`), and the probe's inside checks (`probe-inside`).
+//! The sandbox helper as this plugin carries it, its status lines as the parent reads them,
+//! and the probe's inside checks (`probe-inside`, run by this binary inside the sandbox).
 //!
-//! `landlock-exec` reports on `--status-fd` (a pipe bubblewrap passes through) one line per
-//! step, read by the parent after bwrap exits: `ok <abi>` when the ruleset is fully enforced,
-//! then nothing more when the exec succeeds; `err <reason>` (exit 125) when Landlock cannot be
-//! enforced, so nothing runs; `missing <cmd>` (exit 127) or `noexec <reason>` (exit 126) when
-//! the command cannot be executed.
+//! The helper itself is its own small program (`crates/link-sandbox-helper`), built by this
+//! crate's build script and embedded: each sandbox gets it from a memory file
+//! ([`image`]), so no host path of it is bound, and it is always the one built with this
+//! plugin.
 
-use crate::limits::Limits;
-use crate::rules::Rules;
-use rustix::fs::Mode;
-use rustix::process::{Gid, Uid};
-use std::ffi::OsString;
-use std::fs::File;
-use std::io::Write;
-use std::os::fd::{AsFd, FromRawFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
 
-/// Exit status when the sandbox itself could not be set up (nothing was run).
-pub const EXIT_SETUP: i32 = 125;
-/// Exit status when the command exists but cannot be executed.
-pub const EXIT_NOEXEC: i32 = 126;
-/// Exit status when the command does not exist.
-pub const EXIT_MISSING: i32 = 127;
+pub use link_sandbox_helper::{EXIT_MISSING, EXIT_NOEXEC, EXIT_SETUP};
 
-/// One status line of `landlock-exec`.
+/// The helper program's bytes.
+pub const IMAGE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/link-sandbox-helper"));
+
+/// A memory file holding the helper, at offset 0 and close-on-exec: what bwrap's
+/// `--ro-bind-data` reads, and what the probe executes through `/proc/self/fd`.
+pub fn image() -> std::io::Result<OwnedFd> {
+    use rustix::fs::MemfdFlags;
+    // Executable memory files need MFD_EXEC where `vm.memfd_noexec` makes them noexec by
+    // default (Linux 6.3); older kernels refuse the flag, and make them executable anyway.
+    let fd = rustix::fs::memfd_create(
+        "link-sandbox-helper",
+        MemfdFlags::CLOEXEC | MemfdFlags::EXEC,
+    )
+    .or_else(|_| rustix::fs::memfd_create("link-sandbox-helper", MemfdFlags::CLOEXEC))?;
+    let mut file = std::fs::File::from(fd);
+    std::io::Write::write_all(&mut file, IMAGE)?;
+    std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))?;
+    Ok(file.into())
+}
+
+/// One status line of the helper ([`link_sandbox_helper`]'s documentation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Status {
     /// Landlock fully enforced at this kernel ABI; the command was then executed.
@@ -39,200 +44,24 @@ pub enum Status {
 impl Status {
     /// The last meaningful line of the status pipe, with the ABI of an earlier `ok` line.
     pub fn parse(text: &str) -> (Option<u32>, Option<Status>) {
+        use link_sandbox_helper::status;
         let mut abi = None;
         let mut last = None;
         for line in text.lines() {
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             let status = match word {
-                "ok" => {
+                status::ENFORCED => {
                     abi = rest.trim().parse().ok();
                     Status::Enforced(abi.unwrap_or(0))
                 }
-                "err" => Status::Refused(rest.into()),
-                "missing" => Status::Missing(rest.into()),
-                "noexec" => Status::NoExec(rest.into()),
+                status::REFUSED => Status::Refused(rest.into()),
+                status::MISSING => Status::Missing(rest.into()),
+                status::NOEXEC => Status::NoExec(rest.into()),
                 _ => continue,
             };
             last = Some(status);
         }
         (abi, last)
-    }
-}
-
-/// The arguments of `landlock-exec [--status-fd N] [--drop-to UID:GID] [--limits L]
-/// [--chdir DIR] [--rw DIR]... [--hide FILE]... -- COMMAND...`.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Args {
-    pub status_fd: Option<RawFd>,
-    /// The dedicated identity to become (when bwrap runs as root).
-    pub drop_to: Option<(u32, u32)>,
-    pub limits: Option<Limits>,
-    /// The working directory, entered once the identity is the command's.
-    pub chdir: Option<PathBuf>,
-    pub rw: Vec<PathBuf>,
-    /// Files the command must not read ([`Rules::inside`]).
-    pub hide: Vec<PathBuf>,
-    pub command: Vec<OsString>,
-}
-
-/// Parses the arguments after `landlock-exec`.
-pub fn parse_args(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
-    let mut parsed = Args::default();
-    while let Some(arg) = args.next() {
-        match arg.to_str() {
-            Some("--status-fd") => {
-                let fd = args.next().and_then(|v| v.to_str()?.parse().ok());
-                parsed.status_fd = Some(fd.ok_or("--status-fd needs a descriptor number")?);
-            }
-            Some("--drop-to") => {
-                let v = args.next().and_then(|v| v.into_string().ok());
-                let ids = v.as_deref().and_then(|v| {
-                    let (u, g) = v.split_once(':')?;
-                    Some((u.parse().ok()?, g.parse().ok()?))
-                });
-                parsed.drop_to = Some(ids.ok_or("--drop-to needs UID:GID")?);
-            }
-            Some("--limits") => {
-                let v = args.next().and_then(|v| v.into_string().ok());
-                let limits = v.as_deref().and_then(Limits::parse_helper_arg);
-                parsed.limits = Some(limits.ok_or("--limits needs four numbers")?);
-            }
-            Some("--chdir") => {
-                parsed.chdir = Some(args.next().ok_or("--chdir needs a directory")?.into())
-            }
-            Some("--rw") => parsed
-                .rw
-                .push(args.next().ok_or("--rw needs a directory")?.into()),
-            Some("--hide") => parsed
-                .hide
-                .push(args.next().ok_or("--hide needs a file")?.into()),
-            Some("--") => {
-                parsed.command = args.collect();
-                return Ok(parsed);
-            }
-            _ => return Err(format!("unexpected argument {arg:?}")),
-        }
-    }
-    Err("missing `-- COMMAND...`".into())
-}
-
-/// Sets the limits, drops to the dedicated identity, applies Landlock with `rw` writable,
-/// then executes the command. Never returns.
-pub fn landlock_exec(args: Args) -> ! {
-    let Args {
-        status_fd,
-        drop_to,
-        limits,
-        chdir,
-        rw,
-        hide,
-        command: argv,
-    } = args;
-    // SAFETY: the fd number was passed by our parent for us alone.
-    let mut status = status_fd.map(|fd| unsafe { File::from_raw_fd(fd) });
-    close_inherited_on_exec();
-    let mut report = |line: String| {
-        if let Some(f) = status.as_mut() {
-            let _ = writeln!(f, "{line}");
-        }
-    };
-    if argv.is_empty() {
-        link_protocol::errln!("link-plugin-sandbox: landlock-exec needs a command after --");
-        report("err no command".into());
-        std::process::exit(EXIT_SETUP);
-    }
-    if let Some(limits) = limits {
-        if let Err(e) = limits.apply() {
-            refuse(&mut report, format!("cannot set the limits: {e}"));
-        }
-    }
-    if let Some((uid, gid)) = drop_to {
-        if let Err(e) = drop_identity(uid, gid) {
-            refuse(
-                &mut report,
-                format!("cannot drop to uid {uid} gid {gid}: {e}"),
-            );
-        }
-    }
-    if let Some(dir) = chdir {
-        if let Err(e) = std::env::set_current_dir(&dir) {
-            refuse(&mut report, format!("cannot enter {}: {e}", dir.display()));
-        }
-    }
-    // What the command creates is its own alone, as the state root's files are.
-    rustix::process::umask(Mode::from_raw_mode(0o077));
-    match Rules::inside(&rw, &hide).restrict_self() {
-        Ok(abi) => report(format!("ok {abi}")),
-        Err(e) => {
-            link_protocol::errln!("link-plugin-sandbox: refusing to run unconfined: {e}");
-            report(format!("err {e}"));
-            std::process::exit(EXIT_SETUP);
-        }
-    }
-    let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    let name = argv[0].to_string_lossy();
-    if err.kind() == std::io::ErrorKind::NotFound {
-        link_protocol::errln!("link-plugin-sandbox: command not found: {name}");
-        report(format!("missing {name}"));
-        std::process::exit(EXIT_MISSING);
-    }
-    link_protocol::errln!("link-plugin-sandbox: cannot execute {name}: {err}");
-    report(format!("noexec {name}: {err}"));
-    std::process::exit(EXIT_NOEXEC);
-}
-
-/// Says why nothing runs, and exits [`EXIT_SETUP`].
-fn refuse(report: &mut impl FnMut(String), reason: String) -> ! {
-    link_protocol::errln!("link-plugin-sandbox: refusing to run: {reason}");
-    report(format!("err {reason}"));
-    std::process::exit(EXIT_SETUP);
-}
-
-/// Becomes `uid`/`gid` with no supplementary group and no capability left in any set,
-/// including the bounding set, and checks that it is so. The helper is single-threaded, so
-/// the per-thread calls change the whole process.
-fn drop_identity(uid: u32, gid: u32) -> std::io::Result<()> {
-    crate::host::keep_only_in_bounding_set(rustix::thread::CapabilitySet::empty())?;
-    let (u, g) = (Uid::from_raw(uid), Gid::from_raw(gid));
-    rustix::thread::set_thread_groups(&[])?;
-    rustix::thread::set_thread_res_gid(g, g, g)?;
-    rustix::thread::set_thread_res_uid(u, u, u)?;
-    let none = rustix::thread::CapabilitySet::empty();
-    rustix::thread::set_capabilities(
-        None,
-        rustix::thread::CapabilitySets {
-            effective: none,
-            permitted: none,
-            inheritable: none,
-        },
-    )?;
-    let caps = rustix::thread::capabilities(None)?;
-    let ids = (rustix::process::getuid(), rustix::process::geteuid());
-    if ids != (u, u) || !caps.permitted.is_empty() || !caps.effective.is_empty() {
-        return Err(std::io::Error::other("the identity did not change"));
-    }
-    Ok(())
-}
-
-/// Marks every inherited descriptor above stderr close-on-exec, so the command gets only
-/// stdin, stdout and stderr whatever its caller leaked into bwrap.
-fn close_inherited_on_exec() {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(fd) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<RawFd>().ok())
-        else {
-            continue;
-        };
-        if fd > 2 {
-            // SAFETY: only flags change; the descriptor stays owned by whoever owns it.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            let _ = rustix::io::fcntl_setfd(fd.as_fd(), rustix::io::FdFlags::CLOEXEC);
-        }
     }
 }
 
@@ -450,24 +279,33 @@ pub fn errno_name(raw: Option<i32>) -> String {
 mod tests {
     use super::*;
 
+    /// The helper is a static executable: no program interpreter (`ld.so`), nothing to link
+    /// at run time, so its exec maps a few pages of its own and nothing else.
     #[test]
-    fn helper_arguments() {
-        let args = |s: &str| {
-            s.split(' ')
-                .map(OsString::from)
-                .collect::<Vec<_>>()
-                .into_iter()
-        };
-        let a = parse_args(args(
-            "--status-fd 7 --rw /w --hide /s --rw /h -- sh -c --rw",
-        ))
-        .unwrap();
-        assert_eq!(a.status_fd, Some(7));
-        assert_eq!(a.rw, [PathBuf::from("/w"), PathBuf::from("/h")]);
-        assert_eq!(a.hide, [PathBuf::from("/s")]);
-        assert_eq!(a.command, ["sh", "-c", "--rw"]);
-        assert!(parse_args(args("--rw /w")).is_err());
-        assert!(parse_args(args("--bogus -- x")).is_err());
+    fn the_helper_links_nothing_at_run_time() {
+        let u16_at = |at: usize| u16::from_le_bytes([IMAGE[at], IMAGE[at + 1]]);
+        assert_eq!(&IMAGE[..4], b"\x7fELF");
+        assert_eq!(
+            u16_at(16),
+            2,
+            "ET_EXEC, not a position-independent or shared object"
+        );
+        let (offset, size, count) = (
+            u64::from_le_bytes(IMAGE[32..40].try_into().unwrap()) as usize,
+            u16_at(54) as usize,
+            u16_at(56) as usize,
+        );
+        let types: Vec<u32> = (0..count)
+            .map(|i| offset + i * size)
+            .map(|at| u32::from_le_bytes(IMAGE[at..at + 4].try_into().unwrap()))
+            .collect();
+        const PT_DYNAMIC: u32 = 2;
+        const PT_INTERP: u32 = 3;
+        assert!(
+            !types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC),
+            "{types:?}"
+        );
+        assert!(IMAGE.len() < 64 * 1024, "{} bytes", IMAGE.len());
     }
 
     #[test]

@@ -7,12 +7,16 @@
 //!   no controlling terminal, as the plugin does: [`policy::Session`]; a user namespace or a
 //!   dropped identity, a seccomp filter, system paths read-only, the
 //!   state root not bound at all, the workspace the only writable bind, an isolated home) and
-//!   the Landlock rules applied inside the namespace before the command is executed;
+//!   the helper's arguments: the Landlock rules it applies inside the namespace before the
+//!   command is executed;
+//! - [`helper`]: the sandbox helper (`crates/link-sandbox-helper`) this crate's build script
+//!   compiles and embeds, and its status lines;
 //! - [`identity`]: who the command is on the host (never root), and the workspace walks that
 //!   hand files to that identity and clear setuid/setgid bits;
 //! - [`seccomp`]: the system-call filter handed to bwrap;
 //! - [`limits`]: processes, memory, CPU time, file size and tmpfs sizes per command;
-//! - [`rules`]: Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully enforced;
+//! - [`rules`]: the host's Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully
+//!   enforced;
 //! - [`host`]: the ruleset the host applies to the plugins it starts (in `pre_exec`);
 //! - [`run`]: running one confined command with a time limit that kills its whole tree, and
 //!   never returning while a process it started (bwrap, or the namespace's init bwrap leaves
@@ -23,8 +27,8 @@
 //! - [`service`]: the `sandbox.exec` route of the plugin;
 //! - [`view`]: the plugin's own mount namespace, read-only but what it must write.
 //!
-//! The binary is the plugin, the `probe` and `exec` commands for people, and the helper that
-//! runs inside each sandbox (`landlock-exec`). There is never an unconfined fallback.
+//! The binary is the plugin, the `probe` and `exec` commands for people, and the probe's
+//! inside checks (`probe-inside`). There is never an unconfined fallback.
 
 pub mod helper;
 pub mod host;

@@ -1,5 +1,5 @@
-//! Resource limits of one confined command: defaults, maxima, the request's values, and
-//! applying them inside the sandbox.
+//! Resource limits of one confined command: defaults, maxima, the request's values, and how
+//! the helper is told them.
 //!
 //! Processes, memory, CPU time and file size are rlimits the helper sets inside the sandbox
 //! just before the command, hard and soft alike (CPU's hard one a second later), so the
@@ -15,7 +15,6 @@
 //! files of one command can together pass it; the next command then gets nothing to write.
 
 use link_protocol::routes::sandbox::{ExecLimits, LimitHit};
-use rustix::process::{Resource, Rlimit};
 use serde::{Deserialize, Serialize};
 
 /// The limits a command runs under.
@@ -86,55 +85,13 @@ impl Limits {
         })
     }
 
-    /// The helper's `--limits` value: `processes,memory,cpu,file_size`.
+    /// The helper's `--limits` value: `processes,memory,cpu,file_size`
+    /// ([`link_sandbox_helper::args::Limits`], which sets them as rlimits).
     pub fn helper_arg(&self) -> String {
         format!(
             "{},{},{},{}",
             self.processes, self.memory_bytes, self.cpu_seconds, self.file_size_bytes
         )
-    }
-
-    /// Parses [`Limits::helper_arg`] (the tmpfs size is not the helper's).
-    pub fn parse_helper_arg(s: &str) -> Option<Limits> {
-        let v: Vec<u64> = s
-            .split(',')
-            .map(|x| x.parse().ok())
-            .collect::<Option<_>>()?;
-        let [processes, memory_bytes, cpu_seconds, file_size_bytes] = v[..] else {
-            return None;
-        };
-        Some(Limits {
-            processes,
-            memory_bytes,
-            cpu_seconds,
-            file_size_bytes,
-            tmp_bytes: 0,
-            workspace_bytes: 0,
-        })
-    }
-
-    /// Inside the sandbox: sets every rlimit, soft and hard.
-    pub fn apply(&self) -> std::io::Result<()> {
-        for (resource, value) in [
-            (Resource::Nproc, self.processes),
-            (Resource::As, self.memory_bytes),
-            (Resource::Cpu, self.cpu_seconds),
-            (Resource::Fsize, self.file_size_bytes),
-        ] {
-            // CPU: at the soft limit the kernel sends SIGXCPU, which names the limit; the
-            // hard one, a second later, is SIGKILL for a process that ignores it.
-            let hard = if resource == Resource::Cpu {
-                value.saturating_add(1)
-            } else {
-                value
-            };
-            let limit = Rlimit {
-                current: Some(value),
-                maximum: Some(hard),
-            };
-            rustix::process::setrlimit(resource, limit)?;
-        }
-        Ok(())
     }
 
     /// The limit a signal names: SIGXCPU for CPU time, SIGXFSZ for file size.
@@ -173,8 +130,15 @@ mod tests {
         .unwrap();
         assert_eq!(l.processes, 10);
         assert_eq!(l.memory_bytes, Limits::DEFAULT.memory_bytes);
-        let back = Limits::parse_helper_arg(&l.helper_arg()).unwrap();
-        assert_eq!((back.processes, back.file_size_bytes), (10, GIB));
+        // The helper reads what the plugin writes.
+        let back = link_sandbox_helper::args::Limits::parse(l.helper_arg().as_bytes()).unwrap();
+        let read = (
+            back.processes,
+            back.memory_bytes,
+            back.cpu_seconds,
+            back.file_size_bytes,
+        );
+        assert_eq!(read, (10, l.memory_bytes, l.cpu_seconds, GIB));
         let too_many = ExecLimits {
             processes: Some(Limits::MAX.processes + 1),
             ..Default::default()
@@ -185,7 +149,6 @@ mod tests {
             ..Default::default()
         };
         assert!(Limits::with(&zero).unwrap_err().contains("at least 1"));
-        assert!(Limits::parse_helper_arg("1,2,3").is_none());
         assert_eq!(
             l.hit_by_signal(libc::SIGXFSZ).unwrap().to_string(),
             "killed: file size limit 1 GiB"

@@ -1,5 +1,5 @@
 //! `link-plugin-sandbox`: the sandbox plugin (no subcommand, started by the host), the
-//! capability probe and a one-off confined `exec` for people, and the in-sandbox helper.
+//! capability probe and a one-off confined `exec` for people, and the probe's inside checks.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -47,25 +47,13 @@ enum Cmd {
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<OsString> = std::env::args_os().collect();
-    // The helper runs before every confined command and `exec` is what people time: both are
-    // parsed by hand, without clap, and run without an async runtime, to start fast.
-    match args.get(1).and_then(|a| a.to_str()) {
-        Some(link_plugin_sandbox::policy::LANDLOCK_EXEC) => {
-            match helper::parse_args(args.into_iter().skip(2)) {
-                Ok(a) => helper::landlock_exec(a),
-                Err(e) => {
-                    link_protocol::errln!("link-plugin-sandbox landlock-exec: {e}");
-                    std::process::exit(helper::EXIT_SETUP);
-                }
-            }
+    // `exec` is what people time: it is parsed by hand, without clap, and runs without an
+    // async runtime, to start fast. Anything unusual (`--help`, a mistake) goes to clap below
+    // for its messages.
+    if args.get(1).and_then(|a| a.to_str()) == Some("exec") {
+        if let Some(a) = ExecArgs::parse(&args[2..]) {
+            exec(a)
         }
-        Some("exec") => {
-            // Anything unusual (`--help`, a mistake) goes to clap below for its messages.
-            if let Some(a) = ExecArgs::parse(&args[2..]) {
-                exec(a)
-            }
-        }
-        _ => {}
     }
     let cli = Cli::parse_from(args);
     match cli.cmd {
@@ -132,7 +120,7 @@ impl ExecArgs {
 }
 
 fn self_exe() -> anyhow::Result<PathBuf> {
-    std::env::current_exe().context("cannot locate this program (needed inside the sandbox)")
+    std::env::current_exe().context("cannot locate this program (the probe runs it inside)")
 }
 
 fn probe() -> anyhow::Result<()> {
@@ -174,10 +162,6 @@ fn exec_status(a: ExecArgs) -> i32 {
         Ok(h) => h,
         Err(e) => return fail(e),
     };
-    let helper = match self_exe() {
-        Ok(h) => h,
-        Err(e) => return fail(e),
-    };
     let env = match Policy::env(|k| std::env::var_os(k), &[]) {
         Ok(env) => env,
         Err(e) => return fail(anyhow::anyhow!(e)),
@@ -188,7 +172,7 @@ fn exec_status(a: ExecArgs) -> i32 {
     };
     if rustix::process::geteuid().is_root() {
         // Fewer mounts for bwrap to read back after each of its binds.
-        let needed: Vec<&std::path::Path> = [&workspace, &helper, &bwrap]
+        let needed: Vec<&std::path::Path> = [&workspace, &bwrap]
             .into_iter()
             .chain(home.as_ref())
             .map(PathBuf::as_path)
@@ -200,7 +184,7 @@ fn exec_status(a: ExecArgs) -> i32 {
     let spec = run::Spec {
         bwrap,
         owner: workspace.clone(),
-        policy: Policy::new(workspace, home, helper, identity),
+        policy: Policy::new(workspace, home, identity),
         argv: a.command,
         env,
         timeout: Duration::from_secs(a.timeout),
@@ -249,7 +233,6 @@ fn plugin() -> anyhow::Result<()> {
     let service = std::sync::Arc::new(Service {
         layout,
         mode: env.mode,
-        helper: self_exe()?,
         bwrap,
         slots: std::sync::Mutex::new(slots),
         running: Default::default(),

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 pub const WORKSPACE: &str = "/workspace";
 /// Where the isolated home appears inside the sandbox (`HOME`).
 pub const HOME: &str = "/home/agent";
-/// Where this binary is bound (read-only) inside the sandbox, to apply Landlock.
+/// Where the helper ([`crate::helper`]) is inside the sandbox, a read-only copy of its
+/// image that bwrap makes from a memory file: it applies Landlock and executes the command.
 pub const HELPER: &str = "/.lnk-sandbox";
-/// The subcommand of this binary that applies Landlock and executes the command.
-pub const LANDLOCK_EXEC: &str = "landlock-exec";
+/// Where the probe binds this binary, to run its inside checks ([`Policy::probe_program`]).
+pub const PROBE_PROGRAM: &str = "/.lnk-probe";
 
 /// The only environment names a confined command may receive.
 pub const ENV_ALLOWED: &[&str] = &["PATH", "LANG", "LC_ALL", "TERM"];
@@ -26,7 +27,7 @@ const SYSTEM: &[&str] = &[
 ];
 /// Secrets under /etc that only their modes guard: where the command's identity could read
 /// one ([`could_read`]), the helper's Landlock rules leave it out
-/// ([`crate::rules::Rules::inside`]); elsewhere its modes refuse it inside as on the host.
+/// (`--hide`, [`link_sandbox_helper::landlock`]); elsewhere its modes refuse it inside as on the host.
 const SECRET_FILES: &[&str] = &[
     "/etc/shadow",
     "/etc/gshadow",
@@ -91,8 +92,9 @@ pub struct Policy {
     pub workspace: PathBuf,
     /// Host directory bound read-write at [`HOME`]; an empty tmpfs when `None`.
     pub home: Option<PathBuf>,
-    /// Host path of this binary, bound read-only at [`HELPER`].
-    pub helper: PathBuf,
+    /// The probe's program, bound read-only at [`PROBE_PROGRAM`]; `None` for every command
+    /// but the probe's.
+    pub probe_program: Option<PathBuf>,
     /// Who the command is on the host.
     pub identity: Identity,
     pub limits: Limits,
@@ -108,6 +110,8 @@ pub struct Fds {
     pub status: Option<i32>,
     /// The seccomp program ([`crate::seccomp`]): no command runs without it.
     pub seccomp: i32,
+    /// The helper's image ([`crate::helper::image`]), copied to [`HELPER`].
+    pub helper: i32,
     /// The user namespace bwrap enters for a dedicated identity
     /// ([`crate::identity::shared_user_namespace`]).
     pub userns: Option<i32>,
@@ -116,16 +120,11 @@ pub struct Fds {
 impl Policy {
     /// A policy with the default limits, for `identity`, with the [`Session`] this process
     /// calls for now.
-    pub fn new(
-        workspace: impl Into<PathBuf>,
-        home: Option<PathBuf>,
-        helper: PathBuf,
-        identity: Identity,
-    ) -> Self {
+    pub fn new(workspace: impl Into<PathBuf>, home: Option<PathBuf>, identity: Identity) -> Self {
         Policy {
             workspace: workspace.into(),
             home,
-            helper,
+            probe_program: None,
             identity,
             limits: Limits::DEFAULT,
             session: Session::current(),
@@ -133,7 +132,7 @@ impl Policy {
     }
 
     /// The secrets the command's identity could read on the host, which it must not inside:
-    /// the helper's `--hide` files ([`crate::rules::Rules::inside`]).
+    /// the helper's `--hide` files.
     fn hidden(&self) -> Vec<PathBuf> {
         SECRET_FILES
             .iter()
@@ -142,7 +141,7 @@ impl Policy {
             .collect()
     }
 
-    /// The helper's `--rw` directories ([`crate::rules::Rules::inside`]).
+    /// The helper's `--rw` directories.
     fn inside_writable(&self) -> Vec<PathBuf> {
         [WORKSPACE, HOME]
             .iter()
@@ -212,10 +211,15 @@ impl Policy {
             Some(home) => a.op("--bind", home, HOME),
             None => a.tmpfs(&tmp, HOME),
         }
-        a.op("--ro-bind", &self.helper, HELPER);
+        a.flags(&["--perms", "0555", "--ro-bind-data"]);
+        a.push(fds.helper.to_string());
+        a.flags(&[HELPER]);
+        if let Some(program) = &self.probe_program {
+            a.op("--ro-bind", program, PROBE_PROGRAM);
+        }
         // No `--chdir`: bwrap would enter the workspace as root without capabilities, which
         // a workspace owned by the dedicated uid refuses; the helper enters it afterwards.
-        a.flags(&["--remount-ro", "/", "--", HELPER, LANDLOCK_EXEC]);
+        a.flags(&["--remount-ro", "/", "--", HELPER]);
         if let Some(fd) = fds.status {
             a.flags(&["--status-fd"]);
             a.push(fd.to_string());
@@ -369,12 +373,13 @@ mod tests {
         };
         let p = Policy {
             session: Session::NeedsNew,
-            ..Policy::new("/w", None, "/h/sandbox".into(), caller)
+            ..Policy::new("/w", None, caller)
         };
         let fds = Fds {
             info: Some(5),
             status: Some(6),
             seccomp: 7,
+            helper: 10,
             userns: Some(9),
         };
         let args: Vec<String> = p
@@ -399,7 +404,7 @@ mod tests {
             .map(|f| format!(" --hide {}", f.display()))
             .collect();
         assert!(joined.ends_with(&format!(
-            "/.lnk-sandbox landlock-exec --status-fd 6 --limits 256,4294967296,600,1073741824 \
+            "--perms 0555 --ro-bind-data 10 /.lnk-sandbox --remount-ro / -- /.lnk-sandbox --status-fd 6 --limits 256,4294967296,600,1073741824 \
              --chdir /workspace --rw /workspace --rw /home/agent --rw /tmp --rw /dev/shm{hide} \
              -- true"
         )));
@@ -426,7 +431,7 @@ mod tests {
         assert!(!joined.contains("--new-session"), "{joined}");
 
         let dedicated = Identity::Dedicated { uid: 7, gid: 8 };
-        let p = Policy::new("/w", None, "/h/sandbox".into(), dedicated);
+        let p = Policy::new("/w", None, dedicated);
         let joined = p
             .bwrap_args(&fds, &["true".into()])
             .into_iter()
@@ -437,7 +442,7 @@ mod tests {
         assert!(
             joined.contains("--userns 9 --cap-drop ALL --cap-add CAP_SETUID --cap-add CAP_SETGID")
         );
-        assert!(joined.contains("landlock-exec --status-fd 6 --drop-to 7:8 --limits"));
+        assert!(joined.contains("/.lnk-sandbox --status-fd 6 --drop-to 7:8 --limits"));
     }
 
     #[test]

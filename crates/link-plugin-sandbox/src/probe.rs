@@ -1,7 +1,7 @@
 //! The capability probe: proves confinement by kernel operations, never by `which bwrap`.
 //!
-//! 1. Landlock in a child: this binary's helper applies the inside ruleset and must report it
-//!    fully enforced (no bubblewrap involved, so a missing Landlock is named as such).
+//! 1. Landlock in a child: the helper ([`crate::helper`]) applies the inside ruleset and must
+//!    report it fully enforced (no bubblewrap involved, so a missing Landlock is named as such).
 //! 2. bubblewrap is located (with `which`, only to locate it) and its version read.
 //! 3. The production arguments run a real command (this binary's `probe-inside`), which
 //!    writes inside and outside the workspace, connects to a loopback listener the probe holds
@@ -132,19 +132,20 @@ impl ProbeReport {
 }
 
 /// Runs [`probe_blocking`] on tokio's blocking pool.
-pub async fn probe(helper: &Path) -> ProbeReport {
-    let helper = helper.to_path_buf();
-    tokio::task::spawn_blocking(move || probe_blocking(&helper))
+pub async fn probe(program: &Path) -> ProbeReport {
+    let program = program.to_path_buf();
+    tokio::task::spawn_blocking(move || probe_blocking(&program))
         .await
         .unwrap_or_else(|e| ProbeReport::new().fail(ProbeStatus::Broken, e.to_string()))
 }
 
-/// Runs the probe with `helper` (the path of the `link-plugin-sandbox` binary). Every process
+/// Runs the probe with `program` (the path of the `link-plugin-sandbox` binary, which runs the
+/// inside checks). Every process
 /// it starts is waited for; the namespace's init is reaped here when the calling process is a
 /// child subreaper ([`crate::run::become_subreaper`]), as the binary's `probe` command is.
-pub fn probe_blocking(helper: &Path) -> ProbeReport {
+pub fn probe_blocking(program: &Path) -> ProbeReport {
     let report = ProbeReport::new();
-    let report = match landlock_in_child(helper) {
+    let report = match landlock_in_child() {
         Ok(abi) => ProbeReport {
             landlock_abi: Some(abi),
             ..report
@@ -188,16 +189,24 @@ pub fn probe_blocking(helper: &Path) -> ProbeReport {
             )
         }
     };
-    production_run(report, &bwrap, helper, &dir)
+    production_run(report, &bwrap, program, &dir)
 }
 
 /// Step 1: the helper applies the inside ruleset in a child, outside any namespace.
-fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
+fn landlock_in_child() -> Result<u32, (ProbeStatus, String)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| (ProbeStatus::Broken, format!("pipe: {e}")))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
-    let mut cmd = std::process::Command::new(helper);
-    cmd.args([crate::policy::LANDLOCK_EXEC, "--status-fd", &fd.to_string()])
+    let image = crate::helper::image().map_err(|e| {
+        (
+            ProbeStatus::Broken,
+            format!("the helper's memory file: {e}"),
+        )
+    })?;
+    // The kernel opens the program before it closes the close-on-exec descriptors.
+    let helper = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&image));
+    let mut cmd = std::process::Command::new(&helper);
+    cmd.args(["--status-fd", &fd.to_string()])
         .args(["--", "/bin/true"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -215,7 +224,7 @@ fn landlock_in_child(helper: &Path) -> Result<u32, (ProbeStatus, String)> {
     let cannot_run = |e: std::io::Error| {
         (
             ProbeStatus::Broken,
-            format!("cannot run the helper {}: {e}", helper.display()),
+            format!("cannot run the helper ({helper}): {e}"),
         )
     };
     let mut child = cmd.spawn().map_err(cannot_run)?;
@@ -323,7 +332,7 @@ impl Drop for ProbeDir {
 fn production_run(
     mut report: ProbeReport,
     bwrap: &Path,
-    helper: &Path,
+    program: &Path,
     dir: &ProbeDir,
 ) -> ProbeReport {
     let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
@@ -331,16 +340,18 @@ fn production_run(
         Err(e) => return report.fail(ProbeStatus::Broken, format!("loopback listener: {e}")),
     };
     let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-    let inside = Path::new(crate::policy::HELPER);
+    let inside = Path::new(crate::policy::PROBE_PROGRAM);
     let spec = Spec {
         bwrap: bwrap.to_path_buf(),
         owner: dir.root.clone(),
-        policy: Policy::new(
-            dir.workspace(),
-            None,
-            helper.to_path_buf(),
-            report.identity.expect("set before the run"),
-        ),
+        policy: Policy {
+            probe_program: Some(program.to_path_buf()),
+            ..Policy::new(
+                dir.workspace(),
+                None,
+                report.identity.expect("set before the run"),
+            )
+        },
         argv: vec![
             inside.into(),
             "probe-inside".into(),
@@ -447,7 +458,7 @@ fn production_run(
         let ok = got.trim_start_matches('0') == want.trim_start_matches('0');
         check(&mut report, key, ok, &format!("{key} is {got}"));
     }
-    check_inside(&mut report, &inside, helper, dir);
+    check_inside(&mut report, &inside, program, dir);
     if let Some(abi) = outcome.landlock_abi {
         report.landlock_abi = Some(abi);
     }
@@ -468,7 +479,7 @@ fn production_run(
 fn check_inside(
     report: &mut ProbeReport,
     inside: &serde_json::Value,
-    helper: &Path,
+    program: &Path,
     dir: &ProbeDir,
 ) {
     let filters: usize = inside["status"]["Seccomp_filters"]
@@ -523,7 +534,7 @@ fn check_inside(
         );
     }
     let cmdline = inside["init_cmdline"].as_str().unwrap_or("");
-    let leaks = [helper.to_string_lossy(), dir.root.to_string_lossy()]
+    let leaks = [program.to_string_lossy(), dir.root.to_string_lossy()]
         .into_iter()
         .filter(|p| cmdline.contains(p.as_ref()))
         .collect::<Vec<_>>();

@@ -1,5 +1,5 @@
-//! Landlock rulesets: one description ([`Rules`]) for both users of Landlock, the helper that
-//! runs inside bubblewrap and the host that confines its plugins.
+//! Landlock rulesets of the host, which confines its plugins ([`Rules`]). The ruleset inside
+//! each sandbox is the helper's ([`link_sandbox_helper::landlock`]), pinned at the same ABI.
 //!
 //! The access rights are pinned at [`PINNED_ABI`] (never "whatever the kernel offers"), so the
 //! same rules mean the same thing on every machine, and a ruleset that the kernel cannot fully
@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 /// those of ABI 6, so the minimum kernel that enforces them fully is Linux 6.12.
 pub const PINNED_ABI: ABI = ABI::V7;
 
-/// The pinned ABI as a number, for reports.
-pub const PINNED_ABI_NUMBER: u32 = 7;
+/// The pinned ABI as a number, for reports: the helper's, whose inside ruleset is pinned alike.
+pub const PINNED_ABI_NUMBER: u32 = link_sandbox_helper::PINNED_ABI;
 
 /// What a confined process may touch; everything else handled by the ruleset is denied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,39 +49,6 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The rules applied inside the sandbox: the (already minimal) visible tree read-only but
-    /// the `hidden` files, the given directories writable, no TCP, scoped signals and abstract
-    /// sockets.
-    ///
-    /// A hidden file is left out by granting, in each directory on its way, every other entry
-    /// present now (`readable_except` says which are left out besides), and listing alone
-    /// for the rest: Landlock's rules hold on to the files they name, so a file put in the
-    /// hidden one's place later (a password change renames a new `/etc/shadow` into place)
-    /// has no rule and stays unreadable. So does any file that appears or is replaced in
-    /// those directories while the command runs (`useradd` replaces `/etc/passwd` too): the
-    /// price, paid only where a hidden file was readable by the command's identity.
-    pub fn inside(read_write: &[PathBuf], hidden: &[PathBuf]) -> Rules {
-        let root = Path::new("/");
-        let (read_exec, list_only) = if hidden.is_empty() {
-            (vec![root.into()], vec![])
-        } else {
-            (readable_except(root, hidden), vec![root.into()])
-        };
-        Rules {
-            read_exec,
-            read_only: vec![],
-            list_only,
-            read_write: read_write.to_vec(),
-            rw_files: ["/dev/null", "/dev/zero", "/dev/full"]
-                .map(PathBuf::from)
-                .to_vec(),
-            make_sock: vec![],
-            deny_tcp: true,
-            scoped: true,
-            leave_filesystem: false,
-        }
-    }
-
     /// Builds the ruleset. `HardRequirement` fails here when the kernel lacks a pinned right;
     /// `BestEffort` defers that to [`restrict_self`](Self::restrict_self), which can then say
     /// exactly what the kernel lacks.
@@ -133,52 +100,6 @@ impl Rules {
             .map_err(|e| SandboxError::Landlock(e.to_string()))?;
         check_status(&status)
     }
-}
-
-/// Every entry of `dir` but `hidden`, descending into the directories that lead to one. A
-/// directory that cannot be read grants nothing: what cannot be listed is not granted. Left
-/// out besides:
-/// - every entry whose name begins with a hidden file's name: the tools that replace one write
-///   the next version beside it first (`shadow+`, `shadow.edit`), and a rule on that file
-///   would follow it once renamed into place;
-/// - another name of a hidden file among those entries (a hard link);
-/// - symlinks: a rule on one lands on what it points to, which is granted (or not) where it is.
-fn readable_except(dir: &Path, hidden: &[PathBuf]) -> Vec<PathBuf> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let inodes: Vec<(u64, u64)> = hidden
-        .iter()
-        .filter_map(|h| std::fs::metadata(h).ok())
-        .map(|m| (m.dev(), m.ino()))
-        .collect();
-    let prefixes: Vec<&std::ffi::OsStr> = hidden
-        .iter()
-        .filter(|h| h.parent() == Some(dir))
-        .filter_map(|h| h.file_name())
-        .collect();
-    let mut granted = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        let named_like = prefixes
-            .iter()
-            .any(|p| name.as_encoded_bytes().starts_with(p.as_encoded_bytes()));
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        if named_like || meta.file_type().is_symlink() || inodes.contains(&(meta.dev(), meta.ino()))
-        {
-            continue;
-        }
-        if hidden.iter().any(|h| h.starts_with(&path)) {
-            granted.extend(readable_except(&path, hidden));
-        } else {
-            granted.push(path);
-        }
-    }
-    granted
 }
 
 fn add_path(
@@ -256,40 +177,4 @@ pub fn abi_number(abi: ABI) -> u32 {
     all.iter()
         .position(|a| *a == abi)
         .map_or(0, |i| i as u32 + 1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hidden_file_leaves_every_other_entry_on_its_way_granted() {
-        let dir = std::env::temp_dir().join(format!("lnk-rules-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("b/c")).unwrap();
-        for f in ["a", "b/secret", "b/d"] {
-            std::fs::write(dir.join(f), "x").unwrap();
-        }
-        // The next version written beside it, another name for it, a symlink to it.
-        std::fs::write(dir.join("b/secret+"), "x").unwrap();
-        std::fs::hard_link(dir.join("b/secret"), dir.join("b/other-name")).unwrap();
-        std::os::unix::fs::symlink("secret", dir.join("b/pointer")).unwrap();
-        let mut granted = readable_except(&dir, &[dir.join("b/secret")]);
-        granted.sort();
-        assert_eq!(granted, [dir.join("a"), dir.join("b/c"), dir.join("b/d")]);
-        assert_eq!(
-            readable_except(&dir.join("missing"), &[]),
-            Vec::<PathBuf>::new()
-        );
-
-        let plain = Rules::inside(&[], &[]);
-        assert_eq!(
-            (plain.read_exec, plain.list_only),
-            (vec!["/".into()], vec![])
-        );
-        let hiding = Rules::inside(&[], &[dir.join("b/secret")]);
-        assert_eq!(hiding.list_only, [PathBuf::from("/")]);
-        assert!(!hiding.read_exec.contains(&PathBuf::from("/")));
-        assert!(hiding.read_exec.contains(&PathBuf::from("/usr")));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

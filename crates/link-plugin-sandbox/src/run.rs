@@ -178,6 +178,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let (info_r, info_w) = cloexec_pipe()?;
     let (status_r, status_w) = cloexec_pipe()?;
     let seccomp = memfd("lnk-seccomp", crate::seccomp::filter().program)?;
+    let helper = crate::helper::image()?;
     let userns = match spec.policy.identity {
         Identity::Dedicated { uid, gid } => Some(
             crate::identity::shared_user_namespace(uid, gid).map_err(|e| {
@@ -193,6 +194,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         info: Some(info_w.as_raw_fd()),
         status: Some(status_w.as_raw_fd()),
         seccomp: seccomp.as_raw_fd(),
+        helper: helper.as_raw_fd(),
         userns: userns.as_ref().map(|f| f.as_raw_fd()),
     };
     // bwrap reads its options (the host's paths among them) from a descriptor, so they
@@ -206,6 +208,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         status_w.as_raw_fd(),
         args.as_raw_fd(),
         fds.seccomp,
+        fds.helper,
     ];
     inherited.extend(fds.userns);
     let mut cmd = std::process::Command::new(&spec.bwrap);
@@ -255,7 +258,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
     let mut child = cmd
         .spawn()
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
-    drop((info_w, status_w, args, seccomp, userns));
+    drop((info_w, status_w, args, seccomp, helper, userns));
     let pidfd = match pidfd_of(child.id() as i32) {
         Ok(fd) => fd,
         Err(e) => {

@@ -36,8 +36,6 @@ pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
 pub struct Service {
     pub layout: StateLayout,
     pub mode: Mode,
-    /// This binary (the helper bound into each sandbox).
-    pub helper: PathBuf,
     /// bwrap, located once at start; `None` makes every call `unavailable`.
     pub bwrap: Option<PathBuf>,
     /// Each agent's dedicated identity when Link runs as root ([`crate::identity`]).
@@ -102,7 +100,7 @@ impl Service {
             owner: self.layout.root().to_owned(),
             policy: Policy {
                 limits,
-                ..Policy::new(workspace, home, self.helper.clone(), identity)
+                ..Policy::new(workspace, home, identity)
             },
             argv: body.argv.iter().map(Into::into).collect(),
             env,

@@ -246,6 +246,53 @@ fn a_missing_command_exits_127_and_is_not_a_refusal() {
     assert_eq!(via_shell.status.code(), Some(127));
 }
 
+/// The helper executes as glibc's `execvp` did before it linked no C library: `PATH` is
+/// searched, a script without `#!` runs with `/bin/sh`, and a file without the execute bit
+/// is 126 ("cannot execute"), beside the twin that has it.
+#[test]
+fn commands_are_found_and_executed_as_execvp_does() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let write = |name: &str, text: &str, mode: u32| {
+        std::fs::write(ws.join(name), text).unwrap();
+        std::fs::set_permissions(ws.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    write("plain", "echo plain ran \"$1\"\n", 0o755);
+    write("shebang", "#!/bin/sh\necho shebang ran \"$1\"\n", 0o755);
+    write("not-executable", "echo must not run\n", 0o644);
+    let stdout = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+
+    let plain = exec(&ws, None, &[], &["./plain", "x"]);
+    assert_eq!(
+        (plain.status.code(), stdout(&plain)),
+        (Some(0), "plain ran x\n".into())
+    );
+    let shebang = exec(&ws, None, &[], &["./shebang", "y"]);
+    assert_eq!(
+        (shebang.status.code(), stdout(&shebang)),
+        (Some(0), "shebang ran y\n".into())
+    );
+    // Found on PATH, by name alone.
+    let echo = exec(&ws, None, &[], &["echo", "found"]);
+    assert_eq!(
+        (echo.status.code(), stdout(&echo)),
+        (Some(0), "found\n".into())
+    );
+
+    let refused = exec(&ws, None, &[], &["./not-executable"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(126), "{stderr}");
+    assert!(
+        stderr.contains("cannot execute ./not-executable: Permission denied (os error 13)"),
+        "{stderr}"
+    );
+    assert_eq!(stdout(&refused), "");
+}
+
 #[test]
 fn without_bwrap_on_path_the_probe_says_unavailable() {
     let empty = Root::new();

@@ -1,0 +1,337 @@
+//! The Landlock ruleset applied inside the sandbox: the (already minimal) visible tree
+//! readable and executable but the hidden files, the `--rw` directories writable, no TCP,
+//! signals and abstract sockets scoped to the sandbox.
+//!
+//! The handled rights are those of [`PINNED_ABI`], never "whatever the kernel offers", and a
+//! kernel that cannot enforce all of them is refused: nothing runs half confined.
+
+// An error carries the path it concerns in a fixed buffer (there is no allocator), and ends
+// the program: its size costs nothing that matters.
+#![allow(clippy::result_large_err)]
+
+use crate::sys::{self, Errno, Fd, AT_FDCWD};
+use crate::text::{self, Lossy, Path};
+use core::ffi::CStr;
+use core::fmt;
+
+/// The Landlock ABI whose rights every ruleset handles (Linux 6.15). ABI 7 adds audit flags
+/// only; its rights are those of ABI 6 ([`RIGHTS_ABI`]), so Linux 6.12 enforces them fully.
+pub const PINNED_ABI: u32 = 7;
+/// The oldest kernel ABI that has every right of [`PINNED_ABI`].
+const RIGHTS_ABI: u32 = 6;
+
+/// `LANDLOCK_ACCESS_FS_*`: every right up to ABI 6.
+mod fs {
+    pub const EXECUTE: u64 = 1 << 0;
+    pub const WRITE_FILE: u64 = 1 << 1;
+    pub const READ_FILE: u64 = 1 << 2;
+    pub const READ_DIR: u64 = 1 << 3;
+    pub const TRUNCATE: u64 = 1 << 14;
+    pub const IOCTL_DEV: u64 = 1 << 15;
+    /// From EXECUTE to IOCTL_DEV (ABI 5), the last right added to the file system.
+    pub const ALL: u64 = (1 << 16) - 1;
+    /// What a rule on a file (not a directory) may grant.
+    pub const FILE: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
+    pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
+}
+/// `LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP`.
+const NET_ALL: u64 = 0b11;
+/// `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL`.
+const SCOPE_ALL: u64 = 0b11;
+
+/// Files the command may read and write wherever else it may only read.
+const RW_FILES: [&CStr; 3] = [c"/dev/null", c"/dev/zero", c"/dev/full"];
+
+/// At most this many `--hide` files (the policy hides a handful).
+pub const MAX_HIDDEN: usize = 32;
+
+/// Why the ruleset was not enforced.
+#[derive(Debug)]
+pub enum Error {
+    NotInKernel,
+    NotEnabled,
+    OldAbi(u32),
+    Call(&'static str, Errno),
+    Rule(Path, Errno),
+    MissingPath(Path, Errno),
+    NoNewPrivs,
+    TooManyHidden,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotInKernel => f.write_str(
+                "kernel without Landlock (ENOSYS): use a Linux >= 6.12 kernel built with \
+                 CONFIG_SECURITY_LANDLOCK=y",
+            ),
+            Error::NotEnabled => f.write_str(
+                "Landlock is built into the kernel but not enabled (EOPNOTSUPP): add \
+                 `landlock` to the `lsm=` kernel boot parameter",
+            ),
+            Error::OldAbi(abi) => write!(
+                f,
+                "kernel Landlock ABI {abi} cannot fully enforce the rights of the pinned ABI \
+                 {PINNED_ABI}: use Linux >= 6.12"
+            ),
+            Error::Call(call, e) => write!(f, "Landlock: {call}: {e}"),
+            Error::Rule(path, e) => write!(f, "Landlock: rule for {}: {e}", Lossy(path.bytes())),
+            Error::MissingPath(path, e) => write!(
+                f,
+                "{} must exist to be granted in a Landlock rule: {e}",
+                Lossy(path.bytes())
+            ),
+            Error::NoNewPrivs => {
+                f.write_str("Landlock: no_new_privs could not be set (blocked by seccomp?)")
+            }
+            Error::TooManyHidden => write!(f, "at most {MAX_HIDDEN} --hide files"),
+        }
+    }
+}
+
+/// The files to leave unreadable, and their identities (to leave out other names of them).
+pub struct Hidden<'a> {
+    paths: [&'a [u8]; MAX_HIDDEN],
+    inodes: [Option<((u32, u32), u64)>; MAX_HIDDEN],
+    len: usize,
+}
+
+impl<'a> Hidden<'a> {
+    pub fn new(files: impl Iterator<Item = &'a CStr>) -> Result<Hidden<'a>, Error> {
+        let mut hidden = Hidden {
+            paths: [b""; MAX_HIDDEN],
+            inodes: [None; MAX_HIDDEN],
+            len: 0,
+        };
+        for file in files {
+            let slot = hidden.len;
+            if slot == MAX_HIDDEN {
+                return Err(Error::TooManyHidden);
+            }
+            hidden.paths[slot] = file.to_bytes();
+            hidden.inodes[slot] = sys::statx(AT_FDCWD, file, 0).ok().map(|s| (s.dev, s.ino));
+            hidden.len += 1;
+        }
+        Ok(hidden)
+    }
+
+    fn paths(&self) -> &[&'a [u8]] {
+        &self.paths[..self.len]
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether the entry `name` of `dir` must be left out: a hidden file, another name of
+    /// one, a name that begins with one's (the tools that replace `/etc/shadow` write
+    /// `shadow+` beside it first, and a rule on that would follow it once renamed), or a
+    /// symlink (a rule lands on its target, granted or not where it is).
+    fn leaves_out(&self, dir: &[u8], name: &[u8], stat: &sys::Stat) -> bool {
+        let named_like = self
+            .paths()
+            .iter()
+            .any(|h| text::parent(h) == Some(dir) && name.starts_with(text::file_name(h)));
+        named_like
+            || stat.is_symlink()
+            || self.inodes[..self.len].contains(&Some((stat.dev, stat.ino)))
+    }
+}
+
+/// A Landlock ruleset being filled.
+struct Ruleset(Fd);
+
+impl Ruleset {
+    /// Grants `access` beneath `name` (relative to `at`): the whole of it to a directory, its
+    /// file rights to a file. A missing path is an error only when `required`.
+    fn grant(&self, at: i32, name: &CStr, access: u64, required: bool) -> Result<(), Error> {
+        let shown = || Path::new(name.to_bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
+        let target = match sys::openat(at, name, sys::O_PATH | sys::O_CLOEXEC) {
+            Ok(fd) => fd,
+            Err(_) if !required => return Ok(()),
+            Err(e) => return Err(Error::MissingPath(shown(), e)),
+        };
+        let is_dir = sys::statx(target.0, c"", sys::AT_EMPTY_PATH)
+            .map_err(|e| Error::Rule(shown(), e))?
+            .is_dir();
+        let access = if is_dir { access } else { access & fs::FILE };
+        if access == 0 {
+            return Ok(());
+        }
+        sys::landlock_add_path_rule(&self.0, access, &target).map_err(|e| Error::Rule(shown(), e))
+    }
+
+    /// Grants `access` to every entry of `dir` but the hidden files, descending into the
+    /// directories that lead to one. Landlock's rules hold on to the files they name, so a
+    /// file put in a hidden one's place later has no rule and stays unreadable; so does any
+    /// file that appears in those directories while the command runs. A directory that
+    /// cannot be read grants nothing.
+    fn grant_all_but(&self, dir: &mut Path, hidden: &Hidden<'_>, access: u64) -> Result<(), Error> {
+        let flags = sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC;
+        let Ok(listed) = sys::openat(AT_FDCWD, dir.as_cstr(), flags) else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = sys::getdents64(listed.0, &mut buf) {
+            let mut at = 0;
+            while at < n {
+                // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+                let len = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+                let record = &buf[at..at + len];
+                at += len;
+                let Ok(name) = CStr::from_bytes_until_nul(&record[19..]) else {
+                    continue;
+                };
+                if matches!(name.to_bytes(), b"." | b"..") {
+                    continue;
+                }
+                let Ok(stat) = sys::statx(listed.0, name, sys::AT_SYMLINK_NOFOLLOW) else {
+                    continue;
+                };
+                if hidden.leaves_out(dir.bytes(), name.to_bytes(), &stat) {
+                    continue;
+                }
+                let Ok(back) = dir.push(name.to_bytes()) else {
+                    continue;
+                };
+                let leads_to_hidden = hidden
+                    .paths()
+                    .iter()
+                    .any(|h| text::is_within(h, dir.bytes()));
+                let granted = if leads_to_hidden {
+                    self.grant_all_but(dir, hidden, access)
+                } else {
+                    self.grant(listed.0, name, access, false)
+                        .map_err(|e| with_path(e, dir))
+                };
+                dir.truncate(back);
+                granted?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error with the full path in place of the entry's name.
+fn with_path(e: Error, path: &Path) -> Error {
+    let full = || Path::new(path.bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
+    match e {
+        Error::Rule(_, errno) => Error::Rule(full(), errno),
+        other => other,
+    }
+}
+
+/// Restricts this process (and what it executes) to the inside rules, with `read_write`
+/// writable and `hidden` unreadable; returns the kernel's Landlock ABI.
+pub fn confine<'a>(
+    read_write: impl Iterator<Item = &'a CStr>,
+    hidden: &Hidden<'_>,
+) -> Result<u32, Error> {
+    let abi = match sys::landlock_abi() {
+        Ok(abi) if abi >= RIGHTS_ABI => abi,
+        Ok(abi) => return Err(Error::OldAbi(abi)),
+        Err(Errno::NOSYS) => return Err(Error::NotInKernel),
+        Err(Errno::OPNOTSUPP) => return Err(Error::NotEnabled),
+        Err(e) => return Err(Error::Call("landlock_create_ruleset", e)),
+    };
+    let attr = sys::RulesetAttr {
+        handled_access_fs: fs::ALL,
+        handled_access_net: NET_ALL,
+        scoped: SCOPE_ALL,
+    };
+    let ruleset = sys::landlock_create_ruleset(&attr)
+        .map(Ruleset)
+        .map_err(|e| Error::Call("landlock_create_ruleset", e))?;
+    if hidden.is_empty() {
+        ruleset.grant(AT_FDCWD, c"/", fs::READ, false)?;
+    } else {
+        let mut root = Path::new(b"/").expect("fits");
+        ruleset.grant_all_but(&mut root, hidden, fs::READ)?;
+        ruleset.grant(AT_FDCWD, c"/", fs::READ_DIR, false)?;
+    }
+    for dir in read_write {
+        ruleset.grant(AT_FDCWD, dir, fs::ALL, true)?;
+    }
+    for file in RW_FILES {
+        ruleset.grant(AT_FDCWD, file, fs::READ_FILE | fs::WRITE_FILE, false)?;
+    }
+    const PR_SET_NO_NEW_PRIVS: usize = 38;
+    const PR_GET_NO_NEW_PRIVS: usize = 39;
+    sys::prctl(PR_SET_NO_NEW_PRIVS, 1).map_err(|_| Error::NoNewPrivs)?;
+    sys::landlock_restrict_self(&ruleset.0)
+        .map_err(|e| Error::Call("landlock_restrict_self", e))?;
+    if sys::prctl(PR_GET_NO_NEW_PRIVS, 0) != Ok(1) {
+        return Err(Error::NoNewPrivs);
+    }
+    Ok(abi)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::vec::Vec;
+
+    /// What a child confined with `secret` hidden gets opening `name`: 0 opened, 1 refused
+    /// (EACCES), 2 another error, 3 the ruleset was not enforced.
+    fn opened_by_confined_child(secret: &CStr, name: &CStr) -> i32 {
+        // SAFETY: the child makes system calls only (no allocation, no lock) and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let hidden = Hidden::new([secret].into_iter()).unwrap_or_else(|_| sys::exit(3));
+            if confine(core::iter::empty(), &hidden).is_err() {
+                sys::exit(3);
+            }
+            sys::exit(
+                match sys::openat(AT_FDCWD, name, sys::O_RDONLY | sys::O_CLOEXEC) {
+                    Ok(_) => 0,
+                    Err(Errno::ACCES) => 1,
+                    Err(_) => 2,
+                },
+            );
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status), "the child was killed: {status}");
+        libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn a_hidden_file_leaves_every_other_entry_on_its_way_granted() {
+        if sys::landlock_abi().map_or(true, |abi| abi < RIGHTS_ABI)
+            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none()
+        {
+            std::eprintln!("skipped: this kernel cannot enforce Landlock ABI {RIGHTS_ABI}");
+            return;
+        }
+        let dir = std::env::temp_dir().join(std::format!("lnk-helper-walk-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("b/c")).unwrap();
+        for f in ["a", "b/secret", "b/d", "b/c/e"] {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        // The next version written beside it, another name for it, a symlink to it.
+        std::fs::write(dir.join("b/secret+"), "x").unwrap();
+        std::fs::hard_link(dir.join("b/secret"), dir.join("b/other-name")).unwrap();
+        std::os::unix::fs::symlink("secret", dir.join("b/pointer")).unwrap();
+        let path = |name: &str| CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        let names = [
+            "a",
+            "b/d",
+            "b/c/e",
+            "b/secret",
+            "b/secret+",
+            "b/other-name",
+            "b/pointer",
+        ];
+        let secret = path("b/secret");
+        let opened: Vec<i32> = names
+            .iter()
+            .map(|n| opened_by_confined_child(&secret, &path(n)))
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The twins: every other entry on the way, and one in a directory below, opens.
+        assert_eq!(opened, [0, 0, 0, 1, 1, 1, 1], "{names:?}");
+    }
+}
