@@ -22,6 +22,8 @@ use std::path::Path;
 
 #[path = "src/seccomp_rules.rs"]
 mod rules;
+#[path = "src/static_elf.rs"]
+mod static_elf;
 use rules::*;
 
 fn main() {
@@ -107,7 +109,12 @@ fn helper(out: &Path) {
         program.as_os_str(),
         source.join("start.rs").as_os_str(),
     ]);
+    let image = std::fs::read(&program).expect("the helper was written");
+    if let Some(why) = static_elf::not_static(&image, static_elf::MACHINE) {
+        panic!("the sandbox helper must be a static executable, but {why}");
+    }
     println!("cargo:rerun-if-changed={}", source.display());
+    println!("cargo:rerun-if-changed=src/static_elf.rs");
 }
 
 /// A filter that allows what no rule matches and kills a process that switches to another

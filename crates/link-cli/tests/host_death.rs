@@ -225,6 +225,9 @@ fn host_death_takes_a_running_confined_command_with_it() {
     }
     let root = state_root();
     let mut rt = support::up_in(&root, "link", "confined");
+    // Behind a kept answer the probe runs after `ready`: its bwraps (under its own scratch
+    // directory's tag) are not the command's, so the command starts once it is done.
+    wait_for_the_probe(&mut rt);
     let token = rt.create_token();
     assert_eq!(
         rt.post("/v1/agents", &token, json!({ "name": "k" })).status,
@@ -280,16 +283,6 @@ fn describe(pid: i32) -> String {
     }
 }
 
-/// The processes under `host` now whose program is `comm`, with their parents.
-fn running(host: i32, comm: &str) -> Vec<(i32, i32)> {
-    link_plugin_measure::sample::descendants(host)
-        .into_iter()
-        .filter_map(|pid| procfs::process::Process::new(pid).ok()?.stat().ok())
-        .filter(|stat| stat.comm == comm)
-        .map(|stat| (stat.pid, stat.ppid))
-        .collect()
-}
-
 /// The sandbox probe's scratch directories of the sandbox plugin `pid`.
 fn probe_dirs_of(pid: i32) -> Vec<std::path::PathBuf> {
     let prefix = format!("lnk-probe-{pid}-");
@@ -334,23 +327,7 @@ fn host_death_mid_probe_leaves_nothing() {
     // Empty only when the probe finished its run in the moment before the kill.
     let scratch = probe_dirs_of(sandbox);
     rt.start_again();
-    // The new probe (before `ready`, or behind a kept answer after it) has run when it says so.
-    let deadline = Instant::now() + GONE_WITHIN;
-    loop {
-        let status = rt.host_call("host.status", json!({})).unwrap();
-        let probe = status["sandbox"]["probe"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if probe == "ran" || probe == "cached, confirmed" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the probe never finished: {probe:?}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_the_probe(&mut rt);
     let marker = format!("lnk-probe-{sandbox}-");
     let of_the_probe = || -> Vec<String> {
         procfs::process::all_processes()
@@ -422,15 +399,41 @@ fn down_mid_probe_leaves_no_scratch_directory() {
     panic!("the probe was never held mid-run in 10 starts");
 }
 
+/// Until the sandbox probe of `rt`'s host has run (before `ready`, or behind a kept answer
+/// after it), as `host.status` says.
+fn wait_for_the_probe(rt: &mut RuntimeProcess) {
+    let deadline = Instant::now() + GONE_WITHIN;
+    loop {
+        let status = rt.host_call("host.status", json!({})).unwrap();
+        let probe = status["sandbox"]["probe"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if probe == "ran" || probe == "cached, confirmed" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the probe never finished: {probe:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// The sandbox probe of `rt`'s host, once it runs bwrap on a real command (not
 /// `bwrap --version`), whose arguments name the probe's scratch directory: (bwrap, probe).
+/// That bwrap lives a few milliseconds: the host's children and theirs are read every 50 µs
+/// (a few small files), not by a scan of every process.
 fn probe_on_a_command(rt: &mut RuntimeProcess) -> (i32, i32) {
     let host = rt.host_pid();
     let deadline = Instant::now() + GONE_WITHIN;
     loop {
-        let found = running(host, "bwrap")
-            .into_iter()
-            .find(|&(bwrap, probe)| names_the_scratch_dir_of(bwrap, probe));
+        let found = children(host).into_iter().find_map(|plugin| {
+            children(plugin)
+                .into_iter()
+                .find(|&bwrap| comm(bwrap) == "bwrap" && names_the_scratch_dir_of(bwrap, plugin))
+                .map(|bwrap| (bwrap, plugin))
+        });
         if let Some(found) = found {
             return found;
         }
@@ -439,8 +442,30 @@ fn probe_on_a_command(rt: &mut RuntimeProcess) -> (i32, i32) {
             "no bwrap of the sandbox probe seen while link up started or just after:\n{}",
             rt.stderr()
         );
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(Duration::from_micros(50));
     }
+}
+
+/// The children of every thread of `pid` (`/proc/PID/task/TID/children`).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect()
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 /// Whether the command line of `pid` names a scratch directory of the probe `probe`.

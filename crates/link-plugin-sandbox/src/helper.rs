@@ -283,29 +283,59 @@ mod tests {
     /// at run time, so its exec maps a few pages of its own and nothing else.
     #[test]
     fn the_helper_links_nothing_at_run_time() {
-        let u16_at = |at: usize| u16::from_le_bytes([IMAGE[at], IMAGE[at + 1]]);
-        assert_eq!(&IMAGE[..4], b"\x7fELF");
-        assert_eq!(
-            u16_at(16),
-            2,
-            "ET_EXEC, not a position-independent or shared object"
-        );
-        let (offset, size, count) = (
-            u64::from_le_bytes(IMAGE[32..40].try_into().unwrap()) as usize,
-            u16_at(54) as usize,
-            u16_at(56) as usize,
-        );
-        let types: Vec<u32> = (0..count)
-            .map(|i| offset + i * size)
-            .map(|at| u32::from_le_bytes(IMAGE[at..at + 4].try_into().unwrap()))
-            .collect();
-        const PT_DYNAMIC: u32 = 2;
-        const PT_INTERP: u32 = 3;
-        assert!(
-            !types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC),
-            "{types:?}"
-        );
+        use crate::static_elf::{not_static, MACHINE};
+        assert_eq!(not_static(IMAGE, MACHINE), None);
         assert!(IMAGE.len() < 64 * 1024, "{} bytes", IMAGE.len());
+        // The check itself: this test program, which links libc, is refused.
+        let linked = std::fs::read(std::env::current_exe().unwrap());
+        let refused = linked.map(|p| not_static(&p, MACHINE));
+        assert!(matches!(refused, Ok(Some(_))), "{refused:?}");
+    }
+
+    /// Whatever state bwrap hands the helper in, the command starts as a program started by
+    /// Rust's `Command` does: stdin, stdout and stderr open, no signal blocked, SIGPIPE at
+    /// its default (an ignored signal stays ignored across `execve`).
+    #[test]
+    fn the_command_starts_with_standard_descriptors_and_default_signals() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let image = image().unwrap();
+        let mut command =
+            std::process::Command::new(format!("/proc/self/fd/{}", image.as_raw_fd()));
+        command
+            .args(["--", "/bin/sh", "-c"])
+            .arg("grep -E '^Sig(Blk|Ign)' /proc/self/status; readlink /proc/self/fd/0");
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                let mut blocked: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut blocked);
+                libc::sigaddset(&mut blocked, libc::SIGUSR1);
+                libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+                libc::close(0);
+                Ok(())
+            })
+        };
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() == Some(EXIT_SETUP)
+            && stderr.contains("Landlock")
+            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none()
+        {
+            eprintln!("skipped: the helper cannot enforce Landlock here: {stderr}");
+            return;
+        }
+        assert!(out.status.success(), "{:?}: {stderr}", out.status);
+        let shown = String::from_utf8_lossy(&out.stdout);
+        let field = |name: &str| {
+            let line = shown.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line[name.len()..].trim(), 16).unwrap()
+        };
+        assert_eq!(field("SigBlk:"), 0, "{shown}");
+        let sigpipe = 1 << (libc::SIGPIPE - 1);
+        assert_eq!(field("SigIgn:") & sigpipe, 0, "{shown}");
+        assert_eq!(shown.lines().last(), Some("/dev/null"), "{shown}");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub mod rules;
 pub mod run;
 pub mod seccomp;
 pub mod service;
+#[cfg(test)]
+mod static_elf;
 pub mod view;
 
 pub use policy::Policy;

@@ -282,6 +282,21 @@ fn commands_are_found_and_executed_as_execvp_does() {
         (echo.status.code(), stdout(&echo)),
         (Some(0), "found\n".into())
     );
+    // A script without `#!` found on PATH: `/bin/sh` runs it by the path it was found at,
+    // past a directory that does not exist.
+    let on_path = std::process::Command::new(BIN)
+        .args(["exec", "--workspace"])
+        .arg(&ws)
+        .args(["--", "plain", "z"])
+        .env("PATH", "/nonexistent:/workspace:/usr/bin:/bin")
+        .output()
+        .unwrap();
+    assert_eq!(
+        (on_path.status.code(), stdout(&on_path)),
+        (Some(0), "plain ran z\n".into()),
+        "{}",
+        String::from_utf8_lossy(&on_path.stderr)
+    );
 
     let refused = exec(&ws, None, &[], &["./not-executable"]);
     let stderr = String::from_utf8_lossy(&refused.stderr);

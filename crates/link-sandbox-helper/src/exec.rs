@@ -1,7 +1,8 @@
 //! Executing the command as glibc's `execvp` does, which is what the helper did before it
 //! linked no C library: a name without `/` is looked up in `PATH` (`/bin:/usr/bin` when
-//! unset), and a file the kernel cannot execute (`ENOEXEC`, a script without `#!`) is run
-//! by `/bin/sh`.
+//! unset), a directory that refuses (`EACCES`) does not end the search but is the answer if
+//! nothing is found, and a file the kernel cannot execute (`ENOEXEC`, a script without `#!`)
+//! is run by `/bin/sh`.
 
 use crate::sys::{self, Errno};
 use crate::text::Path;
@@ -54,6 +55,7 @@ pub unsafe fn execvp(argv: *mut *const c_char, at: usize, envp: *const *const c_
     // SAFETY: as the caller promised.
     let search = unsafe { getenv(envp, b"PATH") }.unwrap_or(DEFAULT_PATH);
     let mut refused = false;
+    let mut last = Errno::NOENT;
     for dir in search.split(|b| *b == b':') {
         let Ok(mut path) = Path::new(dir) else {
             continue;
@@ -63,14 +65,16 @@ pub unsafe fn execvp(argv: *mut *const c_char, at: usize, envp: *const *const c_
         }
         match run(path.as_cstr()) {
             Errno::ACCES => refused = true,
-            Errno::NOENT | Errno::STALE | Errno::NOTDIR | Errno::NODEV | Errno::TIMEDOUT => {}
+            e @ (Errno::NOENT | Errno::STALE | Errno::NOTDIR | Errno::NODEV | Errno::TIMEDOUT) => {
+                last = e
+            }
             other => return other,
         }
     }
     if refused {
         Errno::ACCES
     } else {
-        Errno::NOENT
+        last
     }
 }
 
@@ -87,12 +91,17 @@ unsafe fn exec_or_script(
     if e != Errno::NOEXEC {
         return e;
     }
-    // `/bin/sh PATH ARGS...`: the command's own first word gives way to its path.
-    // SAFETY: `at - 1` and `at` are slots of the caller's writable array.
+    // `/bin/sh PATH ARGS...`: the command's own first word gives way to its path, for this
+    // exec only (glibc builds a new array; there is no allocator here).
+    // SAFETY: `at - 1` and `at` are slots of the caller's writable array, put back below, so
+    // the next candidate and the caller find them as they were.
     unsafe {
+        let saved = (*argv.add(at - 1), *argv.add(at));
         *argv.add(at - 1) = c"/bin/sh".as_ptr();
         *argv.add(at) = path.as_ptr();
-        sys::execve(c"/bin/sh", argv.add(at - 1), envp)
+        let e = sys::execve(c"/bin/sh", argv.add(at - 1), envp);
+        (*argv.add(at - 1), *argv.add(at)) = saved;
+        e
     }
 }
 

@@ -56,6 +56,7 @@ pub enum Error {
     MissingPath(Path, Errno),
     NoNewPrivs,
     TooManyHidden,
+    UncleanHidden(Path),
 }
 
 impl fmt::Display for Error {
@@ -85,6 +86,12 @@ impl fmt::Display for Error {
                 f.write_str("Landlock: no_new_privs could not be set (blocked by seccomp?)")
             }
             Error::TooManyHidden => write!(f, "at most {MAX_HIDDEN} --hide files"),
+            Error::UncleanHidden(path) => write!(
+                f,
+                "--hide {}: a hidden file must be named by an absolute path without `.`, `..`, \
+                 `//` or a trailing `/` (its rules compare names as written)",
+                Lossy(path.bytes())
+            ),
         }
     }
 }
@@ -107,6 +114,10 @@ impl<'a> Hidden<'a> {
             let slot = hidden.len;
             if slot == MAX_HIDDEN {
                 return Err(Error::TooManyHidden);
+            }
+            if !text::is_clean_absolute(file.to_bytes()) {
+                let shown = Path::new(file.to_bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
+                return Err(Error::UncleanHidden(shown));
             }
             hidden.paths[slot] = file.to_bytes();
             hidden.inodes[slot] = sys::statx(AT_FDCWD, file, 0).ok().map(|s| (s.dev, s.ino));
@@ -138,22 +149,43 @@ impl<'a> Hidden<'a> {
     }
 }
 
+/// How a path to grant was found.
+#[derive(Clone, Copy)]
+enum Grant {
+    /// Named by the rules or the command line (symlinks followed).
+    Named { required: bool },
+    /// An entry of a directory the hidden-file walk lists.
+    Walked,
+}
+
+const OPTIONAL: Grant = Grant::Named { required: false };
+
 /// A Landlock ruleset being filled.
 struct Ruleset(Fd);
 
 impl Ruleset {
     /// Grants `access` beneath `name` (relative to `at`): the whole of it to a directory, its
-    /// file rights to a file. A missing path is an error only when `required`.
-    fn grant(&self, at: i32, name: &CStr, access: u64, required: bool) -> Result<(), Error> {
+    /// file rights to a file. A missing path is an error only when `required`. A `Walked`
+    /// entry is not followed if it became a symlink since it was listed: it grants nothing.
+    fn grant(&self, at: i32, name: &CStr, access: u64, how: Grant) -> Result<(), Error> {
         let shown = || Path::new(name.to_bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
-        let target = match sys::openat(at, name, sys::O_PATH | sys::O_CLOEXEC) {
-            Ok(fd) => fd,
-            Err(_) if !required => return Ok(()),
-            Err(e) => return Err(Error::MissingPath(shown(), e)),
+        let flags = match how {
+            Grant::Walked => sys::O_PATH | sys::O_CLOEXEC | sys::O_NOFOLLOW,
+            Grant::Named { .. } => sys::O_PATH | sys::O_CLOEXEC,
         };
-        let is_dir = sys::statx(target.0, c"", sys::AT_EMPTY_PATH)
-            .map_err(|e| Error::Rule(shown(), e))?
-            .is_dir();
+        let target = match (sys::openat(at, name, flags), how) {
+            (Ok(fd), _) => fd,
+            (Err(e), Grant::Named { required: true }) => {
+                return Err(Error::MissingPath(shown(), e))
+            }
+            (Err(_), _) => return Ok(()),
+        };
+        let stat =
+            sys::statx(target.0, c"", sys::AT_EMPTY_PATH).map_err(|e| Error::Rule(shown(), e))?;
+        if stat.is_symlink() {
+            return Ok(());
+        }
+        let is_dir = stat.is_dir();
         let access = if is_dir { access } else { access & fs::FILE };
         if access == 0 {
             return Ok(());
@@ -201,7 +233,7 @@ impl Ruleset {
                 let granted = if leads_to_hidden {
                     self.grant_all_but(dir, hidden, access)
                 } else {
-                    self.grant(listed.0, name, access, false)
+                    self.grant(listed.0, name, access, Grant::Walked)
                         .map_err(|e| with_path(e, dir))
                 };
                 dir.truncate(back);
@@ -243,17 +275,17 @@ pub fn confine<'a>(
         .map(Ruleset)
         .map_err(|e| Error::Call("landlock_create_ruleset", e))?;
     if hidden.is_empty() {
-        ruleset.grant(AT_FDCWD, c"/", fs::READ, false)?;
+        ruleset.grant(AT_FDCWD, c"/", fs::READ, OPTIONAL)?;
     } else {
         let mut root = Path::new(b"/").expect("fits");
         ruleset.grant_all_but(&mut root, hidden, fs::READ)?;
-        ruleset.grant(AT_FDCWD, c"/", fs::READ_DIR, false)?;
+        ruleset.grant(AT_FDCWD, c"/", fs::READ_DIR, OPTIONAL)?;
     }
     for dir in read_write {
-        ruleset.grant(AT_FDCWD, dir, fs::ALL, true)?;
+        ruleset.grant(AT_FDCWD, dir, fs::ALL, Grant::Named { required: true })?;
     }
     for file in RW_FILES {
-        ruleset.grant(AT_FDCWD, file, fs::READ_FILE | fs::WRITE_FILE, false)?;
+        ruleset.grant(AT_FDCWD, file, fs::READ_FILE | fs::WRITE_FILE, OPTIONAL)?;
     }
     const PR_SET_NO_NEW_PRIVS: usize = 38;
     const PR_GET_NO_NEW_PRIVS: usize = 39;
@@ -296,6 +328,28 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "the child was killed: {status}");
         libc::WEXITSTATUS(status)
+    }
+
+    #[test]
+    fn a_hidden_file_must_be_named_one_way_only() {
+        for unclean in [
+            c"/etc//shadow",
+            c"/etc/./shadow",
+            c"etc/shadow",
+            c"/etc/shadow/",
+        ] {
+            let refused = Hidden::new([unclean].into_iter()).err();
+            assert!(
+                matches!(refused, Some(Error::UncleanHidden(_))),
+                "{unclean:?}"
+            );
+        }
+        assert!(Hidden::new([c"/etc/shadow"].into_iter()).is_ok());
+        let many = core::iter::repeat_n(c"/etc/shadow", MAX_HIDDEN + 1);
+        assert!(matches!(
+            Hidden::new(many).err(),
+            Some(Error::TooManyHidden)
+        ));
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! `ok <abi>` when the ruleset is fully enforced, then nothing more when the exec succeeds;
 //! `err <reason>` ([`EXIT_SETUP`]) when a step fails, so nothing runs; `missing <cmd>`
 //! ([`EXIT_MISSING`]) or `noexec <reason>` ([`EXIT_NOEXEC`]) when the command cannot be
-//! executed.
+//! executed. A mistake in its own arguments (or a bug: a panic) also exits [`EXIT_SETUP`],
+//! with a message on standard error and no status line. Control characters in a command's
+//! name are shown escaped, so no name can add a line of its own.
 #![cfg_attr(not(test), no_std)]
 
 pub mod args;
@@ -80,40 +82,45 @@ impl Report {
 /// `argv` holds `argc` NUL-terminated strings and a NULL, writable; `envp` is a
 /// NULL-terminated array of NUL-terminated strings.
 pub unsafe fn main(argc: usize, argv: *mut *const c_char, envp: *const *const c_char) -> ! {
-    // SAFETY: as the caller promised.
-    let all = unsafe { core::slice::from_raw_parts(argv, argc) };
-    // SAFETY: as the caller promised.
-    let args = match unsafe { Args::parse(all) } {
-        Ok(a) => a,
-        Err(e) => {
-            say(2, format_args!("{NAME} helper: {e}"));
-            sys::exit(EXIT_SETUP)
+    standard_descriptors_open();
+    // `all` and `args` borrow the argument array, which `execvp` may rewrite (a script's
+    // `/bin/sh` slots): they end before it, and what is used after is copied out of them.
+    let (at, name, report) = {
+        // SAFETY: as the caller promised.
+        let all = unsafe { core::slice::from_raw_parts(argv, argc) };
+        // SAFETY: as the caller promised.
+        let args = match unsafe { Args::parse(all) } {
+            Ok(a) => a,
+            Err(e) => {
+                say(2, format_args!("{NAME} helper: {e}"));
+                sys::exit(EXIT_SETUP)
+            }
+        };
+        let report = Report {
+            status_fd: args.status_fd,
+        };
+        // The command gets only stdin, stdout and stderr, whatever its caller leaked into
+        // bwrap (the status pipe closes at the exec, which tells the parent it succeeded).
+        if let Err(e) = sys::cloexec_from(3) {
+            report.refuse(format_args!(
+                "cannot mark inherited descriptors close-on-exec: {e}"
+            ));
         }
+        if args.command.is_empty() {
+            say(
+                2,
+                format_args!("{NAME}: the helper needs a command after --"),
+            );
+            report.status(status::REFUSED, format_args!("no command"));
+            sys::exit(EXIT_SETUP);
+        }
+        prepare(&args, &report);
+        (args.command_at, args.command[0], report)
     };
-    let report = Report {
-        status_fd: args.status_fd,
-    };
-    // The command gets only stdin, stdout and stderr, whatever its caller leaked into bwrap
-    // (the status pipe closes at the exec, which tells the parent it succeeded).
-    if let Err(e) = sys::cloexec_from(3) {
-        report.refuse(format_args!(
-            "cannot mark inherited descriptors close-on-exec: {e}"
-        ));
-    }
-    if args.command.is_empty() {
-        say(
-            2,
-            format_args!("{NAME}: the helper needs a command after --"),
-        );
-        report.status(status::REFUSED, format_args!("no command"));
-        sys::exit(EXIT_SETUP);
-    }
-    prepare(&args, &report);
-    // SAFETY: `argv[command_at]` is the command's first word, after `--` (so at >= 1).
-    let error = unsafe { exec::execvp(argv, args.command_at, envp) };
-    // SAFETY: parsed above; execvp rewrote only the slots of a script's `/bin/sh` run, and
-    // the name is read from `args.command`, which still points to the original string.
-    let name = Lossy(unsafe { CStr::from_ptr(args.command[0]) }.to_bytes());
+    // SAFETY: `argv[at]` is the command's first word, after `--` (so at >= 1).
+    let error = unsafe { exec::execvp(argv, at, envp) };
+    // SAFETY: `name` points to the command's first word, a string execvp does not change.
+    let name = Lossy(unsafe { CStr::from_ptr(name) }.to_bytes());
     if error == sys::Errno::NOENT {
         say(2, format_args!("{NAME}: command not found: {name}"));
         report.status(status::MISSING, format_args!("{name}"));
@@ -122,6 +129,22 @@ pub unsafe fn main(argc: usize, argv: *mut *const c_char, envp: *const *const c_
     say(2, format_args!("{NAME}: cannot execute {name}: {error}"));
     report.status(status::NOEXEC, format_args!("{name}: {error}"));
     sys::exit(EXIT_NOEXEC)
+}
+
+/// Opens `/dev/null` in place of a closed standard descriptor, as Rust's runtime does at
+/// start: a descriptor the helper or the command opens must never become fd 0, 1 or 2.
+fn standard_descriptors_open() {
+    for fd in 0..=2 {
+        if sys::is_open(fd) {
+            continue;
+        }
+        match sys::openat(sys::AT_FDCWD, c"/dev/null", sys::O_RDWR) {
+            Ok(null) if null.0 == fd => {
+                null.keep();
+            }
+            _ => sys::exit(EXIT_SETUP),
+        }
+    }
 }
 
 /// Everything before the exec: limits, identity, working directory, umask, Landlock.
@@ -145,6 +168,11 @@ fn prepare(args: &Args<'_>, report: &Report) {
     }
     // What the command creates is its own alone, as the state root's files are.
     sys::umask(0o077);
+    if let Err(e) = sys::reset_signals() {
+        report.refuse(format_args!(
+            "cannot reset the signal mask and SIGPIPE: {e}"
+        ));
+    }
     let confined = landlock::Hidden::new(args.values(b"--hide"))
         .and_then(|hidden| landlock::confine(args.values(b"--rw"), &hidden));
     match confined {

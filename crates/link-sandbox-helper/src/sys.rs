@@ -24,6 +24,9 @@ mod nr {
     pub const PRLIMIT64: usize = 302;
     pub const STATX: usize = 332;
     pub const EXECVE: usize = 59;
+    pub const FCNTL: usize = 72;
+    pub const RT_SIGACTION: usize = 13;
+    pub const RT_SIGPROCMASK: usize = 14;
 }
 
 #[cfg(target_arch = "aarch64")]
@@ -46,6 +49,9 @@ mod nr {
     pub const PRLIMIT64: usize = 261;
     pub const STATX: usize = 291;
     pub const EXECVE: usize = 221;
+    pub const FCNTL: usize = 25;
+    pub const RT_SIGACTION: usize = 134;
+    pub const RT_SIGPROCMASK: usize = 135;
 }
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
@@ -130,22 +136,33 @@ impl Errno {
             1 => "Operation not permitted",
             2 => "No such file or directory",
             5 => "Input/output error",
+            6 => "No such device or address",
             7 => "Argument list too long",
             8 => "Exec format error",
             9 => "Bad file descriptor",
+            11 => "Resource temporarily unavailable",
             12 => "Cannot allocate memory",
             13 => "Permission denied",
             14 => "Bad address",
+            16 => "Device or resource busy",
+            17 => "File exists",
             19 => "No such device",
             20 => "Not a directory",
             21 => "Is a directory",
             22 => "Invalid argument",
+            23 => "Too many open files in system",
             24 => "Too many open files",
             26 => "Text file busy",
+            27 => "File too large",
+            28 => "No space left on device",
+            30 => "Read-only file system",
+            32 => "Broken pipe",
             36 => "File name too long",
             38 => "Function not implemented",
             40 => "Too many levels of symbolic links",
             95 => "Operation not supported",
+            110 => "Connection timed out",
+            116 => "Stale file handle",
             _ => "Unknown error",
         }
     }
@@ -166,6 +183,11 @@ pub const O_RDONLY: usize = 0;
 pub const O_DIRECTORY: usize = 0o200000;
 #[cfg(target_arch = "aarch64")]
 pub const O_DIRECTORY: usize = 0o40000;
+#[cfg(target_arch = "x86_64")]
+pub const O_NOFOLLOW: usize = 0o400000;
+#[cfg(target_arch = "aarch64")]
+pub const O_NOFOLLOW: usize = 0o100000;
+pub const O_RDWR: usize = 2;
 pub const O_CLOEXEC: usize = 0o2000000;
 pub const O_PATH: usize = 0o10000000;
 
@@ -214,8 +236,47 @@ pub fn cloexec_from(first: u32) -> Result<()> {
     Ok(())
 }
 
+/// Whether `fd` is open.
+pub fn is_open(fd: i32) -> bool {
+    const F_GETFD: usize = 1;
+    // SAFETY: no pointer; F_GETFD only reads the descriptor's flags.
+    unsafe { call(nr::FCNTL, &[fd as usize, F_GETFD]) }.is_ok()
+}
+
+/// Unblocks every signal and gives SIGPIPE its default action (an ignored signal stays
+/// ignored across `execve`), the state Rust's `Command` gives the programs it runs.
+pub fn reset_signals() -> Result<()> {
+    const SIG_SETMASK: usize = 2;
+    const SIGPIPE: usize = 13;
+    let empty: u64 = 0;
+    // SAFETY: the kernel reads one 8-byte signal set; the old one is not asked for.
+    unsafe {
+        call(
+            nr::RT_SIGPROCMASK,
+            &[SIG_SETMASK, &empty as *const u64 as usize, 0, 8],
+        )
+    }?;
+    // `struct sigaction` as the kernel reads it: handler (SIG_DFL = 0), flags, restorer, mask.
+    let default = [0usize; 4];
+    // SAFETY: the kernel reads one such struct; the old action is not asked for.
+    unsafe {
+        call(
+            nr::RT_SIGACTION,
+            &[SIGPIPE, default.as_ptr() as usize, 0, 8],
+        )
+    }?;
+    Ok(())
+}
+
 /// A descriptor the helper opened, closed when dropped.
 pub struct Fd(pub i32);
+
+impl Fd {
+    /// Leaves the descriptor open for good (standard input, output or error).
+    pub fn keep(self) -> i32 {
+        core::mem::ManuallyDrop::new(self).0
+    }
+}
 
 impl Drop for Fd {
     fn drop(&mut self) {

@@ -1,7 +1,7 @@
 //! Fixed-size buffers in place of `String` and `PathBuf`: the helper has no allocator.
 
 use core::ffi::CStr;
-use core::fmt;
+use core::fmt::{self, Write as _};
 
 /// The longest path the kernel takes, with its NUL.
 pub const PATH_MAX: usize = 4096;
@@ -128,19 +128,36 @@ impl fmt::Write for Line {
     }
 }
 
-/// Shows a string of the command line or the file system, as lossy UTF-8 would.
+/// Shows a string of the command line or the file system as lossy UTF-8 would, with control
+/// characters escaped (`\x0a`): a status line stays one line whatever a name holds.
 pub struct Lossy<'a>(pub &'a [u8]);
 
 impl fmt::Display for Lossy<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for chunk in self.0.utf8_chunks() {
-            f.write_str(chunk.valid())?;
+            for c in chunk.valid().chars() {
+                if c.is_control() {
+                    write!(f, "\\x{:02x}", c as u32)?;
+                } else {
+                    f.write_char(c)?;
+                }
+            }
             if !chunk.invalid().is_empty() {
                 f.write_str("\u{FFFD}")?;
             }
         }
         Ok(())
     }
+}
+
+/// Whether `path` is absolute and names its file one way only: no `.`, `..` or empty
+/// component, no trailing `/` (what the hidden-file rules compare byte by byte).
+pub fn is_clean_absolute(path: &[u8]) -> bool {
+    path.len() > 1
+        && path[0] == b'/'
+        && path[1..]
+            .split(|b| *b == b'/')
+            .all(|c| !matches!(c, b"" | b"." | b".."))
 }
 
 #[cfg(test)]
@@ -174,7 +191,24 @@ mod tests {
         assert_eq!(parent(b"/"), None);
         assert_eq!(file_name(b"/etc/shadow"), b"shadow");
         let mut line = Line::new();
-        core::fmt::Write::write_fmt(&mut line, format_args!("{}", Lossy(b"a\xffb"))).unwrap();
-        assert_eq!(line.bytes(), "a\u{FFFD}b".as_bytes());
+        core::fmt::Write::write_fmt(&mut line, format_args!("{}", Lossy(b"a\xffb\nerr x")))
+            .unwrap();
+        assert_eq!(line.bytes(), "a\u{FFFD}b\\x0aerr x".as_bytes());
+        assert!(is_clean_absolute(b"/etc/shadow"));
+        for unclean in [
+            &b"etc/shadow"[..],
+            b"/",
+            b"/etc//shadow",
+            b"/etc/./shadow",
+            b"/x/../etc/shadow",
+            b"/etc/shadow/",
+            b"/etc/.",
+        ] {
+            assert!(
+                !is_clean_absolute(unclean),
+                "{:?}",
+                core::str::from_utf8(unclean)
+            );
+        }
     }
 }
