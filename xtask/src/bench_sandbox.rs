@@ -5,9 +5,12 @@
 //! - `bare_bwrap`: `bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all --die-with-parent
 //!   /bin/true`, the floor;
 //! - `cli_exec`: `link-plugin-sandbox exec --workspace WS -- /bin/true`;
-//! - the plugin path: on a full Link runtime started confined, a warm turn `run: true` and a
-//!   plain warm turn `hello`, both through `link turn`, so the client's own cost cancels in
-//!   their per-round difference (`plugin_path`).
+//! - the plugin path: on a full Link runtime started confined, a warm turn `run: true`, a warm
+//!   tool turn `list` (the file tool, which starts no sandbox) and a plain warm turn `hello`,
+//!   all through `link turn`, so the client's own cost cancels in their per-round differences:
+//!   `plugin_path` (run turn − plain turn, issue 14's measure) and `confined_run` (run turn −
+//!   tool turn: what the confined command adds to a tool step, the model's second step and the
+//!   tool result's durable append taken out).
 //!
 //! Each variant's median with its 95% interval and the ratios to `bare_bwrap` come from
 //! [`crate::stats`]; the result is `target/bench-sandbox.json` (and, with `cargo xtask runtime
@@ -32,12 +35,12 @@ use std::time::{Duration, Instant};
 
 /// Rounds of `bare_bwrap` and `cli_exec` unless `--rounds` says otherwise.
 pub const DEFAULT_ROUNDS: u32 = 100;
-/// Rounds with a turn pair (run turn, plain turn) unless `--turn-rounds` says otherwise.
+/// Rounds with the turns (run, tool, plain) unless `--turn-rounds` says otherwise.
 pub const DEFAULT_TURN_ROUNDS: u32 = 40;
-/// Rounds run first and discarded (each with a turn pair): caches, the model connection, the
+/// Rounds run first and discarded (each with the turns): caches, the model connection, the
 /// harness's first load of the conversation.
 pub const WARMUP_ROUNDS: u32 = 5;
-/// Issue 14's goal for both ratios.
+/// Issue 14's goal for every ratio.
 pub const GOAL: f64 = 1.3;
 /// Bumped whenever a field of `bench-sandbox.json` changes meaning or disappears.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -46,9 +49,37 @@ pub const FILE: &str = "bench-sandbox.json";
 
 /// The agent the turns go to.
 const AGENT: &str = "bench";
-/// The command the run turn asks for; the run tool runs it as `/bin/sh -c true`.
-const RUN_MESSAGE: &str = "run: true";
-const PLAIN_MESSAGE: &str = "hello";
+
+/// The three turns the benchmark times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// `run: true`: one confined command through the run tool and the sandbox plugin.
+    Run,
+    /// `list`: one call of the file tool, which starts no sandbox: a tool step's own cost.
+    Tool,
+    /// `hello`: no tool call.
+    Plain,
+}
+
+impl Turn {
+    /// What the turn asks the local model.
+    pub fn message(self) -> &'static str {
+        match self {
+            Turn::Run => "run: true",
+            Turn::Tool => "list",
+            Turn::Plain => "hello",
+        }
+    }
+
+    /// The one tool the reply must have called, if any.
+    fn tool(self) -> Option<&'static str> {
+        match self {
+            Turn::Run => Some("run"),
+            Turn::Tool => Some("file"),
+            Turn::Plain => None,
+        }
+    }
+}
 /// The fixture-dir children of one benchmark: `bs<pid>` the state root, `bw<pid>` the
 /// `exec` workspace.
 const STATE_PREFIX: &str = "bs";
@@ -58,10 +89,11 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 const EXIT_WITHIN: Duration = Duration::from_secs(30);
 
 pub const METHOD: &str = "each round runs bare_bwrap and cli_exec once, and in evenly spaced \
-    rounds also the run turn and the plain turn, in an order rotating from round to round; the \
+    rounds also the run, tool and plain turns, in an order changing from round to round; the \
     first 5 rounds are warm-up and discarded; a sample is the wall time from spawn to exit of \
     the command; plugin_path is, per turn round, the run turn's time minus the plain turn's \
-    time of the same round (both through `link turn`, so the client's start cancels); each \
+    time of the same round, and confined_run the run turn's minus the tool turn's (all through \
+    `link turn`, so the client's start cancels); each \
     variant's median has a 95% percentile bootstrap interval and each ratio of medians a 95% \
     percentile bootstrap interval resampling numerator and denominator independently (4000 \
     resamples, crate::stats, seeded from the name with splitmix64); a goal is met when the \
@@ -137,6 +169,9 @@ pub struct Commands {
     pub cli_exec: String,
     pub run_turn: String,
     pub plain_turn: String,
+    /// Absent from a file written before the tool turn was measured.
+    #[serde(default)]
+    pub tool_turn: Option<String>,
 }
 
 /// One variant's figures (nanoseconds) and its samples in the order they ran.
@@ -147,7 +182,8 @@ pub struct Variant {
     pub samples_ns: Vec<f64>,
 }
 
-/// Every variant; `plugin_path` is `run_turn − plain_turn` per turn round.
+/// Every variant; `plugin_path` is `run_turn − plain_turn` and `confined_run` is
+/// `run_turn − tool_turn`, per turn round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Variants {
     pub bare_bwrap: Variant,
@@ -155,6 +191,11 @@ pub struct Variants {
     pub plugin_path: Variant,
     pub run_turn: Variant,
     pub plain_turn: Variant,
+    /// Both absent from a file written before the tool turn was measured: not zero.
+    #[serde(default)]
+    pub confined_run: Option<Variant>,
+    #[serde(default)]
+    pub tool_turn: Option<Variant>,
 }
 
 /// `numerator / denominator`, a ratio of medians with its interval, against the goal.
@@ -325,8 +366,9 @@ fn commands(ws: &Workspace, fixture: &Path) -> Commands {
             release.join("link-plugin-sandbox").display(),
             workspace.display()
         ),
-        run_turn: turn(RUN_MESSAGE),
-        plain_turn: turn(PLAIN_MESSAGE),
+        run_turn: turn(Turn::Run.message()),
+        plain_turn: turn(Turn::Plain.message()),
+        tool_turn: Some(turn(Turn::Tool.message())),
     }
 }
 
@@ -485,6 +527,7 @@ pub struct Samples {
     pub bare_bwrap: Vec<f64>,
     pub cli_exec: Vec<f64>,
     pub run_turn: Vec<f64>,
+    pub tool_turn: Vec<f64>,
     pub plain_turn: Vec<f64>,
 }
 
@@ -493,13 +536,27 @@ pub struct Samples {
 pub enum Step {
     Bare,
     Exec,
-    RunTurn,
-    PlainTurn,
+    Turn(Turn),
 }
 
+/// Every order of the three turns: each turn precedes each other one in half of them.
+const TURN_ORDERS: [[Turn; 3]; 6] = {
+    use Turn::*;
+    [
+        [Run, Tool, Plain],
+        [Plain, Run, Tool],
+        [Tool, Plain, Run],
+        [Run, Plain, Tool],
+        [Tool, Run, Plain],
+        [Plain, Tool, Run],
+    ]
+};
+
 /// The steps of timed round `index` (0-based; warm-up rounds are `None`, all with turns):
-/// `turn_rounds` of the `rounds` rounds, evenly spaced, carry a turn pair; the order rotates
-/// so that each step runs first, and the run turn precedes the plain turn, equally often.
+/// `turn_rounds` of the `rounds` rounds, evenly spaced, carry the three turns. Bare bwrap and
+/// the CLI exec take turns at running first; in a turn round the turns come in each of their
+/// six orders in turn, with bwrap runs before the first turn and between the first and second,
+/// so over every twelve turn rounds each turn precedes each other one equally often.
 pub fn schedule(index: Option<u32>, rounds: u32, turn_rounds: u32, turn_index: u32) -> Vec<Step> {
     let turns = match index {
         None => true,
@@ -512,19 +569,21 @@ pub fn schedule(index: Option<u32>, rounds: u32, turn_rounds: u32, turn_index: u
             (i + 1) * t / n > i * t / n
         }
     };
-    let mut steps = if turns {
-        vec![Step::Bare, Step::RunTurn, Step::Exec, Step::PlainTurn]
-    } else {
-        vec![Step::Bare, Step::Exec]
-    };
-    let turn = if turns {
+    let k = if turns {
         turn_index
     } else {
         index.unwrap_or(0)
+    } as usize;
+    let (first, second) = if k.is_multiple_of(2) {
+        (Step::Bare, Step::Exec)
+    } else {
+        (Step::Exec, Step::Bare)
     };
-    let len = steps.len();
-    steps.rotate_left(turn as usize % len);
-    steps
+    if !turns {
+        return vec![first, second];
+    }
+    let [a, b, c] = TURN_ORDERS[(k / 2) % TURN_ORDERS.len()].map(Step::Turn);
+    vec![first, a, second, b, c]
 }
 
 fn measure(ws: &Workspace, opts: &Options, workspace: &Path, rt: &mut Runtime) -> Result<Samples> {
@@ -557,7 +616,7 @@ fn measure(ws: &Workspace, opts: &Options, workspace: &Path, rt: &mut Runtime) -
     for r in 0..total {
         let timed = r.checked_sub(WARMUP_ROUNDS);
         let steps = schedule(timed, opts.rounds, turn_rounds, turn_index);
-        if steps.contains(&Step::RunTurn) {
+        if steps.contains(&Step::Turn(Turn::Run)) {
             turn_index += 1;
         }
         for step in steps {
@@ -567,8 +626,14 @@ fn measure(ws: &Workspace, opts: &Options, workspace: &Path, rt: &mut Runtime) -
                     timed_ok("link-plugin-sandbox exec", exec())?,
                     &mut s.cli_exec,
                 ),
-                Step::RunTurn => (rt.timed_turn(&token, true)?, &mut s.run_turn),
-                Step::PlainTurn => (rt.timed_turn(&token, false)?, &mut s.plain_turn),
+                Step::Turn(turn) => (
+                    rt.timed_turn(&token, turn)?,
+                    match turn {
+                        Turn::Run => &mut s.run_turn,
+                        Turn::Tool => &mut s.tool_turn,
+                        Turn::Plain => &mut s.plain_turn,
+                    },
+                ),
             };
             if timed.is_some() {
                 into.push(ns);
@@ -609,12 +674,11 @@ fn timed_ok(what: &str, mut command: Command) -> Result<f64> {
 
 /// The variants and ratios from the samples.
 pub fn figures(s: &Samples) -> Result<(Variants, Vec<Ratio>)> {
-    let plugin: Vec<f64> = s
-        .run_turn
-        .iter()
-        .zip(&s.plain_turn)
-        .map(|(run, plain)| run - plain)
-        .collect();
+    let less = |of: &[f64], base: &[f64]| -> Vec<f64> {
+        of.iter().zip(base).map(|(of, base)| of - base).collect()
+    };
+    let plugin = less(&s.run_turn, &s.plain_turn);
+    let confined = less(&s.run_turn, &s.tool_turn);
     let variant = |name: &str, samples: &[f64]| -> Result<Variant> {
         let spread = stats::spread(&[samples.to_vec()], stats::seed(name))
             .ok_or_else(|| anyhow!("no {name} sample"))?;
@@ -629,6 +693,8 @@ pub fn figures(s: &Samples) -> Result<(Variants, Vec<Ratio>)> {
         plugin_path: variant("plugin_path", &plugin)?,
         run_turn: variant("run_turn", &s.run_turn)?,
         plain_turn: variant("plain_turn", &s.plain_turn)?,
+        confined_run: Some(variant("confined_run", &confined)?),
+        tool_turn: Some(variant("tool_turn", &s.tool_turn)?),
     };
     let ratio = |num: &str, samples: &Vec<f64>| -> Result<Ratio> {
         let name = format!("{num}/bare_bwrap");
@@ -650,6 +716,7 @@ pub fn figures(s: &Samples) -> Result<(Variants, Vec<Ratio>)> {
     let ratios = vec![
         ratio("cli_exec", &s.cli_exec)?,
         ratio("plugin_path", &plugin)?,
+        ratio("confined_run", &confined)?,
     ];
     Ok((variants, ratios))
 }
@@ -657,7 +724,7 @@ pub fn figures(s: &Samples) -> Result<(Variants, Vec<Ratio>)> {
 /// The short table.
 pub fn render(b: &SandboxBench) -> String {
     let mut out = format!(
-        "sandbox benchmark: {} rounds of bare bwrap and CLI exec, {} of them with a turn pair, \
+        "sandbox benchmark: {} rounds of bare bwrap and CLI exec, {} of them with the turns, \
          {} warm-up rounds discarded\n",
         b.rounds, b.turn_rounds, b.warmup_rounds
     );
@@ -678,12 +745,26 @@ pub fn render(b: &SandboxBench) -> String {
     ));
     let ms = |ns: f64| format!("{:.2}", ns / 1e6);
     for (name, var, note) in [
-        ("bare_bwrap", &v.bare_bwrap, ""),
-        ("cli_exec", &v.cli_exec, ""),
-        ("plugin_path", &v.plugin_path, "  (run turn − plain turn)"),
-        ("  run_turn", &v.run_turn, ""),
-        ("  plain_turn", &v.plain_turn, ""),
+        ("bare_bwrap", Some(&v.bare_bwrap), ""),
+        ("cli_exec", Some(&v.cli_exec), ""),
+        (
+            "plugin_path",
+            Some(&v.plugin_path),
+            "  (run turn − plain turn)",
+        ),
+        (
+            "confined_run",
+            v.confined_run.as_ref(),
+            "  (run turn − tool turn)",
+        ),
+        ("  run_turn", Some(&v.run_turn), ""),
+        ("  tool_turn", v.tool_turn.as_ref(), ""),
+        ("  plain_turn", Some(&v.plain_turn), ""),
     ] {
+        let Some(var) = var else {
+            out.push_str(&format!("{name:<14} {:>10}\n", "not measured"));
+            continue;
+        };
         let s = &var.spread;
         out.push_str(&format!(
             "{name:<14} {:>10} {:>19} {:>8}{note}\n",
@@ -953,10 +1034,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// One `link turn`, timed; its reply must be what the turn asked for (the run turn's one
-    /// `run` call ok with exit code 0, the plain turn's no tool call), or it is an error.
-    fn timed_turn(&self, token: &str, run: bool) -> Result<f64> {
-        let message = if run { RUN_MESSAGE } else { PLAIN_MESSAGE };
+    /// One `link turn`, timed; its reply must be what the turn asked for ([`check_reply`]),
+    /// or it is an error.
+    fn timed_turn(&self, token: &str, turn: Turn) -> Result<f64> {
+        let message = turn.message();
         let command = self.command(&["turn", "--token", token, AGENT, message]);
         let (ns, out) = timed("link turn", command)?;
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -973,7 +1054,7 @@ impl Runtime {
         }
         let reply: serde_json::Value =
             serde_json::from_str(&stdout).map_err(|_| refused("answered no JSON"))?;
-        check_reply(&reply, run).map_err(|why| refused(&why))?;
+        check_reply(&reply, turn).map_err(|why| refused(&why))?;
         Ok(ns)
     }
 
@@ -1048,8 +1129,8 @@ fn wait_until(child: &mut Child, within: Duration) -> Option<std::process::ExitS
 }
 
 /// A turn's reply is what it asked for: `run: true` made exactly one `run` call, which
-/// succeeded with exit code 0; `hello` made none.
-pub fn check_reply(reply: &serde_json::Value, run: bool) -> Result<(), String> {
+/// succeeded with exit code 0; `list` exactly one `file` call, which succeeded; `hello` none.
+pub fn check_reply(reply: &serde_json::Value, turn: Turn) -> Result<(), String> {
     if !reply.get("reply").is_some_and(|r| r.is_string()) {
         return Err("answered without a reply".into());
     }
@@ -1057,20 +1138,23 @@ pub fn check_reply(reply: &serde_json::Value, run: bool) -> Result<(), String> {
         .get("tool_calls")
         .and_then(|c| c.as_array())
         .ok_or("answered without tool_calls")?;
-    if !run {
+    let Some(tool) = turn.tool() else {
         return match calls.len() {
             0 => Ok(()),
             n => Err(format!("made {n} tool call(s), expected none")),
         };
-    }
+    };
     let [call] = &calls[..] else {
         return Err(format!("made {} tool calls, expected one", calls.len()));
     };
-    if call.get("tool").and_then(|t| t.as_str()) != Some("run") {
-        return Err("made a call that is not `run`".into());
+    if call.get("tool").and_then(|t| t.as_str()) != Some(tool) {
+        return Err(format!("made a call that is not `{tool}`"));
     }
     if call.get("ok").and_then(|o| o.as_bool()) != Some(true) {
-        return Err("had its `run` call refused".into());
+        return Err(format!("had its `{tool}` call refused"));
+    }
+    if turn != Turn::Run {
+        return Ok(());
     }
     let code = call.pointer("/output/exit_code").and_then(|c| c.as_i64());
     if code != Some(0) {
@@ -1098,56 +1182,80 @@ pub(crate) mod tests {
 
     #[test]
     fn turn_rounds_are_spread_evenly_and_orders_balance() {
-        let (rounds, turns) = (100, 40);
+        use Turn::*;
+        let (rounds, turns) = (120, 48);
         let mut with_turns = Vec::new();
         let mut turn_index = 0;
-        let (mut bare_first, mut run_before_plain) = (0, 0);
+        let mut bare_first = 0;
+        // How often the first of each pair of turns ran before the second.
+        let pairs = [(Run, Plain), (Run, Tool), (Tool, Plain)];
+        let mut before = [0; 3];
         for i in 0..rounds {
             let steps = schedule(Some(i), rounds, turns, turn_index);
-            if steps.contains(&Step::RunTurn) {
-                assert_eq!(steps.len(), 4);
+            let at = |s| steps.iter().position(|x| *x == s).unwrap();
+            if steps.contains(&Step::Turn(Run)) {
+                assert_eq!(steps.len(), 5, "{steps:?}");
                 turn_index += 1;
                 with_turns.push(i);
-                let at = |s| steps.iter().position(|x| *x == s).unwrap();
-                if at(Step::RunTurn) < at(Step::PlainTurn) {
-                    run_before_plain += 1;
+                for (n, (a, b)) in pairs.iter().enumerate() {
+                    before[n] += usize::from(at(Step::Turn(*a)) < at(Step::Turn(*b)));
+                }
+                if at(Step::Bare) < at(Step::Exec) {
+                    bare_first += 1;
                 }
             } else {
-                assert_eq!(steps.len(), 2);
-            }
-            let at = |s| steps.iter().position(|x| *x == s).unwrap();
-            if at(Step::Bare) < at(Step::Exec) {
-                bare_first += 1;
+                let pair = if i.is_multiple_of(2) {
+                    [Step::Bare, Step::Exec]
+                } else {
+                    [Step::Exec, Step::Bare]
+                };
+                assert_eq!(steps, pair);
             }
         }
-        assert_eq!(with_turns.len(), 40);
-        // Evenly spaced: no gap between turn rounds above ceil(100/40).
+        assert_eq!(with_turns.len(), 48);
+        // Evenly spaced: no gap between turn rounds above ceil(120/48).
         assert!(
             with_turns.windows(2).all(|w| w[1] - w[0] <= 3),
             "{with_turns:?}"
         );
-        assert_eq!(run_before_plain, 20);
-        assert_eq!(bare_first, 50);
+        assert_eq!(
+            before,
+            [24, 24, 24],
+            "each turn before each other one in half the rounds"
+        );
+        assert_eq!(bare_first, 24);
         // Every round has turns when there are as many turn rounds as rounds; warm-up too.
-        assert!((0..10).all(|i| schedule(Some(i), 10, 10, i).len() == 4));
-        assert_eq!(schedule(None, 10, 0, 0).len(), 4);
+        assert!((0..10).all(|i| schedule(Some(i), 10, 10, i).len() == 5));
+        assert_eq!(schedule(None, 10, 0, 0).len(), 5);
         assert!((0..10).all(|i| schedule(Some(i), 10, 0, 0).len() == 2));
     }
 
     #[test]
-    fn figures_give_every_variant_and_both_ratios() {
+    fn figures_give_every_variant_and_every_ratio() {
         let s = Samples {
             bare_bwrap: vec![4e6, 4.2e6, 3.9e6, 4.1e6, 4.0e6],
             cli_exec: vec![6e6, 6.2e6, 5.9e6, 6.1e6, 6.0e6],
             run_turn: vec![30e6, 31e6, 29e6],
+            tool_turn: vec![26e6, 26e6, 25e6],
             plain_turn: vec![24e6, 25e6, 23e6],
         };
         let (v, r) = figures(&s).unwrap();
         assert_eq!(v.plugin_path.samples_ns, vec![6e6, 6e6, 6e6]);
         assert_eq!(v.plugin_path.spread.median_ns, 6e6);
+        let confined = v.confined_run.as_ref().unwrap();
+        assert_eq!(confined.samples_ns, vec![4e6, 5e6, 4e6]);
+        assert_eq!(confined.spread.median_ns, 4e6);
         assert_eq!(v.bare_bwrap.spread.samples, 5);
         let names: Vec<&str> = r.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["cli_exec/bare_bwrap", "plugin_path/bare_bwrap"]);
+        assert_eq!(
+            names,
+            [
+                "cli_exec/bare_bwrap",
+                "plugin_path/bare_bwrap",
+                "confined_run/bare_bwrap"
+            ]
+        );
+        assert_eq!(r[2].ratio.estimate, 1.0);
         assert_eq!(r[0].ratio.estimate, 1.5);
         assert!(r[0].ratio.low <= 1.5 && 1.5 <= r[0].ratio.high);
         assert_eq!(r[0].goal, Goal::NotMet);
@@ -1162,6 +1270,7 @@ pub(crate) mod tests {
             cli_exec: "exec".into(),
             run_turn: "run".into(),
             plain_turn: "plain".into(),
+            tool_turn: Some("tool".into()),
         };
         let mut b = empty(&Options::default(), "abc", &c);
         b.reason = Some("confinement unavailable: no user namespaces".into());
@@ -1177,18 +1286,33 @@ pub(crate) mod tests {
     fn replies_are_checked_before_a_turn_counts() {
         let ok_run = serde_json::json!({"reply": "run: ok", "tool_calls": [
             {"tool": "run", "ok": true, "output": {"exit_code": 0}}]});
-        assert_eq!(check_reply(&ok_run, true), Ok(()));
-        assert!(check_reply(&ok_run, false).is_err());
+        assert_eq!(check_reply(&ok_run, Turn::Run), Ok(()));
+        assert!(check_reply(&ok_run, Turn::Plain).is_err());
+        assert!(check_reply(&ok_run, Turn::Tool)
+            .unwrap_err()
+            .contains("not `file`"));
         let refused = serde_json::json!({"reply": "no", "tool_calls": [
             {"tool": "run", "ok": false, "output": {"error": "unavailable"}}]});
-        assert!(check_reply(&refused, true).unwrap_err().contains("refused"));
+        assert!(check_reply(&refused, Turn::Run)
+            .unwrap_err()
+            .contains("refused"));
         let failed = serde_json::json!({"reply": "x", "tool_calls": [
             {"tool": "run", "ok": true, "output": {"exit_code": 1}}]});
-        assert!(check_reply(&failed, true).is_err());
+        assert!(check_reply(&failed, Turn::Run).is_err());
+        let listed = serde_json::json!({"reply": "file: ok", "tool_calls": [
+            {"tool": "file", "ok": true, "output": {"entries": []}}]});
+        assert_eq!(check_reply(&listed, Turn::Tool), Ok(()));
+        assert!(check_reply(&listed, Turn::Run).is_err());
+        let unlisted = serde_json::json!({"reply": "no", "tool_calls": [
+            {"tool": "file", "ok": false, "output": {"error": "denied"}}]});
+        assert!(check_reply(&unlisted, Turn::Tool)
+            .unwrap_err()
+            .contains("refused"));
         let plain = serde_json::json!({"reply": "hi", "tool_calls": []});
-        assert_eq!(check_reply(&plain, false), Ok(()));
-        assert!(check_reply(&plain, true).is_err());
-        assert!(check_reply(&serde_json::json!({}), false).is_err());
+        assert_eq!(check_reply(&plain, Turn::Plain), Ok(()));
+        assert!(check_reply(&plain, Turn::Run).is_err());
+        assert!(check_reply(&plain, Turn::Tool).is_err());
+        assert!(check_reply(&serde_json::json!({}), Turn::Plain).is_err());
     }
 
     /// A measured result from synthetic samples, as the comparison records it.
@@ -1197,6 +1321,7 @@ pub(crate) mod tests {
             bare_bwrap: vec![4e6, 4.2e6, 3.9e6, 4.1e6],
             cli_exec: vec![5e6, 5.2e6, 4.9e6, 5.1e6],
             run_turn: vec![30e6, 31e6],
+            tool_turn: vec![26e6, 26.5e6],
             plain_turn: vec![25e6, 25.5e6],
         };
         let (variants, ratios) = figures(&s).unwrap();
@@ -1205,6 +1330,7 @@ pub(crate) mod tests {
             cli_exec: "exec".into(),
             run_turn: "run".into(),
             plain_turn: "plain".into(),
+            tool_turn: Some("tool".into()),
         };
         SandboxBench {
             status: BenchStatus::Measured,
@@ -1236,6 +1362,21 @@ pub(crate) mod tests {
         // An earlier comparison, without the field, still reads.
         let old: crate::compare::Comparison = serde_json::from_value(plain).unwrap();
         assert_eq!(old.sandbox_bench, None);
+        // So does a benchmark from before the tool turn: its figures are not measured, not 0.
+        let mut before = serde_json::to_value(measured()).unwrap();
+        for gone in ["confined_run", "tool_turn"] {
+            before["variants"].as_object_mut().unwrap().remove(gone);
+        }
+        before["commands"]
+            .as_object_mut()
+            .unwrap()
+            .remove("tool_turn");
+        let before: SandboxBench = serde_json::from_value(before).unwrap();
+        let v = before.variants.as_ref().unwrap();
+        assert_eq!((&v.confined_run, &v.tool_turn), (&None, &None));
+        assert_eq!(before.commands.tool_turn, None);
+        let text = render(&before);
+        assert!(text.contains("confined_run   not measured"), "{text}");
     }
 
     #[test]

@@ -344,7 +344,9 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
         "bare_bwrap",
         "cli_exec",
         "plugin_path",
+        "confined_run",
         "run_turn",
+        "tool_turn",
         "plain_turn",
     ] {
         let var = &v["variants"][name];
@@ -366,7 +368,13 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
             "{name} missing from the table:\n{stdout}"
         );
     }
-    for name in ["bare_bwrap", "cli_exec", "run_turn", "plain_turn"] {
+    for name in [
+        "bare_bwrap",
+        "cli_exec",
+        "run_turn",
+        "tool_turn",
+        "plain_turn",
+    ] {
         assert!(
             v["variants"][name]["min_ns"].as_f64().unwrap() > 0.0,
             "{name}: never zero"
@@ -374,7 +382,14 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
     }
     let ratios = v["ratios"].as_array().unwrap();
     let names: Vec<&str> = ratios.iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["cli_exec/bare_bwrap", "plugin_path/bare_bwrap"]);
+    assert_eq!(
+        names,
+        [
+            "cli_exec/bare_bwrap",
+            "plugin_path/bare_bwrap",
+            "confined_run/bare_bwrap"
+        ]
+    );
     for r in ratios {
         let i = &r["ratio"];
         let f = |k: &str| i[k].as_f64().unwrap_or_else(|| panic!("{k}: {r}"));
