@@ -124,6 +124,21 @@ pub(super) struct Host {
     pub(super) ready_line: String,
 }
 
+/// How long, once the host has exited, its stderr may take to reach [`Host::stderr`]: the
+/// reading thread sees the end at once unless another process still holds the pipe.
+const STDERR_DRAIN: Duration = Duration::from_secs(2);
+
+impl Host {
+    /// Waits up to `within` for the host to exit, and then for the thread reading its stderr
+    /// to have read all of it (up to [`STDERR_DRAIN`]): what a test reads after an exit is
+    /// everything the host wrote, not what the thread had got to.
+    pub(super) fn wait_timeout(&mut self, within: Duration) -> Option<ExitStatus> {
+        let status = self.child.wait_timeout(within)?;
+        let _ = lock(&self.stderr_done).recv_timeout(STDERR_DRAIN);
+        Some(status)
+    }
+}
+
 /// Spawns `link up` (its stdout lines and stderr read in the background).
 pub(super) fn spawn(spec: &RuntimeSpec, layout: &StateLayout) -> std::io::Result<Host> {
     let mut cmd = spec.up_command(layout.root())?;
@@ -252,4 +267,44 @@ fn placeholders(layout: &StateLayout) -> Vec<String> {
         })
     })
     .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+
+    /// A pipe whose reader is slow to be scheduled, as the capture thread can be on a busy
+    /// machine.
+    struct Late<R>(R);
+
+    impl<R: Read> Read for Late<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            std::thread::sleep(Duration::from_millis(300));
+            self.0.read(buf)
+        }
+    }
+
+    #[test]
+    fn once_the_host_is_waited_for_its_stderr_holds_all_it_wrote() {
+        let mut child = Command::new("/bin/sh")
+            .args(["-c", "echo last words >&2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (stderr, stderr_done) = capture(Late(child.stderr.take().unwrap()));
+        let lines = lines(child.stdout.take().unwrap());
+        let mut host = Host {
+            child: HostChild::Plain(child),
+            stderr,
+            stderr_done: Mutex::new(stderr_done),
+            lines: Mutex::new(lines),
+            before_ready: String::new(),
+            ready_line: String::new(),
+        };
+        let status = host.wait_timeout(Duration::from_secs(10));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        assert_eq!(*lock(&host.stderr), "last words\n");
+    }
 }

@@ -277,10 +277,11 @@ impl RuntimeProcess {
         );
     }
 
-    /// Waits for the host to exit; panics if it does not within the exit timeout.
+    /// Waits for the host to exit (and its stderr to be read to the end); panics if it does
+    /// not within the exit timeout.
     pub fn wait_exit(&mut self) -> ExitStatus {
         let within = self.spec.exit_within;
-        match self.host.child.wait_timeout(within) {
+        match self.host.wait_timeout(within) {
             Some(status) => status,
             None => panic!("host did not exit within {within:?}: {}", self.stderr()),
         }
@@ -291,9 +292,10 @@ impl RuntimeProcess {
         self.host.child.try_wait()
     }
 
-    /// Waits up to `within` for the host to exit; `None` if it still runs.
+    /// Waits up to `within` for the host to exit, then until [`stderr`](Self::stderr) holds
+    /// all it wrote; `None` if it still runs.
     pub fn wait_timeout(&mut self, within: Duration) -> Option<ExitStatus> {
-        self.host.child.wait_timeout(within)
+        self.host.wait_timeout(within)
     }
 
     /// Sends SIGTERM to the host (unless it has been collected): it then stops its plugins
