@@ -80,6 +80,7 @@ impl Turn {
         }
     }
 }
+
 /// The fixture-dir children of one benchmark: `bs<pid>` the state root, `bw<pid>` the
 /// `exec` workspace.
 const STATE_PREFIX: &str = "bs";
