@@ -134,11 +134,7 @@ impl Policy {
     /// The secrets the command's identity could read on the host, which it must not inside:
     /// the helper's `--hide` files.
     fn hidden(&self) -> Vec<PathBuf> {
-        SECRET_FILES
-            .iter()
-            .map(PathBuf::from)
-            .filter(|f| could_read(self.identity, f))
-            .collect()
+        hidden_of(self.identity, SECRET_FILES)
     }
 
     /// The helper's `--rw` directories.
@@ -348,6 +344,17 @@ fn could_read(identity: Identity, path: &Path) -> bool {
     }
 }
 
+/// Of `files`, those `identity` could read, each by its real path: the helper refuses a hidden
+/// file named through a symlink, whose real name its rules would leave readable.
+fn hidden_of(identity: Identity, files: &[&str]) -> Vec<PathBuf> {
+    files
+        .iter()
+        .map(PathBuf::from)
+        .filter(|f| could_read(identity, f))
+        .map(|f| std::fs::canonicalize(&f).unwrap_or(f))
+        .collect()
+}
+
 /// The permission bits' answer for a process of `uid` and `gid` alone: the owner's bits if it
 /// owns the file, else the group's if the group is its own, else the others'.
 fn readable_by_modes((owner, group, mode): (u32, u32, u32), (uid, gid): (u32, u32)) -> bool {
@@ -479,6 +486,13 @@ mod tests {
             !could_read(stranger, &dir),
             "a directory is not a file to hide"
         );
+        // A secret behind a symlink is hidden by its real name (the helper refuses the other).
+        std::os::unix::fs::symlink("secret", dir.join("link")).unwrap();
+        let link = dir.join("link");
+        let names = [link.to_str().unwrap(), file.to_str().unwrap()];
+        assert_eq!(hidden_of(stranger, &names), [file.clone(), file.clone()]);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(hidden_of(stranger, &names), Vec::<PathBuf>::new());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

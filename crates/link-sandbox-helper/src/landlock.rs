@@ -57,6 +57,10 @@ pub enum Error {
     NoNewPrivs,
     TooManyHidden,
     UncleanHidden(Path),
+    /// A hidden file named through a symlink (this part of its name), or one that is itself.
+    SymlinkHidden(Path),
+    /// A part of a hidden file's name that could not be examined, so neither.
+    UncheckedHidden(Path, Errno),
 }
 
 impl fmt::Display for Error {
@@ -92,6 +96,17 @@ impl fmt::Display for Error {
                  `//` or a trailing `/` (its rules compare names as written)",
                 Lossy(path.bytes())
             ),
+            Error::SymlinkHidden(link) => write!(
+                f,
+                "--hide: {} is a symlink: a hidden file must be named by its real path (its \
+                 rules compare names as written, and would leave the real one readable)",
+                Lossy(link.bytes())
+            ),
+            Error::UncheckedHidden(part, e) => write!(
+                f,
+                "--hide: cannot tell whether {} is a symlink: {e}",
+                Lossy(part.bytes())
+            ),
         }
     }
 }
@@ -99,7 +114,7 @@ impl fmt::Display for Error {
 /// The files to leave unreadable, and their identities (to leave out other names of them).
 pub struct Hidden<'a> {
     paths: [&'a [u8]; MAX_HIDDEN],
-    inodes: [Option<((u32, u32), u64)>; MAX_HIDDEN],
+    inodes: [Option<Inode>; MAX_HIDDEN],
     len: usize,
 }
 
@@ -119,8 +134,9 @@ impl<'a> Hidden<'a> {
                 let shown = Path::new(file.to_bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
                 return Err(Error::UncleanHidden(shown));
             }
+            no_symlink_on_the_way(file.to_bytes())?;
             hidden.paths[slot] = file.to_bytes();
-            hidden.inodes[slot] = sys::statx(AT_FDCWD, file, 0).ok().map(|s| (s.dev, s.ino));
+            hidden.inodes[slot] = sys::statx(AT_FDCWD, file, 0).ok().map(|s| inode_of(&s));
             hidden.len += 1;
         }
         Ok(hidden)
@@ -143,10 +159,36 @@ impl<'a> Hidden<'a> {
             .paths()
             .iter()
             .any(|h| text::parent(h) == Some(dir) && name.starts_with(text::file_name(h)));
-        named_like
-            || stat.is_symlink()
-            || self.inodes[..self.len].contains(&Some((stat.dev, stat.ino)))
+        named_like || stat.is_symlink() || self.inodes[..self.len].contains(&Some(inode_of(stat)))
     }
+}
+
+/// Refuses a hidden file named through a symlink, or that is one: the walk grants the real
+/// directory whole, since no hidden name leads into it. Checked one part of the name at a
+/// time, without following any; a part that does not exist ends the check (nothing below it
+/// is there to read, and what appears later gets no rule).
+fn no_symlink_on_the_way(file: &[u8]) -> Result<(), Error> {
+    let ends = (1..file.len()).filter(|&i| file[i] == b'/');
+    for end in ends.chain([file.len()]) {
+        let Ok(part) = Path::new(&file[..end]) else {
+            let shown = Path::new(b"?").expect("fits");
+            return Err(Error::UncheckedHidden(shown, Errno::NAMETOOLONG));
+        };
+        match sys::statx(AT_FDCWD, part.as_cstr(), sys::AT_SYMLINK_NOFOLLOW) {
+            Ok(stat) if stat.is_symlink() => return Err(Error::SymlinkHidden(part)),
+            Ok(_) => {}
+            Err(Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(Error::UncheckedHidden(part, e)),
+        }
+    }
+    Ok(())
+}
+
+/// A file as the kernel tells it from every other: device and inode number.
+type Inode = ((u32, u32), u64);
+
+fn inode_of(stat: &sys::Stat) -> Inode {
+    (stat.dev, stat.ino)
 }
 
 /// How a path to grant was found.
@@ -154,8 +196,8 @@ impl<'a> Hidden<'a> {
 enum Grant {
     /// Named by the rules or the command line (symlinks followed).
     Named { required: bool },
-    /// An entry of a directory the hidden-file walk lists.
-    Walked,
+    /// An entry of a directory the hidden-file walk lists, the file it was when listed.
+    Walked(Inode),
 }
 
 const OPTIONAL: Grant = Grant::Named { required: false };
@@ -164,13 +206,40 @@ const OPTIONAL: Grant = Grant::Named { required: false };
 struct Ruleset(Fd);
 
 impl Ruleset {
+    /// An empty ruleset handling every right of [`RIGHTS_ABI`]: what no rule grants is refused.
+    fn new() -> Result<Ruleset, Error> {
+        let attr = sys::RulesetAttr {
+            handled_access_fs: fs::ALL,
+            handled_access_net: NET_ALL,
+            scoped: SCOPE_ALL,
+        };
+        sys::landlock_create_ruleset(&attr)
+            .map(Ruleset)
+            .map_err(|e| Error::Call("landlock_create_ruleset", e))
+    }
+
+    /// Confines this thread, and what it executes, to the rules: `no_new_privs` first, as
+    /// Landlock requires of a process without `CAP_SYS_ADMIN`, and checked after.
+    fn enforce(self) -> Result<(), Error> {
+        const PR_SET_NO_NEW_PRIVS: usize = 38;
+        const PR_GET_NO_NEW_PRIVS: usize = 39;
+        sys::prctl(PR_SET_NO_NEW_PRIVS, 1).map_err(|_| Error::NoNewPrivs)?;
+        sys::landlock_restrict_self(&self.0)
+            .map_err(|e| Error::Call("landlock_restrict_self", e))?;
+        if sys::prctl(PR_GET_NO_NEW_PRIVS, 0) != Ok(1) {
+            return Err(Error::NoNewPrivs);
+        }
+        Ok(())
+    }
+
     /// Grants `access` beneath `name` (relative to `at`): the whole of it to a directory, its
     /// file rights to a file. A missing path is an error only when `required`. A `Walked`
-    /// entry is not followed if it became a symlink since it was listed: it grants nothing.
+    /// entry that is no longer the file listed (replaced, renamed over, or a symlink now) is
+    /// not followed and grants nothing.
     fn grant(&self, at: i32, name: &CStr, access: u64, how: Grant) -> Result<(), Error> {
         let shown = || Path::new(name.to_bytes()).unwrap_or_else(|_| Path::new(b"?").unwrap());
         let flags = match how {
-            Grant::Walked => sys::O_PATH | sys::O_CLOEXEC | sys::O_NOFOLLOW,
+            Grant::Walked(_) => sys::O_PATH | sys::O_CLOEXEC | sys::O_NOFOLLOW,
             Grant::Named { .. } => sys::O_PATH | sys::O_CLOEXEC,
         };
         let target = match (sys::openat(at, name, flags), how) {
@@ -182,7 +251,7 @@ impl Ruleset {
         };
         let stat =
             sys::statx(target.0, c"", sys::AT_EMPTY_PATH).map_err(|e| Error::Rule(shown(), e))?;
-        if stat.is_symlink() {
+        if matches!(how, Grant::Walked(listed) if listed != inode_of(&stat)) {
             return Ok(());
         }
         let is_dir = stat.is_dir();
@@ -196,13 +265,26 @@ impl Ruleset {
     /// Grants `access` to every entry of `dir` but the hidden files, descending into the
     /// directories that lead to one. Landlock's rules hold on to the files they name, so a
     /// file put in a hidden one's place later has no rule and stays unreadable; so does any
-    /// file that appears in those directories while the command runs. A directory that
-    /// cannot be read grants nothing.
-    fn grant_all_but(&self, dir: &mut Path, hidden: &Hidden<'_>, access: u64) -> Result<(), Error> {
-        let flags = sys::O_RDONLY | sys::O_DIRECTORY | sys::O_CLOEXEC;
-        let Ok(listed) = sys::openat(AT_FDCWD, dir.as_cstr(), flags) else {
+    /// file that appears in those directories while the command runs. `dir` is the path of
+    /// `name` (relative to `at`), opened without following a symlink; a directory that cannot
+    /// be read, or is no longer the one listed (`was`), grants nothing.
+    fn grant_all_but(
+        &self,
+        (at, name, was): (i32, &CStr, Option<Inode>),
+        dir: &mut Path,
+        hidden: &Hidden<'_>,
+        access: u64,
+    ) -> Result<(), Error> {
+        let flags = sys::O_RDONLY | sys::O_DIRECTORY | sys::O_NOFOLLOW | sys::O_CLOEXEC;
+        let Ok(listed) = sys::openat(at, name, flags) else {
             return Ok(());
         };
+        if let Some(was) = was {
+            match sys::statx(listed.0, c"", sys::AT_EMPTY_PATH) {
+                Ok(now) if inode_of(&now) == was => {}
+                _ => return Ok(()),
+            }
+        }
         let mut buf = [0u8; 4096];
         while let Ok(n @ 1..) = sys::getdents64(listed.0, &mut buf) {
             let mut at = 0;
@@ -230,10 +312,11 @@ impl Ruleset {
                     .paths()
                     .iter()
                     .any(|h| text::is_within(h, dir.bytes()));
+                let entry = (listed.0, name, Some(inode_of(&stat)));
                 let granted = if leads_to_hidden {
-                    self.grant_all_but(dir, hidden, access)
+                    self.grant_all_but(entry, dir, hidden, access)
                 } else {
-                    self.grant(listed.0, name, access, Grant::Walked)
+                    self.grant(listed.0, name, access, Grant::Walked(inode_of(&stat)))
                         .map_err(|e| with_path(e, dir))
                 };
                 dir.truncate(back);
@@ -266,19 +349,12 @@ pub fn confine<'a>(
         Err(Errno::OPNOTSUPP) => return Err(Error::NotEnabled),
         Err(e) => return Err(Error::Call("landlock_create_ruleset", e)),
     };
-    let attr = sys::RulesetAttr {
-        handled_access_fs: fs::ALL,
-        handled_access_net: NET_ALL,
-        scoped: SCOPE_ALL,
-    };
-    let ruleset = sys::landlock_create_ruleset(&attr)
-        .map(Ruleset)
-        .map_err(|e| Error::Call("landlock_create_ruleset", e))?;
+    let ruleset = Ruleset::new()?;
     if hidden.is_empty() {
         ruleset.grant(AT_FDCWD, c"/", fs::READ, OPTIONAL)?;
     } else {
         let mut root = Path::new(b"/").expect("fits");
-        ruleset.grant_all_but(&mut root, hidden, fs::READ)?;
+        ruleset.grant_all_but((AT_FDCWD, c"/", None), &mut root, hidden, fs::READ)?;
         ruleset.grant(AT_FDCWD, c"/", fs::READ_DIR, OPTIONAL)?;
     }
     for dir in read_write {
@@ -287,14 +363,7 @@ pub fn confine<'a>(
     for file in RW_FILES {
         ruleset.grant(AT_FDCWD, file, fs::READ_FILE | fs::WRITE_FILE, OPTIONAL)?;
     }
-    const PR_SET_NO_NEW_PRIVS: usize = 38;
-    const PR_GET_NO_NEW_PRIVS: usize = 39;
-    sys::prctl(PR_SET_NO_NEW_PRIVS, 1).map_err(|_| Error::NoNewPrivs)?;
-    sys::landlock_restrict_self(&ruleset.0)
-        .map_err(|e| Error::Call("landlock_restrict_self", e))?;
-    if sys::prctl(PR_GET_NO_NEW_PRIVS, 0) != Ok(1) {
-        return Err(Error::NoNewPrivs);
-    }
+    ruleset.enforce()?;
     Ok(abi)
 }
 
@@ -308,11 +377,21 @@ mod tests {
     /// What a child confined with `secret` hidden gets opening `name`: 0 opened, 1 refused
     /// (EACCES), 2 another error, 3 the ruleset was not enforced.
     fn opened_by_confined_child(secret: &CStr, name: &CStr) -> i32 {
+        opened_by_child_confined_by(name, || {
+            let hidden = Hidden::new([secret].into_iter())?;
+            confine(core::iter::empty(), &hidden).map(drop)
+        })
+    }
+
+    /// What a child confined by `confine` gets opening `name`, as above.
+    fn opened_by_child_confined_by(
+        name: &CStr,
+        confine: impl FnOnce() -> Result<(), Error>,
+    ) -> i32 {
         // SAFETY: the child makes system calls only (no allocation, no lock) and exits.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
-            let hidden = Hidden::new([secret].into_iter()).unwrap_or_else(|_| sys::exit(3));
-            if confine(core::iter::empty(), &hidden).is_err() {
+            if confine().is_err() {
                 sys::exit(3);
             }
             sys::exit(
@@ -328,6 +407,41 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "the child was killed: {status}");
         libc::WEXITSTATUS(status)
+    }
+
+    /// The walk's grant lands only on the file it listed: an entry replaced in between (a
+    /// rename over it, a symlink put in its place) grants nothing, and its twin, still the file
+    /// listed, is granted.
+    #[test]
+    fn a_walked_entry_replaced_since_it_was_listed_grants_nothing() {
+        if sys::landlock_abi().map_or(true, |abi| abi < RIGHTS_ABI)
+            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none()
+        {
+            std::eprintln!("skipped: this kernel cannot enforce Landlock ABI {RIGHTS_ABI}");
+            return;
+        }
+        let dir = std::env::temp_dir().join(std::format!("lnk-helper-swap-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in ["kept", "listed", "other"] {
+            std::fs::write(dir.join(f), "x").unwrap();
+        }
+        let path = |name: &str| CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        let inode = |name: &str| inode_of(&sys::statx(AT_FDCWD, &path(name), 0).unwrap());
+        let (kept, listed) = (inode("kept"), inode("listed"));
+        // `other` is renamed over `listed` after it was listed.
+        std::fs::rename(dir.join("other"), dir.join("listed")).unwrap();
+        let grants = || {
+            let ruleset = Ruleset::new()?;
+            ruleset.grant(AT_FDCWD, &path("kept"), fs::READ, Grant::Walked(kept))?;
+            ruleset.grant(AT_FDCWD, &path("listed"), fs::READ, Grant::Walked(listed))?;
+            ruleset.enforce()
+        };
+        let opened: Vec<i32> = ["kept", "listed"]
+            .iter()
+            .map(|n| opened_by_child_confined_by(&path(n), grants))
+            .collect();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(opened, [0, 1]);
     }
 
     #[test]
@@ -350,6 +464,31 @@ mod tests {
             Hidden::new(many).err(),
             Some(Error::TooManyHidden)
         ));
+    }
+
+    /// The walk leaves out only the names it is given, so a hidden file named through a
+    /// symlink would leave its real name readable: refused, as is a hidden symlink, while its
+    /// real name and a name that does not exist are taken.
+    #[test]
+    fn a_hidden_file_named_through_a_symlink_is_refused() {
+        let dir = std::env::temp_dir().join(std::format!("lnk-helper-link-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        std::fs::write(dir.join("real/secret"), "x").unwrap();
+        std::os::unix::fs::symlink("real", dir.join("alias")).unwrap();
+        std::os::unix::fs::symlink("real/secret", dir.join("leaf")).unwrap();
+        let path = |name: &str| CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        let hide = |name: &str| Hidden::new([path(name).as_c_str()].into_iter()).err();
+        for (name, link) in [("alias/secret", "alias"), ("leaf", "leaf")] {
+            match hide(name) {
+                Some(Error::SymlinkHidden(part)) => {
+                    assert_eq!(part.bytes(), dir.join(link).as_os_str().as_bytes())
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        assert!(hide("real/secret").is_none(), "the real name is taken");
+        assert!(hide("none/secret").is_none(), "nothing there to hide");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
