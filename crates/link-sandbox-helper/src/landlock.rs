@@ -374,6 +374,17 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
     use std::vec::Vec;
 
+    /// Whether this kernel cannot enforce the rights of [`RIGHTS_ABI`] and the test may skip
+    /// (said on stderr); under `LNK_REQUIRE_SANDBOX` it may not, and runs to fail.
+    fn skipped_without_landlock() -> bool {
+        let skip = sys::landlock_abi().map_or(true, |abi| abi < RIGHTS_ABI)
+            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none();
+        if skip {
+            std::eprintln!("skipped: this kernel cannot enforce Landlock ABI {RIGHTS_ABI}");
+        }
+        skip
+    }
+
     /// What a child confined with `secret` hidden gets opening `name`: 0 opened, 1 refused
     /// (EACCES), 2 another error, 3 the ruleset was not enforced.
     fn opened_by_confined_child(secret: &CStr, name: &CStr) -> i32 {
@@ -414,10 +425,7 @@ mod tests {
     /// listed, is granted.
     #[test]
     fn a_walked_entry_replaced_since_it_was_listed_grants_nothing() {
-        if sys::landlock_abi().map_or(true, |abi| abi < RIGHTS_ABI)
-            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none()
-        {
-            std::eprintln!("skipped: this kernel cannot enforce Landlock ABI {RIGHTS_ABI}");
+        if skipped_without_landlock() {
             return;
         }
         let dir = std::env::temp_dir().join(std::format!("lnk-helper-swap-{}", std::process::id()));
@@ -493,10 +501,7 @@ mod tests {
 
     #[test]
     fn a_hidden_file_leaves_every_other_entry_on_its_way_granted() {
-        if sys::landlock_abi().map_or(true, |abi| abi < RIGHTS_ABI)
-            && std::env::var_os("LNK_REQUIRE_SANDBOX").is_none()
-        {
-            std::eprintln!("skipped: this kernel cannot enforce Landlock ABI {RIGHTS_ABI}");
+        if skipped_without_landlock() {
             return;
         }
         let dir = std::env::temp_dir().join(std::format!("lnk-helper-walk-{}", std::process::id()));

@@ -134,8 +134,13 @@ impl Host {
     /// everything the host wrote, not what the thread had got to.
     pub(super) fn wait_timeout(&mut self, within: Duration) -> Option<ExitStatus> {
         let status = self.child.wait_timeout(within)?;
-        let _ = lock(&self.stderr_done).recv_timeout(STDERR_DRAIN);
+        self.stderr_read_to_end(STDERR_DRAIN);
         Some(status)
+    }
+
+    /// Waits up to `within` for the thread reading the host's stderr to reach its end.
+    fn stderr_read_to_end(&self, within: Duration) {
+        let _ = lock(&self.stderr_done).recv_timeout(within);
     }
 }
 
@@ -167,7 +172,7 @@ pub(super) fn spawn_ready(spec: &RuntimeSpec, layout: &StateLayout) -> Result<Ho
         return Ok(host);
     }
     stop(&mut host.child, spec.exit_within);
-    let _ = lock(&host.stderr_done).recv_timeout(Duration::from_secs(10));
+    host.stderr_read_to_end(Duration::from_secs(10));
     let stderr = lock(&host.stderr).clone();
     Err(UpFailure {
         line: std::mem::take(&mut host.before_ready),
