@@ -227,9 +227,11 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     };
     let (code, reason) = match outcome {
         Err(e) => {
-            // Its process is killed now, while it is still this host's unreaped child (after
+            // Stopped now, while its process is still this host's unreaped child (after
             // `reap_strays` its pid could name another process).
-            drop(probe);
+            if let Some(probe) = probe.as_mut() {
+                probe.stop().await;
+            }
             link_protocol::errln!("link: {e:#}");
             (1, format!("{e:#}"))
         }
@@ -240,14 +242,18 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
             }
             *shared.phase.lock().expect("lock") = "ready";
             link_protocol::outln!("ready {}", layout.connection_socket().display());
-            supervise(&shared, &mut died, &mut signals, probe).await
+            let reason = supervise(&shared, &mut died, &mut signals, probe.as_mut()).await;
+            if let Some(probe) = probe.as_mut() {
+                probe.stop().await;
+            }
+            reason
         }
     };
     shared.stopping.send_replace(Some(reason));
     *shared.phase.lock().expect("lock") = "stopping";
     stop_all(&shared, &mut started).await;
-    // A probe still running is killed when its future goes with `supervise`; reaped here,
-    // it leaves a scratch directory only the host can now remove.
+    // A probe killed after the grace leaves processes, reaped here, and a scratch directory
+    // only the host can now remove.
     reap_strays();
     if confined_link {
         link_plugin_sandbox::probe::sweep_dead_probe_dirs();
@@ -387,7 +393,7 @@ async fn supervise(
     shared: &Shared,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
     signals: &mut link_protocol::plugin::ShutdownSignals,
-    probe: Option<Probe>,
+    probe: Option<&mut Probe>,
 ) -> (i32, String) {
     let confirmed = async {
         match probe {
@@ -585,7 +591,10 @@ fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
 /// machine as it is now (the probe then still runs, and is awaited after `ready`), else the
 /// probe's own answer, awaited before `ready`.
 struct Probe {
-    run: std::pin::Pin<Box<dyn std::future::Future<Output = Result<SandboxStatus>> + Send>>,
+    /// `None` once it finished: a finished future must not be polled again.
+    run: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<SandboxStatus>> + Send>>>,
+    /// Asks the probe process to stop ([`Probe::stop`]).
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     programs: PathBuf,
     key: Option<crate::probe_cache::Key>,
     cached: Option<SandboxStatus>,
@@ -597,6 +606,7 @@ impl Probe {
         let cached = key
             .as_ref()
             .and_then(|k| crate::probe_cache::lookup(programs, k));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
         // Behind a kept answer the probe starts once the runtime is ready (first poll), so it
         // takes no CPU from the start itself; else it runs while the plugins start.
         // It then also runs at the lowest priority (nice 19, which bwrap and the helper
@@ -605,16 +615,37 @@ impl Probe {
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
             Some(_) => {
                 let programs = programs.to_owned();
-                Box::pin(async move { sandbox_probe(&programs, Priority::Background).await })
+                Box::pin(async move {
+                    let mut stopped = stopped;
+                    if stopped.try_recv().is_ok() {
+                        bail!("stopped before the sandbox probe started");
+                    }
+                    let child = spawn_probe(&programs, Priority::Background);
+                    sandbox_probe(child, stopped).await
+                })
             }
-            None => Box::pin(sandbox_probe(programs, Priority::Normal)),
+            None => Box::pin(sandbox_probe(
+                spawn_probe(programs, Priority::Normal),
+                stopped,
+            )),
         };
         Probe {
-            run,
+            run: Some(run),
+            stop: Some(stop),
             programs: programs.to_owned(),
             key,
             cached,
         }
+    }
+
+    /// The probe's own answer, once; pending forever after that.
+    async fn finish(&mut self) -> Result<SandboxStatus> {
+        let Some(run) = self.run.as_mut() else {
+            return std::future::pending().await;
+        };
+        let found = run.await;
+        self.run = None;
+        found
     }
 
     /// What start-up goes on with: the kept answer, or the probe's (kept for next time).
@@ -625,7 +656,7 @@ impl Probe {
                 ..cached.clone()
             });
         }
-        let found = (&mut self.run).await?;
+        let found = self.finish().await?;
         if let Some(key) = &self.key {
             crate::probe_cache::keep(&self.programs, key, &found);
         }
@@ -634,11 +665,11 @@ impl Probe {
 
     /// Resolves only when the probe that ran behind a kept answer disagrees with it: the
     /// reason to stop. A confirmed answer says so in `link status`.
-    async fn confirm(mut self, shared: &Shared) -> String {
+    async fn confirm(&mut self, shared: &Shared) -> String {
         if self.cached.is_none() {
             return std::future::pending().await;
         }
-        match (&mut self.run).await {
+        match self.finish().await {
             Ok(found) => {
                 *shared.sandbox.lock().expect("lock") = Some(SandboxStatus {
                     probe: "cached, confirmed".into(),
@@ -654,6 +685,19 @@ impl Probe {
             }
         }
     }
+
+    /// Stops a probe still running and waits until its process is gone: it ends and reaps
+    /// its own sandbox on SIGTERM, so nothing of it is left to the host (past
+    /// [`STOP_GRACE`] it is killed, and what it leaves is the host's to reap).
+    async fn stop(&mut self) {
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = run.await;
+    }
 }
 
 /// How the probe competes for the CPU.
@@ -665,15 +709,13 @@ enum Priority {
     Background,
 }
 
-/// Runs `link-plugin-sandbox probe`; an answer other than `enforced` refuses confined mode
-/// with the probe's reason. Returns what `link status` shows of it.
-fn sandbox_probe(
-    programs: &Path,
-    priority: Priority,
-) -> impl std::future::Future<Output = Result<SandboxStatus>> {
+/// Starts `link-plugin-sandbox probe`.
+fn spawn_probe(programs: &Path, priority: Priority) -> Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
     cmd.arg("probe")
         .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true);
     die_with_host(&mut cmd);
     if priority == Priority::Background {
@@ -682,23 +724,72 @@ fn sandbox_probe(
             cmd.pre_exec(|| Ok(rustix::process::setpriority_process(None, 19)?));
         }
     }
-    let run = cmd.output();
-    async move {
-        let out = run.await.context("running link-plugin-sandbox probe")?;
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if out.status.success() {
-            return Ok(SandboxStatus {
-                identity: report["identity"].clone(),
-                seccomp: report["seccomp"].clone(),
-                limits: report["limits"].clone(),
-                probe: "ran".into(),
-            });
+    cmd.spawn().context("running link-plugin-sandbox probe")
+}
+
+/// The answer of the probe `child`; an answer other than `enforced` refuses confined mode
+/// with the probe's reason. Returns what `link status` shows of it. Once `stop` fires, the
+/// probe is stopped instead ([`stop_probe`]).
+async fn sandbox_probe(
+    child: Result<tokio::process::Child>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> Result<SandboxStatus> {
+    let mut child = child?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let finished = {
+        let read = async {
+            let mut out = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out)
+                .await
+                .map(|_| out)
+        };
+        let exited = async { tokio::join!(read, child.wait()) };
+        tokio::select! {
+            done = exited => Some(done),
+            _ = &mut stop => None,
         }
-        bail!(
-            "confined mode is unavailable: the sandbox probe says {} ({}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic",
-            report["status"].as_str().unwrap_or("broken"),
-            report["reason"].as_str().unwrap_or("no reason given")
-        )
+    };
+    let Some((out, status)) = finished else {
+        stop_probe(&mut child).await;
+        bail!("the sandbox probe was stopped");
+    };
+    let (out, status) = (
+        out.context("reading the sandbox probe's answer")?,
+        status.context("waiting for the sandbox probe")?,
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
+    if status.success() {
+        return Ok(SandboxStatus {
+            identity: report["identity"].clone(),
+            seccomp: report["seccomp"].clone(),
+            limits: report["limits"].clone(),
+            probe: "ran".into(),
+        });
+    }
+    bail!(
+        "confined mode is unavailable: the sandbox probe says {} ({}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic",
+        report["status"].as_str().unwrap_or("broken"),
+        report["reason"].as_str().unwrap_or("no reason given")
+    )
+}
+
+/// SIGTERM, then [`STOP_GRACE`] for the probe to end and reap its sandbox, then SIGKILL.
+async fn stop_probe(child: &mut tokio::process::Child) {
+    // Not yet waited for, so the pid is still the probe's.
+    if let Some(pid) = child
+        .id()
+        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
+    {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        link_protocol::errln!(
+            "link: the sandbox probe did not stop within {STOP_GRACE:?}; killing it"
+        );
+        let _ = child.kill().await;
     }
 }
 

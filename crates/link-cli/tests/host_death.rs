@@ -399,6 +399,78 @@ fn down_mid_probe_leaves_no_scratch_directory() {
     panic!("the probe was never held mid-run in 10 starts");
 }
 
+/// `link down` while the sandbox probe runs a command (its bwrap held with SIGSTOP, so the
+/// probe is still in that run when `down` comes): the host asks the probe to stop, the probe
+/// kills and reaps its own sandbox, and nothing of it is left for the host to find: `down`
+/// names no leftover, and neither the probe, nor a process of its run, nor its scratch
+/// directory remains. Before, the probe was killed outright and its sandbox's processes,
+/// adopted by the host, were named as leftovers on every quick `down`. The twin, a process a
+/// plugin really left behind and `down` names, is
+/// `link::down_kills_what_a_plugin_left_running_and_names_it`.
+#[test]
+fn down_mid_probe_stops_the_probe_which_leaves_nothing_behind() {
+    use rustix::process::{kill_process, Pid, Signal};
+    if !support::sandbox_available() {
+        return;
+    }
+    // The probe's bwrap may end between being seen and being held: then a new start.
+    for attempt in 1..=10 {
+        let root = state_root();
+        let mut rt = support::spec("link", "confined")
+            .spawn_in(root.path())
+            .expect("spawn link up");
+        let (bwrap, probe) = probe_on_a_command(&mut rt);
+        let pid = Pid::from_raw(bwrap).expect("a pid");
+        let held = kill_process(pid, Signal::STOP).is_ok() && stopped(bwrap);
+        let down = support::link(&["down", "--state"], root.path())
+            .output()
+            .unwrap();
+        assert!(
+            down.status.success(),
+            "{}",
+            String::from_utf8_lossy(&down.stderr)
+        );
+        rt.wait_exit();
+        if !held {
+            eprintln!("attempt {attempt}: the probe's bwrap ended before it was held");
+            continue;
+        }
+        assert!(
+            !rt.stderr().contains("killing leftover"),
+            "the stopped probe left processes to the host:\n{}",
+            rt.stderr()
+        );
+        assert!(
+            !link_protocol::exit::running(probe),
+            "the probe {probe} outlived the host"
+        );
+        let marker = format!("lnk-probe-{probe}-");
+        let of_the_probe: Vec<String> = procfs::process::all_processes()
+            .unwrap()
+            .flatten()
+            .filter(|p| p.cmdline().is_ok_and(|c| c.join(" ").contains(&marker)))
+            .map(|p| describe(p.pid))
+            .collect();
+        assert!(of_the_probe.is_empty(), "left: {of_the_probe:?}");
+        assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
+        return;
+    }
+    panic!("the probe's bwrap was never held in 10 starts");
+}
+
+/// Whether `pid` is stopped (state `T`), waiting briefly for a SIGSTOP just sent to land.
+fn stopped(pid: i32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        match read_proc(pid) {
+            Some(p) if p.state == 'T' => return true,
+            Some(p) if p.state != 'Z' => std::thread::sleep(Duration::from_micros(100)),
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Until the sandbox probe of `rt`'s host has run (before `ready`, or behind a kept answer
 /// after it), as `host.status` says.
 fn wait_for_the_probe(rt: &mut RuntimeProcess) {

@@ -294,6 +294,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
             cap.is_none(),
         ),
         killed: None,
+        holders_killed: false,
         stopped: false,
         quiet_since: None,
     };
@@ -418,6 +419,8 @@ struct Watch {
     stderr: Reader,
     /// When the tree was last sent SIGKILL (time limit or stop).
     killed: Option<Instant>,
+    /// Whether [`Watch::kill_pipe_holders`] ran.
+    holders_killed: bool,
     stopped: bool,
     /// When both processes were found gone (the pipes get [`GRACE`] from then).
     quiet_since: Option<Instant>,
@@ -432,6 +435,10 @@ impl Watch {
                 let since = *self.quiet_since.get_or_insert_with(Instant::now);
                 if !self.pipes_open() || since.elapsed() >= GRACE {
                     break;
+                }
+                if self.killed.is_some() && self.init.is_none() && !self.holders_killed {
+                    self.holders_killed = true;
+                    self.kill_pipe_holders();
                 }
             }
             let now = Instant::now();
@@ -579,6 +586,37 @@ impl Watch {
 
     /// Reaps the init if it was reparented to us; ECHILD (not ours) is fine. Called once bwrap
     /// is reaped, so whoever the init's parent was going to be, it is now.
+    /// Kills and reaps each child of this process holding one of the run's pipes open.
+    ///
+    /// bwrap killed after creating the init but before writing its pid
+    /// (containers/bubblewrap#633; see [`crate::leftovers`]) leaves that init alive, blocked
+    /// for good, its parent-death signal not yet armed. Reparented to this process, our
+    /// children's subreaper ([`become_subreaper`]), it keeps the output pipes open, and only
+    /// they name it: without this the run would wait [`GRACE`] for them, and leave it.
+    fn kill_pipe_holders(&self) {
+        let pipes: Vec<String> = [&self.status, &self.stdout, &self.stderr]
+            .iter()
+            .filter_map(|r| r.fd.as_ref())
+            .filter_map(|fd| rustix::fs::fstat(fd).ok())
+            .map(|st| format!("pipe:[{}]", st.st_ino))
+            .collect();
+        let holds_one = |pid: u32| {
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .any(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
+        };
+        for pid in children().into_iter().filter(|&pid| holds_one(pid)) {
+            if let Ok(fd) = pidfd_of(pid as i32) {
+                tracing::warn!(pid, "killing a sandbox init its killed bwrap left behind");
+                let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+                let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
+            }
+        }
+    }
+
     fn reap_init(&mut self) {
         if let Some(fd) = &self.init {
             let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
@@ -677,6 +715,19 @@ pub fn stop_all() {
     if let Ok((_, w)) = stop_pipe() {
         let _ = rustix::io::write(w, b"x");
     }
+}
+
+/// Makes SIGTERM call [`stop_all`]: each running [`run_blocking`] kills and reaps its
+/// sandbox and returns, so a process stopped this way leaves nothing for its parent to find.
+/// For a blocking caller (the probe, which the host stops with SIGTERM); the plugin stops
+/// through its runtime instead.
+pub fn stop_all_on_sigterm() -> std::io::Result<()> {
+    // Made now: the handler must not allocate or block, only store and write.
+    stop_pipe()?;
+    // SAFETY: `stop_all` stores an atomic and writes one byte to a pipe that exists, both
+    // async-signal-safe.
+    unsafe { signal_hook_registry::register(libc::SIGTERM, stop_all) }?;
+    Ok(())
 }
 
 /// Makes this process the reaper of orphans below it, so a namespace init orphaned by bwrap
