@@ -227,11 +227,6 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     };
     let (code, reason) = match outcome {
         Err(e) => {
-            // Stopped now, while its process is still this host's unreaped child (after
-            // `reap_strays` its pid could name another process).
-            if let Some(probe) = probe.as_mut() {
-                probe.stop().await;
-            }
             link_protocol::errln!("link: {e:#}");
             (1, format!("{e:#}"))
         }
@@ -242,15 +237,16 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
             }
             *shared.phase.lock().expect("lock") = "ready";
             link_protocol::outln!("ready {}", layout.connection_socket().display());
-            let reason = supervise(&shared, &mut died, &mut signals, probe.as_mut()).await;
-            if let Some(probe) = probe.as_mut() {
-                probe.stop().await;
-            }
-            reason
+            supervise(&shared, &mut died, &mut signals, probe.as_mut()).await
         }
     };
     shared.stopping.send_replace(Some(reason));
     *shared.phase.lock().expect("lock") = "stopping";
+    // Before `reap_strays`, while the probe's process is still this host's unreaped child
+    // (after that its pid could name another process).
+    if let Some(probe) = probe.as_mut() {
+        probe.stop().await;
+    }
     stop_all(&shared, &mut started).await;
     // A probe killed after the grace leaves processes, reaped here, and a scratch directory
     // only the host can now remove.

@@ -127,7 +127,7 @@ fn probe() -> anyhow::Result<()> {
     // The namespace's init outlives bwrap: as a subreaper, the probe reaps it itself.
     run::set_single_threaded();
     let _ = run::become_subreaper();
-    run::stop_all_on_sigterm().context("handling SIGTERM")?;
+    run::stop_all_on_signals().context("handling SIGTERM and SIGINT")?;
     let report = link_plugin_sandbox::probe_blocking(&self_exe()?);
     run::reap_orphans();
     link_protocol::outln!("{}", serde_json::to_string_pretty(&report)?);

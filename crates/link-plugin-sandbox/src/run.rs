@@ -211,8 +211,9 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         fds.helper,
     ];
     inherited.extend(fds.userns);
+    let tag = crate::leftovers::tag(&spec.owner);
     let mut cmd = std::process::Command::new(&spec.bwrap);
-    cmd.arg0(crate::leftovers::tag(&spec.owner))
+    cmd.arg0(&tag)
         .arg("--args")
         .arg(args.as_raw_fd().to_string())
         .args(&command)
@@ -274,6 +275,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         .unwrap_or(started + Duration::from_secs(100 * 365 * 24 * 3600));
     let mut watch = Watch {
         stop,
+        tag,
         deadline,
         stop_seen: false,
         bwrap: Some(pidfd),
@@ -403,6 +405,8 @@ impl Reader {
 /// The state of one run: the processes to see gone and the pipes to see closed.
 struct Watch {
     stop: &'static OwnedFd,
+    /// bwrap's `argv[0]` ([`crate::leftovers::tag`]), which its init inherits.
+    tag: std::ffi::OsString,
     stop_seen: bool,
     deadline: Instant,
     /// bwrap's pidfd until it is reaped, then its status.
@@ -584,15 +588,17 @@ impl Watch {
         self.reap_init();
     }
 
-    /// Reaps the init if it was reparented to us; ECHILD (not ours) is fine. Called once bwrap
-    /// is reaped, so whoever the init's parent was going to be, it is now.
-    /// Kills and reaps each child of this process holding one of the run's pipes open.
+    /// Kills and reaps each child of this process that is a bwrap of this run's tag and holds
+    /// one of the run's pipes.
     ///
     /// bwrap killed after creating the init but before writing its pid
     /// (containers/bubblewrap#633; see [`crate::leftovers`]) leaves that init alive, blocked
     /// for good, its parent-death signal not yet armed. Reparented to this process, our
     /// children's subreaper ([`become_subreaper`]), it keeps the output pipes open, and only
-    /// they name it: without this the run would wait [`GRACE`] for them, and leave it.
+    /// they name it: without this the run would wait [`GRACE`] for them, and leave it. The
+    /// tag leaves out a child another thread forked and has not yet exec'd, which holds
+    /// copies of every descriptor until then; the check is made again on the pidfd, so the
+    /// process signalled is the one checked.
     fn kill_pipe_holders(&self) {
         let pipes: Vec<String> = [&self.status, &self.stdout, &self.stderr]
             .iter()
@@ -600,23 +606,38 @@ impl Watch {
             .filter_map(|fd| rustix::fs::fstat(fd).ok())
             .map(|st| format!("pipe:[{}]", st.st_ino))
             .collect();
-        let holds_one = |pid: u32| {
-            std::fs::read_dir(format!("/proc/{pid}/fd"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-                .any(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
+        let ours = |pid: u32| {
+            let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let tagged = argv0.split(|b| *b == 0).next()
+                == Some(std::os::unix::ffi::OsStrExt::as_bytes(self.tag.as_os_str()));
+            tagged
+                && std::fs::read_dir(format!("/proc/{pid}/fd"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                    .any(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
         };
-        for pid in children().into_iter().filter(|&pid| holds_one(pid)) {
-            if let Ok(fd) = pidfd_of(pid as i32) {
-                tracing::warn!(pid, "killing a sandbox init its killed bwrap left behind");
-                let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-                let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
+        for pid in children().into_iter().filter(|&pid| ours(pid)) {
+            let Ok(fd) = pidfd_of(pid as i32) else {
+                continue;
+            };
+            if !ours(pid) {
+                continue;
+            }
+            tracing::warn!(pid, "killing a sandbox init its killed bwrap left behind");
+            let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
+            if link_protocol::exit::wait(&fd, GRACE) {
+                let _ = rustix::process::waitid(
+                    WaitId::PidFd(fd.as_fd()),
+                    WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+                );
             }
         }
     }
 
+    /// Reaps the init if it was reparented to us; ECHILD (not ours) is fine. Called once bwrap
+    /// is reaped, so whoever the init's parent was going to be, it is now.
     fn reap_init(&mut self) {
         if let Some(fd) = &self.init {
             let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
@@ -711,22 +732,27 @@ fn stop_pipe() -> std::io::Result<&'static (OwnedFd, OwnedFd)> {
 /// Kills every sandbox of this process and makes later runs fail with [`RunError::Stopped`].
 /// Each running [`run_blocking`] still reaps its processes before it returns.
 pub fn stop_all() {
-    STOPPED.store(true, Ordering::SeqCst);
+    // Once: the pipe is never read, and a full one would block a signal handler's write.
+    if STOPPED.swap(true, Ordering::SeqCst) {
+        return;
+    }
     if let Ok((_, w)) = stop_pipe() {
         let _ = rustix::io::write(w, b"x");
     }
 }
 
-/// Makes SIGTERM call [`stop_all`]: each running [`run_blocking`] kills and reaps its
-/// sandbox and returns, so a process stopped this way leaves nothing for its parent to find.
-/// For a blocking caller (the probe, which the host stops with SIGTERM); the plugin stops
-/// through its runtime instead.
-pub fn stop_all_on_sigterm() -> std::io::Result<()> {
-    // Made now: the handler must not allocate or block, only store and write.
+/// Makes SIGTERM and SIGINT call [`stop_all`]: each running [`run_blocking`] kills and reaps
+/// its sandbox and returns, so a process stopped this way leaves nothing for its parent to
+/// find. For a blocking caller (the probe, which the host stops with SIGTERM, and which a
+/// Ctrl-C in the host's terminal reaches too); the plugin stops through its runtime instead.
+pub fn stop_all_on_signals() -> std::io::Result<()> {
+    // Made now: the handler must not allocate or block, only swap and write.
     stop_pipe()?;
-    // SAFETY: `stop_all` stores an atomic and writes one byte to a pipe that exists, both
-    // async-signal-safe.
-    unsafe { signal_hook_registry::register(libc::SIGTERM, stop_all) }?;
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: `stop_all` swaps an atomic and writes one byte, once, to a pipe that
+        // exists: both async-signal-safe.
+        unsafe { signal_hook_registry::register(signal, stop_all) }?;
+    }
     Ok(())
 }
 
