@@ -135,12 +135,26 @@ fn probe() -> anyhow::Result<()> {
 }
 
 /// Runs one command confined and exits with its status (125 when nothing ran, 124 on the
-/// time limit), after every process it started is gone.
+/// time limit, 128 + the signal when SIGTERM or SIGINT stopped it), after every process it
+/// started is gone.
 fn exec(a: ExecArgs) -> ! {
     run::set_single_threaded();
     let _ = run::become_subreaper();
-    let code = exec_status(a);
+    let code = match run::stop_all_on_signals() {
+        Ok(()) => exec_status(a),
+        Err(e) => fail(anyhow::anyhow!("cannot handle SIGTERM and SIGINT: {e}")),
+    };
     run::reap_orphans();
+    if let Some(signal) = run::stopped_by() {
+        let name = match signal {
+            libc::SIGINT => "SIGINT",
+            _ => "SIGTERM",
+        };
+        link_protocol::errln!(
+            "link-plugin-sandbox: stopped by {name}; nothing the command started is left running"
+        );
+        std::process::exit(128 + signal);
+    }
     std::process::exit(code);
 }
 
@@ -197,6 +211,8 @@ fn exec_status(a: ExecArgs) -> i32 {
             let reason = link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1;
             return fail(anyhow::anyhow!("{reason}"));
         }
+        // Said by `exec`, with the signal.
+        Err(run::RunError::Stopped) => return helper::EXIT_SETUP,
         Err(e) => return fail(e.into()),
     };
     if outcome.timed_out {

@@ -29,7 +29,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -717,6 +717,8 @@ pub fn set_single_threaded() {
 }
 
 static STOPPED: AtomicBool = AtomicBool::new(false);
+/// The first signal [`stop_all_on_signals`] handled; 0 for none.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
 static STOP: OnceLock<(OwnedFd, OwnedFd)> = OnceLock::new();
 
 /// The stop pipe: its read end turns readable (and is never read) once [`stop_all`] was
@@ -743,17 +745,31 @@ pub fn stop_all() {
 
 /// Makes SIGTERM and SIGINT call [`stop_all`]: each running [`run_blocking`] kills and reaps
 /// its sandbox and returns, so a process stopped this way leaves nothing for its parent to
-/// find. For a blocking caller (the probe, which the host stops with SIGTERM, and which a
-/// Ctrl-C in the host's terminal reaches too); the plugin stops through its runtime instead.
+/// find; [`stopped_by`] then names the signal. For a blocking caller (the probe, which the
+/// host stops with SIGTERM, and `exec`; a Ctrl-C in their terminal sends SIGINT); the plugin
+/// stops through its runtime instead.
 pub fn stop_all_on_signals() -> std::io::Result<()> {
-    // Made now: the handler must not allocate or block, only swap and write.
+    // Made now: the handler must not allocate or block, only store, swap and write.
     stop_pipe()?;
     for signal in [libc::SIGTERM, libc::SIGINT] {
-        // SAFETY: `stop_all` swaps an atomic and writes one byte, once, to a pipe that
-        // exists: both async-signal-safe.
-        unsafe { signal_hook_registry::register(signal, stop_all) }?;
+        // SAFETY: an atomic store, then `stop_all`, which swaps an atomic and writes one
+        // byte, once, to a pipe that exists: all async-signal-safe.
+        unsafe {
+            signal_hook_registry::register(signal, move || {
+                let _ = STOPPED_BY.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+                stop_all();
+            })
+        }?;
     }
     Ok(())
+}
+
+/// The signal that stopped this process's runs ([`stop_all_on_signals`]), if one did.
+pub fn stopped_by() -> Option<i32> {
+    match STOPPED_BY.load(Ordering::SeqCst) {
+        0 => None,
+        signal => Some(signal),
+    }
 }
 
 /// Makes this process the reaper of orphans below it, so a namespace init orphaned by bwrap

@@ -7,9 +7,10 @@ mod common;
 use common::*;
 use link_harness_conformance::plugin_process::PluginSpec;
 use link_protocol::plugin::Mode;
+use rustix::process::Signal;
 use rustix::process::{WaitId, WaitIdOptions};
 use serde_json::json;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Fails when this process has any child at all: running, or a zombie waiting to be reaped.
@@ -72,6 +73,9 @@ fn no_process_outlives_the_probe_exec_or_the_plugin() {
     );
     assert_nothing_adopted("exec past its time limit");
     assert!(processes_with(&marker).is_empty());
+    for (signal, name) in [(Signal::TERM, "SIGTERM"), (Signal::INT, "SIGINT")] {
+        stop_exec_with(signal, name, &ws, &marker);
+    }
 
     // The plugin: a finished run, then a run still going when the plugin is stopped.
     let mut plugin = PluginSpec::new(BIN, "link-plugin-sandbox")
@@ -112,4 +116,43 @@ fn no_process_outlives_the_probe_exec_or_the_plugin() {
         "the run outlived the plugin"
     );
     assert_nothing_adopted("the plugin, stopped during a run");
+}
+
+/// `exec` stopped by `signal` (SIGTERM, or the SIGINT of a Ctrl-C) during a run: it kills and
+/// reaps everything the command started, says so, and exits 128 + the signal, leaving
+/// nothing for its parent, this subreaper, to adopt. Before, it died of the signal at once and
+/// left its sandbox to die on its own.
+fn stop_exec_with(signal: Signal, name: &str, ws: &std::path::Path, marker: &str) {
+    let both = format!("sleep {marker} & sleep {marker}");
+    let child = Command::new(BIN)
+        .args(["exec", "--workspace"])
+        .arg(ws)
+        .args(["--", "/bin/sh", "-c", &both])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run exec");
+    assert!(
+        wait_for(30, || processes_with(marker).len() >= 2),
+        "the run never started"
+    );
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(128 + signal.as_raw()),
+        "exec stopped by {name}: {:?}, {stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains(&format!("stopped by {name}")),
+        "exec does not say it was stopped: {stderr}"
+    );
+    assert!(
+        processes_with(marker).is_empty(),
+        "the run outlived exec stopped by {name}"
+    );
+    assert_nothing_adopted(&format!("exec stopped by {name}"));
 }
