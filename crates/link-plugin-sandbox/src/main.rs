@@ -135,8 +135,8 @@ fn probe() -> anyhow::Result<()> {
 }
 
 /// Runs one command confined and exits with its status (125 when nothing ran, 124 on the
-/// time limit, 128 + the signal when SIGTERM or SIGINT stopped it), after every process it
-/// started is gone.
+/// time limit), after every process it started is gone. Stopped by SIGTERM or SIGINT, it
+/// ends the command first, then dies of that signal, as a shell running it expects.
 fn exec(a: ExecArgs) -> ! {
     run::set_single_threaded();
     let _ = run::become_subreaper();
@@ -153,7 +153,7 @@ fn exec(a: ExecArgs) -> ! {
         link_protocol::errln!(
             "link-plugin-sandbox: stopped by {name}; nothing the command started is left running"
         );
-        std::process::exit(128 + signal);
+        run::die_of(signal);
     }
     std::process::exit(code);
 }
@@ -207,12 +207,12 @@ fn exec_status(a: ExecArgs) -> i32 {
     };
     let outcome = match run::run_blocking(&spec) {
         Ok(o) => o,
+        // Said by `exec`, with the signal: a bwrap that died of the same Ctrl-C is no fault.
+        Err(_) if run::stopped_by().is_some() => return helper::EXIT_SETUP,
         Err(run::RunError::Bwrap { stderr, code }) => {
             let reason = link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1;
             return fail(anyhow::anyhow!("{reason}"));
         }
-        // Said by `exec`, with the signal.
-        Err(run::RunError::Stopped) => return helper::EXIT_SETUP,
         Err(e) => return fail(e.into()),
     };
     if outcome.timed_out {

@@ -747,11 +747,15 @@ pub fn stop_all() {
 /// its sandbox and returns, so a process stopped this way leaves nothing for its parent to
 /// find; [`stopped_by`] then names the signal. For a blocking caller (the probe, which the
 /// host stops with SIGTERM, and `exec`; a Ctrl-C in their terminal sends SIGINT); the plugin
-/// stops through its runtime instead.
+/// stops through its runtime instead. A signal this process started with ignored (as a
+/// non-interactive shell's background job starts with SIGINT) stays ignored.
 pub fn stop_all_on_signals() -> std::io::Result<()> {
     // Made now: the handler must not allocate or block, only store, swap and write.
     stop_pipe()?;
     for signal in [libc::SIGTERM, libc::SIGINT] {
+        if ignored(signal)? {
+            continue;
+        }
         // SAFETY: an atomic store, then `stop_all`, which swaps an atomic and writes one
         // byte, once, to a pipe that exists: all async-signal-safe.
         unsafe {
@@ -762,6 +766,28 @@ pub fn stop_all_on_signals() -> std::io::Result<()> {
         }?;
     }
     Ok(())
+}
+
+/// Whether `signal`'s disposition is SIG_IGN.
+fn ignored(signal: i32) -> std::io::Result<bool> {
+    // SAFETY: reads the disposition into a zeroed struct; changes nothing.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    if unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(old.sa_sigaction == libc::SIG_IGN)
+}
+
+/// Ends this process by `signal` at its default action, once its runs are over, so that its
+/// parent sees what stopped it (a shell stops a script whose command died of SIGINT, and goes
+/// on after one that exited 130); 128 + `signal` should the signal not end it.
+pub fn die_of(signal: i32) -> ! {
+    // SAFETY: resets one disposition and raises the signal at this process.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
 }
 
 /// The signal that stopped this process's runs ([`stop_all_on_signals`]), if one did.

@@ -118,10 +118,10 @@ fn no_process_outlives_the_probe_exec_or_the_plugin() {
     assert_nothing_adopted("the plugin, stopped during a run");
 }
 
-/// `exec` stopped by `signal` (SIGTERM, or the SIGINT of a Ctrl-C) during a run: it kills and
-/// reaps everything the command started, says so, and exits 128 + the signal, leaving
-/// nothing for its parent, this subreaper, to adopt. Before, it died of the signal at once and
-/// left its sandbox to die on its own.
+/// `exec` stopped by `signal` (SIGTERM, or the SIGINT of a Ctrl-C) while its command runs: it
+/// kills and reaps everything the command started, says so, and only then dies of the signal,
+/// leaving nothing for its parent, this subreaper, to adopt. Before, it died of the signal at
+/// once and left its sandbox to die on its own.
 fn stop_exec_with(signal: Signal, name: &str, ws: &std::path::Path, marker: &str) {
     let both = format!("sleep {marker} & sleep {marker}");
     let child = Command::new(BIN)
@@ -132,17 +132,26 @@ fn stop_exec_with(signal: Signal, name: &str, ws: &std::path::Path, marker: &str
         .stderr(Stdio::piped())
         .spawn()
         .expect("run exec");
+    // The sleeps themselves (bwrap's command line names the marker too).
+    let sleeping = || {
+        processes_with(marker)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n")
+            })
+            .count()
+    };
     assert!(
-        wait_for(30, || processes_with(marker).len() >= 2),
-        "the run never started"
+        wait_for(30, || sleeping() == 2),
+        "the command never started"
     );
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, signal).unwrap();
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
-        out.status.code(),
-        Some(128 + signal.as_raw()),
+        std::os::unix::process::ExitStatusExt::signal(&out.status),
+        Some(signal.as_raw()),
         "exec stopped by {name}: {:?}, {stderr}",
         out.status
     );
