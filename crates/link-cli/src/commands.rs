@@ -30,26 +30,63 @@ pub fn absolute(p: &Path) -> Result<std::path::PathBuf> {
     })
 }
 
+/// How long the host may take over a call it answers itself (`status`, `down`): at once,
+/// unless it is stopped or starved of CPU.
+const HOST_ANSWERS_WITHIN: Duration = Duration::from_secs(10);
+/// A call the host routes to a plugin (the model key, to the secret plugin): the router's
+/// own deadline and its margin.
+const ROUTED_ANSWERS_WITHIN: Duration =
+    crate::router::DEFAULT_DEADLINE.saturating_add(crate::router::MARGIN);
+
 async fn host_call<R: Route<Body = Empty>>(layout: &StateLayout) -> Result<R::Reply> {
     let peer = client::host_peer(layout).unwrap_or(client::Peer::Any);
-    host_request::<R>(layout, peer, &Empty {}).await
+    host_request::<R>(layout, peer, &Empty {}, HOST_ANSWERS_WITHIN).await
 }
 
 async fn host_request<R: Route>(
     layout: &StateLayout,
     peer: client::Peer,
     body: &R::Body,
+    within: Duration,
 ) -> Result<R::Reply> {
     let socket = layout.host_socket();
-    client::request_once_to::<R>(&socket, peer, None, body)
-        .await
-        .with_context(|| {
+    let request = client::request_once_to::<R>(&socket, peer, None, body);
+    match tokio::time::timeout(within, request).await {
+        Ok(answer) => answer.with_context(|| {
             format!(
                 "no runtime answers on {} (start one with `link up --state {}`)",
                 socket.display(),
                 layout.root().display()
             )
-        })
+        }),
+        Err(_) => Err(silent_host(layout, peer, within)),
+    }
+}
+
+/// Why the host took longer than `within` to answer, and what to do.
+fn silent_host(layout: &StateLayout, peer: client::Peer, within: Duration) -> anyhow::Error {
+    let socket = layout.host_socket();
+    let client::Peer::Pid(pid) = peer else {
+        return anyhow::anyhow!(
+            "the runtime on {} did not answer within {within:?}; see {}",
+            socket.display(),
+            layout.log_dir().display()
+        );
+    };
+    let state = link_plugin_measure::sample::sample_process(pid).map(|p| p.state);
+    if state.as_deref() == Some("T") {
+        return anyhow::anyhow!(
+            "the runtime's host (pid {pid}) did not answer on {} within {within:?}: it is \
+             stopped (SIGSTOP, or a debugger holds it); `kill -CONT {pid}` lets it go on, then \
+             run this again",
+            socket.display()
+        );
+    }
+    anyhow::anyhow!(
+        "the runtime's host (pid {pid}) did not answer on {} within {within:?}; it may be \
+         starved of CPU: run this again, or end it with `kill {pid}`",
+        socket.display()
+    )
 }
 
 pub fn status(state: &Path) -> Result<i32> {
@@ -95,6 +132,7 @@ pub fn model_key_set(state: &Path) -> Result<i32> {
         &layout,
         peer,
         &host::ModelKey { value },
+        ROUTED_ANSWERS_WITHIN,
     ))?;
     link_protocol::errln!(
         "link: stored the remote model key; the model uses it from its next forwarded request"
@@ -110,6 +148,7 @@ pub fn model_key_delete(state: &Path) -> Result<i32> {
         &layout,
         peer,
         &Empty {},
+        ROUTED_ANSWERS_WITHIN,
     ))?;
     link_protocol::outln!("{}", serde_json::to_string(&reply)?);
     Ok(0)

@@ -269,6 +269,38 @@ fn down_leaves_no_process_and_a_second_up_is_refused() {
     support::assert_gone(&started);
 }
 
+/// `link status` and `link down` on a host held with SIGSTOP: each gives up after its limit
+/// (10 s) and says the host is stopped and how to let it go on, instead of waiting for good;
+/// the runtime is untouched. The twin: once let go, the same `link down` stops it.
+#[test]
+fn down_on_a_stopped_host_says_so_instead_of_waiting() {
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let host = rt.host_pid();
+    support::kill(host, rustix::process::Signal::STOP.as_raw());
+    for verb in ["status", "down"] {
+        let out = support::link(&[verb, "--state"], root.path())
+            .output()
+            .unwrap();
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{verb}: {msg}");
+        assert!(
+            msg.contains(&format!("host (pid {host}) did not answer"))
+                && msg.contains("it is stopped")
+                && msg.contains(&format!("kill -CONT {host}")),
+            "{verb}: {msg}"
+        );
+    }
+    support::kill(host, rustix::process::Signal::CONT.as_raw());
+    assert!(
+        matches!(rt.try_wait(), Ok(None)),
+        "the runtime stopped while held"
+    );
+    let started = rt.started_processes();
+    rt.down();
+    support::assert_gone(&started);
+}
+
 #[test]
 fn stale_sockets_from_a_crash_are_cleaned() {
     let root = state_root();
