@@ -8,6 +8,9 @@
 //! the [`tag`] of their owner and kills them: killing a pid namespace's init ends every
 //! process in it.
 //!
+//! (`exec` and the probe, as root, close the window instead: bwrap leads a pid namespace of its
+//! own there, `crate::run`.)
+//!
 //! The tag is bwrap's `argv[0]`, which the init inherits: bwrap reads its options from a
 //! descriptor (see [`crate::run`]), so nothing else on its command line names a host path,
 //! and the tag names none either (it is a digest of the owner's path).

@@ -235,6 +235,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         // bwrap's setsid makes one, and would fail in a group leader.)
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     }
+    let mut bwrap_leads = false;
     if SINGLE_THREADED.load(Ordering::Relaxed) {
         // No other thread can spawn meanwhile: the descriptors may be inheritable for the
         // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.
@@ -242,6 +243,7 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         for fd in &inherited {
             inherit(*fd)?;
         }
+        bwrap_leads = bwrap_leads_a_pid_namespace();
     } else {
         // The plugin: bwrap dies with it from the fork on, not only once bwrap has run its
         // own `--die-with-parent` (this thread outlives bwrap: it waits for it below).
@@ -282,8 +284,9 @@ fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         exit: None,
         info: Reader::new(Some(info_r), 64 * 1024, false),
         init: None,
-        init_known: false,
-        init_gone: false,
+        // bwrap's end is the end of everything below it: no init to learn or wait for.
+        init_known: bwrap_leads,
+        init_gone: bwrap_leads,
         status: Reader::new(Some(status_r), 64 * 1024, false),
         stdout: Reader::new(
             child.stdout.take().map(OwnedFd::from),
@@ -643,6 +646,17 @@ impl Watch {
             let _ = rustix::process::waitid(WaitId::PidFd(fd.as_fd()), WaitIdOptions::EXITED);
         }
     }
+}
+
+/// Makes the next child of this process, bwrap, the init of a pid namespace of its own, for
+/// a caller that runs one sandbox and spawns nothing after it (`exec`, the probe). However
+/// bwrap then dies (the caller killed, and bwrap with it by `--die-with-parent`), the kernel
+/// kills every process below it, the sandbox's own init among them: the init bubblewrap's
+/// #633 window leaves alive otherwise ([`crate::leftovers`]), blocked for good under pid 1,
+/// holding the caller's pipes. Needs CAP_SYS_ADMIN: an ordinary user's `exec` goes without.
+fn bwrap_leads_a_pid_namespace() -> bool {
+    // SAFETY: a new pid namespace for the children to come; no descriptor table changes.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWPID) }.is_ok()
 }
 
 /// The `child-pid` of bwrap's info JSON.
