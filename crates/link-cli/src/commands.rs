@@ -59,32 +59,46 @@ async fn host_request<R: Route>(
                 layout.root().display()
             )
         }),
-        Err(_) => Err(silent_host(layout, peer, within)),
+        Err(_) => Err(HostSilent(silent_host(layout, peer, within)).into()),
     }
 }
 
+/// A host that took longer than its limit to answer: the request was sent, and may still be
+/// acted on.
+#[derive(Debug)]
+struct HostSilent(String);
+
+impl std::fmt::Display for HostSilent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HostSilent {}
+
 /// Why the host took longer than `within` to answer, and what to do.
-fn silent_host(layout: &StateLayout, peer: client::Peer, within: Duration) -> anyhow::Error {
+fn silent_host(layout: &StateLayout, peer: client::Peer, within: Duration) -> String {
     let socket = layout.host_socket();
     let client::Peer::Pid(pid) = peer else {
-        return anyhow::anyhow!(
+        return format!(
             "the runtime on {} did not answer within {within:?}; see {}",
             socket.display(),
             layout.log_dir().display()
         );
     };
     let state = link_plugin_measure::sample::sample_process(pid).map(|p| p.state);
-    if state.as_deref() == Some("T") {
-        return anyhow::anyhow!(
+    // `T`: stopped by a signal; `t`: held by a debugger.
+    if matches!(state.as_deref(), Some("T" | "t")) {
+        return format!(
             "the runtime's host (pid {pid}) did not answer on {} within {within:?}: it is \
              stopped (SIGSTOP, or a debugger holds it); `kill -CONT {pid}` lets it go on, then \
              run this again",
             socket.display()
         );
     }
-    anyhow::anyhow!(
-        "the runtime's host (pid {pid}) did not answer on {} within {within:?}; it may be \
-         starved of CPU: run this again, or end it with `kill {pid}`",
+    format!(
+        "the runtime's host (pid {pid}) did not answer on {} within {within:?}; it is busy \
+         or blocked: run this again, or end it with `kill {pid}`",
         socket.display()
     )
 }
@@ -99,7 +113,13 @@ pub fn status(state: &Path) -> Result<i32> {
 pub fn down(state: &Path) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
     let host_pid = rt.block_on(host_call::<host::Status>(&layout))?.pid as i32;
-    rt.block_on(host_call::<host::Down>(&layout))?;
+    rt.block_on(host_call::<host::Down>(&layout)).map_err(|e| {
+        if e.is::<HostSilent>() {
+            e.context("the stop request was sent, and a host that goes on later still stops on it")
+        } else {
+            e
+        }
+    })?;
     // The host answers before it stops; wait for the process itself, not its word (on its
     // pidfd: `down` returns the moment it exits).
     if !link_protocol::exit::wait_pid(host_pid, Duration::from_secs(30)) {

@@ -649,12 +649,24 @@ impl Watch {
 }
 
 /// Makes the next child of this process, bwrap, the init of a pid namespace of its own, for
-/// a caller that runs one sandbox and spawns nothing after it (`exec`, the probe). However
-/// bwrap then dies (the caller killed, and bwrap with it by `--die-with-parent`), the kernel
-/// kills every process below it, the sandbox's own init among them: the init bubblewrap's
-/// #633 window leaves alive otherwise ([`crate::leftovers`]), blocked for good under pid 1,
-/// holding the caller's pipes. Needs CAP_SYS_ADMIN: an ordinary user's `exec` goes without.
+/// a caller that runs one sandbox and then starts no process or thread (`exec`, the probe):
+/// after this, a second child fails once bwrap is gone, and a thread cannot be made at all.
+///
+/// However bwrap then dies (the caller killed, and bwrap with it), the kernel kills every
+/// process below it, the sandbox's own init among them: the init bubblewrap's #633 window
+/// leaves alive otherwise ([`crate::leftovers`]), blocked for good under pid 1, holding the
+/// caller's pipes. A caller killed before bwrap arms `--die-with-parent` is outlived by bwrap
+/// only until bwrap writes `--info-fd`, which then fails with SIGPIPE and ends it (and
+/// everything below it): keep that descriptor even though its `child-pid` goes unused here.
+///
+/// Where it cannot be done, the race stays: an ordinary user's `exec` (no CAP_SYS_ADMIN), and
+/// a /proc without a process 2 (a container's own pid namespace): bwrap reads the
+/// namespaces of its child by the pid it has there, 2, through the caller's /proc, and
+/// refuses to run when that is missing.
 fn bwrap_leads_a_pid_namespace() -> bool {
+    if !std::path::Path::new("/proc/2/ns").exists() {
+        return false;
+    }
     // SAFETY: a new pid namespace for the children to come; no descriptor table changes.
     unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWPID) }.is_ok()
 }
