@@ -227,7 +227,7 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
     };
     let (code, reason) = match outcome {
         Err(e) => {
-            link_protocol::errln!("link: {e:#}");
+            link_protocol::errln!("link: {}", crate::error_text(&e));
             (1, format!("{e:#}"))
         }
         Ok(()) => {
@@ -486,8 +486,11 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
             layout.root().display()
         );
     }
-    file.set_len(0)?;
-    std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())?;
+    file.set_len(0)
+        .and_then(|()| {
+            std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())
+        })
+        .with_context(|| format!("writing this host's pid to {}", path.display()))?;
     Ok(file)
 }
 

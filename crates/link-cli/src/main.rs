@@ -210,9 +210,24 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            link_protocol::errln!("link: {e:#}");
+            link_protocol::errln!("link: {}", error_text(&e));
             std::process::exit(1);
         }
+    }
+}
+
+/// An error as `link` says it: its causes, then what to do where one is a full disk (which
+/// the causes name only as "No space left on device").
+fn error_text(e: &anyhow::Error) -> String {
+    let full = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    });
+    if full {
+        format!("{e:#}; the file system is full: free space on it and run this again")
+    } else {
+        format!("{e:#}")
     }
 }
 

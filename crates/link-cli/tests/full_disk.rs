@@ -289,6 +289,44 @@ fn full_disk(profile: &str, mode: &str) {
     drop(root);
 }
 
+/// `link up` on a state root whose disk is full refuses, naming the file it could not write
+/// and saying to free space (before, `link: No space left on device (os error 28)` alone),
+/// and leaves no process. The twin: the same `up` once space is freed starts, and stops.
+#[test]
+fn up_on_a_full_disk_names_what_it_could_not_write_and_what_to_do() {
+    let Some((root, mount)) = mounted_root() else {
+        return;
+    };
+    let filler = fill(root.path());
+    let out = support::link(
+        &[
+            "up",
+            "--profile",
+            "mini",
+            "--mode",
+            support::MODE,
+            "--state",
+        ],
+        root.path(),
+    )
+    .output()
+    .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    assert!(
+        msg.contains("No space left on device")
+            && msg.contains(&root.path().display().to_string())
+            && msg.contains("the file system is full: free space on it and run this again"),
+        "{msg}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let mut rt = support::up(&root, "mini");
+    let started = rt.started_processes();
+    rt.down();
+    support::assert_gone(&started);
+    drop(mount);
+}
+
 #[test]
 fn mini_answers_507_on_a_full_disk_and_recovers() {
     let mode = if support::sandbox_available() {
