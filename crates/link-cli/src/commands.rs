@@ -112,7 +112,16 @@ pub fn status(state: &Path) -> Result<i32> {
 
 pub fn down(state: &Path) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
-    let host_pid = rt.block_on(host_call::<host::Status>(&layout))?.pid as i32;
+    let host_pid = match rt.block_on(host_call::<host::Status>(&layout)) {
+        Ok(status) => status.pid as i32,
+        Err(e) if e.is::<HostSilent>() => return Err(e),
+        Err(e) => {
+            return match clean_after_dead_host(&layout)? {
+                true => Ok(0),
+                false => Err(e),
+            }
+        }
+    };
     rt.block_on(host_call::<host::Down>(&layout)).map_err(|e| {
         if e.is::<HostSilent>() {
             e.context("the stop request was sent, and a host that goes on later still stops on it")
@@ -129,6 +138,32 @@ pub fn down(state: &Path) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// `down` where no host answers: when no host holds the lock and a dead one left its pids
+/// file or sockets, clears them as the next `up` would, says so, and returns true.
+fn clean_after_dead_host(layout: &StateLayout) -> Result<bool> {
+    if !layout.run_dir().is_dir() {
+        return Ok(false);
+    }
+    let Some(_lock) = crate::host::lock_if_free(layout)? else {
+        return Ok(false);
+    };
+    let host = link_protocol::pids::PidsFile::read(layout)
+        .ok()
+        .flatten()
+        .map(|f| f.host);
+    if host.is_none() && !layout.all_sockets().iter().any(|s| s.exists()) {
+        return Ok(false);
+    }
+    crate::host::clean_after_dead_host(layout)?;
+    let host = host.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
+    link_protocol::errln!(
+        "link: no runtime was running on {}: its host{host} died without stopping; what it left \
+         is removed",
+        layout.root().display()
+    );
+    Ok(true)
 }
 
 /// `link model-key set`: stores the remote model's key, read from standard input (a command

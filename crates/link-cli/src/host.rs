@@ -155,9 +155,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     }
     make_private_dirs(&layout)?;
     let _lock = take_lock(&layout)?;
-    // A host that was killed may have left plugins serving these sockets: end them first.
-    kill_survivors(&layout)?;
-    remove_stale_sockets(&layout)?;
+    clean_after_dead_host(&layout)?;
     if args.mode == Mode::Confined {
         check_confinement()?;
     }
@@ -466,8 +464,16 @@ fn has_children() -> bool {
     !matches!(waitid(WaitId::All, any), Err(rustix::io::Errno::CHILD))
 }
 
-/// Holds the state root's lock for the host's lifetime; a second `up` is refused.
-fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
+/// What a host that died left on `layout`: its plugins still running (ended first, as they
+/// may serve the sockets), its sandboxes, its pids file and sockets. `up` clears them before
+/// it starts, `down` when no host answers; the caller holds the lock ([`lock_if_free`]).
+pub(crate) fn clean_after_dead_host(layout: &StateLayout) -> Result<()> {
+    kill_survivors(layout)?;
+    remove_stale_sockets(layout)
+}
+
+/// The state root's lock, held until the file is dropped; `None` while a host holds it.
+pub(crate) fn lock_if_free(layout: &StateLayout) -> Result<Option<std::fs::File>> {
     use rustix::fs::{flock, FlockOperation};
     let path = layout.lock_file();
     let file = std::fs::OpenOptions::new()
@@ -477,7 +483,15 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    if flock(&file, FlockOperation::NonBlockingLockExclusive).is_err() {
+    Ok(flock(&file, FlockOperation::NonBlockingLockExclusive)
+        .is_ok()
+        .then_some(file))
+}
+
+/// Holds the state root's lock for the host's lifetime; a second `up` is refused.
+fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
+    let path = layout.lock_file();
+    let Some(file) = lock_if_free(layout)? else {
         let holder = std::fs::read_to_string(&path).unwrap_or_default();
         bail!(
             "state root {} is in use by a running `link up` (pid {}); stop it with `link down --state {}` or choose another --state",
@@ -485,7 +499,7 @@ fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
             holder.trim(),
             layout.root().display()
         );
-    }
+    };
     file.set_len(0)
         .and_then(|()| {
             std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())

@@ -301,6 +301,68 @@ fn down_on_a_stopped_host_says_so_instead_of_waiting() {
     support::assert_gone(&started);
 }
 
+/// `link down` on a state whose host was killed (kill -9): nothing answers, but the host's
+/// lock is free, so `down` does what the next `up` would have done first: it removes the dead
+/// run's sockets and pids file, says the host died without stopping, and succeeds. Before,
+/// it said to start a runtime and left every socket. The twin: a state root no runtime ever
+/// ran on still gets the plain "no runtime answers" refusal, and the state cleaned up
+/// starts again.
+#[test]
+fn down_after_the_host_died_cleans_what_it_left() {
+    let root = state_root();
+    let mut rt = support::up(&root, "mini");
+    let started = rt.started_processes();
+    let host = rt.host_pid();
+    support::kill(host, rustix::process::Signal::KILL.as_raw());
+    rt.wait_exit();
+    support::assert_gone(&started);
+    let sockets =
+        |root: &std::path::Path| -> Vec<std::path::PathBuf> { walk_sockets(&root.join("run")) };
+    assert!(
+        !sockets(root.path()).is_empty(),
+        "the killed host left no socket"
+    );
+    let out = support::link(&["down", "--state"], root.path())
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{msg}");
+    assert!(
+        msg.contains(&format!("its host (pid {host}) died without stopping"))
+            && msg.contains("removing stale socket"),
+        "{msg}"
+    );
+    assert_eq!(sockets(root.path()), Vec::<std::path::PathBuf>::new());
+    assert!(!root.path().join("run/pids.json").exists());
+
+    let never = state_root();
+    let out = support::link(&["down", "--state"], never.path())
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    assert!(msg.contains("no runtime answers"), "{msg}");
+
+    let mut rt = support::up(&root, "mini");
+    assert!(!rt.stderr().contains("stale"), "{}", rt.stderr());
+    rt.down();
+}
+
+/// Every socket file under `dir`.
+fn walk_sockets(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_socket() {
+            found.push(entry.path());
+        } else if kind.is_dir() {
+            found.extend(walk_sockets(&entry.path()));
+        }
+    }
+    found
+}
+
 #[test]
 fn stale_sockets_from_a_crash_are_cleaned() {
     let root = state_root();
