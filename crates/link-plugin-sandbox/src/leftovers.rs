@@ -32,10 +32,16 @@ pub fn tag(owner: &Path) -> OsString {
     format!("bwrap@lnk-{hex}").into()
 }
 
+/// Whether the `argv[0]` of `pid` is `tag`.
+pub(crate) fn is_tagged(pid: i32, tag: &std::ffi::OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    cmdline.split(|b| *b == 0).next() == Some(tag.as_bytes())
+}
+
 /// SIGKILLs every live `bwrap` process started for `owner` (its `argv[0]` is [`tag`]`(owner)`);
 /// → the pids it could signal, with their start times, to wait for.
 pub fn kill_bwraps_of(owner: &Path) -> Vec<(i32, u64)> {
-    use std::os::unix::ffi::OsStrExt;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -52,9 +58,7 @@ pub fn kill_bwraps_of(owner: &Path) -> Vec<(i32, u64)> {
         let Some(start) = live_bwrap(pid) else {
             continue;
         };
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-        if argv0 != tag.as_bytes() || pid == std::process::id() as i32 {
+        if !is_tagged(pid, &tag) || pid == std::process::id() as i32 {
             continue;
         }
         let signalled = rustix::process::Pid::from_raw(pid).is_some_and(|p| {

@@ -610,10 +610,7 @@ impl Watch {
             .map(|st| format!("pipe:[{}]", st.st_ino))
             .collect();
         let ours = |pid: u32| {
-            let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let tagged = argv0.split(|b| *b == 0).next()
-                == Some(std::os::unix::ffi::OsStrExt::as_bytes(self.tag.as_os_str()));
-            tagged
+            crate::leftovers::is_tagged(pid as i32, &self.tag)
                 && std::fs::read_dir(format!("/proc/{pid}/fd"))
                     .into_iter()
                     .flatten()
