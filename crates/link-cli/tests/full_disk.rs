@@ -298,19 +298,7 @@ fn up_on_a_full_disk_names_what_it_could_not_write_and_what_to_do() {
         return;
     };
     let filler = fill(root.path());
-    let out = support::link(
-        &[
-            "up",
-            "--profile",
-            "mini",
-            "--mode",
-            support::MODE,
-            "--state",
-        ],
-        root.path(),
-    )
-    .output()
-    .unwrap();
+    let out = support::up_refused(root.path(), "mini");
     let msg = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{msg}");
     assert!(

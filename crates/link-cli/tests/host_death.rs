@@ -2,6 +2,7 @@
 //! a host that died ends whatever it left running (and only that) before starting again.
 
 use crate::support::{self, state_root};
+use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::reaper::{is_alive, read_proc};
 use link_harness_conformance::runtime_process::RuntimeProcess;
 use serde_json::json;
@@ -328,15 +329,12 @@ fn host_death_mid_probe_leaves_nothing() {
     let scratch = probe_dirs_of(sandbox);
     rt.start_again();
     wait_for_the_probe(&mut rt);
-    let marker = format!("lnk-probe-{sandbox}-");
     let of_the_probe = || -> Vec<String> {
-        procfs::process::all_processes()
-            .unwrap()
-            .flatten()
-            .filter(|p| p.cmdline().is_ok_and(|c| c.join(" ").contains(&marker)))
-            .filter_map(|p| p.stat().ok())
-            .filter(|s| s.state != 'Z')
-            .map(|s| format!("{} {} (parent {})", s.pid, s.comm, s.ppid))
+        naming_the_scratch_dir_of(sandbox)
+            .into_iter()
+            .filter_map(read_proc)
+            .filter(|p| p.state != 'Z')
+            .map(|p| format!("{} {} (parent {})", p.pid, p.comm, p.ppid))
             .collect()
     };
     let deadline = Instant::now() + GONE_WITHIN;
@@ -364,39 +362,20 @@ fn down_mid_probe_leaves_no_scratch_directory() {
     if !support::sandbox_available() {
         return;
     }
-    // The probe may finish between being seen and being stopped: then try with a new start.
-    for attempt in 1..=10 {
-        let root = state_root();
-        let mut rt = support::spec("link", "confined")
-            .spawn_in(root.path())
-            .expect("spawn link up");
-        let (_, probe) = probe_on_a_command(&mut rt);
+    // The probe may finish between being seen and being stopped.
+    let (_root, _rt, probe) = down_while_held("the probe", |_, probe| {
         support::kill(probe, rustix::process::Signal::STOP.as_raw());
         let held = !probe_dirs_of(probe).is_empty();
         if !held {
             support::kill(probe, rustix::process::Signal::CONT.as_raw());
         }
-        let down = support::link(&["down", "--state"], root.path())
-            .output()
-            .unwrap();
-        assert!(
-            down.status.success(),
-            "{}",
-            String::from_utf8_lossy(&down.stderr)
-        );
-        rt.wait_exit();
-        if !held {
-            eprintln!("attempt {attempt}: the probe finished before it was held");
-            continue;
-        }
-        assert!(
-            !link_protocol::exit::running(probe),
-            "the probe {probe} outlived the host"
-        );
-        assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
-        return;
-    }
-    panic!("the probe was never held mid-run in 10 starts");
+        held
+    });
+    assert!(
+        !link_protocol::exit::running(probe),
+        "the probe {probe} outlived the host"
+    );
+    assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
 }
 
 /// `link down` while the sandbox probe runs a command (its bwrap held with SIGSTOP, so the
@@ -413,49 +392,50 @@ fn down_mid_probe_stops_the_probe_which_leaves_nothing_behind() {
     if !support::sandbox_available() {
         return;
     }
-    // The probe's bwrap may end between being seen and being held: then a new start.
+    // The probe's bwrap may end between being seen and being held.
+    let (_root, rt, probe) = down_while_held("the probe's bwrap", |bwrap, _| {
+        let pid = Pid::from_raw(bwrap).expect("a pid");
+        kill_process(pid, Signal::STOP).is_ok() && stopped(bwrap)
+    });
+    assert!(
+        !rt.stderr().contains("killing leftover"),
+        "the stopped probe left processes to the host:\n{}",
+        rt.stderr()
+    );
+    assert!(
+        !link_protocol::exit::running(probe),
+        "the probe {probe} outlived the host"
+    );
+    let left: Vec<String> = naming_the_scratch_dir_of(probe)
+        .into_iter()
+        .map(describe)
+        .collect();
+    assert!(left.is_empty(), "left: {left:?}");
+    assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
+}
+
+/// A confined full Link whose sandbox probe is caught running a command, held there by
+/// `hold(bwrap, probe)` (false: it ended first, and a new start is tried, up to 10), then
+/// `link down`, which must succeed: (its state root, the exited runtime, the probe's pid).
+fn down_while_held(
+    what: &str,
+    hold: impl Fn(i32, i32) -> bool,
+) -> (StateRoot, RuntimeProcess, i32) {
     for attempt in 1..=10 {
         let root = state_root();
         let mut rt = support::spec("link", "confined")
             .spawn_in(root.path())
             .expect("spawn link up");
         let (bwrap, probe) = probe_on_a_command(&mut rt);
-        let pid = Pid::from_raw(bwrap).expect("a pid");
-        let held = kill_process(pid, Signal::STOP).is_ok() && stopped(bwrap);
-        let down = support::link(&["down", "--state"], root.path())
-            .output()
-            .unwrap();
-        assert!(
-            down.status.success(),
-            "{}",
-            String::from_utf8_lossy(&down.stderr)
-        );
+        let held = hold(bwrap, probe);
+        support::link_ok(&["down", "--state"], root.path());
         rt.wait_exit();
-        if !held {
-            eprintln!("attempt {attempt}: the probe's bwrap ended before it was held");
-            continue;
+        if held {
+            return (root, rt, probe);
         }
-        assert!(
-            !rt.stderr().contains("killing leftover"),
-            "the stopped probe left processes to the host:\n{}",
-            rt.stderr()
-        );
-        assert!(
-            !link_protocol::exit::running(probe),
-            "the probe {probe} outlived the host"
-        );
-        let marker = format!("lnk-probe-{probe}-");
-        let of_the_probe: Vec<String> = procfs::process::all_processes()
-            .unwrap()
-            .flatten()
-            .filter(|p| p.cmdline().is_ok_and(|c| c.join(" ").contains(&marker)))
-            .map(|p| describe(p.pid))
-            .collect();
-        assert!(of_the_probe.is_empty(), "left: {of_the_probe:?}");
-        assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
-        return;
+        eprintln!("attempt {attempt}: {what} ended before it was held");
     }
-    panic!("the probe's bwrap was never held in 10 starts");
+    panic!("{what} was never held in 10 starts");
 }
 
 /// Whether `pid` is stopped (state `T`), waiting briefly for a SIGSTOP just sent to land.
@@ -538,6 +518,16 @@ fn comm(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|c| c.trim_end().to_owned())
         .unwrap_or_default()
+}
+
+/// Every process whose command line names a scratch directory of the probe `probe`.
+fn naming_the_scratch_dir_of(probe: i32) -> Vec<i32> {
+    procfs::process::all_processes()
+        .unwrap()
+        .flatten()
+        .map(|p| p.pid)
+        .filter(|&pid| names_the_scratch_dir_of(pid, probe))
+        .collect()
 }
 
 /// Whether the command line of `pid` names a scratch directory of the probe `probe`.

@@ -170,14 +170,7 @@ fn unauthenticated_wrong_and_revoked_tokens_get_401() {
         200,
         "valid before revoking"
     );
-    let out = support::link(&["token", "revoke", &revoked, "--state"], root.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::link_ok(&["token", "revoke", &revoked, "--state"], root.path());
     for (what, tok) in [
         ("none", None),
         ("wrong", Some("lnk_0000")),

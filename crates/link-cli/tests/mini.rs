@@ -247,20 +247,7 @@ const SIGKILL: i32 = 9;
 fn down_leaves_no_process_and_a_second_up_is_refused() {
     let root = state_root();
     let mut rt = support::up(&root, "mini");
-    let second = support::link(
-        &[
-            "up",
-            "--profile",
-            "mini",
-            "--mode",
-            support::MODE,
-            "--state",
-        ],
-        root.path(),
-    )
-    .output()
-    .unwrap();
-    assert!(!second.status.success());
+    let second = support::up_refused(root.path(), "mini");
     let msg = String::from_utf8_lossy(&second.stderr);
     assert!(msg.contains("is in use by a running `link up`"), "{msg}");
     let started = rt.started_processes();

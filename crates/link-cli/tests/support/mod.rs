@@ -27,6 +27,30 @@ pub fn link(args: &[&str], state: &Path) -> Command {
     cmd
 }
 
+/// Runs `link ARGS... STATE` to its end and asserts it succeeded (its stderr otherwise).
+pub fn link_ok(args: &[&str], state: &Path) -> std::process::Output {
+    let out = link(args, state).output().unwrap();
+    assert!(
+        out.status.success(),
+        "link {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `link up --profile PROFILE --mode MODE --state ROOT` to its end: for a start that
+/// must be refused (one that is not would run until killed).
+pub fn up_refused(root: &Path, profile: &str) -> std::process::Output {
+    let args = ["up", "--profile", profile, "--mode", MODE, "--state"];
+    let out = link(&args, root).output().unwrap();
+    assert!(
+        !out.status.success(),
+        "link up on {} started",
+        root.display()
+    );
+    out
+}
+
 fn programs() -> PathBuf {
     let dir = runtime_process::test_programs();
     for p in Profile::Mini.plugins() {
