@@ -11,8 +11,10 @@ mod baseline;
 mod bench_sandbox;
 mod ci;
 mod compare;
+mod cycles;
 mod doctor;
 mod outputs;
+mod paired;
 mod qualify;
 mod runtime;
 mod state;
@@ -93,10 +95,24 @@ struct RuntimeArgs {
     /// ROUNDS for the runner: how often the timed warm turn repeats in each run (default 20).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     rounds: Option<u32>,
-    /// Timed runs per side, interleaved Mini, Link, Mini, Link, ...; more runs, tighter intervals.
+    /// Full scenario runs per side (the spec's reports and every check), interleaved; the
+    /// figures come from the paired timing cycles that follow.
     #[arg(long, value_name = "N", default_value_t = runtime::DEFAULT_RUNS,
           value_parser = clap::value_parser!(u32).range(1..))]
     runs: u32,
+    /// Seconds the paired timing cycles may run at most (at least 10 pairs run whatever it says).
+    #[arg(long, value_name = "SECS", default_value_t = cycles::DEFAULT_BUDGET_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    budget: u64,
+    /// The cycles stop once every figure's 95% interval is within about ±PCT%
+    /// (upper/lower ≤ 1 + 2·PCT/100).
+    #[arg(long, value_name = "PCT", default_value_t = cycles::DEFAULT_PRECISION_PCT)]
+    precision: f64,
+    /// Other programs (e.g. the last release, built into its own directory) to compare with
+    /// target/release, cycle by cycle on both sides: new/old per phase, gated by
+    /// --max-regression.
+    #[arg(long, value_name = "DIR")]
+    against: Option<PathBuf>,
     /// After the timed runs, trace a separate run of each side with strace and count execs.
     #[arg(long)]
     trace: bool,
@@ -140,9 +156,9 @@ struct BaselineArgs {
     /// An earlier runtime-comparison.json to compare each phase with.
     #[arg(long, value_name = "FILE")]
     baseline: Option<PathBuf>,
-    /// With --baseline: fail when a phase's Link/Mini ratio interval lies wholly above the
-    /// baseline ratio by more than this many percent.
-    #[arg(long, value_name = "PCT", default_value_t = 25.0)]
+    /// With --baseline or --against: a figure regressed when its change is significant
+    /// (Bonferroni-corrected) and its estimate exceeds this many percent.
+    #[arg(long, value_name = "PCT", default_value_t = 10.0)]
     max_regression: f64,
 }
 
@@ -186,6 +202,9 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 max_regression: a.baseline.max_regression,
                 junit: a.junit,
                 bench_sandbox: a.bench_sandbox,
+                budget: std::time::Duration::from_secs(a.budget),
+                precision_pct: a.precision,
+                against: a.against,
             };
             match runtime::run(&ws, &opts) {
                 Ok(summary) => Ok(summary.exit_code(opts.allow_skip)),

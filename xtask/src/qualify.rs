@@ -80,6 +80,9 @@ pub fn run(ws: &Workspace, baseline: Option<PathBuf>, max_regression: f64) -> bo
             max_regression,
             junit: None,
             bench_sandbox: false,
+            budget: std::time::Duration::from_secs(crate::cycles::DEFAULT_BUDGET_S),
+            precision_pct: crate::cycles::DEFAULT_PRECISION_PCT,
+            against: None,
         };
         match runtime::run(ws, &opts) {
             Ok(s) => {

@@ -4,20 +4,21 @@
 
 use crate::baseline::{self, Verdict};
 use crate::bench_sandbox::{self, BenchStatus};
-use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
+use crate::compare::{self, status_word, Build, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
 use crate::{ci, state, svg, system};
 use anyhow::{anyhow, bail, Context, Result};
-use link_report::{CheckName, Mode, Outcome as RunOutcome, Profile, Report, Status};
+use link_report::{CheckName, Mode, Profile, Report, Status};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use xshell::{cmd, Shell};
 
-/// Timed runs per side unless `--runs` says otherwise.
-pub const DEFAULT_RUNS: u32 = 5;
+/// Full scenario runs per side unless `--runs` says otherwise: the spec's reports and every
+/// check; the figures come from the paired timing cycles ([`crate::cycles`]).
+pub const DEFAULT_RUNS: u32 = 1;
 /// ROUNDS per run unless `--rounds` says otherwise: enough warm turns for a distribution.
 pub const DEFAULT_ROUNDS: u32 = 20;
 
@@ -53,6 +54,12 @@ pub struct Options {
     pub junit: Option<PathBuf>,
     /// `--bench-sandbox`: after the runs, the sandbox benchmark, recorded in the comparison.
     pub bench_sandbox: bool,
+    /// `--budget SECS`: how long the paired timing cycles may run.
+    pub budget: Duration,
+    /// `--precision PCT`: the cycles stop once every figure is within about ±PCT%.
+    pub precision_pct: f64,
+    /// `--against DIR`: other programs, compared with target/release cycle by cycle.
+    pub against: Option<PathBuf>,
 }
 
 /// Exit status: both sides passed, and no significant regression against `--baseline`.
@@ -185,6 +192,9 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         require_outputs(ws)?;
         Vec::new()
     };
+    if let Some(dir) = &opts.against {
+        require_against(ws, dir)?;
+    }
     let source = source(&ws.root)?;
     let mode = opts.mode;
     // Where confined mode cannot run, every run would skip: say so once and stop.
@@ -238,6 +248,7 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
                 index,
                 loaded,
                 noise,
+                cycle: None,
             });
         }
     }
@@ -245,6 +256,30 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     for profile in Profile::ALL {
         print_checks(profile, &timed);
     }
+    // The figures: paired timing cycles, unless a side already did not pass.
+    let (cycles, sampling) = if stopped.is_empty()
+        && timed
+            .iter()
+            .all(|t| t.loaded.report.outcome.status == Status::Passed)
+    {
+        crate::cycles::run(
+            ws,
+            &crate::cycles::Plan {
+                mode,
+                rounds,
+                source: &source,
+                state: &state,
+                against: opts.against.as_deref(),
+                budget: opts.budget,
+                precision_pct: opts.precision_pct,
+            },
+        )?
+    } else {
+        link_protocol::errln!(
+            "xtask: [cycles] not run: a side's scenario run did not pass, so it has no figure"
+        );
+        (Vec::new(), no_cycles(opts))
+    };
     // A side that skipped is not traced either: the capability it lacked is still missing.
     let mut traced: Vec<(Profile, Loaded)> = Vec::new();
     if let Some(strace) = &strace {
@@ -270,8 +305,19 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     compare::same_programs(
         timed
             .iter()
+            .chain(
+                cycles
+                    .iter()
+                    .filter(|c| c.cycle.is_some_and(|i| i.build == Build::New)),
+            )
             .map(|t| &t.loaded)
             .chain(traced.iter().map(|(_, l)| l)),
+    )?;
+    compare::same_programs(
+        cycles
+            .iter()
+            .filter(|c| c.cycle.is_some_and(|i| i.build == Build::Old))
+            .map(|t| &t.loaded),
     )?;
 
     // Each side's median run stands for it as the spec's single-run report.
@@ -298,6 +344,12 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         rounds,
         mini_traced: traced_of(Profile::Mini),
         link_traced: traced_of(Profile::Link),
+        cycles: &cycles,
+        sampling,
+        against: opts
+            .against
+            .as_ref()
+            .map(|d| (ws.show(d).display().to_string(), opts.max_regression)),
     });
     let mut comparison = comparison;
     if !stale.is_empty() {
@@ -613,29 +665,50 @@ fn read_side(
     source: &str,
     status: ExitStatus,
 ) -> Loaded {
-    let stand_in = |reason: String| Loaded {
-        path: "(none)".into(),
-        sha256: String::new(),
-        report: failed_report(profile, mode, source, reason),
-    };
-    if !path.exists() {
-        return stand_in(format!(
-            "the runner wrote no report at {} ({status})",
-            path.display()
-        ));
-    }
-    compare::load(path).unwrap_or_else(|e| stand_in(format!("{e:#}")))
+    compare::load(path).unwrap_or_else(|e| {
+        Loaded::failed(profile, mode, source, path, format!("{e:#} ({status})"))
+    })
 }
 
-fn failed_report(profile: Profile, mode: Mode, source: &str, reason: String) -> Report {
-    Report {
-        source: source.into(),
-        outcome: RunOutcome {
-            status: Status::Failed,
-            reason: Some(reason),
-        },
-        ..Report::new(profile, mode)
+/// Sampling when no cycle ran.
+fn no_cycles(opts: &Options) -> compare::Sampling {
+    compare::Sampling {
+        precision_pct: opts.precision_pct,
+        budget_s: opts.budget.as_secs_f64(),
+        elapsed_s: 0.0,
+        min_pairs: crate::paired::MIN_PAIRS as u32,
+        not_reached: Vec::new(),
     }
+}
+
+/// `--against DIR` must hold every release output, none a test build; older than the sources
+/// it may be (it is the other build).
+fn require_against(ws: &Workspace, dir: &Path) -> Result<()> {
+    if !dir.is_dir() {
+        bail!(
+            "--against {}: no such directory; build the programs to compare with into it (README:              `cargo xtask runtime --against`)",
+            dir.display()
+        );
+    }
+    if std::fs::canonicalize(dir)? == std::fs::canonicalize(ws.release()).unwrap_or_default() {
+        link_protocol::errln!(
+            "xtask: --against {} is target/release itself: an A/A comparison (every change \
+             found is noise)",
+            dir.display()
+        );
+    }
+    let problems: Vec<_> = outputs::verify(dir, &ws.root)?
+        .into_iter()
+        .filter(|p| !matches!(p, outputs::Problem::Stale { .. }))
+        .collect();
+    if let Some(p) = problems.first() {
+        bail!(
+            "--against {}: {p} ({} problem(s)); it must hold every release output of `cargo xtask build`, none built with test hooks",
+            dir.display(),
+            problems.len()
+        );
+    }
+    Ok(())
 }
 
 fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<PathBuf>> {
@@ -710,12 +783,20 @@ pub fn summarize(
     if skipped_sides == 0 {
         failures.extend(trace_problems.iter().cloned());
     }
+    if let Some(ab) = &comparison.ab {
+        let worse: Vec<String> = ab.regressions().map(|r| r.describe(ab.tests)).collect();
+        if !worse.is_empty() {
+            failures.push(format!(
+                "against {}: {} figure(s) significantly slower by more than {:.0}%: {}",
+                ab.against,
+                worse.len(),
+                ab.max_regression,
+                worse.join("; ")
+            ));
+        }
+    }
     if let Some(v) = verdict.as_ref().filter(|v| !v.passed()) {
-        let worst: Vec<String> = v
-            .regressions()
-            .iter()
-            .map(|c| c.describe_with(v.max_regression))
-            .collect();
+        let worst: Vec<String> = v.regressions().iter().map(|c| c.describe()).collect();
         failures.push(format!(
             "baseline: {} phase(s) significantly worse than the baseline by more than {:.0}%: {}",
             worst.len(),
@@ -865,8 +946,15 @@ mod tests {
 
     #[test]
     fn confinement_unavailable_is_recognised_in_a_skip() {
-        let mut r = failed_report(Profile::Mini, Mode::Confined, "abc", String::new());
-        r.outcome = RunOutcome {
+        let mut r = Loaded::failed(
+            Profile::Mini,
+            Mode::Confined,
+            "abc",
+            Path::new("/nonexistent"),
+            String::new(),
+        )
+        .report;
+        r.outcome = link_report::Outcome {
             status: Status::Skipped,
             reason: Some("confinement unavailable: bwrap: no user namespaces".into()),
         };

@@ -7,12 +7,6 @@ use serde::{Deserialize, Serialize};
 /// Bootstrap resamples per phase.
 pub const RESAMPLES: usize = 4000;
 
-/// How the intervals are computed, for the Markdown and the JSON.
-pub const METHOD: &str = "median of all samples (runs × rounds) per side; spread is the \
-    interquartile range; the 95% interval of the Link/Mini ratio of medians is a percentile \
-    bootstrap (4000 resamples: runs drawn with replacement, then rounds within each drawn run), \
-    seeded from the phase name with splitmix64, so the same reports give the same interval";
-
 /// splitmix64 (Steele, Lea, Flood 2014): tiny, fast, good enough to drive a bootstrap.
 #[derive(Debug, Clone)]
 pub struct SplitMix64(u64);

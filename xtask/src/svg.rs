@@ -66,7 +66,6 @@ pub fn render(c: &Comparison) -> String {
     let gap = if fixed.is_empty() { 0.0 } else { GAP };
     let rows_h = (work.len() + fixed.len()) as f64 * ROW + gap;
     let height = TOP + rows_h + 60.0;
-    let runs = |p: Profile| c.runs.iter().filter(|r| r.profile == p).count();
     let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
@@ -74,11 +73,10 @@ pub fn render(c: &Comparison) -> String {
          <rect x=\"0\" y=\"0\" width=\"{WIDTH}\" height=\"{height}\" fill=\"#fff\"/>\n"
     );
     let title = format!(
-        "Runtime phases: Mini vs full Link ({}), source {}, {} + {} runs, ROUNDS {}",
+        "Runtime phases: Mini vs full Link ({}), source {}, {} pairs of timing cycles, ROUNDS {}",
         c.mode,
         short(&c.link.source),
-        runs(Profile::Mini),
-        runs(Profile::Link),
+        c.pairs,
         c.rounds
     );
     out.push_str(&text(
@@ -93,8 +91,8 @@ pub fn render(c: &Comparison) -> String {
         44.0,
         11.0,
         " fill=\"#444\"",
-        "Each row has its own scale, 0 ms at the left. Dot: one run's median. Bar: 95% \
-         bootstrap interval of the median; tick: the median over all runs and rounds.",
+        "Own scale per row, 0 ms at the left. Dot: one cycle's median. Bar: 95% bootstrap \
+         interval of the median; tick: median of all cycles. Right: paired Link/Mini.",
     ));
     out.push_str(&text(LABEL_X, 70.0, 11.0, " font-weight=\"bold\"", "phase"));
     out.push_str(&text(
@@ -281,10 +279,11 @@ fn row(s: &PhaseStats, top: f64, shade: bool) -> String {
         " text-anchor=\"end\" fill=\"#777\"",
         &format!("scale 0–{} ms", ms(max as u128)),
     ));
-    let ratio = s
-        .ratio
-        .map(|r| r.ratio_text())
-        .unwrap_or_else(|| "—".into());
+    let ratio = match (&s.paired, s.link_only) {
+        (Some(r), _) => r.text(),
+        (None, true) => "Link-only".into(),
+        (None, false) => "—".into(),
+    };
     out.push_str(&text(
         RATIO_X,
         top + 30.0,
@@ -523,14 +522,15 @@ mod tests {
 
     #[test]
     fn svg_is_well_formed_with_one_mark_per_run_per_phase_per_side() {
-        let c = sample();
+        let c = crate::compare::tests::comparison_of_cycles(12, 1.0, 1.0);
         let doc = check_picture(&c);
         // Every phase has a row, its label, and its ratio in the picture's own format.
         for s in &c.stats {
             assert!(doc.contains(&format!(">{}</text>", s.name)), "{}", s.name);
         }
         let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
-        assert!(doc.contains(&startup.ratio.unwrap().ratio_text()));
+        assert!(doc.contains(&startup.paired.unwrap().text()));
+        assert!(doc.contains("12 pairs of timing cycles"));
         // Idle is drawn apart, after every other phase.
         let idle = doc.find("data-phase=\"idle\"").unwrap();
         let shutdown = doc
@@ -547,6 +547,8 @@ mod tests {
             s.link = None;
             s.link_absent = Some("skipped: bubblewrap cannot create a user namespace, which this picture must cut to fit its plot area rather than run past the edge of the picture".into());
             s.ratio = None;
+            s.paired = None;
+            s.link_only = false;
         }
         let doc = check_picture(&c);
         assert!(doc.contains("skipped: bubblewrap"), "{doc}");

@@ -1,12 +1,13 @@
 //! `runtime`: the standalone runtime runner.
 //!
 //! ```text
-//! runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced]
+//! runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced|cycle]
 //! runtime report REPORT.json TRACE
 //! ```
 //!
 //! The first form runs one scenario on the built programs in PROGRAMS (it never builds or
-//! downloads them) and writes the JSON report; the second adds a `trace` section from an
+//! downloads them) and writes the JSON report (`cycle`: a timing cycle, without the fixed idle
+//! wait and the status series, with several cold turns); the second adds a `trace` section from an
 //! `strace -f -ttt -e trace=process` file and prints a table. Exit status of a run: 0 passed,
 //! 1 failed, 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is
 //! missing), 130/143 interrupted. Of `report`: 0 counts available, 2 bad input (the report is
@@ -22,7 +23,7 @@ use std::process::ExitCode;
 /// `report`'s exit status when the trace gave no counts.
 const TRACE_UNAVAILABLE: u8 = 4;
 
-const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced] | runtime report REPORT.json TRACE";
+const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced|cycle] | runtime report REPORT.json TRACE";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -60,27 +61,33 @@ fn parse(args: &[String]) -> Result<ScenarioConfig, String> {
     )?;
     let mut config = ScenarioConfig::new(programs, profile, mode, &source);
     config.output = Some(output);
-    let mut rest = args[5..].iter();
-    if let Some(next) = rest.next() {
-        if next == "traced" {
-            config.traced = true;
-        } else {
-            config.rounds = next.parse().ok().filter(|r| *r >= 1).ok_or_else(|| {
-                format!("ROUNDS `{next}` is not a positive whole number: pass e.g. 3, or `traced`")
-            })?;
-            match rest.next().map(String::as_str) {
-                None => {}
-                Some("traced") => config.traced = true,
-                Some(other) => {
-                    return Err(format!("unexpected argument `{other}`: the last argument may only be `traced`; {USAGE}"))
-                }
-            }
+    let mut rest = args[5..].iter().peekable();
+    if let Some(next) = rest.next_if(|a| !is_kind(a)) {
+        config.rounds = next.parse().ok().filter(|r| *r >= 1).ok_or_else(|| {
+            format!(
+                "ROUNDS `{next}` is not a positive whole number: pass e.g. 3, `traced` or `cycle`"
+            )
+        })?;
+    }
+    match rest.next().map(String::as_str) {
+        None => {}
+        Some("traced") => config.traced = true,
+        Some("cycle") => config.cycle = true,
+        Some(other) => {
+            return Err(format!(
+                "unexpected argument `{other}`: the last argument may only be `traced` or `cycle`; {USAGE}"
+            ))
         }
     }
     if let Some(extra) = rest.next() {
         return Err(format!("unexpected argument `{extra}`; {USAGE}"));
     }
     Ok(config)
+}
+
+/// The last argument's words: a traced run or a timing cycle.
+fn is_kind(arg: &str) -> bool {
+    matches!(arg, "traced" | "cycle")
 }
 
 fn run(args: &[String]) -> Result<ExitCode, String> {

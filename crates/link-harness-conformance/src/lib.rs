@@ -37,5 +37,5 @@ pub mod syscalls;
 pub mod trace;
 
 pub use scenario::{
-    preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig,
+    preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig, COLD_AGENTS,
 };

@@ -228,6 +228,7 @@ fn phase(name: &str, start: &str, end: &str) -> Phase {
         start_unix_ns: start,
         end_unix_ns: end,
         duration_ns: end - start,
+        cpu_ns: None,
     }
 }
 

@@ -33,10 +33,19 @@ mod runtime {
 
     /// Runs one confined case; `None` when it was skipped for a missing capability.
     fn run(case: &str, profile: Profile, concurrent_agents: bool) -> Option<Report> {
+        run_with(case, profile, |c| c.concurrent_agents = concurrent_agents)
+    }
+
+    /// [`run`] with the configuration as `adjust` leaves it.
+    fn run_with(
+        case: &str,
+        profile: Profile,
+        adjust: impl FnOnce(&mut ScenarioConfig),
+    ) -> Option<Report> {
         interrupt::install_handler();
         let programs = runtime_process::test_programs();
         let mut config = ScenarioConfig::new(&programs, profile, Mode::Confined, &source());
-        config.concurrent_agents = concurrent_agents;
+        adjust(&mut config);
         config.output = programs
             .parent()
             .map(|target| target.join(format!("runtime-test-{case}.json")));
@@ -193,6 +202,56 @@ mod runtime {
             assert!(roles.contains(&role), "{role} not among {roles:?}");
         }
         assert!(!report.samples.is_empty());
+        // Each refused request is a round of its own; Mini has no refused write.
+        assert_eq!(rounds(&report, "refusals"), 5);
+        assert_eq!(rounds(&report, "refused_write"), 0);
+    }
+
+    fn rounds(report: &Report, name: &str) -> usize {
+        report.phases.iter().filter(|p| p.name == name).count()
+    }
+
+    /// A timing cycle (what `cargo xtask runtime` pairs): the scenario without the fixed idle
+    /// wait and the status series, several samples per phase, and the runtime's CPU time on
+    /// every round the runtime's processes outlive.
+    #[test]
+    fn link_cycle() {
+        let Some(report) = run_with("link-cycle", Profile::Link, |c| c.cycle = true) else {
+            return;
+        };
+        expect(
+            &report,
+            &[
+                "startup",
+                "cold_turn",
+                "warm_turn",
+                "agent_files_isolated",
+                "unauthenticated_refused",
+                "conversation_write_refused",
+                "run_tool_confined",
+                "file_tool_confined",
+                "processes_stopped",
+                "no_orphans",
+            ],
+            &["scheduler_fired", "idle_samples_completed", "status_series"],
+        );
+        assert_eq!(
+            rounds(&report, "cold_turn"),
+            link_harness_conformance::COLD_AGENTS as usize
+        );
+        assert_eq!(rounds(&report, "warm_turn"), 3);
+        assert_eq!(rounds(&report, "refusals"), 5);
+        assert_eq!(rounds(&report, "refused_write"), 1);
+        assert_eq!(
+            rounds(&report, "idle") + rounds(&report, "status_series"),
+            0
+        );
+        for p in &report.phases {
+            match p.name.as_str() {
+                "shutdown" | "host_exit" => assert_eq!(p.cpu_ns, None, "{p:?}"),
+                _ => assert!(p.cpu_ns.is_some_and(|ns| ns > 0), "no CPU time: {p:?}"),
+            }
+        }
     }
 
     #[test]

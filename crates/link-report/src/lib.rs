@@ -242,7 +242,8 @@ mod tests {
 
     #[test]
     fn phase_names_and_what_counts_in_totals() {
-        assert_eq!(PhaseName::ALL.len(), 12);
+        assert_eq!(PhaseName::ALL.len(), 13);
+        assert!(PhaseName::RefusedWrite.link_only() && !PhaseName::Refusals.link_only());
         assert_eq!(PhaseName::HostExit.as_str(), "host_exit");
         assert_eq!(PhaseName::HostExit.within(), Some(PhaseName::Shutdown));
         assert!(PhaseName::Idle.fixed_wait() && PhaseName::Idle.within().is_none());

@@ -94,6 +94,12 @@ pub struct Phase {
     pub start_unix_ns: u128,
     pub end_unix_ns: u128,
     pub duration_ns: u128,
+    /// CPU time the runtime's processes (every thread of the host and its live descendants,
+    /// but the sandbox probe) used from the phase's start to its end; absent where it cannot
+    /// be read at both ends (start-up before the host, a stop whose processes are gone).
+    /// Processes that started and ended within the phase are not in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
 }
 
 /// A process the runtime started, identified beyond its pid.
@@ -185,7 +191,11 @@ vocabulary! {
         ColdTurn = "cold_turn",
         WarmTurn = "warm_turn",
         SecondAgent = "second_agent",
+        /// Requests without a valid token, one round per request: the same on both sides.
         Refusals = "refusals",
+        /// Confined full Link: a turn whose file-tool write of the conversation log is
+        /// refused as protected (a whole tool turn; Mini has no tools).
+        RefusedWrite = "refused_write",
         ProtectedTools = "protected_tools",
         ToolsRefused = "tools_refused",
         Scheduler = "scheduler",
@@ -204,6 +214,19 @@ impl PhaseName {
     /// A wait of fixed length, shown apart and never in a work total.
     pub fn fixed_wait(self) -> bool {
         self == PhaseName::Idle
+    }
+
+    /// Work only full Link does (its tools, its scheduler): timed, judged against a
+    /// baseline, never divided by a Mini figure. Every other phase does the same requests on
+    /// both sides, so its Link/Mini ratio compares like with like.
+    pub fn link_only(self) -> bool {
+        matches!(
+            self,
+            PhaseName::RefusedWrite
+                | PhaseName::ProtectedTools
+                | PhaseName::ToolsRefused
+                | PhaseName::Scheduler
+        )
     }
 
     /// The phase whose time this one is part of; such a phase is never in a total.

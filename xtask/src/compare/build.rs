@@ -1,12 +1,14 @@
 //! The comparison from the runs: each side's median run, per-phase rows and statistics, exec
 //! counts from the traced runs, caveats and warnings.
 
+use super::pairs::{self, Clock};
 use super::runs::work_ns;
 use super::{
-    status_word, Comparison, ExecRow, ExitOverhead, Loaded, PhaseRow, PhaseSample, PhaseStats,
-    RunRecord, Side, StartupCpuSide, StartupCpuStats, TimedRun, TracedSide, SCHEMA_VERSION,
-    WIDE_INTERVAL,
+    status_word, AbRow, Build, Comparison, ExecRow, ExitOverhead, Loaded, PhaseRow, PhaseSample,
+    PhaseStats, RunRecord, Sampling, Side, StartupCpuSide, StartupCpuStats, TimedRun, TracedSide,
+    SCHEMA_VERSION, WIDE_INTERVAL,
 };
+use crate::paired::{self, Kind};
 use crate::stats;
 use link_report::{Mode, Phase, PhaseName, Profile, StartupCpu, Status, TracePhase};
 
@@ -21,6 +23,12 @@ pub struct Inputs<'a> {
     pub rounds: u32,
     pub mini_traced: Option<&'a Loaded>,
     pub link_traced: Option<&'a Loaded>,
+    /// The paired timing cycles, in the order they ran.
+    pub cycles: &'a [TimedRun],
+    /// How the cycles were sampled and why they stopped.
+    pub sampling: Sampling,
+    /// `--against DIR`: the other programs, and the margin its gate uses.
+    pub against: Option<(String, f64)>,
 }
 
 /// Builds the comparison.
@@ -28,18 +36,37 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let mut mini = side(input.mini, input.mini_traced);
     let mut link = side(input.link, input.link_traced);
     for s in [&mut mini, &mut link] {
-        worst_outcome(s, input.runs);
+        worst_outcome(s, input.runs.iter().chain(input.cycles));
     }
     let phases = phase_rows(&input.mini.report.phases, &input.link.report.phases);
     let execs = exec_rows(input.mini_traced, input.link_traced);
     let caveats = caveats(input, &mini, &link);
     let runs: Vec<RunRecord> = input.runs.iter().map(run_record).collect();
-    let stats = phase_stats(&runs);
-    let warnings = warnings(&runs, &stats, input.runs_requested);
+    let cycles: Vec<RunRecord> = input.cycles.iter().map(run_record).collect();
+    let failed = |s: &Side| (s.outcome != Status::Passed).then(|| side_absent(s));
+    let stats = phase_stats(&cycles, failed(&mini), failed(&link));
+    let mut warnings = warnings(&runs, &cycles, &stats);
+    if let Some(why) = input.sampling.short_of_target() {
+        warnings.push(why);
+    }
+    let new = |r: &&RunRecord| r.cycle.is_none_or(|c| c.build == Build::New);
+    let timed: Vec<RunRecord> = cycles.iter().filter(new).cloned().collect();
     let host_exit = [Profile::Mini, Profile::Link]
-        .map(|p| exit_overhead(&runs, p))
+        .map(|p| exit_overhead(&timed, p))
         .to_vec();
-    let startup_cpu = startup_cpu(&runs, input.mini.report.platform.cpus);
+    let both_passed = failed(&mini).is_none() && failed(&link).is_none();
+    let mut startup_cpu = startup_cpu(&timed, input.mini.report.platform.cpus);
+    if let Some(cpu) = startup_cpu.as_mut().filter(|_| !both_passed) {
+        cpu.ratio = None;
+    }
+    let shared_total = both_passed
+        .then(|| paired::ratio(&pairs::shared_total(&cycles, Build::New)))
+        .flatten();
+    let ab = input
+        .against
+        .as_ref()
+        .filter(|_| both_passed)
+        .map(|(dir, margin)| ab(&cycles, dir, *margin));
     Comparison {
         schema_version: SCHEMA_VERSION,
         mode: input.mode,
@@ -52,35 +79,86 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         rounds: input.rounds,
         runs,
         stats,
-        method: stats::METHOD.into(),
+        method: paired::METHOD.into(),
         warnings,
         host_exit,
         sandbox_bench: None,
         startup_cpu,
+        pairs: pairs::pair_count(&cycles, Build::New) as u32,
+        sampling: Some(input.sampling.clone()),
+        shared_total,
+        ab,
+        cycles,
     }
 }
 
-/// A side is as good as its worst run: one failed run of five fails the side.
-fn worst_outcome(side: &mut Side, runs: &[TimedRun]) {
+/// `failed: <reason>` / `skipped: <reason>` for a side that did not pass.
+fn side_absent(s: &Side) -> String {
+    format!(
+        "{}: {}",
+        status_word(s.outcome),
+        s.reason.as_deref().unwrap_or("no reason given")
+    )
+}
+
+/// `--against`: each side's new/old per phase, paired by unit, and the gate on it.
+fn ab(cycles: &[RunRecord], against: &str, margin: f64) -> super::Ab {
+    let mut rows: Vec<AbRow> = Vec::new();
+    for name in phase_names(cycles) {
+        if name.parse::<PhaseName>().is_ok_and(|p| p.fixed_wait()) {
+            continue;
+        }
+        for profile in Profile::ALL {
+            if let Some(m) = paired::ratio(&pairs::new_over_old(cycles, profile, &name)) {
+                rows.push(AbRow {
+                    phase: name.clone(),
+                    profile,
+                    new_over_old: m,
+                    kind: Kind::Unmeasured,
+                });
+            }
+        }
+    }
+    let tests = rows
+        .iter()
+        .filter(|r| r.new_over_old.p_above.is_some())
+        .count();
+    for r in &mut rows {
+        let m = r.new_over_old;
+        r.kind = match (m.p_above, m.p_below) {
+            (Some(up), Some(down)) => paired::judge(m.estimate, up, down, tests, margin),
+            _ => Kind::Unmeasured,
+        };
+    }
+    super::Ab {
+        against: against.into(),
+        max_regression: margin,
+        tests: tests as u32,
+        rows,
+    }
+}
+
+/// A side is as good as its worst run or cycle: one failed run of five fails the side.
+fn worst_outcome<'a>(side: &mut Side, runs: impl Iterator<Item = &'a TimedRun>) {
     let rank = |s: Status| match s {
         Status::Passed => 0,
         Status::Skipped => 1,
         Status::Failed => 2,
     };
+    // The first of the worst, in the order they ran (a cycle's pair counts after every run).
     let worst = runs
-        .iter()
         .filter(|r| r.loaded.report.profile == side.profile)
-        .max_by_key(|r| {
-            (
-                rank(r.loaded.report.outcome.status),
-                std::cmp::Reverse(r.index),
-            )
-        });
+        .enumerate()
+        .max_by_key(|(at, r)| (rank(r.loaded.report.outcome.status), std::cmp::Reverse(*at)))
+        .map(|(_, r)| r);
     if let Some(w) = worst.filter(|w| rank(w.loaded.report.outcome.status) > rank(side.outcome)) {
         side.outcome = w.loaded.report.outcome.status;
+        let which = match w.cycle {
+            Some(c) => format!("{} cycle {}", c.build.as_str(), c.pair),
+            None => format!("run {}", w.index),
+        };
         side.reason = Some(format!(
-            "run {}: {}",
-            w.index,
+            "{which}: {}",
             w.loaded
                 .report
                 .outcome
@@ -91,7 +169,7 @@ fn worst_outcome(side: &mut Side, runs: &[TimedRun]) {
     }
 }
 
-fn run_record(r: &TimedRun) -> RunRecord {
+pub fn run_record(r: &TimedRun) -> RunRecord {
     let rep = &r.loaded.report;
     RunRecord {
         profile: rep.profile,
@@ -108,9 +186,11 @@ fn run_record(r: &TimedRun) -> RunRecord {
                 name: p.name.clone(),
                 round: p.round,
                 duration_ns: p.duration_ns,
+                cpu_ns: p.cpu_ns,
             })
             .collect(),
         startup_cpu: rep.startup_cpu,
+        cycle: r.cycle,
     }
 }
 
@@ -229,49 +309,100 @@ fn startup_cpu(runs: &[RunRecord], cpus: usize) -> Option<StartupCpuStats> {
     })
 }
 
-fn phase_stats(runs: &[RunRecord]) -> Vec<PhaseStats> {
-    phase_names(runs)
+/// Per phase, from the cycles of the measured programs: each side's description, and where
+/// both sides passed, the paired figures. A side that failed or skipped has no figure and no
+/// ratio: `failed`/`skipped` name why.
+fn phase_stats(
+    cycles: &[RunRecord],
+    mini_failed: Option<String>,
+    link_failed: Option<String>,
+) -> Vec<PhaseStats> {
+    let new: Vec<RunRecord> = cycles
+        .iter()
+        .filter(|r| r.cycle.is_some_and(|c| c.build == Build::New))
+        .cloned()
+        .collect();
+    let both = mini_failed.is_none() && link_failed.is_none();
+    phase_names(&new)
         .into_iter()
         .map(|name| {
             let seed = stats::seed(&name);
-            let (m, l) = (
-                groups(runs, Profile::Mini, &name),
-                groups(runs, Profile::Link, &name),
-            );
-            let absent = |p: Profile, g: &[Vec<f64>]| -> Option<String> {
-                if !g.is_empty() {
-                    return None;
-                }
-                let side: Vec<&RunRecord> = runs.iter().filter(|r| r.profile == p).collect();
-                if side.is_empty() {
-                    return Some("no run".into());
-                }
-                match side.iter().find(|r| r.outcome == Status::Passed) {
-                    Some(_) => Some("no such phase".into()),
-                    None => Some(format!(
-                        "{}: {}",
-                        side[0].outcome,
-                        side[0].reason.as_deref().unwrap_or("no reason given")
-                    )),
-                }
-            };
             let known = name.parse::<PhaseName>().ok();
+            let link_only = known.is_some_and(|p| p.link_only());
+            let side = |p: Profile, failed: &Option<String>| {
+                let g = groups(&new, p, &name);
+                let absent = match failed {
+                    Some(why) => Some(why.clone()),
+                    None if g.is_empty() && link_only && p == Profile::Mini => {
+                        Some("Link-only work".into())
+                    }
+                    None if g.is_empty() => Some("no such phase".into()),
+                    None => None,
+                };
+                let spread = failed
+                    .is_none()
+                    .then(|| stats::spread(&g, seed ^ p as u64))
+                    .flatten();
+                let time = failed
+                    .is_none()
+                    .then(|| paired::ratio(&pairs::side_logs(&new, Build::New, p, &name)))
+                    .flatten();
+                let cpu = failed
+                    .is_none()
+                    .then(|| cpu_median(&new, p, &name))
+                    .flatten();
+                (spread, absent, time, cpu)
+            };
+            let (mini, mini_absent, mini_time, mini_cpu_ns) = side(Profile::Mini, &mini_failed);
+            let (link, link_absent, link_time, link_cpu_ns) = side(Profile::Link, &link_failed);
+            let logs = if both && !link_only {
+                pairs::link_over_mini(&new, Build::New, &name, Clock::Wall)
+            } else {
+                Vec::new()
+            };
+            let only = pairs::logs(&logs);
+            let paired_ratio = paired::ratio(&only);
+            let cpu_logs = if both && !link_only {
+                pairs::logs(&pairs::link_over_mini(&new, Build::New, &name, Clock::Cpu))
+            } else {
+                Vec::new()
+            };
             PhaseStats {
                 fixed_wait: known.is_some_and(|p| p.fixed_wait()),
                 within: known.and_then(|p| p.within()).map(|p| p.as_str().into()),
-                mini: stats::spread(&m, seed),
-                mini_absent: absent(Profile::Mini, &m),
-                link: stats::spread(&l, seed ^ 1),
-                link_absent: absent(Profile::Link, &l),
-                ratio: stats::ratio(&m, &l, seed),
+                link_only,
+                ratio: paired_ratio.and_then(|r| r.interval()),
+                paired: paired_ratio,
+                cpu_ratio: paired::ratio(&cpu_logs),
+                position_effect: pairs::position_effect(&logs),
+                outlying_pairs: paired::outliers(&only)
+                    .into_iter()
+                    .map(|i| logs[i].pair)
+                    .collect(),
+                mini,
+                mini_absent,
+                mini_time,
+                mini_cpu_ns,
+                link,
+                link_absent,
+                link_time,
+                link_cpu_ns,
                 name,
             }
         })
         .collect()
 }
 
-/// Noisy runs and vague phases, each saying what to do.
-fn warnings(runs: &[RunRecord], stats: &[PhaseStats], requested: u32) -> Vec<String> {
+/// The median over cycles of one side's CPU time in a phase.
+fn cpu_median(cycles: &[RunRecord], p: Profile, name: &str) -> Option<f64> {
+    let v: Vec<f64> = passed(cycles, p)
+        .filter_map(|r| pairs::cycle_value(r, name, Clock::Cpu))
+        .collect();
+    (!v.is_empty()).then(|| stats::median(&v).round())
+}
+
+/// Noisy runs and cycles, vague figures and outlying pairs, each saying what to do.
+fn warnings(runs: &[RunRecord], cycles: &[RunRecord], stats: &[PhaseStats]) -> Vec<String> {
     let mut out = Vec::new();
     for r in runs {
         if let Some(why) = r.noise.complaint() {
@@ -281,15 +412,48 @@ fn warnings(runs: &[RunRecord], stats: &[PhaseStats], requested: u32) -> Vec<Str
             ));
         }
     }
-    let more = (requested.max(1) * 2).max(5);
+    let busy: Vec<String> = cycles
+        .iter()
+        .filter_map(|r| Some((r, r.noise.complaint()?)))
+        .map(|(r, why)| format!("{} cycle {} ({why})", r.profile, r.index))
+        .collect();
+    if let Some(first) = busy.first() {
+        out.push(format!(
+            "the machine was busy before {} of {} cycles, first {first}; close other work and \
+             run again",
+            busy.len(),
+            cycles.len()
+        ));
+    }
     for s in stats.iter().filter(|s| !s.fixed_wait) {
-        if let Some(r) = s.ratio.filter(|r| r.width_factor() > WIDE_INTERVAL) {
+        if let Some(w) = s
+            .paired
+            .and_then(|r| r.width_factor())
+            .filter(|w| *w > WIDE_INTERVAL)
+        {
             out.push(format!(
-                "phase {}: the Link/Mini interval {} is wide (upper/lower {:.2} > {WIDE_INTERVAL}); \
-                 close other work or raise --runs (e.g. --runs {more})",
+                "phase {}: the Link/Mini interval {} is wide (upper/lower {w:.2} > \
+                 {WIDE_INTERVAL}); close other work or raise --budget",
                 s.name,
-                r.ratio_text(),
-                r.width_factor()
+                s.paired.map(|r| r.text()).unwrap_or_default(),
+            ));
+        }
+        if let Some(r) = s.paired.filter(|r| r.low.is_none()) {
+            out.push(format!(
+                "phase {}: {} pairs give no interval (at least {} needed); raise --budget",
+                s.name,
+                r.pairs,
+                paired::MIN_PAIRS
+            ));
+        }
+        if !s.outlying_pairs.is_empty() {
+            let list: Vec<String> = s.outlying_pairs.iter().map(u32::to_string).collect();
+            out.push(format!(
+                "phase {}: pair(s) {} lie far from the others (modified z-score over {}); \
+                 they are in the figure, which they widen: look for what disturbed them",
+                s.name,
+                list.join(", "),
+                paired::OUTLIER_Z
             ));
         }
     }

@@ -2,6 +2,7 @@
 
 use super::build::ratio;
 use super::{Comparison, PhaseStats, Side};
+use crate::paired::LogMean;
 use crate::stats::Spread;
 use link_report::{Profile, Status, TracePhase};
 
@@ -191,7 +192,7 @@ fn spread_cell(s: Option<&Spread>, absent: Option<&str>) -> String {
         ),
         None => match absent {
             Some("no such phase") | None => "—".into(),
-            Some(why) => why.replace('|', "/"),
+            Some(why) => cell(why),
         },
     }
 }
@@ -201,27 +202,91 @@ fn fms(ns: f64) -> String {
 }
 
 fn samples(s: Option<&Spread>) -> String {
-    s.map(|s| format!("{} ({} runs)", s.samples, s.runs))
+    s.map(|s| format!("{} ({} cycles)", s.samples, s.runs))
         .unwrap_or_else(|| "—".into())
 }
 
-/// The per-phase table: medians, spreads, sample counts and ratios with intervals.
+/// `+4.1%`: what a paired test of these pairs could detect.
+fn detectable(m: Option<&LogMean>) -> String {
+    m.and_then(|m| m.mde)
+        .map_or("—".into(), |d| format!("{:.1}%", d * 100.0))
+}
+
+/// The Link/Mini cell: the paired figure, Link's own time for Link-only work, or why none.
+fn ratio_cell(s: &PhaseStats) -> String {
+    if s.link_only {
+        return match &s.link_time {
+            Some(t) => format!("Link-only: {}", time_text(t)),
+            None => "Link-only".into(),
+        };
+    }
+    match (&s.paired, &s.mini_absent, &s.link_absent) {
+        (Some(r), _, _) => r.text(),
+        (None, Some(why), _) | (None, None, Some(why)) => cell(why),
+        (None, None, None) => "—".into(),
+    }
+}
+
+/// A geometric mean time with its interval, in ms.
+fn time_text(t: &LogMean) -> String {
+    match (t.low, t.high) {
+        (Some(l), Some(h)) => format!("{} ms [{}–{}]", fms(t.estimate), fms(l), fms(h)),
+        _ => format!("{} ms", fms(t.estimate)),
+    }
+}
+
+/// Text fit for a table cell: a `|` would end the cell, a newline the row.
+pub fn cell(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+/// The per-phase table: medians, spreads, sample counts, the paired ratios with intervals, what
+/// they could detect, and the same from CPU time.
 pub fn stats_markdown(c: &Comparison) -> String {
-    let mut md = String::from(
-        "## Phases (ms): median (IQR), samples, Link/Mini ratio of medians [95% interval]\n\n\
-         | phase | Mini median (IQR) | Mini samples | Link median (IQR) | Link samples | Link/Mini [95% CI] |\n\
-         |---|---|---|---|---|---|\n",
+    let mut md = String::from("## Phases (ms), from paired timing cycles\n\n");
+    if let Some(sm) = &c.sampling {
+        md.push_str(&format!(
+            "{} pairs (each one Mini and one full Link cycle back to back, who goes first \
+             alternating) in {:.0} s of a {:.0} s budget, aiming at ±{}% (at least {} pairs).\n\n",
+            c.pairs, sm.elapsed_s, sm.budget_s, sm.precision_pct, sm.min_pairs
+        ));
+    }
+    if c.cycles.is_empty() {
+        md.push_str(&format!(
+            "No timing cycle ran, so no phase has a figure: {}.\n\n",
+            [&c.mini, &c.link]
+                .iter()
+                .filter(|s| s.outcome != Status::Passed)
+                .map(|s| cell(&format!(
+                    "{} {}: {}",
+                    s.profile,
+                    status_word(s.outcome),
+                    s.reason.as_deref().unwrap_or("no reason given")
+                )))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    md.push_str(
+        "| phase | Mini median (IQR) | Mini samples | Link median (IQR) | Link samples | Link/Mini [95% CI] | detectable | CPU Link/Mini [95% CI] |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     let line = |s: &PhaseStats, label: &str| {
         format!(
-            "| {label} | {} | {} | {} | {} | {} |\n",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} |\n",
             spread_cell(s.mini.as_ref(), s.mini_absent.as_deref()),
             samples(s.mini.as_ref()),
             spread_cell(s.link.as_ref(), s.link_absent.as_deref()),
             samples(s.link.as_ref()),
-            s.ratio
-                .map(|r| r.ratio_text())
-                .unwrap_or_else(|| "—".into())
+            ratio_cell(s),
+            detectable(
+                s.paired
+                    .as_ref()
+                    .or(s.link_time.as_ref().filter(|_| s.link_only))
+            ),
+            s.cpu_ratio.map_or("—".into(), |r| r.text()),
         )
     };
     for s in c.stats.iter().filter(|s| !s.fixed_wait) {
@@ -233,14 +298,74 @@ pub fn stats_markdown(c: &Comparison) -> String {
     for s in c.stats.iter().filter(|s| s.fixed_wait) {
         md.push_str(&line(s, &format!("{} (fixed wait)", s.name)));
     }
+    if let Some(t) = &c.shared_total {
+        md.push_str(&format!(
+            "\nShared work (every phase both sides run, summed per cycle; no Link-only work): \
+             Link/Mini {}.\n",
+            t.text()
+        ));
+    }
+    md.push_str(&position_markdown(c));
     md.push_str(&format!(
         "\nMethod: {}. A side that did not pass has no figure (`skipped: …`/`failed: …`, or \
-         `—` where the phase does not exist); idle is a fixed wait, shown apart; a phase \
-         within another is in no total.\n",
+         `—` where the phase does not exist); Link-only work has no ratio and is shown as \
+         Link's own time; a phase within another is in no total; `detectable` is the smallest \
+         change these pairs could find.\n",
         c.method
     ));
     md.push_str(&host_exit_markdown(c));
     md.push_str(&startup_cpu_markdown(c));
+    md.push_str(&ab_markdown(c));
+    md
+}
+
+/// Whether who ran first in a pair moved the figure.
+fn position_markdown(c: &Comparison) -> String {
+    let effects: Vec<String> = c
+        .stats
+        .iter()
+        .filter_map(|s| Some(format!("{} {}", s.name, s.position_effect?.ratio_text())))
+        .collect();
+    if effects.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nOrder effect (Link/Mini in pairs where Mini ran first over pairs where Link ran \
+         first; 1 when the order does not matter, Welch interval): {}.\n",
+        effects.join(", ")
+    )
+}
+
+/// `--against`: new/old per side and phase, and the gate's verdict on each.
+fn ab_markdown(c: &Comparison) -> String {
+    let Some(ab) = &c.ab else {
+        return String::new();
+    };
+    let mut md = format!(
+        "\n## Against `{}` (new: target/release; old: that directory)\n\n\
+         Units of four cycles (each build on each side, back to back, orders balanced); \
+         new/old per side and phase with a paired t interval. A figure regressed when the \
+         one-sided paired t test is significant at 5%/{} (Bonferroni) and new/old exceeds \
+         {:.0}%.\n\n\
+         | phase | side | new/old [95% CI] | detectable | p (slower) | verdict |\n\
+         |---|---|---|---|---|---|\n",
+        cell(&ab.against),
+        ab.tests,
+        ab.max_regression
+    );
+    for r in &ab.rows {
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            r.phase,
+            r.profile,
+            r.new_over_old.text(),
+            detectable(Some(&r.new_over_old)),
+            r.new_over_old
+                .p_above
+                .map_or("—".into(), |p| format!("{p:.1e}")),
+            r.kind.as_str()
+        ));
+    }
     md
 }
 
@@ -254,12 +379,12 @@ fn startup_cpu_markdown(c: &Comparison) -> String {
         "\nStart-up CPU time (the host and every process it started that still ran, all \
          their threads, summed from `/proc/PID/task/*/schedstat` when the ready line came; \
          exited processes and threads and the sandbox probe started after `ready` are not in \
-         it), median of passed runs:",
+         it), median of passed cycles:",
     );
     for s in &cpu.sides {
         let processes = s.processes.map_or("—".into(), |n| n.to_string());
         md.push_str(&format!(
-            " {} {} ({processes} processes; {} runs);",
+            " {} {} ({processes} processes; {} cycles);",
             s.profile,
             figure(s.median_ns),
             s.runs
@@ -295,12 +420,12 @@ fn host_exit_markdown(c: &Comparison) -> String {
     }
     let mut md = String::from(
         "\nShutdown / the host's own exit time (`host_exit`: from `link down` until the host \
-         process exited, seen on its pidfd), median of each run's own ratio [95% interval]:",
+         process exited, seen on its pidfd), median of each cycle's own ratio [95% interval]:",
     );
     for e in &c.host_exit {
         let figure = match (&e.ratio, &e.absent) {
             (Some(r), _) => format!(
-                "{} (+{} ms; {} runs)",
+                "{} (+{} ms; {} cycles)",
                 r.ratio_text(),
                 e.median_over_ns
                     .map_or("—".into(), |ns| format!("{:.2}", ns / 1e6)),
@@ -345,7 +470,9 @@ fn noise_markdown(c: &Comparison) -> String {
 
 fn side_outcome(s: &Side) -> String {
     match &s.reason {
-        Some(r) if s.outcome != Status::Passed => format!("**{}**: {r}", status_word(s.outcome)),
+        Some(r) if s.outcome != Status::Passed => {
+            format!("**{}**: {}", status_word(s.outcome), cell(r))
+        }
         _ => status_word(s.outcome).to_string(),
     }
 }

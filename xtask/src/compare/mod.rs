@@ -10,11 +10,12 @@
 mod build;
 mod markdown;
 mod noise;
+pub mod pairs;
 mod runs;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use build::{build, Inputs};
+pub use build::{build, run_record, Inputs};
 pub use markdown::{markdown, ms, stats_markdown, status_word};
 pub use noise::Noise;
 pub use runs::{representative, same_programs};
@@ -28,8 +29,10 @@ use std::path::Path;
 
 /// Bumped whenever a field of the comparison changes meaning or disappears.
 /// 2: `runs`, `stats`, `method`, `warnings`; `mini`/`link` are each side's median run.
-/// (Added since, without a bump: `stats[].within`, `host_exit`.)
-pub const SCHEMA_VERSION: u32 = 2;
+/// 3: `stats` come from the paired timing `cycles` (kept raw, for a later baseline), not from
+/// the scenario `runs`; `stats[].ratio` is the paired figure; `pairs`, `sampling`,
+/// `shared_total`, `ab`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// A ratio interval wider than this (upper / lower) is called out.
 pub const WIDE_INTERVAL: f64 = 1.5;
@@ -79,6 +82,91 @@ pub struct Comparison {
     /// Start-up's CPU time on each side; absent when no passed run measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_cpu: Option<StartupCpuStats>,
+    /// Pairs of the measured programs in which both cycles passed.
+    #[serde(default)]
+    pub pairs: u32,
+    /// How the cycles were sampled and why they stopped.
+    #[serde(default)]
+    pub sampling: Option<Sampling>,
+    /// Link/Mini of the shared work phases summed per cycle: the headline, without the work
+    /// only full Link does.
+    #[serde(default)]
+    pub shared_total: Option<crate::paired::LogMean>,
+    /// `--against DIR`: each side's new/old per phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ab: Option<Ab>,
+    /// Every timing cycle, raw (each phase round's wall and CPU time): what `stats` come
+    /// from, and what a later `--baseline` tests against.
+    #[serde(default)]
+    pub cycles: Vec<RunRecord>,
+}
+
+/// How many cycles ran and why they stopped.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// The precision asked for: every figure's interval within about ±this percent.
+    pub precision_pct: f64,
+    pub budget_s: f64,
+    pub elapsed_s: f64,
+    pub min_pairs: u32,
+    /// Figures that did not reach the precision, with the width they reached.
+    pub not_reached: Vec<String>,
+}
+
+impl Sampling {
+    /// A warning when the budget ran out before every figure was precise enough.
+    pub fn short_of_target(&self) -> Option<String> {
+        (!self.not_reached.is_empty()).then(|| {
+            format!(
+                "the time budget ({:.0} s) ran out before every figure reached ±{}%: {}; raise \
+                 --budget or close other work",
+                self.budget_s,
+                self.precision_pct,
+                self.not_reached.join(", ")
+            )
+        })
+    }
+}
+
+/// `--against DIR`: the measured programs (new) over the other ones (old), per side and phase,
+/// from units of four cycles (each build on each side) run back to back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ab {
+    pub against: String,
+    pub max_regression: f64,
+    /// Figures judged: the Bonferroni correction divides 5% by this.
+    pub tests: u32,
+    pub rows: Vec<AbRow>,
+}
+
+impl Ab {
+    pub fn regressions(&self) -> impl Iterator<Item = &AbRow> {
+        self.rows
+            .iter()
+            .filter(|r| r.kind == crate::paired::Kind::Regressed)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AbRow {
+    pub phase: String,
+    pub profile: Profile,
+    pub new_over_old: crate::paired::LogMean,
+    pub kind: crate::paired::Kind,
+}
+
+impl AbRow {
+    /// `startup link: new/old 1.31× [1.24–1.38], p 2e-9 (paired t, 1 of 24 tests)`.
+    pub fn describe(&self, tests: u32) -> String {
+        let p = self.new_over_old.p_above.unwrap_or(f64::NAN);
+        format!(
+            "{} {}: new/old {}, one-sided p {p:.2e} (paired t on logs; Bonferroni over {tests} \
+             figures)",
+            self.phase,
+            self.profile,
+            self.new_over_old.text()
+        )
+    }
 }
 
 /// Start-up's CPU time (`Report::startup_cpu`) over each side's passed runs, and the floor it
@@ -122,6 +210,37 @@ pub struct RunRecord {
     pub phases: Vec<PhaseSample>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_cpu: Option<link_report::StartupCpu>,
+    /// Set for a timing cycle: its pair, its place in the pair and which programs it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<CycleInfo>,
+}
+
+/// Which programs a cycle ran: the ones measured (`new`, `target/release`) or, with
+/// `--against DIR`, the ones they are compared with (`old`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Build {
+    New,
+    Old,
+}
+
+impl Build {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Build::New => "new",
+            Build::Old => "old",
+        }
+    }
+}
+
+/// Where a timing cycle sits among the others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleInfo {
+    /// 1-based: the pair (with `--against`, the unit of four) it belongs to.
+    pub pair: u32,
+    /// 1-based place in its pair: who ran first is recorded, so its effect can be measured.
+    pub position: u32,
+    pub build: Build,
 }
 
 /// One phase round of one run.
@@ -130,6 +249,9 @@ pub struct PhaseSample {
     pub name: String,
     pub round: u32,
     pub duration_ns: u128,
+    /// The runtime's CPU time in the round, where the runner could read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ns: Option<u64>,
 }
 
 /// One phase over all runs: each side's figures and the ratio.
@@ -146,8 +268,34 @@ pub struct PhaseStats {
     pub mini_absent: Option<String>,
     pub link: Option<Spread>,
     pub link_absent: Option<String>,
-    /// Link/Mini ratio of medians with its 95% bootstrap interval.
+    /// The paired Link/Mini figure's interval ([`PhaseStats::paired`]); none for Link-only
+    /// work, a side that did not pass, or too few pairs.
     pub ratio: Option<Interval>,
+    /// Work only full Link does: no ratio, its own time judged.
+    #[serde(default)]
+    pub link_only: bool,
+    /// Link/Mini from the pairs' log ratios, with what it could detect.
+    #[serde(default)]
+    pub paired: Option<crate::paired::LogMean>,
+    /// The same from the runtime's CPU time.
+    #[serde(default)]
+    pub cpu_ratio: Option<crate::paired::LogMean>,
+    /// Each side's time per cycle: geometric mean with its interval.
+    #[serde(default)]
+    pub mini_time: Option<crate::paired::LogMean>,
+    #[serde(default)]
+    pub link_time: Option<crate::paired::LogMean>,
+    /// Each side's median CPU time per cycle, ns.
+    #[serde(default)]
+    pub mini_cpu_ns: Option<f64>,
+    #[serde(default)]
+    pub link_cpu_ns: Option<f64>,
+    /// Link/Mini when Mini ran first over Link/Mini when Link ran first.
+    #[serde(default)]
+    pub position_effect: Option<Interval>,
+    /// Pairs whose log ratio is an outlier (they are in the figure, and named).
+    #[serde(default)]
+    pub outlying_pairs: Vec<u32>,
 }
 
 /// One side's `shutdown` over its `host_exit`: how much longer than the host took to exit
@@ -175,6 +323,8 @@ pub struct TimedRun {
     pub index: u32,
     pub loaded: Loaded,
     pub noise: Noise,
+    /// A timing cycle's place; `None` for a full scenario run.
+    pub cycle: Option<CycleInfo>,
 }
 
 /// What one side's report says, reduced to what is compared.
@@ -244,6 +394,29 @@ pub struct Loaded {
     pub path: String,
     pub sha256: String,
     pub report: Report,
+}
+
+impl Loaded {
+    /// A failed stand-in for a run that left no readable report at `path`, saying why.
+    pub fn failed(profile: Profile, mode: Mode, source: &str, path: &Path, why: String) -> Loaded {
+        let reason = if path.exists() {
+            why
+        } else {
+            format!("the runner wrote no report at {}: {why}", path.display())
+        };
+        Loaded {
+            path: "(none)".into(),
+            sha256: String::new(),
+            report: Report {
+                source: source.into(),
+                outcome: link_report::Outcome {
+                    status: Status::Failed,
+                    reason: Some(reason),
+                },
+                ..Report::new(profile, mode)
+            },
+        }
+    }
 }
 
 /// Reads and decodes one report.

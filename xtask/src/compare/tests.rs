@@ -25,7 +25,57 @@ pub(crate) fn timed(index: u32, loaded: &Loaded) -> TimedRun {
             load15: Some(0.3),
             cpu_pressure_some_avg10: Some(1.0),
         },
+        cycle: None,
     }
+}
+
+/// The same runs as timing cycles: run N of each side is pair N; Mini is first in odd pairs.
+pub(crate) fn as_cycles(runs: &[TimedRun]) -> Vec<TimedRun> {
+    let mut out: Vec<TimedRun> = Vec::new();
+    for r in runs {
+        let mini_first = r.index % 2 == 1;
+        let position = match (r.loaded.report.profile, mini_first) {
+            (Profile::Mini, true) | (Profile::Link, false) => 1,
+            _ => 2,
+        };
+        let mut c = r.clone();
+        c.cycle = Some(CycleInfo {
+            pair: r.index,
+            position,
+            build: Build::New,
+        });
+        out.push(c);
+    }
+    out
+}
+
+fn sampling() -> Sampling {
+    Sampling {
+        precision_pct: 5.0,
+        budget_s: 60.0,
+        elapsed_s: 30.0,
+        min_pairs: crate::paired::MIN_PAIRS as u32,
+        not_reached: Vec::new(),
+    }
+}
+
+/// A comparison of `pairs` pairs with seeded noise (a shared 20% per pair, 3% per cycle):
+/// Link's start-up scaled by `link_startup`, every phase of both sides by `both`.
+pub(crate) fn comparison_of_cycles(pairs: u32, link_startup: f64, both: f64) -> Comparison {
+    let mut rng = stats::SplitMix64::new(77);
+    let mut u = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let shared: Vec<f64> = (0..=pairs).map(|_| 1.0 + 0.2 * u()).collect();
+    let mut runs = runs_of(pairs, |_, i| shared[i as usize] * both);
+    for r in &mut runs {
+        for p in &mut r.loaded.report.phases {
+            let mut f = 1.0 + 0.03 * u();
+            if p.name == "startup" && r.loaded.report.profile == Profile::Link {
+                f *= link_startup;
+            }
+            p.duration_ns = (p.duration_ns as f64 * f) as u128;
+        }
+    }
+    from_runs(&runs)
 }
 
 /// `runs` interleaved runs per side, phase durations scaled by `scale(profile, run)`.
@@ -66,6 +116,9 @@ pub(crate) fn from_runs(runs: &[TimedRun]) -> Comparison {
         rounds: 1,
         mini_traced: Some(&mt),
         link_traced: Some(&lt),
+        cycles: &as_cycles(runs),
+        sampling: sampling(),
+        against: None,
     })
 }
 
@@ -160,11 +213,19 @@ fn markdown_names_both_sides_and_every_phase() {
         );
     }
     assert!(
-        md.contains("| startup | 120.0 (IQR 115.2–124.8) | 5 (5 runs) | 480.0 (IQR 460.8–499.2) | 5 (5 runs) | 4.00× ["),
+        md.contains("| startup | 120.0 (IQR 115.2–124.8) | 5 (5 cycles) | 480.0 (IQR 460.8–499.2) | 5 (5 cycles) | 4.00× (no interval: 5 pairs < 10) | — |"),
         "{md}"
     );
     assert!(md.contains("| idle (fixed wait) |"), "{md}");
-    assert!(md.contains("Method: median of all samples"), "{md}");
+    assert!(md.contains("Method: paired cycles"), "{md}");
+    assert!(md.contains("| protected_tools | Link-only work |"), "{md}");
+    let md = markdown(&comparison_of_cycles(12, 1.0, 1.0));
+    assert!(md.contains("12 pairs"), "{md}");
+    assert!(
+        md.contains("Shared work (every phase both sides run"),
+        "{md}"
+    );
+    assert!(md.contains("Order effect"), "{md}");
     assert!(md.contains("all phases except the fixed idle wait"), "{md}");
     assert!(md.contains("| outcome | passed | passed |"), "{md}");
     assert!(md.contains("## Exec counts"));
@@ -195,6 +256,9 @@ fn skipped_side_and_missing_trace_are_caveats() {
         rounds: 1,
         mini_traced: None,
         link_traced: Some(&lt),
+        cycles: &[],
+        sampling: sampling(),
+        against: None,
     });
     assert!(c
         .caveats
@@ -207,23 +271,26 @@ fn skipped_side_and_missing_trace_are_caveats() {
     assert!(c.execs.is_empty(), "no available trace on either side");
     let md = markdown(&c);
     assert!(md.contains("**skipped**: bubblewrap"), "{md}");
-    // A skipped side has no figures: no zero, no ratio.
+    // A skipped side has no figures: no zero, no ratio, and the table says why.
     assert!(
-        md.contains("| startup | 120.0 (IQR 120.0–120.0) | 1 (1 runs) | skipped: bubblewrap cannot create a user namespace | — | — |"),
+        md.contains("No timing cycle ran, so no phase has a figure: link skipped: bubblewrap cannot create a user namespace."),
         "{md}"
     );
     assert!(md.contains("| processes started | 5 | — | — |"), "{md}");
     assert!(!md.contains("| 0.0 |") && !md.contains("| 0 |"), "{md}");
-    let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
-    assert!(startup.link.is_none() && startup.ratio.is_none());
+    assert!(c
+        .stats
+        .iter()
+        .all(|s| s.ratio.is_none() && s.paired.is_none()));
     assert!(md.contains("trace **unavailable**: trace is empty"), "{md}");
 }
 
 #[test]
 fn intervals_contain_the_medians_and_runs_are_kept() {
     let c = sample();
-    assert_eq!(c.schema_version, 2);
+    assert_eq!(c.schema_version, 3);
     assert_eq!(c.runs.len(), 10);
+    assert_eq!((c.cycles.len(), c.pairs), (10, 5));
     let order: Vec<(Profile, u32)> = c.runs.iter().map(|r| (r.profile, r.index)).collect();
     assert_eq!(
         order[..4],
@@ -249,19 +316,39 @@ fn intervals_contain_the_medians_and_runs_are_kept() {
             assert!(sp.median_low_ns <= sp.median_ns && sp.median_ns <= sp.median_high_ns);
             assert_eq!(sp.run_medians_ns.len(), 5);
         }
+        // Five pairs: an estimate, never a zero-width interval.
+        if let Some(p) = s.paired {
+            assert_eq!((p.low, p.high), (None, None), "{}", s.name);
+        }
     }
     let tools = c
         .stats
         .iter()
         .find(|s| s.name == "protected_tools")
         .unwrap();
-    assert_eq!(tools.mini_absent.as_deref(), Some("no such phase"));
-    assert!(tools.ratio.is_none());
+    assert_eq!(tools.mini_absent.as_deref(), Some("Link-only work"));
+    assert!(tools.link_only && tools.ratio.is_none() && tools.paired.is_none());
+    let twelve = comparison_of_cycles(12, 1.0, 1.0);
+    for s in twelve
+        .stats
+        .iter()
+        .filter(|s| !s.link_only && !s.fixed_wait)
+    {
+        let r = s
+            .ratio
+            .unwrap_or_else(|| panic!("{} has an interval", s.name));
+        assert!(
+            r.low <= r.estimate && r.estimate <= r.high,
+            "{}: {r:?}",
+            s.name
+        );
+        assert!(s.paired.unwrap().mde.is_some());
+    }
     let idle = c.stats.iter().find(|s| s.name == "idle").unwrap();
     assert!(idle.fixed_wait);
     // Same scale on both sides: each ratio is the fixture's, exactly.
     let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
-    assert_eq!(startup.ratio.unwrap().estimate, 4.0);
+    assert_eq!(startup.paired.unwrap().estimate, 4.0);
     // A deterministic figure: building again gives the same intervals.
     assert_eq!(sample().stats, c.stats);
 }
@@ -326,26 +413,62 @@ fn noise_is_parsed_and_called_out() {
     assert!(
         c.warnings
             .iter()
-            .any(|w| w.starts_with("phase startup:") && w.contains("raise --runs")),
+            .any(|w| w.starts_with("phase startup:") && w.contains("3 pairs give no interval")),
         "{:?}",
         c.warnings
     );
     assert!(markdown(&c).contains("**warning**: phase startup"));
+    // An outlying pair is named.
+    let mut runs = runs_of(12, |p, i| {
+        if p == Profile::Link && i == 7 {
+            3.0
+        } else {
+            1.0
+        }
+    });
+    for r in &mut runs {
+        for p in &mut r.loaded.report.phases {
+            p.duration_ns += u128::from(r.index) * 1000 * (p.duration_ns % 7 + 1);
+        }
+    }
+    let c = from_runs(&runs);
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.starts_with("phase startup: pair(s) 7 lie far")),
+        "{:?}",
+        c.warnings
+    );
 }
 
 #[test]
-fn one_failed_run_fails_its_side_and_leaves_the_figures() {
-    let mut runs = runs_of(3, |_, _| 1.0);
+fn one_failed_run_fails_its_side_which_then_has_no_figure_and_no_ratio() {
+    let mut runs = runs_of(12, |_, _| 1.0);
     runs[3].loaded.report.outcome = link_report::Outcome {
         status: Status::Failed,
-        reason: Some("cold_turn timed out".into()),
+        reason: Some("cold_turn timed out | then more".into()),
     };
     let c = from_runs(&runs);
     assert_eq!(c.link.outcome, Status::Failed);
-    assert_eq!(c.link.reason.as_deref(), Some("run 2: cold_turn timed out"));
+    assert_eq!(
+        c.link.reason.as_deref(),
+        Some("run 2: cold_turn timed out | then more")
+    );
     let startup = c.stats.iter().find(|s| s.name == "startup").unwrap();
-    assert_eq!(startup.link.as_ref().unwrap().samples, 2);
-    assert_eq!(startup.mini.as_ref().unwrap().samples, 3);
+    assert!(startup.link.is_none() && startup.link_time.is_none());
+    assert!(startup.ratio.is_none() && startup.paired.is_none() && startup.cpu_ratio.is_none());
+    assert_eq!(
+        startup.link_absent.as_deref(),
+        Some("failed: run 2: cold_turn timed out | then more")
+    );
+    assert_eq!(startup.mini.as_ref().unwrap().samples, 12);
+    assert!(c.shared_total.is_none());
+    // The reason's `|` does not end the table cell.
+    let md = markdown(&c);
+    assert!(
+        md.contains("failed: run 2: cold_turn timed out \\| then more"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -467,8 +590,8 @@ fn startup_cpu_gives_each_side_its_median_its_floor_and_the_ratio() {
     assert_eq!(ratio.estimate, 2.6);
     assert!(ratio.low <= 2.6 && 2.6 <= ratio.high, "{ratio:?}");
     let md = markdown(&c);
-    assert!(md.contains("mini 12.5 ms (5 processes; 4 runs)"), "{md}");
-    assert!(md.contains("link 32.5 ms (13 processes; 4 runs)"), "{md}");
+    assert!(md.contains("mini 12.5 ms (5 processes; 4 cycles)"), "{md}");
+    assert!(md.contains("link 32.5 ms (13 processes; 4 cycles)"), "{md}");
     assert!(md.contains("Link/Mini 2.60×"), "{md}");
     // A failed run's figure is not in its side's.
     runs[1].loaded.report.outcome.status = Status::Failed;
@@ -485,6 +608,53 @@ fn startup_cpu_gives_each_side_its_median_its_floor_and_the_ratio() {
     let cpu = c.startup_cpu.as_ref().unwrap();
     assert_eq!((cpu.sides[1].median_ns, cpu.ratio), (None, None));
     let md = markdown(&c);
-    assert!(md.contains("link — (— processes; 0 runs)"), "{md}");
+    assert!(md.contains("link — (— processes; 0 cycles)"), "{md}");
     assert!(!md.contains("Link/Mini 2."), "{md}");
+}
+
+#[test]
+fn a_failed_cycle_fails_its_side_by_name_and_takes_its_ratios() {
+    let runs = runs_of(12, |_, _| 1.0);
+    let mut cycles = as_cycles(&runs);
+    let link_cycle_4 = cycles
+        .iter_mut()
+        .find(|c| c.index == 4 && c.loaded.report.profile == Profile::Link)
+        .unwrap();
+    link_cycle_4.loaded.report.outcome = link_report::Outcome {
+        status: Status::Failed,
+        reason: Some("startup: link-plugin-auth was killed by signal 9".into()),
+    };
+    let (mt, lt) = (
+        fixture("runtime-mini-traced.json"),
+        fixture("runtime-link-traced.json"),
+    );
+    let c = build(&Inputs {
+        mode: Mode::Confined,
+        mini: &representative(&runs, Profile::Mini).unwrap().loaded,
+        link: &representative(&runs, Profile::Link).unwrap().loaded,
+        runs: &runs,
+        runs_requested: 12,
+        rounds: 1,
+        mini_traced: Some(&mt),
+        link_traced: Some(&lt),
+        cycles: &cycles,
+        sampling: sampling(),
+        against: None,
+    });
+    assert_eq!(c.link.outcome, Status::Failed);
+    assert_eq!(
+        c.link.reason.as_deref(),
+        Some("new cycle 4: startup: link-plugin-auth was killed by signal 9")
+    );
+    assert!(c
+        .stats
+        .iter()
+        .all(|s| s.ratio.is_none() && s.paired.is_none()));
+    assert!(c.stats.iter().all(|s| s.link.is_none()));
+    assert!(
+        c.stats.iter().any(|s| s.mini.is_some()),
+        "Mini keeps its description"
+    );
+    let md = markdown(&c);
+    assert!(!md.contains("× ["), "no ratio anywhere: {md}");
 }

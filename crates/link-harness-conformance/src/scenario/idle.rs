@@ -2,7 +2,7 @@
 //! never a blind sleep); its rounds go into the report.
 
 use super::judge;
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use super::text::ms;
 use super::IDLE_SAMPLES;
@@ -13,7 +13,7 @@ use link_protocol::routes::Route as _;
 use std::time::{Duration, Instant};
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
-    let t = Timer::start();
+    let t = rec.timer();
     let waited = wait_samples(s).await;
     let took = rec.end_phase(PhaseName::Idle, 0, t);
     let (first, last) = waited?;

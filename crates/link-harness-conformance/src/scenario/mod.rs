@@ -54,6 +54,8 @@ use std::path::{Path, PathBuf};
 pub const MONITOR_INTERVAL_SECS: u64 = 1;
 /// Completed monitor samples the idle phase waits for.
 pub const IDLE_SAMPLES: u64 = 3;
+/// Fresh agents a timing cycle gives a cold first turn (`cold_turn` rounds 0 to this − 1).
+pub const COLD_AGENTS: u32 = 4;
 
 /// How to run one scenario.
 #[derive(Debug, Clone)]
@@ -75,6 +77,9 @@ pub struct ScenarioConfig {
     pub concurrent_agents: bool,
     /// Requests in the isolated status series.
     pub status_points: u32,
+    /// A timing cycle: the scenario without its fixed idle wait and the status series after
+    /// it, with [`COLD_AGENTS`] cold turns; for `cargo xtask runtime`'s paired cycles.
+    pub cycle: bool,
 }
 
 impl ScenarioConfig {
@@ -89,6 +94,7 @@ impl ScenarioConfig {
             output: None,
             concurrent_agents: false,
             status_points: 10,
+            cycle: false,
         }
     }
 
@@ -275,7 +281,7 @@ async fn drive(
     root: &StateRoot,
     programs: &Path,
 ) -> Option<RuntimeProcess> {
-    let plan = plan::plan(config.profile, config.mode);
+    let plan = plan::plan(config.profile, config.mode, config.cycle);
     for (name, why) in plan.skipped {
         rec.skip(name, why);
     }
@@ -292,7 +298,7 @@ async fn drive(
     let host = &mut launched.host;
     let token = std::mem::take(&mut launched.token);
     let result = match startup::ready(rec, config, host, token, launched.timer).await {
-        Ok(session) => phases(rec, &session, plan.extra).await,
+        Ok(session) => phases(rec, &session, &plan.steps).await,
         Err(e) => Err((Step::Startup, e)),
     };
     if let Err((step, e)) = result {
@@ -301,26 +307,28 @@ async fn drive(
     Some(launched.host)
 }
 
-/// Every phase after start-up.
+/// Every phase after start-up, in the plan's order.
 async fn phases(
     rec: &mut Recorder<'_>,
     s: &Session<'_>,
-    extra: &[Step],
+    steps: &[Step],
 ) -> Result<(), (Step, String)> {
     let alpha = phase(Step::ColdTurn, turns::cold(rec, s)).await?;
-    phase(Step::WarmTurns, turns::warm(rec, s, &alpha)).await?;
-    phase(Step::SecondAgent, second_agent::run(rec, s, &alpha)).await?;
-    phase(Step::Refusals, refusals::run(rec, s, &alpha)).await?;
-    for &step in extra {
+    for &step in steps.iter().skip_while(|&&st| st != Step::ColdTurn).skip(1) {
         match step {
+            Step::WarmTurns => phase(step, turns::warm(rec, s, &alpha)).await?,
+            Step::SecondAgent => phase(step, second_agent::run(rec, s, &alpha)).await?,
+            Step::Refusals => phase(step, refusals::run(rec, s, &alpha)).await?,
+            Step::RefusedWrite => phase(step, refusals::write(rec, s, &alpha)).await?,
             Step::ProtectedTools => phase(step, tools::run(rec, s, &alpha)).await?,
             Step::ToolsRefused => phase(step, tools::refused(rec, s, &alpha)).await?,
             Step::Scheduler => phase(step, scheduler::run(rec, s, &alpha)).await?,
-            other => unreachable!("{} is not an extra phase", other.name()),
+            Step::Idle => phase(step, idle::run(rec, s)).await?,
+            Step::StatusSeries => phase(step, status_series::run(rec, s)).await?,
+            Step::Startup | Step::ColdTurn => unreachable!("{} comes first", step.name()),
         }
     }
-    phase(Step::Idle, idle::run(rec, s)).await?;
-    phase(Step::StatusSeries, status_series::run(rec, s)).await
+    Ok(())
 }
 
 /// Runs one phase unless the run was interrupted before it; its error names the phase.

@@ -1,14 +1,32 @@
-//! Refusals: requests without a valid token answer 401 and change nothing; in confined full
-//! Link a conversation write through the file tool is refused as protected.
+//! Refusals: requests without a valid token answer 401 and change nothing (the same requests
+//! on both sides); in confined full Link, in a phase of its own, a conversation write through
+//! the file tool is refused as protected.
 
 use super::judge;
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
 use link_plugin_measure::{CheckName, PhaseName};
 use serde_json::Value;
 
+/// Five requests without a valid token, each its own round of the phase (the same requests on
+/// both sides); then the check that they changed nothing.
 pub(super) async fn run(
+    rec: &mut Recorder<'_>,
+    s: &Session<'_>,
+    alpha: &Alpha,
+) -> Result<(), String> {
+    let a = alpha.0.as_str();
+    let unauth = match unauthenticated(rec, s, a).await {
+        Ok(answers) => left_no_trace(s, a, &answers).await,
+        Err(e) => Err(e),
+    };
+    rec.judge(CheckName::UnauthenticatedRefused, unauth)
+}
+
+/// Confined full Link: a turn asking the file tool to write alpha's conversation log, which
+/// must be refused as protected and leave the log as it was.
+pub(super) async fn write(
     rec: &mut Recorder<'_>,
     s: &Session<'_>,
     alpha: &Alpha,
@@ -16,32 +34,23 @@ pub(super) async fn run(
     let a = alpha.0.as_str();
     let conversation = s.layout.agent_conversation(a);
     let before = std::fs::read(&conversation).unwrap_or_default();
-    let t = Timer::start();
-    let unauth = unauthenticated(s, a).await;
-    let write = if s.confined_link() {
-        Some(s.turn(a, "write ../conversation.jsonl: x").await)
-    } else {
-        None
-    };
-    rec.end_phase(PhaseName::Refusals, 0, t);
-    let unauth = match unauth {
-        Ok(answers) => left_no_trace(s, a, &answers).await,
-        Err(e) => Err(e),
-    };
-    let first = rec.judge(CheckName::UnauthenticatedRefused, unauth);
-    if let Some(write) = write {
-        let result = write.and_then(|reply| {
-            let after = std::fs::read(&conversation)
-                .map_err(|e| format!("cannot read {}: {e}", conversation.display()));
-            judge::conversation_write(&reply, &before, after)
-        });
-        rec.judge(CheckName::ConversationWriteRefused, result)?;
-    }
-    first
+    let t = rec.timer();
+    let write = s.turn(a, "write ../conversation.jsonl: x").await;
+    rec.end_phase(PhaseName::RefusedWrite, 0, t);
+    let result = write.and_then(|reply| {
+        let after = std::fs::read(&conversation)
+            .map_err(|e| format!("cannot read {}: {e}", conversation.display()));
+        judge::conversation_write(&reply, &before, after)
+    });
+    rec.judge(CheckName::ConversationWriteRefused, result)
 }
 
-/// Five requests without a valid token: (what, status, body) of each.
-async fn unauthenticated(s: &Session<'_>, a: &str) -> Result<Vec<(String, u16, String)>, String> {
+/// Five requests without a valid token, each timed as a round: (what, status, body) of each.
+async fn unauthenticated(
+    rec: &mut Recorder<'_>,
+    s: &Session<'_>,
+    a: &str,
+) -> Result<Vec<(String, u16, String)>, String> {
     let turn_path = format!("/v1/agents/{a}/turns");
     let agent_path = format!("/v1/agents/{a}");
     let name = serde_json::json!({"name": "intruder"});
@@ -54,11 +63,14 @@ async fn unauthenticated(s: &Session<'_>, a: &str) -> Result<Vec<(String, u16, S
         ("GET", "/v1/status", None, None),
     ];
     let mut out = Vec::new();
-    for (method, path, token, body) in requests {
+    for (round, (method, path, token, body)) in (1..).zip(requests) {
         let what = format!("{method} {path} without a valid token");
+        let t = rec.timer();
         let resp = s
             .guarded(&what, 30, s.conn.raw(method, path, token, body))
-            .await?;
+            .await;
+        rec.end_phase(PhaseName::Refusals, round, t);
+        let resp = resp?;
         out.push((
             what,
             resp.status,

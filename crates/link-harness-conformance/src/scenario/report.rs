@@ -27,13 +27,18 @@ use std::time::{Duration, Instant};
 pub(super) struct Timer {
     start_ns: u128,
     at: Instant,
+    /// The phase's CPU time is read at its end, against [`Recorder::timer`]'s snapshot.
+    cpu: bool,
 }
 
 impl Timer {
+    /// A phase timer without CPU time: before the host runs, or when its processes will be
+    /// gone at the phase's end.
     pub(super) fn start() -> Timer {
         Timer {
             start_ns: unix_ns(),
             at: Instant::now(),
+            cpu: false,
         }
     }
 }
@@ -52,6 +57,8 @@ pub(super) struct Recorder<'a> {
     seen: HashMap<(i32, u64), usize>,
     host_pid: Option<i32>,
     first_failure: Option<String>,
+    /// CPU time per runtime process when the last [`Recorder::timer`] started.
+    cpu_start: Vec<(i32, u64)>,
 }
 
 impl<'a> Recorder<'a> {
@@ -74,6 +81,7 @@ impl<'a> Recorder<'a> {
             seen: HashMap::new(),
             host_pid: None,
             first_failure: None,
+            cpu_start: Vec::new(),
         }
     }
 
@@ -159,6 +167,34 @@ impl<'a> Recorder<'a> {
         };
     }
 
+    /// A phase timer that also measures the runtime's CPU time: every thread of the host and
+    /// its live descendants but the sandbox probe ([`super::startup::runtime_cpu`]), read
+    /// before the clock starts and after it stops, so reading costs the phase nothing.
+    pub(super) fn timer(&mut self) -> Timer {
+        self.cpu_start = self
+            .host_pid
+            .map(super::startup::runtime_cpu)
+            .unwrap_or_default();
+        Timer {
+            cpu: !self.cpu_start.is_empty(),
+            ..Timer::start()
+        }
+    }
+
+    /// The CPU time the processes of the last [`Recorder::timer`] used since; one that ended
+    /// meanwhile counts for nothing it did after the start (its time went with it).
+    fn cpu_since_timer(&self) -> u64 {
+        let now: HashMap<i32, u64> = self
+            .cpu_start
+            .iter()
+            .filter_map(|&(pid, _)| Some((pid, link_plugin_measure::sample::cpu_run_ns(pid)?)))
+            .collect();
+        self.cpu_start
+            .iter()
+            .map(|(pid, before)| now.get(pid).map_or(0, |n| n.saturating_sub(*before)))
+            .sum()
+    }
+
     /// Records a phase that ran from `t` until now, and the processes alive at its end.
     pub(super) fn end_phase(&mut self, name: PhaseName, round: u32, t: Timer) -> Duration {
         self.end_phase_at(name, round, t, Instant::now())
@@ -173,10 +209,16 @@ impl<'a> Recorder<'a> {
         end: Instant,
     ) -> Duration {
         let took = self.phase_until(name, round, t, end);
-        let rounds = if round > 0 {
-            format!(" {round}/{}", self.config.rounds)
-        } else {
-            String::new()
+        if t.cpu {
+            let cpu = self.cpu_since_timer();
+            if let Some(p) = self.report.phases.last_mut() {
+                p.cpu_ns = Some(cpu);
+            }
+        }
+        let rounds = match (name, round) {
+            (_, 0) => String::new(),
+            (PhaseName::WarmTurn, _) => format!(" {round}/{}", self.config.rounds),
+            _ => format!(" {round}"),
         };
         self.say(format!("phase {name}{rounds} ... {}", ms(took)));
         self.observe(name);
@@ -199,6 +241,7 @@ impl<'a> Recorder<'a> {
             start_unix_ns: t.start_ns,
             end_unix_ns: t.start_ns + took.as_nanos(),
             duration_ns: took.as_nanos(),
+            cpu_ns: None,
         });
         took
     }
@@ -243,8 +286,13 @@ impl<'a> Recorder<'a> {
     }
 
     /// The host's pid, so the processes seen from now on name it `host`.
+    /// Start-up's CPU time, also the `startup` phase's (nothing ran before it).
     pub(super) fn startup_cpu(&mut self, cpu: Option<link_plugin_measure::StartupCpu>) {
         self.report.startup_cpu = cpu;
+        let startup = PhaseName::Startup.as_str();
+        if let Some(p) = self.report.phases.iter_mut().find(|p| p.name == startup) {
+            p.cpu_ns = cpu.map(|c| c.cpu_ns);
+        }
     }
 
     pub(super) fn host_started(&mut self, pid: i32) {
@@ -419,17 +467,20 @@ fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
     };
     match name {
         PhaseName::Startup => format!("start-up of the {profile} profile until `ready`"),
+        PhaseName::ColdTurn if config.cycle => format!(
+            "{} fresh agents created, each with its cold first turn, one round each",
+            super::COLD_AGENTS
+        ),
         PhaseName::ColdTurn => "a first agent created and its cold first turn".into(),
         PhaseName::WarmTurn => format!("{} timed warm turns", config.rounds),
         PhaseName::SecondAgent if config.concurrent_agents => {
             "a second agent, turns of both agents at once".into()
         }
         PhaseName::SecondAgent => "a second agent and its first turn".into(),
-        PhaseName::Refusals if config.profile == Profile::Link && config.mode == Mode::Confined => {
-            "unauthenticated requests refused; a conversation write through the file tool refused"
-                .into()
+        PhaseName::Refusals => "unauthenticated requests refused, one round each".into(),
+        PhaseName::RefusedWrite => {
+            "a turn whose conversation write through the file tool is refused".into()
         }
-        PhaseName::Refusals => "unauthenticated requests refused".into(),
         PhaseName::ProtectedTools => {
             "the run and file tools through their protected routes, confined".into()
         }

@@ -1,7 +1,7 @@
 //! Diagnostic full Link: a turn scheduled through the schedule tool fires on its own.
 
 use super::judge;
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use super::text::{ms, short};
 use super::turns::Alpha;
@@ -13,7 +13,7 @@ pub(super) async fn run(
     s: &Session<'_>,
     alpha: &Alpha,
 ) -> Result<(), String> {
-    let t = Timer::start();
+    let t = rec.timer();
     let result = schedule_and_wait(s, &alpha.0).await;
     let took = rec.end_phase(PhaseName::Scheduler, 0, t);
     let result = result.map(|d| {

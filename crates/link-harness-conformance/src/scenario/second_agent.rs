@@ -2,7 +2,7 @@
 //! keeps its conversation and (full Link) its files: on disk and, confined, through the tools.
 
 use super::judge::{self, Workspaces};
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
 use link_plugin_measure::{CheckName, PhaseName};
@@ -15,7 +15,7 @@ pub(super) async fn run(
     alpha: &Alpha,
 ) -> Result<(), String> {
     let a = alpha.0.as_str();
-    let t = Timer::start();
+    let t = rec.timer();
     let created = s
         .guarded("create agent beta", 60, s.conn.create_agent("beta"))
         .await;

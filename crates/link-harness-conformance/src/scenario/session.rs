@@ -7,7 +7,6 @@ use crate::client::{host_call, Connection, TurnReply};
 use crate::interrupt;
 use link_plugin_measure::MonitorStatus;
 use link_protocol::layout::StateLayout;
-use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::{Empty, Route};
 use std::fmt::Display;
 use std::future::Future;
@@ -41,11 +40,6 @@ pub(super) struct Session<'a> {
 impl Session<'_> {
     pub(super) fn scale(&self) -> u32 {
         self.config.scale()
-    }
-
-    /// Full Link in confined mode: the protected tools are on.
-    pub(super) fn confined_link(&self) -> bool {
-        self.config.profile == Profile::Link && self.config.mode == Mode::Confined
     }
 
     pub(super) async fn guarded<T, E: Display>(

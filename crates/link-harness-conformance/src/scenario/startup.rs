@@ -118,16 +118,21 @@ pub(super) async fn ready<'a>(
 /// it is not start-up's work. `None` when the host's own cannot be read (then no figure
 /// stands, rather than a part taken for the whole).
 fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
+    let each = runtime_cpu(host);
+    (each.first().map(|&(pid, _)| pid) == Some(host)).then(|| link_plugin_measure::StartupCpu {
+        cpu_ns: each.iter().map(|&(_, ns)| ns).sum(),
+        processes: each.len() as u32,
+    })
+}
+
+/// The CPU time so far of the host `host` (first, when it can be read) and of each of its live
+/// descendants outside the sandbox probe, by pid.
+pub(super) fn runtime_cpu(host: i32) -> Vec<(i32, u64)> {
     use link_plugin_measure::sample::cpu_run_ns;
-    let mut cpu_ns = cpu_run_ns(host)?;
-    let mut processes = 1;
-    for pid in outside_the_probe(host) {
-        if let Some(ns) = cpu_run_ns(pid) {
-            cpu_ns += ns;
-            processes += 1;
-        }
-    }
-    Some(link_plugin_measure::StartupCpu { cpu_ns, processes })
+    std::iter::once(host)
+        .chain(outside_the_probe(host))
+        .filter_map(|pid| Some((pid, cpu_run_ns(pid)?)))
+        .collect()
 }
 
 /// The live descendants of `host` that are neither a `link-plugin-sandbox probe` nor started

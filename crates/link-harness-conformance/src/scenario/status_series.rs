@@ -1,7 +1,7 @@
 //! The status series: the monitor stopped, then an isolated series of `GET /v1/status`.
 
 use super::judge;
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use link_plugin_measure::sample::unix_ns;
 use link_plugin_measure::{CheckName, PhaseName, StatusPoint};
@@ -10,7 +10,7 @@ use std::time::Instant;
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {
     let stopped = s.monitor::<routes::host::MonitorStop>().await?;
-    let t = Timer::start();
+    let t = rec.timer();
     let mut points = Vec::new();
     let mut error = None;
     for index in 0..s.config.status_points {

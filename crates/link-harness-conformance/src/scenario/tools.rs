@@ -4,7 +4,7 @@
 
 use super::judge::{self, ToolEvidence};
 use super::plan::DIAGNOSTIC_TOOLS;
-use super::report::{Recorder, Timer};
+use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
 use link_plugin_measure::{CheckName, PhaseName};
@@ -18,7 +18,7 @@ pub(super) async fn run(
     let a = alpha.0.as_str();
     let root = s.layout.root().to_path_buf();
     let tokens = s.layout.tokens_file();
-    let t = Timer::start();
+    let t = rec.timer();
     let messages = [
         "run: echo hi > ran.txt; cat ran.txt".to_owned(),
         format!("run: cat {}", tokens.display()),
@@ -97,7 +97,7 @@ pub(super) async fn refused(
             "tool-file.txt",
         ),
     ];
-    let t = Timer::start();
+    let t = rec.timer();
     let mut replies = Vec::new();
     for (_, _, instruction, _) in asks {
         replies.push(s.turn(a, instruction).await?);

@@ -22,6 +22,7 @@ fn phase(name: &str, start: &str, end: &str) -> Phase {
         start_unix_ns: s,
         end_unix_ns: e,
         duration_ns: e - s,
+        cpu_ns: None,
     }
 }
 
