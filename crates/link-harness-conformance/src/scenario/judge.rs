@@ -4,7 +4,7 @@
 
 use super::text::{ms, short};
 use crate::client::{AgentView, ToolCall, TurnReply};
-use crate::reaper::{ProcInfo, Reaped};
+use crate::reaper::ProcInfo;
 use link_plugin_measure::{Check, MonitorStatus, Outcome, Status, StatusPoint};
 use link_protocol::plugin::{Mode, Profile};
 use serde_json::Value;
@@ -269,35 +269,77 @@ pub(super) fn run_lists_own_workspace(a: &str, listing: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// An orphan the runner adopted and reaped: the program the run recorded at its pid (the
+/// kernel's 15-character name of it otherwise), and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Adopted {
+    pub program: String,
+    pub pid: i32,
+    pub status: String,
+}
+
 /// The `no_orphans` verdict after shutdown: `recorded` processes were recorded, the runner
-/// (`runner`, a subreaper) adopted and reaped `reaped` since the run began, and `left` were
-/// still running (and have been killed). The detail names each adopted orphan with how it
-/// ended, and each survivor with whether the runner had adopted it.
+/// (`runner`, a subreaper) adopted and reaped `reaped` since the run began, `left` were still
+/// running (and have been killed) and `unreaped` are zombie children it could not reap. The
+/// detail names each adopted orphan with how it ended, and each survivor with whether the
+/// runner had adopted it.
 pub(super) fn no_orphans(
     recorded: usize,
-    reaped: &[Reaped],
+    reaped: &[Adopted],
     left: &[ProcInfo],
+    unreaped: &[ProcInfo],
     runner: i32,
 ) -> Result<String, String> {
-    let adopted = if reaped.is_empty() {
-        "the runner adopted and reaped no orphan of this run".to_owned()
-    } else {
-        let list: Vec<String> = reaped
-            .iter()
-            .map(|r| format!("pid {} ({}, {})", r.pid, r.comm, r.status))
-            .collect();
-        format!(
-            "the runner adopted and reaped {} orphan{} of this run: {}",
-            reaped.len(),
-            if reaped.len() == 1 { "" } else { "s" },
-            list.join(", ")
-        )
-    };
-    if left.is_empty() {
+    let adopted = adopted_and_reaped(reaped);
+    let mut problems = Vec::new();
+    if !left.is_empty() {
+        problems.push(format!(
+            "{} still running after shutdown (now killed): {}",
+            left.len(),
+            survivors(left, runner)
+        ));
+    }
+    if !unreaped.is_empty() {
+        let names: Vec<String> = unreaped.iter().map(ProcInfo::describe).collect();
+        problems.push(format!(
+            "{} zombie {} of the runner not reaped (they would outlive it): {}",
+            unreaped.len(),
+            if unreaped.len() == 1 {
+                "child"
+            } else {
+                "children"
+            },
+            names.join("; ")
+        ));
+    }
+    if problems.is_empty() {
         return Ok(format!(
             "no descendant of the runner and none of the {recorded} recorded processes (by pid and start time) remain; {adopted}"
         ));
     }
+    Err(format!("{}; {adopted}", problems.join("; ")))
+}
+
+/// "the runner adopted and reaped 2 orphans of this run: link-plugin-model (pid 41, killed
+/// by signal 9), …".
+fn adopted_and_reaped(reaped: &[Adopted]) -> String {
+    if reaped.is_empty() {
+        return "the runner adopted and reaped no orphan of this run".to_owned();
+    }
+    let list: Vec<String> = reaped
+        .iter()
+        .map(|r| format!("{} (pid {}, {})", r.program, r.pid, r.status))
+        .collect();
+    format!(
+        "the runner adopted and reaped {} orphan{} of this run: {}",
+        reaped.len(),
+        if reaped.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    )
+}
+
+/// Each survivor, with whether the runner had adopted it.
+fn survivors(left: &[ProcInfo], runner: i32) -> String {
     let names: Vec<String> = left
         .iter()
         .map(|p| {
@@ -309,11 +351,7 @@ pub(super) fn no_orphans(
             format!("{} [{how}]", p.describe())
         })
         .collect();
-    Err(format!(
-        "{} still running after shutdown (now killed): {}; {adopted}",
-        left.len(),
-        names.join("; ")
-    ))
+    names.join("; ")
 }
 
 /// Every request without a valid token answered 401 without conversation content, and the

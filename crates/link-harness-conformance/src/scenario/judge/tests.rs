@@ -509,25 +509,25 @@ fn cross_agent_reads_name_a_path_that_reaches_the_other_file() {
 
 #[test]
 fn no_orphans_names_what_was_adopted_and_reaped() {
-    let none = no_orphans(13, &[], &[], 100).unwrap();
+    let none = no_orphans(13, &[], &[], &[], 100).unwrap();
     assert!(none.contains("13 recorded processes"), "{none}");
     assert!(none.contains("adopted and reaped no orphan"), "{none}");
     let reaped = vec![
-        Reaped {
+        Adopted {
+            program: "link-plugin-model".into(),
             pid: 41,
-            comm: "sleep".into(),
             status: "killed by signal 9".into(),
         },
-        Reaped {
+        Adopted {
+            program: "sh".into(),
             pid: 42,
-            comm: "sh".into(),
             status: "exit status 0".into(),
         },
     ];
-    let two = no_orphans(13, &reaped, &[], 100).unwrap();
+    let two = no_orphans(13, &reaped, &[], &[], 100).unwrap();
     assert!(
         two.ends_with(
-            "the runner adopted and reaped 2 orphans of this run: pid 41 (sleep, killed by signal 9), pid 42 (sh, exit status 0)"
+            "the runner adopted and reaped 2 orphans of this run: link-plugin-model (pid 41, killed by signal 9), sh (pid 42, exit status 0)"
         ),
         "{two}"
     );
@@ -551,7 +551,7 @@ fn no_orphans_names_what_was_adopted_and_reaped() {
             state: 'S',
         },
     ];
-    let err = no_orphans(13, &reaped[..1], &left, 100).unwrap_err();
+    let err = no_orphans(13, &reaped[..1], &left, &[], 100).unwrap_err();
     assert!(
         err.starts_with("2 still running after shutdown (now killed): pid 43 (sleep 300; ppid 100"),
         "{err}"
@@ -563,7 +563,21 @@ fn no_orphans_names_what_was_adopted_and_reaped() {
     assert!(err.contains("[not adopted]"), "{err}");
     assert!(
         err.ends_with(
-            "adopted and reaped 1 orphan of this run: pid 41 (sleep, killed by signal 9)"
+            "adopted and reaped 1 orphan of this run: link-plugin-model (pid 41, killed by signal 9)"
+        ),
+        "{err}"
+    );
+    // A zombie child the runner did not reap would outlive it: a failure, naming it.
+    let zombie = ProcInfo {
+        state: 'Z',
+        argv: vec![],
+        comm: "link-plugin-mea".into(),
+        ..left[0].clone()
+    };
+    let err = no_orphans(13, &reaped, &[], &[zombie], 100).unwrap_err();
+    assert!(
+        err.starts_with(
+            "1 zombie child of the runner not reaped (they would outlive it): pid 43 (link-plugin-mea; ppid 100, state Z"
         ),
         "{err}"
     );
