@@ -15,7 +15,10 @@ pub(super) async fn run(
 ) -> Result<(), String> {
     let a = alpha.0.as_str();
     let conversation = s.layout.agent_conversation(a);
-    let before = std::fs::read(&conversation).unwrap_or_default();
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let before = read(&conversation);
     let t = Timer::start();
     let unauth = unauthenticated(s, a).await;
     let write = if s.confined_link() {
@@ -30,11 +33,8 @@ pub(super) async fn run(
     };
     let first = rec.judge(CheckName::UnauthenticatedRefused, unauth);
     if let Some(write) = write {
-        let result = write.and_then(|reply| {
-            let after = std::fs::read(&conversation)
-                .map_err(|e| format!("cannot read {}: {e}", conversation.display()));
-            judge::conversation_write(&reply, &before, after)
-        });
+        let result =
+            write.and_then(|reply| judge::conversation_write(&reply, before, read(&conversation)));
         rec.judge(CheckName::ConversationWriteRefused, result)?;
     }
     first
