@@ -29,6 +29,9 @@ pub const GRACE: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reaped {
     pub pid: i32,
+    /// With the pid, which process it was (a caller that recorded it can name it).
+    pub start_time_ticks: u64,
+    /// The kernel's name for it, cut at 15 characters.
     pub comm: String,
     pub status: String,
 }
@@ -179,6 +182,7 @@ impl Reaper {
                 pending.remove(&(pid, start));
                 out.push(Reaped {
                     pid,
+                    start_time_ticks: start,
                     comm,
                     status: describe_wait(status),
                 });
@@ -195,6 +199,22 @@ impl Reaper {
     /// Every orphan reaped so far.
     pub fn reaped(&self) -> Vec<Reaped> {
         lock(&self.reaped).clone()
+    }
+
+    /// Zombie children of this process that no [`Owned`] handle waits for: adopted orphans
+    /// the reaper has not collected yet (it leaves each alone for [`GRACE`] first).
+    pub fn unreaped(&self) -> Vec<ProcInfo> {
+        if !any_zombie_child() {
+            return Vec::new();
+        }
+        let owned = lock(&self.owned).clone();
+        let me = rustix::process::getpid().as_raw_nonzero().get();
+        zombie_children(me)
+            .into_iter()
+            .filter(|(pid, _, _)| !owned.contains(pid))
+            .filter_map(|(pid, _, _)| read_proc(pid))
+            .filter(|p| p.state == 'Z')
+            .collect()
     }
 }
 

@@ -5,6 +5,11 @@
 //! `head` has exited), so every line it prints fails with `EPIPE`. It must neither abort nor
 //! panic, and must still stop everything it started and remove its state root.
 //!
+//! A host killed by SIGKILL mid-run, under a parent that never reaps (the `non_reaping_init`
+//! example, as a container's main process may be): its plugins end by their parent-death
+//! signal and are adopted by the runner, which must reap them before it exits and name them in
+//! `no_orphans`, so that parent is left with no process at all.
+//!
 //! `runtime report`'s exit status says whether the trace gave counts: 0 when it did, 4 when
 //! they are unavailable (the report says why), 2 for bad input with the report untouched.
 //!
@@ -15,7 +20,7 @@
 
 use link_harness_conformance::runtime_process::{test_programs, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::{programs, read_report, write_report};
-use link_plugin_measure::{Mode, Phase, Report};
+use link_plugin_measure::{CheckName, Mode, Phase, Report, Status};
 use link_protocol::plugin::Profile;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -31,8 +36,10 @@ fn built() -> Result<(PathBuf, PathBuf), String> {
         .filter(|p| !dir.join(p).is_file())
         .map(str::to_owned)
         .collect();
-    if !runner.is_file() {
-        missing.push("examples/runtime".to_owned());
+    for example in ["runtime", "non_reaping_init"] {
+        if !dir.join("examples").join(example).is_file() {
+            missing.push(format!("examples/{example}"));
+        }
     }
     if missing.is_empty() {
         Ok((dir, runner))
@@ -136,18 +143,7 @@ fn a_runner_whose_output_is_closed_still_cleans_up() {
         .stderr(writer)
         .spawn()
         .expect("starting the runtime example");
-    let deadline = started + Duration::from_secs(600);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the runner did not finish within 600 s with its output closed");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_or_kill(&mut child, Duration::from_secs(600));
     eprintln!(
         "runner exited {status:?} after {:?} with stdout and stderr closed",
         started.elapsed()
@@ -202,6 +198,127 @@ fn a_runner_whose_output_is_closed_still_cleans_up() {
         report.display()
     );
     assert_report_is_this_runs(&report_text, &dir);
+}
+
+#[test]
+fn a_host_killed_mid_run_leaves_nothing_to_a_non_reaping_init() {
+    let Some((dir, runner)) = built_or_skip() else {
+        return;
+    };
+    let home = PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let parent = home.join(format!(".cache/lnk-t/k{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).unwrap();
+    let report = parent.with_extension("json");
+    let mut init = Command::new(dir.join("examples").join("non_reaping_init"))
+        .arg(&runner)
+        .arg(&dir)
+        .arg(&report)
+        .args(["mini", "diagnostic", "host-killed-test", "1"])
+        .env("LNK_TEST_STATE_DIR", &parent)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the non-reaping init");
+    let progress = lines_of(init.stderr.take().expect("piped stderr"));
+    let killed = kill_host_after(&progress, "check cold_turn passed", &parent);
+    let status = wait_or_kill(&mut init, Duration::from_secs(600));
+    let mut left = String::new();
+    std::io::Read::read_to_string(&mut init.stdout.take().unwrap(), &mut left).unwrap();
+    let said: Vec<String> = progress.try_iter().collect();
+    let written = read_report(&report);
+    let _ = std::fs::remove_dir_all(&parent);
+    let _ = std::fs::remove_file(&report);
+
+    let host = killed.unwrap_or_else(|e| panic!("{e}; the runner said: {said:#?}"));
+    let written = written.expect("the runner's report");
+    let orphans = written
+        .checks
+        .iter()
+        .find(|c| c.name == CheckName::NoOrphans)
+        .expect("a no_orphans check");
+    assert!(
+        left.is_empty(),
+        "the runner exited leaving these to its non-reaping parent (host {host} was killed \
+         by SIGKILL after the cold turn):\n{left}\nwhile no_orphans {:?}: {}",
+        orphans.outcome,
+        orphans.detail
+    );
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "the run must fail once its host is killed"
+    );
+    assert_eq!(orphans.outcome, Status::Passed, "{}", orphans.detail);
+    for plugin in Profile::Mini.plugins() {
+        assert!(
+            orphans.detail.contains(&format!("{plugin} (pid")),
+            "no_orphans does not name {plugin} as adopted and reaped: {}",
+            orphans.detail
+        );
+    }
+}
+
+/// Each line `from` prints, as it comes.
+fn lines_of(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(from)).map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Waits for a `progress` line holding `cue`, then SIGKILLs the host (`link up`) of the run
+/// whose state is under `parent`; its pid, or why it could not.
+fn kill_host_after(
+    progress: &std::sync::mpsc::Receiver<String>,
+    cue: &str,
+    parent: &Path,
+) -> Result<i32, String> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match progress.recv_timeout(left) {
+            Ok(line) if line.contains(cue) => break,
+            Ok(_) => {}
+            Err(e) => return Err(format!("the runner never printed {cue:?}: {e}")),
+        }
+    }
+    let hosts: Vec<i32> = mentioning(&parent.display().to_string())
+        .into_iter()
+        .filter(|(_, exe, cmdline)| {
+            exe.ends_with("/link") && cmdline.split(' ').nth(1) == Some("up")
+        })
+        .map(|(pid, _, _)| pid)
+        .collect();
+    let [host] = hosts[..] else {
+        return Err(format!(
+            "expected one `link up` of this run, found {hosts:?}"
+        ));
+    };
+    let pid = rustix::process::Pid::from_raw(host).expect("a positive pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL)
+        .map_err(|e| format!("kill -9 of host {host}: {e}"))?;
+    Ok(host)
+}
+
+/// `child`'s exit status; killed (and the test failed) if it runs past `limit`.
+fn wait_or_kill(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{child:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The report is the runner's own, not a leftover: it names these programs.

@@ -29,7 +29,7 @@ pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), S
     rec.samples(rounds);
     rec.judge(
         CheckName::IdleSamplesCompleted,
-        judge::idle(&first, &last, took, count),
+        judge::idle(&first, &last, IDLE_SAMPLES, took, count),
     )
 }
 
@@ -55,7 +55,9 @@ async fn wait_samples(s: &Session<'_>) -> Result<(MonitorStatus, MonitorStatus),
         if Instant::now() >= deadline {
             return Err(format!(
                 "only {} of {IDLE_SAMPLES} samples completed within {}",
-                now.completed_samples - first.completed_samples,
+                // A count that went back (a restarted monitor) is none completed, not a wrap.
+                now.completed_samples
+                    .saturating_sub(first.completed_samples),
                 ms(limit)
             ));
         }

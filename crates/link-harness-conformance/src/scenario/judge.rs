@@ -4,7 +4,7 @@
 
 use super::text::{ms, short};
 use crate::client::{AgentView, ToolCall, TurnReply};
-use crate::reaper::{ProcInfo, Reaped};
+use crate::reaper::ProcInfo;
 use link_plugin_measure::{Check, MonitorStatus, Outcome, Status, StatusPoint};
 use link_protocol::plugin::{Mode, Profile};
 use serde_json::Value;
@@ -113,27 +113,67 @@ pub(super) fn startup(s: &Startup<'_>) -> Result<String, String> {
     ))
 }
 
-/// The first agent's first turn answered something.
-pub(super) fn cold_turn(id: &str, reply: &TurnReply, took: Duration) -> Result<String, String> {
-    if reply.reply.trim().is_empty() {
-        Err(format!(
-            "agent {id}'s first turn came back with an empty reply"
-        ))
-    } else {
-        Ok(format!(
-            "agent {id} created and answered its first turn in {}: {:?}",
-            ms(took),
-            short(&reply.reply)
-        ))
+/// What alpha says in its cold turn (`turns.rs`), which the checks below look for.
+pub(super) const ALPHA_HELLO: &str = "hello from the runtime runner";
+/// What beta says in its turn (`second_agent.rs`).
+pub(super) const BETA_HELLO: &str = "hello from beta";
+
+/// The reply of the local model `link-local` to a plain message, `link-local reply #N:
+/// <message>` (`link-plugin-model`'s `local.rs`), where N counts the user messages the model
+/// was sent: the reply every profile's turn brings back, so anything else (an error text, an
+/// empty or a stale reply) is a failed turn.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct LocalReply<'r> {
+    pub users: usize,
+    pub message: &'r str,
+}
+
+impl<'r> LocalReply<'r> {
+    pub(super) fn parse(reply: &'r str) -> Option<LocalReply<'r>> {
+        let rest = reply.strip_prefix("link-local reply #")?;
+        let (users, message) = rest.split_once(": ")?;
+        Some(LocalReply {
+            users: users.parse().ok()?,
+            message,
+        })
     }
 }
 
-/// Warm turn `round` answered something.
-pub(super) fn warm_turn(round: u32, reply: &TurnReply) -> Result<(), String> {
-    if reply.reply.trim().is_empty() {
-        return Err(format!("warm turn {round} came back with an empty reply"));
+/// The first agent's first turn came back with the local model's reply to it, the first
+/// user message of its conversation.
+pub(super) fn cold_turn(id: &str, reply: &TurnReply, took: Duration) -> Result<String, String> {
+    let expected = LocalReply {
+        users: 1,
+        message: ALPHA_HELLO,
+    };
+    if LocalReply::parse(&reply.reply) != Some(expected) {
+        return Err(format!(
+            "agent {id}'s first turn answered {:?}, not the local model's reply to it \
+             (\"link-local reply #1: {ALPHA_HELLO}\")",
+            short(&reply.reply)
+        ));
     }
-    Ok(())
+    Ok(format!(
+        "agent {id} created and answered its first turn in {}: {:?}",
+        ms(took),
+        short(&reply.reply)
+    ))
+}
+
+/// Warm turn `round` came back with the local model's reply to it, sent with the history:
+/// `#round+1` (the cold turn and every earlier warm turn), fewer only once the context window
+/// leaves the oldest out, never 1 (no history) and never more than were sent.
+pub(super) fn warm_turn(round: u32, reply: &TurnReply) -> Result<(), String> {
+    let message = format!("warm turn {round}");
+    let sent = round as usize + 1;
+    match LocalReply::parse(&reply.reply) {
+        Some(r) if r.message == message && (2..=sent).contains(&r.users) => Ok(()),
+        _ => Err(format!(
+            "warm turn {round} answered {:?}, not the local model's reply to it with the \
+             history (\"link-local reply #{sent}: {message}\")",
+            short(&reply.reply)
+        )),
+    }
 }
 
 /// Min, median and max of the warm turns (at least one).
@@ -158,19 +198,22 @@ pub(super) fn conversations_separate(
     let texts =
         |v: &AgentView| -> Vec<String> { v.conversation.iter().map(|e| e.text()).collect() };
     let (ta, tb) = (texts(view_a), texts(view_b));
-    if ta.iter().any(|t| t.contains("hello from beta")) {
+    if ta.iter().any(|t| t.contains(BETA_HELLO)) {
         return Err(format!("agent {a}'s conversation holds beta's message"));
     }
     if tb
         .iter()
-        .any(|t| t.contains("hello from the runtime runner") || t.contains("warm turn"))
+        .any(|t| t.contains(ALPHA_HELLO) || t.contains("warm turn"))
     {
         return Err(format!("agent {b}'s conversation holds alpha's messages"));
     }
-    if !tb.iter().any(|t| t.contains("hello from beta")) {
-        return Err(format!(
-            "agent {b}'s conversation lacks its own message: {tb:?}"
-        ));
+    // Without its own message a conversation proves nothing: an empty one holds no other's.
+    for (id, texts, own) in [(a, &ta, ALPHA_HELLO), (b, &tb, BETA_HELLO)] {
+        if !texts.iter().any(|t| t.contains(own)) {
+            return Err(format!(
+                "agent {id}'s conversation lacks its own message {own:?}: {texts:?}"
+            ));
+        }
     }
     Ok(format!(
         "conversations separate ({} and {} entries)",
@@ -179,15 +222,24 @@ pub(super) fn conversations_separate(
     ))
 }
 
-/// The two conversation logs on disk hold their own agent's messages, and no workspace
-/// is missing (`missing_workspace`, the first that is not a directory).
+/// The two conversation logs on disk hold their own agent's messages and not the other's,
+/// and no workspace is missing (`missing_workspace`, the first that is not a directory).
 pub(super) fn on_disk(
     log_a: &str,
     log_b: &str,
     missing_workspace: Option<&Path>,
 ) -> Result<String, String> {
-    if log_a.contains("hello from beta") || log_b.contains("hello from the runtime runner") {
+    if log_a.contains(BETA_HELLO) || log_b.contains(ALPHA_HELLO) {
         return Err("a conversation log on disk holds the other agent's messages".into());
+    }
+    // An empty or wrong log holds no other agent's message either: it must hold its own.
+    for (agent, log, own) in [("alpha", log_a, ALPHA_HELLO), ("beta", log_b, BETA_HELLO)] {
+        if !log.contains(own) {
+            return Err(format!(
+                "{agent}'s conversation log on disk lacks its own message {own:?} ({} bytes)",
+                log.len()
+            ));
+        }
     }
     if let Some(ws) = missing_workspace {
         return Err(format!("workspace {} does not exist", ws.display()));
@@ -269,35 +321,77 @@ pub(super) fn run_lists_own_workspace(a: &str, listing: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// An orphan the runner adopted and reaped: the program the run recorded at its pid (the
+/// kernel's 15-character name of it otherwise), and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Adopted {
+    pub program: String,
+    pub pid: i32,
+    pub status: String,
+}
+
 /// The `no_orphans` verdict after shutdown: `recorded` processes were recorded, the runner
-/// (`runner`, a subreaper) adopted and reaped `reaped` since the run began, and `left` were
-/// still running (and have been killed). The detail names each adopted orphan with how it
-/// ended, and each survivor with whether the runner had adopted it.
+/// (`runner`, a subreaper) adopted and reaped `reaped` since the run began, `left` were still
+/// running (and have been killed) and `unreaped` are zombie children it could not reap. The
+/// detail names each adopted orphan with how it ended, and each survivor with whether the
+/// runner had adopted it.
 pub(super) fn no_orphans(
     recorded: usize,
-    reaped: &[Reaped],
+    reaped: &[Adopted],
     left: &[ProcInfo],
+    unreaped: &[ProcInfo],
     runner: i32,
 ) -> Result<String, String> {
-    let adopted = if reaped.is_empty() {
-        "the runner adopted and reaped no orphan of this run".to_owned()
-    } else {
-        let list: Vec<String> = reaped
-            .iter()
-            .map(|r| format!("pid {} ({}, {})", r.pid, r.comm, r.status))
-            .collect();
-        format!(
-            "the runner adopted and reaped {} orphan{} of this run: {}",
-            reaped.len(),
-            if reaped.len() == 1 { "" } else { "s" },
-            list.join(", ")
-        )
-    };
-    if left.is_empty() {
+    let adopted = adopted_and_reaped(reaped);
+    let mut problems = Vec::new();
+    if !left.is_empty() {
+        problems.push(format!(
+            "{} still running after shutdown (now killed): {}",
+            left.len(),
+            survivors(left, runner)
+        ));
+    }
+    if !unreaped.is_empty() {
+        let names: Vec<String> = unreaped.iter().map(ProcInfo::describe).collect();
+        problems.push(format!(
+            "{} zombie {} of the runner not reaped (they would outlive it): {}",
+            unreaped.len(),
+            if unreaped.len() == 1 {
+                "child"
+            } else {
+                "children"
+            },
+            names.join("; ")
+        ));
+    }
+    if problems.is_empty() {
         return Ok(format!(
             "no descendant of the runner and none of the {recorded} recorded processes (by pid and start time) remain; {adopted}"
         ));
     }
+    Err(format!("{}; {adopted}", problems.join("; ")))
+}
+
+/// "the runner adopted and reaped 2 orphans of this run: link-plugin-model (pid 41, killed
+/// by signal 9), …".
+fn adopted_and_reaped(reaped: &[Adopted]) -> String {
+    if reaped.is_empty() {
+        return "the runner adopted and reaped no orphan of this run".to_owned();
+    }
+    let list: Vec<String> = reaped
+        .iter()
+        .map(|r| format!("{} (pid {}, {})", r.program, r.pid, r.status))
+        .collect();
+    format!(
+        "the runner adopted and reaped {} orphan{} of this run: {}",
+        reaped.len(),
+        if reaped.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    )
+}
+
+/// Each survivor, with whether the runner had adopted it.
+fn survivors(left: &[ProcInfo], runner: i32) -> String {
     let names: Vec<String> = left
         .iter()
         .map(|p| {
@@ -309,11 +403,7 @@ pub(super) fn no_orphans(
             format!("{} [{how}]", p.describe())
         })
         .collect();
-    Err(format!(
-        "{} still running after shutdown (now killed): {}; {adopted}",
-        left.len(),
-        names.join("; ")
-    ))
+    names.join("; ")
 }
 
 /// Every request without a valid token answered 401 without conversation content, and the
@@ -322,6 +412,11 @@ pub(super) fn unauthenticated(
     answers: &[(String, u16, String)],
     turn_in_conversation: bool,
 ) -> Result<String, String> {
+    if answers.is_empty() {
+        return Err(
+            "no request without a valid token was answered: nothing shows one is refused".into(),
+        );
+    }
     for (what, status, body) in answers {
         if *status != 401 {
             return Err(format!(
@@ -353,10 +448,11 @@ pub(super) fn holds_unauthenticated_turn(view: &AgentView) -> bool {
 }
 
 /// `write ../conversation.jsonl: x` was refused as protected, and the log (`before`, then
-/// `after` as read back) only grew by logged entries.
+/// `after` as read back) only grew by logged entries. Both reads must have worked and the log
+/// must have held alpha's turns before: against an unread or empty log any content passes.
 pub(super) fn conversation_write(
     reply: &TurnReply,
-    before: &[u8],
+    before: Result<Vec<u8>, String>,
     after: Result<Vec<u8>, String>,
 ) -> Result<String, String> {
     let call = tool_call(reply, "file")?;
@@ -373,8 +469,14 @@ pub(super) fn conversation_write(
             short(&output)
         ));
     }
+    let before = before.map_err(|e| format!("{e}, before the write: nothing to compare with"))?;
+    if before.is_empty() {
+        return Err(
+            "the conversation log was empty before the write, though alpha had taken turns".into(),
+        );
+    }
     let after = after?;
-    if !after.starts_with(before) {
+    if !after.starts_with(&before) {
         return Err("the conversation log was rewritten: its earlier entries changed".into());
     }
     let text = String::from_utf8_lossy(&after);
@@ -537,19 +639,34 @@ pub(super) fn scheduled_turn_fired(view: &AgentView) -> bool {
     })
 }
 
-/// The monitor completed samples during the idle phase and returned rounds.
+/// The monitor completed at least `wanted` samples during the idle phase (from `first` to
+/// `last`) and returned rounds.
 pub(super) fn idle(
     first: &MonitorStatus,
     last: &MonitorStatus,
+    wanted: u64,
     took: Duration,
     rounds: usize,
 ) -> Result<String, String> {
+    let Some(completed) = last.completed_samples.checked_sub(first.completed_samples) else {
+        return Err(format!(
+            "the monitor's completed samples went back from {} to {}: it restarted or miscounts",
+            first.completed_samples, last.completed_samples
+        ));
+    };
+    if completed < wanted {
+        return Err(format!(
+            "only {completed} of {wanted} samples completed during {} (from {} to {})",
+            ms(took),
+            first.completed_samples,
+            last.completed_samples
+        ));
+    }
     if rounds == 0 {
         return Err("monitor.samples returned no rounds".into());
     }
     Ok(format!(
-        "{} samples completed at a {} ms interval during {} (from {} to {}); {rounds} rounds kept",
-        last.completed_samples - first.completed_samples,
+        "{completed} samples completed at a {} ms interval during {} (from {} to {}); {rounds} rounds kept",
         last.interval_ms,
         ms(took),
         first.completed_samples,

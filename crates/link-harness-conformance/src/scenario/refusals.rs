@@ -33,15 +33,15 @@ pub(super) async fn write(
 ) -> Result<(), String> {
     let a = alpha.0.as_str();
     let conversation = s.layout.agent_conversation(a);
-    let before = std::fs::read(&conversation).unwrap_or_default();
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let before = read(&conversation);
     let t = rec.timer();
     let write = s.turn(a, "write ../conversation.jsonl: x").await;
     rec.end_phase(PhaseName::RefusedWrite, 0, t);
-    let result = write.and_then(|reply| {
-        let after = std::fs::read(&conversation)
-            .map_err(|e| format!("cannot read {}: {e}", conversation.display()));
-        judge::conversation_write(&reply, &before, after)
-    });
+    let result =
+        write.and_then(|reply| judge::conversation_write(&reply, before, read(&conversation)));
     rec.judge(CheckName::ConversationWriteRefused, result)
 }
 

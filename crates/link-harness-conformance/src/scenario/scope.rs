@@ -65,14 +65,23 @@ impl Scope {
             .collect()
     }
 
-    /// The orphans the reaper collected since the run began, except any with the pid of a
-    /// process that was there before it.
+    /// The zombie children of the runner this run started that the reaper has not collected.
+    pub(super) fn unreaped(&self) -> Vec<ProcInfo> {
+        reaper::global()
+            .unreaped()
+            .into_iter()
+            .filter(|p| self.ours(p))
+            .collect()
+    }
+
+    /// The orphans the reaper collected since the run began, except any that was there before
+    /// it (by pid and start time).
     pub(super) fn reaped(&self) -> Vec<Reaped> {
         reaper::global()
             .reaped()
             .into_iter()
             .skip(self.reaped_before)
-            .filter(|r| !self.before.iter().any(|&(pid, _)| pid == r.pid))
+            .filter(|r| !self.before.contains(&(r.pid, r.start_time_ticks)))
             .collect()
     }
 }

@@ -27,10 +27,10 @@ pub(super) async fn run(
         }
     };
     let turns = if s.config.concurrent_agents {
-        let (rb, ra) = tokio::join!(s.turn(&b, "hello from beta"), s.turn(a, "alpha meanwhile"));
+        let (rb, ra) = tokio::join!(s.turn(&b, judge::BETA_HELLO), s.turn(a, "alpha meanwhile"));
         rb.and(ra)
     } else {
-        s.turn(&b, "hello from beta").await
+        s.turn(&b, judge::BETA_HELLO).await
     };
     rec.end_phase(PhaseName::SecondAgent, 0, t);
     turns?;

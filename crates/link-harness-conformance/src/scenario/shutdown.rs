@@ -5,11 +5,12 @@
 
 use super::judge;
 use super::report::{Recorder, Timer};
+use super::scope::Scope;
 use super::startup::log_tail;
 use super::text::{ms, one_line};
-use crate::reaper;
+use crate::reaper::{self, ProcInfo, Reaped};
 use crate::runtime_process::RuntimeProcess;
-use link_plugin_measure::{CheckName, PhaseName};
+use link_plugin_measure::{CheckName, PhaseName, ProcessIdentity};
 use std::time::{Duration, Instant};
 
 /// The `shutdown` phase (with `host_exit` within it) and the `processes_stopped` check.
@@ -99,8 +100,10 @@ pub(super) fn run(rec: &mut Recorder<'_>, host: &mut RuntimeProcess, scale: u32)
     }
 }
 
-/// The `no_orphans` check: nothing recorded and no descendant the run started remains; what
-/// does is killed. Processes that were there before the run are not its own ([`Scope`]).
+/// The `no_orphans` check: nothing recorded and no descendant the run started remains, and
+/// every child the runner adopted is reaped, zombies included (a zombie left when the runner
+/// exits goes to its parent, which in a container may never reap it); what still runs is
+/// killed. Processes that were there before the run are not its own ([`Scope`]).
 ///
 /// [`Scope`]: super::scope::Scope
 pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32) {
@@ -111,27 +114,51 @@ pub(super) fn verify_no_orphans(rec: &mut Recorder<'_>, scale: u32) {
         .map(|p| (p.pid, p.start_time_ticks))
         .collect();
     reaper::wait_until(Duration::from_secs(10 * scale as u64), || {
-        reaper::global().reap_orphans();
-        scope.leftovers(&recorded).is_empty()
+        settled(scope, &scope.leftovers(&recorded))
     });
     let left = scope.leftovers(&recorded);
-    let reaped = scope.reaped();
-    let me = std::process::id() as i32;
     for p in &left {
         reaper::kill_exact(p.pid, p.start_time_ticks);
     }
     if !left.is_empty() {
-        reaper::wait_until(Duration::from_secs(10), || {
-            reaper::global().reap_orphans();
-            left.iter()
-                .all(|p| !reaper::is_alive(p.pid, p.start_time_ticks))
-        });
+        reaper::wait_until(Duration::from_secs(10), || settled(scope, &left));
     }
+    let unreaped = scope.unreaped();
+    let reaped = adopted(scope.reaped(), rec.processes());
+    let me = std::process::id() as i32;
     // The verdict is recorded; shutdown goes on either way.
     let _ = rec.judge(
         CheckName::NoOrphans,
-        judge::no_orphans(recorded.len(), &reaped, &left, me),
+        judge::no_orphans(recorded.len(), &reaped, &left, &unreaped, me),
     );
+}
+
+/// One reaping pass, then whether none of `procs` is alive and no zombie of the run is left:
+/// the reaper collects each only after its grace, so a bare liveness check would stop early.
+fn settled(scope: &Scope, procs: &[ProcInfo]) -> bool {
+    reaper::global().reap_orphans();
+    procs
+        .iter()
+        .all(|p| !reaper::is_alive(p.pid, p.start_time_ticks))
+        && scope.unreaped().is_empty()
+}
+
+/// Each reaped orphan named by the program the run recorded at its pid and start time, or by
+/// the kernel's (15-character) name of it when the run did not record it.
+fn adopted(reaped: Vec<Reaped>, recorded: &[ProcessIdentity]) -> Vec<judge::Adopted> {
+    reaped
+        .into_iter()
+        .map(|r| {
+            let known = recorded
+                .iter()
+                .find(|p| (p.pid, p.start_time_ticks) == (r.pid, r.start_time_ticks));
+            judge::Adopted {
+                program: known.map_or(r.comm, |p| p.role.clone()),
+                pid: r.pid,
+                status: r.status,
+            }
+        })
+        .collect()
 }
 
 /// A thread waiting on the host's pidfd: the moment the host exits, before anyone collects

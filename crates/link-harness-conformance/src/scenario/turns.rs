@@ -42,7 +42,7 @@ async fn cold_agent(
             return Err(e);
         }
     };
-    let reply = s.turn(&id, "hello from the runtime runner").await;
+    let reply = s.turn(&id, judge::ALPHA_HELLO).await;
     let took = rec.end_phase(PhaseName::ColdTurn, round, t);
     let reply = reply?;
     rec.judge(CheckName::ColdTurn, judge::cold_turn(&id, &reply, took))?;

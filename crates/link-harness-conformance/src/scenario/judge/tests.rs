@@ -87,24 +87,79 @@ fn startup_passes_with_every_plugin_ready_and_fails_naming_what_is_not() {
 }
 
 #[test]
-fn turns_need_a_reply() {
+fn a_local_reply_is_parsed_or_refused() {
+    assert_eq!(
+        LocalReply::parse("link-local reply #12: warm turn 3"),
+        Some(LocalReply {
+            users: 12,
+            message: "warm turn 3"
+        })
+    );
+    for other in [
+        "",
+        "hi there",
+        "link-local reply #x: hi",
+        "link-local reply #1 hi",
+    ] {
+        assert_eq!(LocalReply::parse(other), None, "{other:?}");
+    }
+}
+
+#[test]
+fn a_cold_turn_must_bring_back_the_local_models_reply() {
     let ok = cold_turn(
         "a1",
-        &reply("hi there", json!([])),
+        &reply(
+            "link-local reply #1: hello from the runtime runner",
+            json!([]),
+        ),
         Duration::from_millis(5),
     )
     .unwrap();
     assert_eq!(
         ok,
-        "agent a1 created and answered its first turn in 5.0 ms: \"hi there\""
+        "agent a1 created and answered its first turn in 5.0 ms: \"link-local reply #1: hello from the runtime runner\""
     );
-    let err = cold_turn("a1", &reply("  ", json!([])), Duration::ZERO).unwrap_err();
-    assert_eq!(err, "agent a1's first turn came back with an empty reply");
-    assert!(warm_turn(2, &reply("ok", json!([]))).is_ok());
-    assert_eq!(
-        warm_turn(2, &reply("", json!([]))).unwrap_err(),
-        "warm turn 2 came back with an empty reply"
-    );
+    // An error text in the reply's place, an empty reply, a reply with a history the new
+    // agent cannot have: each is not the answer to this turn.
+    for wrong in [
+        "model service answered 503: unavailable",
+        "  ",
+        "link-local reply #2: hello from the runtime runner",
+    ] {
+        let err = cold_turn("a1", &reply(wrong, json!([])), Duration::ZERO).unwrap_err();
+        assert!(
+            err.starts_with("agent a1's first turn answered")
+                && err.ends_with("(\"link-local reply #1: hello from the runtime runner\")"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_warm_turn_must_bring_back_the_local_models_reply_with_the_history() {
+    assert!(warm_turn(2, &reply("link-local reply #3: warm turn 2", json!([]))).is_ok());
+    // Past the context window the oldest messages are left out: a smaller count.
+    assert!(warm_turn(
+        300,
+        &reply("link-local reply #100: warm turn 300", json!([]))
+    )
+    .is_ok());
+    for wrong in [
+        "harness: the model service did not answer",
+        "",
+        // No history sent, more messages than were sent, another turn's message.
+        "link-local reply #1: warm turn 2",
+        "link-local reply #4: warm turn 2",
+        "link-local reply #3: warm turn 1",
+    ] {
+        let err = warm_turn(2, &reply(wrong, json!([]))).unwrap_err();
+        assert!(
+            err.starts_with("warm turn 2 answered")
+                && err.ends_with("(\"link-local reply #3: warm turn 2\")"),
+            "{err}"
+        );
+    }
     let times = [3, 1, 2].map(Duration::from_millis).to_vec();
     assert_eq!(
         warm_turns(times),
@@ -135,10 +190,16 @@ fn conversations_must_hold_only_their_own_messages() {
         conversations_separate("a", "b", &a, &leaked).unwrap_err(),
         "agent b's conversation holds alpha's messages"
     );
+    // Empty conversations hold no other agent's message, and prove nothing: each fails.
     let empty = view(&[]);
-    assert!(conversations_separate("a", "b", &a, &empty)
-        .unwrap_err()
-        .contains("lacks its own message"));
+    assert_eq!(
+        conversations_separate("a", "b", &a, &empty).unwrap_err(),
+        "agent b's conversation lacks its own message \"hello from beta\": []"
+    );
+    assert_eq!(
+        conversations_separate("a", "b", &empty, &b).unwrap_err(),
+        "agent a's conversation lacks its own message \"hello from the runtime runner\": []"
+    );
 }
 
 #[test]
@@ -148,9 +209,19 @@ fn disk_logs_and_workspaces_stay_apart() {
         on_disk("hello from beta", "", None).unwrap_err(),
         "a conversation log on disk holds the other agent's messages"
     );
+    let (a, b) = ("hello from the runtime runner", "hello from beta");
     assert_eq!(
-        on_disk("", "", Some(Path::new("/w/b"))).unwrap_err(),
+        on_disk(a, b, Some(Path::new("/w/b"))).unwrap_err(),
         "workspace /w/b does not exist"
+    );
+    // Empty logs hold no other agent's message, and prove nothing: each fails.
+    assert_eq!(
+        on_disk("", b, None).unwrap_err(),
+        "alpha's conversation log on disk lacks its own message \"hello from the runtime runner\" (0 bytes)"
+    );
+    assert_eq!(
+        on_disk(a, "", None).unwrap_err(),
+        "beta's conversation log on disk lacks its own message \"hello from beta\" (0 bytes)"
     );
 }
 
@@ -252,6 +323,11 @@ fn unauthenticated_requests_must_all_be_refused_without_a_trace() {
     assert!(unauthenticated(&leak, false)
         .unwrap_err()
         .contains("leaked conversation content"));
+    // No answers show no refusal: the twin of the two answers above.
+    assert_eq!(
+        unauthenticated(&[], false).unwrap_err(),
+        "no request without a valid token was answered: nothing shows one is refused"
+    );
     assert!(holds_unauthenticated_turn(&view(&[(
         "user",
         "unauthenticated turn"
@@ -264,31 +340,58 @@ fn a_conversation_write_must_be_refused_and_leave_the_log_whole() {
     let before = b"{\"role\":\"user\"}\n".to_vec();
     let grown = [before.clone(), b"{\"role\":\"assistant\"}\n".to_vec()].concat();
     let refused = reply("", json!([call("file", false, json!("path is protected"))]));
-    let ok = conversation_write(&refused, &before, Ok(grown.clone())).unwrap();
+    let write = |reply: &TurnReply, after: &[u8]| {
+        conversation_write(reply, Ok(before.clone()), Ok(after.to_vec()))
+    };
+    let ok = write(&refused, &grown).unwrap();
     assert!(
         ok.contains("refused as protected (path is protected)"),
         "{ok}"
     );
     assert!(ok.contains("kept its 16 earlier bytes"), "{ok}");
     let accepted = reply("", json!([call("file", true, json!("wrote"))]));
-    assert!(conversation_write(&accepted, &before, Ok(grown.clone()))
+    assert!(write(&accepted, &grown)
         .unwrap_err()
         .starts_with("the file tool accepted a write"));
     let other = reply("", json!([call("file", false, json!("no such file"))]));
-    assert!(conversation_write(&other, &before, Ok(grown))
+    assert!(write(&other, &grown)
         .unwrap_err()
         .contains("not as protected"));
     let appended = [before.clone(), b"x\n".to_vec()].concat();
     assert_eq!(
-        conversation_write(&refused, &before, Ok(appended)).unwrap_err(),
+        write(&refused, &appended).unwrap_err(),
         "conversation log line 2 is not a logged entry: \"x\""
     );
-    assert!(conversation_write(&refused, &before, Ok(b"{}\n".to_vec()))
+    assert!(write(&refused, b"{}\n")
         .unwrap_err()
         .contains("was rewritten"));
     assert_eq!(
-        conversation_write(&refused, &before, Err("cannot read log".into())).unwrap_err(),
+        conversation_write(&refused, Ok(before.clone()), Err("cannot read log".into()))
+            .unwrap_err(),
         "cannot read log"
+    );
+}
+
+#[test]
+fn a_conversation_write_needs_the_log_as_it_was_before() {
+    let refused = reply("", json!([call("file", false, json!("path is protected"))]));
+    // The twin that passes: the log read before, then grown by an entry.
+    let before = b"{\"role\":\"user\"}\n".to_vec();
+    let grown = [before.clone(), b"{\"role\":\"assistant\"}\n".to_vec()].concat();
+    assert!(conversation_write(&refused, Ok(before), Ok(grown.clone())).is_ok());
+    // Unread (or empty) before: any content after would pass, so the check fails.
+    assert_eq!(
+        conversation_write(
+            &refused,
+            Err("cannot read /s/c.jsonl: Permission denied".into()),
+            Ok(grown.clone())
+        )
+        .unwrap_err(),
+        "cannot read /s/c.jsonl: Permission denied, before the write: nothing to compare with"
+    );
+    assert_eq!(
+        conversation_write(&refused, Ok(Vec::new()), Ok(grown)).unwrap_err(),
+        "the conversation log was empty before the write, though alpha had taken turns"
     );
 }
 
@@ -410,10 +513,11 @@ fn a_scheduled_turn_is_a_user_ping_of_its_own() {
 }
 
 #[test]
-fn idle_needs_kept_rounds() {
+fn idle_needs_the_samples_it_waited_for_and_kept_rounds() {
     let ok = idle(
         &monitor(2, false),
         &monitor(5, false),
+        3,
         Duration::from_secs(3),
         5,
     )
@@ -422,9 +526,20 @@ fn idle_needs_kept_rounds() {
         ok,
         "3 samples completed at a 1000 ms interval during 3000.0 ms (from 2 to 5); 5 rounds kept"
     );
+    let (first, last) = (monitor(2, false), monitor(5, false));
     assert_eq!(
-        idle(&monitor(2, false), &monitor(5, false), Duration::ZERO, 0).unwrap_err(),
+        idle(&first, &last, 3, Duration::ZERO, 0).unwrap_err(),
         "monitor.samples returned no rounds"
+    );
+    // No sample completed while idle: the case the check exists for.
+    assert_eq!(
+        idle(&first, &monitor(2, false), 3, Duration::from_secs(3), 5).unwrap_err(),
+        "only 0 of 3 samples completed during 3000.0 ms (from 2 to 2)"
+    );
+    // A count that went back must not wrap into a huge number of samples.
+    assert_eq!(
+        idle(&last, &first, 3, Duration::from_secs(3), 5).unwrap_err(),
+        "the monitor's completed samples went back from 5 to 2: it restarted or miscounts"
     );
 }
 
@@ -509,25 +624,25 @@ fn cross_agent_reads_name_a_path_that_reaches_the_other_file() {
 
 #[test]
 fn no_orphans_names_what_was_adopted_and_reaped() {
-    let none = no_orphans(13, &[], &[], 100).unwrap();
+    let none = no_orphans(13, &[], &[], &[], 100).unwrap();
     assert!(none.contains("13 recorded processes"), "{none}");
     assert!(none.contains("adopted and reaped no orphan"), "{none}");
     let reaped = vec![
-        Reaped {
+        Adopted {
+            program: "link-plugin-model".into(),
             pid: 41,
-            comm: "sleep".into(),
             status: "killed by signal 9".into(),
         },
-        Reaped {
+        Adopted {
+            program: "sh".into(),
             pid: 42,
-            comm: "sh".into(),
             status: "exit status 0".into(),
         },
     ];
-    let two = no_orphans(13, &reaped, &[], 100).unwrap();
+    let two = no_orphans(13, &reaped, &[], &[], 100).unwrap();
     assert!(
         two.ends_with(
-            "the runner adopted and reaped 2 orphans of this run: pid 41 (sleep, killed by signal 9), pid 42 (sh, exit status 0)"
+            "the runner adopted and reaped 2 orphans of this run: link-plugin-model (pid 41, killed by signal 9), sh (pid 42, exit status 0)"
         ),
         "{two}"
     );
@@ -551,7 +666,7 @@ fn no_orphans_names_what_was_adopted_and_reaped() {
             state: 'S',
         },
     ];
-    let err = no_orphans(13, &reaped[..1], &left, 100).unwrap_err();
+    let err = no_orphans(13, &reaped[..1], &left, &[], 100).unwrap_err();
     assert!(
         err.starts_with("2 still running after shutdown (now killed): pid 43 (sleep 300; ppid 100"),
         "{err}"
@@ -563,7 +678,21 @@ fn no_orphans_names_what_was_adopted_and_reaped() {
     assert!(err.contains("[not adopted]"), "{err}");
     assert!(
         err.ends_with(
-            "adopted and reaped 1 orphan of this run: pid 41 (sleep, killed by signal 9)"
+            "adopted and reaped 1 orphan of this run: link-plugin-model (pid 41, killed by signal 9)"
+        ),
+        "{err}"
+    );
+    // A zombie child the runner did not reap would outlive it: a failure, naming it.
+    let zombie = ProcInfo {
+        state: 'Z',
+        argv: vec![],
+        comm: "link-plugin-mea".into(),
+        ..left[0].clone()
+    };
+    let err = no_orphans(13, &reaped, &[], &[zombie], 100).unwrap_err();
+    assert!(
+        err.starts_with(
+            "1 zombie child of the runner not reaped (they would outlive it): pid 43 (link-plugin-mea; ppid 100, state Z"
         ),
         "{err}"
     );
