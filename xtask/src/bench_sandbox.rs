@@ -25,7 +25,6 @@ use anyhow::{anyhow, bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use link_protocol::routes::programs::HOST;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -210,12 +209,7 @@ pub struct Ratio {
     pub goal: Goal,
 }
 
-/// A program the benchmark ran (directly or through the runtime), by name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Program {
-    pub name: String,
-    pub sha256: String,
-}
+pub use crate::outputs::Program;
 
 /// `target/bench-sandbox.json`, and the comparison's `sandbox_bench`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -455,7 +449,7 @@ fn run(ws: &Workspace, opts: &Options, fixture: &Path, source: &str) -> Result<S
     }
     let mut bench = empty(opts, source, &commands);
     sweep(ws, fixture);
-    bench.programs = hash_programs(ws)?;
+    bench.programs = outputs::hash_programs(&ws.release())?;
     let (root, workspace) = dirs(fixture);
     StateLayout::new(&root)
         .check()
@@ -496,27 +490,6 @@ fn warnings(noise: &[&Noise]) -> Vec<String> {
         .filter_map(|(n, when)| {
             n.complaint().map(|why| {
                 format!("the machine was busy {when} the benchmark ({why}): close other work")
-            })
-        })
-        .collect()
-}
-
-/// Every program of the first build command, by name, with its sha256.
-fn hash_programs(ws: &Workspace) -> Result<Vec<Program>> {
-    outputs::PACKAGES
-        .iter()
-        .map(|p| {
-            let name = outputs::binary_name(p);
-            let path = ws.release().join(name);
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let sha256 = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            Ok(Program {
-                name: name.into(),
-                sha256,
             })
         })
         .collect()

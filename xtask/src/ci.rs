@@ -161,11 +161,11 @@ pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
             .filter(|p| link_report::PhaseName::in_total(&p.name))
             .map(|p| p.duration_ns)
             .sum();
-        let name = side_name(side.profile);
+        let name = side_name(side.profile, c.mode);
         suites.push_str(&format!(
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" \
              skipped=\"{skipped}\" time=\"{:.3}\">\n",
-            escape(name),
+            escape(&name),
             cases.len(),
             seconds as f64 / 1e9
         ));
@@ -177,7 +177,10 @@ pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
             escape(&side.source),
             mine.len()
         ));
-        let class = format!("runtime.{}", side.profile);
+        let class = match c.mode {
+            link_report::Mode::Confined => format!("runtime.{}", side.profile),
+            link_report::Mode::Diagnostic => format!("runtime.{}.diagnostic", side.profile),
+        };
         for k in &cases {
             let open = format!(
                 "    <testcase name=\"{}\" classname=\"{}\"",
@@ -197,6 +200,14 @@ pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
                 )),
             }
         }
+        // The comparison's warnings (noise, vague figures, outliers), where CI keeps a suite's
+        // log.
+        if !c.warnings.is_empty() {
+            suites.push_str(&format!(
+                "    <system-err>{}</system-err>\n",
+                escape(&c.warnings.join("\n"))
+            ));
+        }
         suites.push_str("  </testsuite>\n");
     }
     format!(
@@ -207,10 +218,16 @@ pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
     )
 }
 
-fn side_name(p: Profile) -> &'static str {
-    match p {
+/// A suite's name: `Mini`, `Link`, or with `(diagnostic)` so no diagnostic result takes a
+/// confined one's name.
+fn side_name(p: Profile, mode: link_report::Mode) -> String {
+    let side = match p {
         Profile::Mini => "Mini",
         Profile::Link => "Link",
+    };
+    match mode {
+        link_report::Mode::Confined => side.to_string(),
+        link_report::Mode::Diagnostic => format!("{side} (diagnostic)"),
     }
 }
 
@@ -439,6 +456,35 @@ mod tests {
             !xml.contains("<other>") && !xml.contains("<model>"),
             "{xml}"
         );
+    }
+
+    #[test]
+    fn warnings_reach_each_suites_log_and_diagnostic_suites_have_names_of_their_own() {
+        let runs = runs_of(2, |_, _| 1.0);
+        let mut c = from_runs(&runs);
+        c.warnings = vec![
+            "the machine was busy <load 3> & more".into(),
+            "second".into(),
+        ];
+        let elements = parse(&junit(&c, &runs));
+        let logs: Vec<&Element> = elements
+            .iter()
+            .filter(|e| e.0 == "testsuites/testsuite/system-err")
+            .collect();
+        assert_eq!(logs.len(), 2);
+        assert_eq!(logs[0].2, "the machine was busy <load 3> & more\nsecond");
+        c.mode = link_report::Mode::Diagnostic;
+        let elements = parse(&junit(&c, &runs));
+        let names: Vec<&str> = elements
+            .iter()
+            .filter(|e| e.0 == "testsuites/testsuite")
+            .map(|e| attr(e, "name"))
+            .collect();
+        assert_eq!(names, ["Mini (diagnostic)", "Link (diagnostic)"]);
+        assert!(elements
+            .iter()
+            .filter(|e| e.0 == "testsuites/testsuite/testcase")
+            .all(|e| attr(e, "classname").ends_with(".diagnostic")));
     }
 
     #[test]

@@ -5,9 +5,9 @@
 //! precision asked for, or the time budget is spent; never fewer than the minimum.
 
 use crate::compare::{self, pairs, Build, CycleInfo, Loaded, Noise, RunRecord, Sampling, TimedRun};
-use crate::outputs::Workspace;
+use crate::outputs::{hash_programs, Program, Workspace};
 use crate::paired::MIN_PAIRS;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use link_report::{Mode, Profile, Status};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -72,8 +72,10 @@ pub fn order(pair: u32, against: bool) -> Vec<(Build, Profile)> {
 }
 
 /// Runs pairs until the precision or the budget is reached; stops at the first cycle that did
-/// not pass (its side then has no figure). The cycles in the order they ran, and how.
-pub fn run(ws: &Workspace, plan: &Plan<'_>) -> Result<(Vec<TimedRun>, Sampling)> {
+/// not pass (its side then has no figure). The cycles in the order they ran, how, and the
+/// programs they ran: a cycle's report names none (hashing them each time would cost a third
+/// of a cycle), so the xtask hashes each programs directory before and after them instead.
+pub fn run(ws: &Workspace, plan: &Plan<'_>) -> Result<(Vec<TimedRun>, Sampling, Vec<Program>)> {
     let dir = cycle_file(&ws.target, plan.mode, Build::New, Profile::Mini, 1);
     let dir = dir.parent().expect("a cycle file has a directory");
     // Cycles of an earlier invocation must not pass for this one's.
@@ -81,6 +83,13 @@ pub fn run(ws: &Workspace, plan: &Plan<'_>) -> Result<(Vec<TimedRun>, Sampling)>
         std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dirs: Vec<PathBuf> = std::iter::once(ws.release())
+        .chain(plan.against.map(Path::to_path_buf))
+        .collect();
+    let before: Vec<Vec<Program>> = dirs
+        .iter()
+        .map(|d| hash_programs(d))
+        .collect::<Result<_>>()?;
     let start = Instant::now();
     let mut cycles: Vec<TimedRun> = Vec::new();
     let mut records: Vec<RunRecord> = Vec::new();
@@ -126,6 +135,15 @@ pub fn run(ws: &Workspace, plan: &Plan<'_>) -> Result<(Vec<TimedRun>, Sampling)>
             break;
         }
     }
+    for (dir, then) in dirs.iter().zip(&before) {
+        if let Some(why) = changed(then, &hash_programs(dir)?) {
+            bail!(
+                "{why} in {} during the timing cycles; nothing is compared (rebuild and run \
+                 again)",
+                ws.show(dir).display()
+            );
+        }
+    }
     let sampling = Sampling {
         precision_pct: plan.precision_pct,
         budget_s: plan.budget.as_secs_f64(),
@@ -133,7 +151,20 @@ pub fn run(ws: &Workspace, plan: &Plan<'_>) -> Result<(Vec<TimedRun>, Sampling)>
         min_pairs: MIN_PAIRS as u32,
         not_reached,
     };
-    Ok((cycles, sampling))
+    let measured = before.into_iter().next().unwrap_or_default();
+    Ok((cycles, sampling, measured))
+}
+
+/// Which program differs between two hashings of one directory, if one does.
+fn changed(before: &[Program], after: &[Program]) -> Option<String> {
+    before.iter().zip(after).find_map(|(b, a)| {
+        (b.sha256 != a.sha256).then(|| {
+            format!(
+                "program `{}` changed (sha256 {} before, {} after)",
+                b.name, b.sha256, a.sha256
+            )
+        })
+    })
 }
 
 /// One cycle: `runtime PROGRAMS OUTPUT.json PROFILE MODE SOURCE ROUNDS cycle`, its output kept
@@ -217,5 +248,16 @@ mod tests {
             assert_eq!(o[0].1, o[1].1);
         }
         assert_eq!((new_first, mini_first), (2, 2));
+    }
+
+    #[test]
+    fn a_program_rebuilt_during_the_cycles_is_named() {
+        let p = |sha: &str| Program {
+            name: "link".into(),
+            sha256: sha.into(),
+        };
+        assert_eq!(changed(&[p("aa")], &[p("aa")]), None);
+        let why = changed(&[p("aa")], &[p("bb")]).unwrap();
+        assert_eq!(why, "program `link` changed (sha256 aa before, bb after)");
     }
 }

@@ -111,6 +111,35 @@ pub fn expected_outputs() -> Vec<PathBuf> {
     all
 }
 
+/// A program, by name, with its sha256.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Program {
+    pub name: String,
+    pub sha256: String,
+}
+
+/// Every program of the first build command in `dir`, by name, with its sha256.
+pub fn hash_programs(dir: &Path) -> Result<Vec<Program>> {
+    use sha2::{Digest, Sha256};
+    PACKAGES
+        .iter()
+        .map(|p| {
+            let name = binary_name(p);
+            let path = dir.join(name);
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+            let sha256 = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            Ok(Program {
+                name: name.into(),
+                sha256,
+            })
+        })
+        .collect()
+}
+
 /// Runs the spec's two locked release build commands, from the workspace root.
 pub fn build(ws: &Workspace) -> Result<()> {
     let sh = Shell::new()?;

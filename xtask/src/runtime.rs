@@ -161,7 +161,130 @@ impl Summary {
 }
 
 /// Runs everything and writes the comparison; errors only when nothing can be compared.
+///
+/// One invocation at a time per target directory ([`lock`]). Before anything runs, the outputs
+/// an earlier invocation left are removed, so none can pass for this one's; when this one
+/// measures nothing (an error, confinement unavailable) it still writes every output, each
+/// saying `failed: <reason>` or `skipped: <reason>`.
 pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
+    let _lock = lock(ws)?;
+    // Read first: it may be the very file this run replaces (target/runtime-comparison.json).
+    let earlier = opts.baseline.as_deref().map(baseline::load);
+    remove_outputs(ws, opts)?;
+    let result = earlier
+        .transpose()
+        .and_then(|earlier| measure(ws, opts, earlier));
+    if let Err(e) = &result {
+        let (status, reason) = match e.downcast_ref::<Unconfinable>() {
+            Some(u) => (
+                Status::Skipped,
+                format!("confinement unavailable: {}", u.reason),
+            ),
+            None => (Status::Failed, format!("{e:#}").replace('\n', " ")),
+        };
+        if let Err(w) = write_nothing_measured(ws, opts, status, &reason) {
+            link_protocol::errln!("xtask: cannot write the outputs that say so: {w:#}");
+        }
+    }
+    result
+}
+
+/// Holds `target/runtime.lock` for the invocation: two comparisons in one target directory
+/// would overwrite each other's files. The second is refused, naming the first's pid.
+fn lock(ws: &Workspace) -> Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    std::fs::create_dir_all(&ws.target)
+        .with_context(|| format!("cannot create {}", ws.target.display()))?;
+    let path = ws.target.join("runtime.lock");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    if rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        bail!(
+            "another `cargo xtask runtime` (pid {}) is running on {}; wait for it to finish (or \
+             stop it) and run again",
+            holder.trim(),
+            ws.show(&ws.target).display()
+        );
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
+}
+
+/// Every output of an earlier invocation in this mode: the comparison, the spec's single-run
+/// reports, the traced reports and traces, `--junit`'s file.
+fn remove_outputs(ws: &Workspace, opts: &Options) -> Result<()> {
+    let mut old: Vec<PathBuf> = comparison_files(&ws.target, opts.mode).into();
+    for p in Profile::ALL {
+        let f = files(&ws.target, p, opts.mode);
+        old.extend([f.report, f.traced, f.trace]);
+    }
+    old.extend(opts.junit.iter().cloned());
+    old.iter().try_for_each(|p| remove_stale(p))
+}
+
+/// The outputs of an invocation that measured nothing: both sides `status` with `reason`, no
+/// figure, no ratio.
+fn write_nothing_measured(
+    ws: &Workspace,
+    opts: &Options,
+    status: Status,
+    reason: &str,
+) -> Result<()> {
+    let stand_in = |p: Profile| {
+        let mut l = Loaded::failed(
+            p,
+            opts.mode,
+            "(not measured)",
+            Path::new("(none)"),
+            String::new(),
+        );
+        l.report.outcome = link_report::Outcome {
+            status,
+            reason: Some(reason.to_string()),
+        };
+        l
+    };
+    let (mini, link) = (stand_in(Profile::Mini), stand_in(Profile::Link));
+    let c = compare::build(&Inputs {
+        mode: opts.mode,
+        mini: &mini,
+        link: &link,
+        runs: &[],
+        runs_requested: opts.runs,
+        rounds: opts.rounds.unwrap_or(DEFAULT_ROUNDS),
+        mini_traced: None,
+        link_traced: None,
+        cycles: &[],
+        sampling: no_cycles(opts),
+        against: None,
+    });
+    write_comparison(ws, opts.mode, &c)?;
+    if let Some(path) = &opts.junit {
+        ci::write_junit(path, &c, &[])?;
+    }
+    if let Some(path) = ci::step_summary_file(std::env::var_os(ci::STEP_SUMMARY)) {
+        ci::append_step_summary(&path, &compare::markdown(&c))?;
+    }
+    let [json, ..] = comparison_files(&ws.target, opts.mode);
+    link_protocol::errln!(
+        "xtask: nothing was measured; {} and its Markdown and SVG (and the JUnit and step \
+         summary, where asked for) say {status}: {reason}",
+        ws.show(&json).display()
+    );
+    Ok(())
+}
+
+/// [`run`] once the lock is held and the old outputs are gone.
+fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Result<Summary> {
     // Cheap refusals first, so nobody waits for a build to learn the fixture dir is unusable.
     let state = state::from_env()?;
     if opts.bench_sandbox && opts.mode != Mode::Confined {
@@ -171,11 +294,6 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         system::install_missing(opts.trace)?;
     }
     let strace = if opts.trace { Some(strace()?) } else { None };
-    // Read now: the run may overwrite the very file (target/runtime-comparison.json).
-    let earlier = match &opts.baseline {
-        Some(path) => Some(baseline::load(path)?),
-        None => None,
-    };
     if let Some(old) = earlier.as_ref().filter(|o| o.mode != opts.mode) {
         bail!(
             "baseline ran in {} mode but this run is {}; compare like with like",
@@ -257,7 +375,7 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         print_checks(profile, &timed);
     }
     // The figures: paired timing cycles, unless a side already did not pass.
-    let (cycles, sampling) = if stopped.is_empty()
+    let (cycles, sampling, cycled) = if stopped.is_empty()
         && timed
             .iter()
             .all(|t| t.loaded.report.outcome.status == Status::Passed)
@@ -278,8 +396,12 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
         link_protocol::errln!(
             "xtask: [cycles] not run: a side's scenario run did not pass, so it has no figure"
         );
-        (Vec::new(), no_cycles(opts))
+        (Vec::new(), no_cycles(opts), Vec::new())
     };
+    let reports: Vec<Loaded> = timed.iter().map(|t| t.loaded.clone()).collect();
+    if let Some(why) = different_programs(&cycled, &reports, "the timing cycles") {
+        bail!("{why}; nothing is compared (rebuild and run again)");
+    }
     // A side that skipped is not traced either: the capability it lacked is still missing.
     let mut traced: Vec<(Profile, Loaded)> = Vec::new();
     if let Some(strace) = &strace {
@@ -358,9 +480,9 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
             .insert(0, outputs::allow_stale_caveat(stale.len()));
     }
     if let Some(mut b) = bench {
-        if let Some(why) = different_programs(&b, &chosen) {
+        if let Some(why) = different_programs(&b.programs, &chosen, "the sandbox benchmark") {
             b.status = BenchStatus::Failed;
-            b.reason = Some(why);
+            b.reason = Some(format!("{why}; its figures are not recorded"));
             b.variants = None;
             b.ratios.clear();
         }
@@ -403,17 +525,21 @@ pub fn run(ws: &Workspace, opts: &Options) -> Result<Summary> {
     Ok(summary)
 }
 
-/// Why the sandbox benchmark's figures are not for the compared programs, if they are not: a
-/// program it ran has another sha256 than the one the reports name.
-fn different_programs(bench: &bench_sandbox::SandboxBench, reports: &[Loaded]) -> Option<String> {
-    bench.programs.iter().find_map(|p| {
+/// Why `programs` (hashed by the xtask for the sandbox benchmark or the timing cycles) are not
+/// the ones the reports name, if they are not: a program with another sha256.
+fn different_programs(
+    programs: &[outputs::Program],
+    reports: &[Loaded],
+    what: &str,
+) -> Option<String> {
+    programs.iter().find_map(|p| {
         let other = reports
             .iter()
             .flat_map(|l| &l.report.artifacts)
             .find(|a| a.name == p.name && a.sha256 != p.sha256)?;
         Some(format!(
-            "program `{}` changed between the runs and the sandbox benchmark (sha256 {} in the \
-             reports, {} in the benchmark); its figures are not recorded",
+            "program `{}` changed between the runs and {what} (sha256 {} in the reports, {} in \
+             {what})",
             p.name, other.sha256, p.sha256
         ))
     })
@@ -980,9 +1106,19 @@ mod tests {
                 ..Report::new(Profile::Link, Mode::Confined)
             },
         };
-        assert_eq!(different_programs(&bench, &[report("aa")]), None);
-        let why = different_programs(&bench, &[report("bb")]).unwrap();
-        assert!(why.contains("program `link` changed"), "{why}");
+        let what = "the sandbox benchmark";
+        assert_eq!(
+            different_programs(&bench.programs, &[report("aa")], what),
+            None
+        );
+        let why = different_programs(&bench.programs, &[report("bb")], what).unwrap();
+        assert!(
+            why.contains("program `link` changed between the runs and the sandbox"),
+            "{why}"
+        );
+        // A cycle's report names no program: the xtask's own hashes stand for the cycles.
+        let cycles = "the timing cycles";
+        assert_eq!(different_programs(&bench.programs, &[], cycles), None);
     }
 
     #[test]

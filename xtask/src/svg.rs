@@ -65,7 +65,8 @@ pub fn render(c: &Comparison) -> String {
     let fixed: Vec<&PhaseStats> = c.stats.iter().filter(|s| s.fixed_wait).collect();
     let gap = if fixed.is_empty() { 0.0 } else { GAP };
     let rows_h = (work.len() + fixed.len()) as f64 * ROW + gap;
-    let height = TOP + rows_h + 60.0;
+    let notes = notes(c);
+    let height = TOP + rows_h + 60.0 + notes.len() as f64 * NOTE;
     let mut out = format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
          <svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
@@ -145,11 +146,41 @@ pub fn render(c: &Comparison) -> String {
         11.0,
         " fill=\"#444\"",
         &cut(
-            &format!("Ratio: Link median / Mini median; {}", c.method),
+            &format!("Ratio: paired Link/Mini; {}", c.method),
             fits(WIDTH - LABEL_X - 180.0, 11.0),
         ),
     ));
+    for (i, note) in notes.iter().enumerate() {
+        out.push_str(&text(
+            LABEL_X,
+            ly + 24.0 + i as f64 * NOTE,
+            11.0,
+            " class=\"note\" fill=\"#a40\"",
+            &cut(note, fits(WIDTH - 2.0 * LABEL_X, 11.0)),
+        ));
+    }
     out.push_str("</svg>\n");
+    out
+}
+
+/// Height of a note line under the legend.
+const NOTE: f64 = 16.0;
+
+/// What the picture must say below it: why a side has no figure at all, and every warning.
+fn notes(c: &Comparison) -> Vec<String> {
+    let mut out: Vec<String> = [&c.mini, &c.link]
+        .into_iter()
+        .filter(|s| s.outcome != link_report::Status::Passed)
+        .map(|s| {
+            format!(
+                "{}: {}: {}",
+                title_case(s.profile),
+                s.outcome,
+                s.reason.as_deref().unwrap_or("no reason given")
+            )
+        })
+        .collect();
+    out.extend(c.warnings.iter().map(|w| format!("warning: {w}")));
     out
 }
 
@@ -554,6 +585,22 @@ mod tests {
         assert!(doc.contains("skipped: bubblewrap"), "{doc}");
         assert!(!doc.contains("data-side=\"link\" data-phase"));
         assert!(doc.contains("class=\"ratio\">—</text>"));
+    }
+
+    #[test]
+    fn a_failed_side_and_every_warning_are_written_below_the_picture() {
+        let mut c = sample();
+        c.link.outcome = link_report::Status::Failed;
+        c.link.reason = Some("new cycle 4: link-plugin-auth killed by signal 9".into());
+        c.warnings = vec!["the machine was busy".into()];
+        for s in &mut c.stats {
+            s.link = None;
+            s.ratio = None;
+            s.paired = None;
+        }
+        let doc = check_picture(&c);
+        assert!(doc.contains("Link: failed: new cycle 4: link-plugin-auth killed by signal 9"));
+        assert!(doc.contains("class=\"note\" fill=\"#a40\">warning: the machine was busy"));
     }
 
     #[test]

@@ -83,11 +83,50 @@ fn a_temporary_state_dir_is_refused_before_anything_starts() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.lines().count(), 1, "one clear line: {err}");
-    assert!(err.starts_with("error: LNK_TEST_STATE_DIR /tmp/lnk-xtask-never cannot be used"));
-    assert!(err.contains("temporary folder"), "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: LNK_TEST_STATE_DIR /tmp/lnk-xtask-never cannot be used"));
+    assert!(last.contains("temporary folder"), "{err}");
     assert!(!std::path::Path::new("/tmp/lnk-xtask-never").exists());
-    assert!(!target.exists(), "nothing was built or written");
+    assert!(!target.join("release").exists(), "nothing was built");
+    // What a pipeline publishes says why nothing was measured, never an earlier result.
+    let said = said_failed(
+        &target,
+        "LNK_TEST_STATE_DIR /tmp/lnk-xtask-never cannot be used",
+    );
+    std::fs::remove_dir_all(&target).unwrap();
+    said.unwrap();
+}
+
+/// The comparison `runtime` left in `target` says both sides failed for `why`, in its JSON,
+/// Markdown and SVG, with no ratio.
+fn said_failed(target: &std::path::Path, why: &str) -> Result<(), String> {
+    let read = |ext: &str| {
+        std::fs::read_to_string(target.join(format!("runtime-comparison.{ext}")))
+            .map_err(|e| format!("no runtime-comparison.{ext}: {e}"))
+    };
+    let json: serde_json::Value =
+        serde_json::from_str(&read("json")?).map_err(|e| e.to_string())?;
+    for side in ["mini", "link"] {
+        let s = &json[side];
+        if s["outcome"] != "failed" || !s["reason"].as_str().unwrap_or("").contains(why) {
+            return Err(format!("{side} does not say failed: {why}: {s}"));
+        }
+    }
+    if !json["stats"].as_array().is_some_and(Vec::is_empty) {
+        return Err(format!(
+            "figures where nothing was measured: {}",
+            json["stats"]
+        ));
+    }
+    let md = read("md")?;
+    if !md.contains("**failed**") || !md.contains(why) || md.contains("× [") {
+        return Err(format!("the Markdown does not say so: {md}"));
+    }
+    let svg = read("svg")?;
+    if !svg.contains("Mini: failed") {
+        return Err(format!("the picture does not say so: {svg}"));
+    }
+    Ok(())
 }
 
 /// Without strace on PATH, `--trace` is refused before anything is built or run, naming the
@@ -123,10 +162,45 @@ fn trace_without_strace_names_the_install_command() {
         assert!(err.contains("apt-get install -y strace"), "{err}");
     }
     assert!(err.contains("--install"), "{err}");
-    assert!(!target.exists(), "nothing was built or written");
+    assert!(!target.join("release").exists(), "nothing was built");
     let err = String::from_utf8(untraced.stderr).unwrap();
     assert!(!err.contains("strace"), "{err}");
     assert!(err.contains("release outputs missing"), "{err}");
+    let _ = std::fs::remove_dir_all(&target);
+}
+
+/// Two comparisons in one target directory would overwrite each other's files: the second
+/// is refused, naming the first, and touches nothing of it.
+#[test]
+fn a_second_runtime_on_the_same_target_is_refused() {
+    use std::io::Write;
+    let target = std::env::temp_dir().join(format!("xtask-cli-l{}", std::process::id()));
+    std::fs::create_dir_all(&target).unwrap();
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(target.join("runtime.lock"))
+        .unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    write!(&lock, "4242").unwrap();
+    let theirs = target.join("runtime-comparison.json");
+    std::fs::write(&theirs, "the first one's").unwrap();
+    let out = xtask()
+        .arg("runtime")
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", state_dir("l"))
+        .output()
+        .unwrap();
+    let kept = std::fs::read_to_string(&theirs);
+    std::fs::remove_dir_all(&target).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("another `cargo xtask runtime` (pid 4242) is running"),
+        "{err}"
+    );
+    assert_eq!(kept.unwrap(), "the first one's");
 }
 
 /// A short fixture dir outside temporary folders, as the runs require.

@@ -37,6 +37,10 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let mut link = side(input.link, input.link_traced);
     for s in [&mut mini, &mut link] {
         worst_outcome(s, input.runs.iter().chain(input.cycles));
+        if !input.runs.is_empty() || !input.cycles.is_empty() {
+            s.checks_not_passed =
+                checks_not_passed(s.profile, input.runs.iter().chain(input.cycles));
+        }
     }
     let phases = phase_rows(&input.mini.report.phases, &input.link.report.phases);
     let execs = exec_rows(input.mini_traced, input.link_traced);
@@ -136,6 +140,41 @@ fn ab(cycles: &[RunRecord], against: &str, margin: f64) -> super::Ab {
         tests: tests as u32,
         rows,
     }
+}
+
+/// Every check of side `p` that did not pass in some run or cycle: `name: outcome (where it
+/// first did, and in how many more)`, failures first.
+fn checks_not_passed<'a>(p: Profile, runs: impl Iterator<Item = &'a TimedRun>) -> Vec<String> {
+    let mut seen: Vec<(Status, String, String, usize)> = Vec::new();
+    for r in runs.filter(|r| r.loaded.report.profile == p) {
+        let which = match r.cycle {
+            Some(c) => format!("{} cycle {}", c.build.as_str(), c.pair),
+            None => format!("run {}", r.index),
+        };
+        for c in r
+            .loaded
+            .report
+            .checks
+            .iter()
+            .filter(|c| c.outcome != Status::Passed)
+        {
+            let name = c.name.as_str().to_string();
+            match seen
+                .iter_mut()
+                .find(|(o, n, _, _)| *o == c.outcome && *n == name)
+            {
+                Some(entry) => entry.3 += 1,
+                None => seen.push((c.outcome, name, which.clone(), 0)),
+            }
+        }
+    }
+    seen.sort_by_key(|(o, ..)| *o != Status::Failed);
+    seen.into_iter()
+        .map(|(o, name, first, more)| match more {
+            0 => format!("{name}: {o} ({first})"),
+            n => format!("{name}: {o} ({first} and {n} more)"),
+        })
+        .collect()
 }
 
 /// A side is as good as its worst run or cycle: one failed run of five fails the side.
@@ -412,9 +451,10 @@ fn warnings(runs: &[RunRecord], cycles: &[RunRecord], stats: &[PhaseStats]) -> V
             ));
         }
     }
+    // The cycles' own load raises CPU pressure; only a load above the CPU count names others.
     let busy: Vec<String> = cycles
         .iter()
-        .filter_map(|r| Some((r, r.noise.complaint()?)))
+        .filter_map(|r| Some((r, r.noise.load_complaint()?)))
         .map(|(r, why)| format!("{} cycle {} ({why})", r.profile, r.index))
         .collect();
     if let Some(first) = busy.first() {

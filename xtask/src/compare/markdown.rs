@@ -5,6 +5,7 @@ use super::{Comparison, PhaseStats, Side};
 use crate::paired::LogMean;
 use crate::stats::Spread;
 use link_report::{Profile, Status, TracePhase};
+use std::path::Path;
 
 pub fn status_word(s: Status) -> &'static str {
     s.as_str()
@@ -41,12 +42,20 @@ pub fn markdown(c: &Comparison) -> String {
         md.push('\n');
     }
     md.push_str(&stats_markdown(c));
+    let copied = |p: Profile| {
+        crate::runtime::files(Path::new(""), p, c.mode)
+            .report
+            .display()
+            .to_string()
+    };
     md.push_str(&format!(
         "\n## Each side's median run\n\n\
          The run whose phase time without idle is the median of its side's passed runs \
-         (mini run {}, link run {}; copied to `runtime-mini.json` / `runtime-link.json`).\n\n",
+         (mini run {}, link run {}; copied to `{}` / `{}`).\n\n",
         run_index(c, &c.mini),
-        run_index(c, &c.link)
+        run_index(c, &c.link),
+        copied(Profile::Mini),
+        copied(Profile::Link)
     ));
     md.push_str("| | Mini | Link | Link/Mini |\n|---|---|---|---|\n");
     let row = |md: &mut String, what: &str, m: String, l: String, r: Option<f64>| {

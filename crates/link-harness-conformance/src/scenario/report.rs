@@ -59,6 +59,9 @@ pub(super) struct Recorder<'a> {
     first_failure: Option<String>,
     /// CPU time per runtime process when the last [`Recorder::timer`] started.
     cpu_start: Vec<(i32, u64)>,
+    /// The runtime's processes at the last [`Recorder::observe`]: the host first, the sandbox
+    /// probe left out.
+    runtime: Vec<i32>,
 }
 
 impl<'a> Recorder<'a> {
@@ -82,6 +85,7 @@ impl<'a> Recorder<'a> {
             host_pid: None,
             first_failure: None,
             cpu_start: Vec::new(),
+            runtime: Vec::new(),
         }
     }
 
@@ -168,13 +172,11 @@ impl<'a> Recorder<'a> {
     }
 
     /// A phase timer that also measures the runtime's CPU time: every thread of the host and
-    /// its live descendants but the sandbox probe ([`super::startup::runtime_cpu`]), read
-    /// before the clock starts and after it stops, so reading costs the phase nothing.
+    /// its live descendants but the sandbox probe, as the last [`Recorder::observe`] found
+    /// them ([`super::startup::runtime_processes`]), read before the clock starts and after it
+    /// stops, so reading costs the phase nothing.
     pub(super) fn timer(&mut self) -> Timer {
-        self.cpu_start = self
-            .host_pid
-            .map(super::startup::runtime_cpu)
-            .unwrap_or_default();
+        self.cpu_start = super::startup::cpu_of(&self.runtime);
         Timer {
             cpu: !self.cpu_start.is_empty(),
             ..Timer::start()
@@ -311,7 +313,11 @@ impl<'a> Recorder<'a> {
     /// Records every live descendant the run started as a process identity seen in `phase`.
     pub(super) fn observe(&mut self, phase: PhaseName) {
         let phase = phase.as_str();
-        for p in self.scope.snapshot() {
+        let snapshot = self.scope.snapshot();
+        if let Some(host) = self.host_pid {
+            self.runtime = super::startup::runtime_processes(&snapshot, host);
+        }
+        for p in snapshot {
             let key = (p.pid, p.start_time_ticks);
             let idx = match self.seen.get(&key) {
                 Some(&i) => i,

@@ -127,47 +127,42 @@ fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
 
 /// The CPU time so far of the host `host` (first, when it can be read) and of each of its live
 /// descendants outside the sandbox probe, by pid.
-pub(super) fn runtime_cpu(host: i32) -> Vec<(i32, u64)> {
-    use link_plugin_measure::sample::cpu_run_ns;
-    std::iter::once(host)
-        .chain(outside_the_probe(host))
-        .filter_map(|pid| Some((pid, cpu_run_ns(pid)?)))
-        .collect()
-}
-
-/// The live descendants of `host` that are neither a `link-plugin-sandbox probe` nor started
-/// by one.
-fn outside_the_probe(host: i32) -> Vec<i32> {
+fn runtime_cpu(host: i32) -> Vec<(i32, u64)> {
     let procs: Vec<_> = link_plugin_measure::sample::descendants(host)
         .into_iter()
         .filter_map(crate::reaper::read_proc)
         .collect();
+    cpu_of(&runtime_processes(&procs, host))
+}
+
+/// The CPU time so far of each of `pids` that can be read.
+pub(super) fn cpu_of(pids: &[i32]) -> Vec<(i32, u64)> {
+    use link_plugin_measure::sample::cpu_run_ns;
+    pids.iter()
+        .filter_map(|&pid| Some((pid, cpu_run_ns(pid)?)))
+        .collect()
+}
+
+/// The host (first) and, of `procs`, its descendants that are neither a `link-plugin-sandbox
+/// probe` nor started by one: the runtime's own processes.
+pub(super) fn runtime_processes(procs: &[crate::reaper::ProcInfo], host: i32) -> Vec<i32> {
     let is_probe = |p: &crate::reaper::ProcInfo| {
         p.argv.get(1).map(String::as_str) == Some("probe")
             && p.argv[0].ends_with(link_protocol::routes::programs::SANDBOX)
     };
-    let mut probe: std::collections::HashSet<i32> = procs
-        .iter()
-        .filter(|p| is_probe(p))
-        .map(|p| p.pid)
-        .collect();
-    // Down the tree, whatever order the pids come in.
+    let mut runtime = vec![host];
+    // Down the tree from the host, whatever order the pids come in, not into the probe.
     loop {
         let more: Vec<i32> = procs
             .iter()
-            .filter(|p| probe.contains(&p.ppid) && !probe.contains(&p.pid))
+            .filter(|p| runtime.contains(&p.ppid) && !runtime.contains(&p.pid) && !is_probe(p))
             .map(|p| p.pid)
             .collect();
         if more.is_empty() {
-            break;
+            return runtime;
         }
-        probe.extend(more);
+        runtime.extend(more);
     }
-    procs
-        .iter()
-        .map(|p| p.pid)
-        .filter(|pid| !probe.contains(pid))
-        .collect()
 }
 
 fn describe(e: NotReady) -> String {
