@@ -4,7 +4,9 @@
 //! each side, both orders alternating). Pairs continue until every figure is within the
 //! precision asked for, or the time budget is spent; never fewer than the minimum.
 
-use crate::compare::{self, pairs, Build, CycleInfo, Loaded, Noise, RunRecord, Sampling, TimedRun};
+use crate::compare::{
+    self, pairs, Build, CpuTicks, CycleInfo, Loaded, Noise, RunRecord, Sampling, TimedRun,
+};
 use crate::outputs::{hash_programs, Program, Workspace};
 use crate::paired::MIN_PAIRS;
 use anyhow::{bail, Context, Result};
@@ -14,7 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The default time budget for the cycles: the whole default command stays under 2 minutes.
-pub const DEFAULT_BUDGET_S: u64 = 60;
+pub const DEFAULT_BUDGET_S: u64 = 70;
 /// The default precision: every interval within about ±5% (upper/lower ≤ 1.10).
 pub const DEFAULT_PRECISION_PCT: f64 = 5.0;
 /// Pairs past which the cycles stop whatever the precision.
@@ -178,7 +180,8 @@ fn one(ws: &Workspace, plan: &Plan<'_>, info: CycleInfo, profile: Profile) -> Re
             .expect("old cycles only with --against")
             .to_path_buf(),
     };
-    let noise = Noise::sample();
+    let mut noise = Noise::sample();
+    let before = CpuTicks::now();
     let output = Command::new(ws.runner())
         .current_dir(&ws.root)
         .env("LNK_TEST_STATE_DIR", plan.state)
@@ -188,6 +191,10 @@ fn one(ws: &Workspace, plan: &Plan<'_>, info: CycleInfo, profile: Profile) -> Re
         .stdin(Stdio::null())
         .output()
         .with_context(|| format!("cannot start the runner {}", ws.runner().display()))?;
+    noise.other_cpu_pct = before
+        .zip(CpuTicks::now())
+        .and_then(|(b, a)| a.other_percent_since(&b, noise.cpus))
+        .map(|p| (p * 10.0).round() / 10.0);
     let loaded = match compare::load(&out) {
         Ok(l) => l,
         Err(e) => Loaded::failed(profile, plan.mode, plan.source, &out, format!("{e:#}")),

@@ -32,12 +32,13 @@ const COMMANDS: &str = "\
 usage: cargo xtask <command> [options]   (cargo xtask <command> --help for its options)
 
 commands:
-  runtime   run Mini and full Link, interleaved, --runs N times each on the locked release
-            programs and compare them with intervals (target/runtime-comparison.{md,json,svg});
-            --build, --install, --trace, --mode diagnostic, --runs N (5), --rounds N (20),
-            --baseline FILE [--max-regression PCT], --allow-skip, --allow-stale,
-            --junit FILE, --bench-sandbox; exit 0 passed, 1 failed, 2 skipped,
-            3 confinement unavailable
+  runtime   run the spec's scenario for Mini and full Link on the locked release programs,
+            then paired timing cycles until every figure is precise enough, and compare them
+            with intervals (target/runtime-comparison.{md,json,svg}); --build, --install,
+            --trace, --mode diagnostic, --runs N (1), --rounds N (20), --budget SECS (70),
+            --precision PCT (5), --against DIR, --baseline FILE, --max-regression PCT (10),
+            --allow-skip, --allow-stale, --junit FILE, --bench-sandbox; exit 0 passed,
+            1 failed or regressed, 2 skipped, 3 confinement unavailable
   bench-sandbox  time bare bwrap, the CLI `exec` and a confined `run` turn on the plugin
             path, interleaved, with ratios and intervals (target/bench-sandbox.json);
             --rounds N (100), --turn-rounds N (40), --allow-stale; exit 0 measured,

@@ -73,7 +73,7 @@ fn mounted_root() -> Option<(StateRoot, Mount)> {
                 std::env::var("LNK_REQUIRE_NATIVE").as_deref() != Ok("1"),
                 "a full-disk test is required (LNK_REQUIRE_NATIVE=1) but {why}"
             );
-            println!("SKIPPED: full disk: {why}");
+            link_harness_conformance::probe::skipped(&format!("SKIPPED: full disk: {why}"));
             None
         }
     }

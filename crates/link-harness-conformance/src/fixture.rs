@@ -406,7 +406,9 @@ impl TestUser {
     /// made fails the test: the machine is broken, and a skip would hide it.
     pub fn or_skip(prefix: &str) -> Option<TestUser> {
         if !rustix::process::geteuid().is_root() {
-            println!("SKIPPED (ordinary user): not root, so no second local user can be made");
+            crate::probe::skipped(
+                "SKIPPED (ordinary user): not root, so no second local user can be made",
+            );
             return None;
         }
         Some(TestUser::create(prefix).unwrap_or_else(|why| {

@@ -107,7 +107,9 @@ fn built_or_skip() -> Option<(PathBuf, PathBuf)> {
                 std::env::var(ENV_REQUIRE_RUNTIME).as_deref() != Ok("1"),
                 "{ENV_REQUIRE_RUNTIME}=1 but the runtime cannot run: {reason}"
             );
-            eprintln!("SKIPPED (runtime not available): {reason}");
+            link_harness_conformance::probe::skipped(&format!(
+                "SKIPPED (runtime not available): {reason}"
+            ));
             None
         }
     }

@@ -215,7 +215,9 @@ fn confined_file_and_run_tools() {
     let mut link = match start(Mode::Confined) {
         Ok(link) => link,
         Err(reason) if !require_sandbox() => {
-            eprintln!("SKIPPED confined_file_and_run_tools: {reason}");
+            link_harness_conformance::probe::skipped(&format!(
+                "SKIPPED confined_file_and_run_tools: {reason}"
+            ));
             return;
         }
         Err(reason) => panic!("LNK_REQUIRE_SANDBOX=1 but: {reason}"),

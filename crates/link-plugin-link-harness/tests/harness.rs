@@ -53,14 +53,14 @@ mod runtime {
         print_summary(case, &report);
         match report.outcome.status {
             Status::Skipped => {
-                println!(
+                link_harness_conformance::probe::skipped(&format!(
                     "SKIPPED runtime::{case}: {}",
                     report
                         .outcome
                         .reason
                         .as_deref()
                         .unwrap_or("no reason given")
-                );
+                ));
                 return None;
             }
             Status::Failed => panic!(
@@ -240,7 +240,11 @@ mod runtime {
             link_harness_conformance::COLD_AGENTS as usize
         );
         assert_eq!(rounds(&report, "warm_turn"), 3);
-        assert_eq!(rounds(&report, "refusals"), 5);
+        assert_eq!(
+            rounds(&report, "refusals"),
+            15,
+            "the five refused requests, three times"
+        );
         assert_eq!(rounds(&report, "refused_write"), 1);
         assert_eq!(
             rounds(&report, "idle") + rounds(&report, "status_series"),

@@ -10,7 +10,7 @@ fn require_or_skip(e: SandboxError) {
     if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
         panic!("LNK_REQUIRE_SANDBOX=1 but Landlock is unavailable: {e}");
     }
-    println!("SKIPPED: {e}");
+    link_harness_conformance::probe::skipped(&format!("SKIPPED: {e}"));
 }
 
 #[test]

@@ -451,16 +451,15 @@ fn warnings(runs: &[RunRecord], cycles: &[RunRecord], stats: &[PhaseStats]) -> V
             ));
         }
     }
-    // The cycles' own load raises CPU pressure; only a load above the CPU count names others.
     let busy: Vec<String> = cycles
         .iter()
-        .filter_map(|r| Some((r, r.noise.load_complaint()?)))
+        .filter_map(|r| Some((r, r.noise.cycle_complaint()?)))
         .map(|(r, why)| format!("{} cycle {} ({why})", r.profile, r.index))
         .collect();
     if let Some(first) = busy.first() {
         out.push(format!(
-            "the machine was busy before {} of {} cycles, first {first}; close other work and \
-             run again",
+            "other work disturbed {} of {} cycles, first {first}; close other work and run \
+             again",
             busy.len(),
             cycles.len()
         ));

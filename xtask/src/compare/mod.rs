@@ -17,7 +17,7 @@ pub(crate) mod tests;
 
 pub use build::{build, run_record, Inputs};
 pub use markdown::{markdown, ms, stats_markdown, status_word};
-pub use noise::Noise;
+pub use noise::{CpuTicks, Noise};
 pub use runs::{representative, same_programs};
 
 use crate::stats::{Interval, Spread};

@@ -12,6 +12,67 @@ pub struct Noise {
     pub load15: Option<f64>,
     /// `/proc/pressure/cpu` `some avg10`, percent.
     pub cpu_pressure_some_avg10: Option<f64>,
+    /// For a timing cycle: the share of all CPUs that work other than the xtask and what it
+    /// started used while the cycle ran, percent ([`CpuTicks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_cpu_pct: Option<f64>,
+}
+
+/// A cycle is called disturbed when other work used more than this share of the CPUs, percent.
+pub const OTHER_CPU_PCT: f64 = 20.0;
+
+/// The machine's busy CPU time and the xtask's own (itself and every descendant it reaped,
+/// which is everything a cycle started), in clock ticks, at one moment: between two readings,
+/// the difference is what other work did. Load average and CPU pressure cannot tell: a
+/// cycle's own processes raise both.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuTicks {
+    machine_busy: u64,
+    ours: u64,
+    at: std::time::Instant,
+}
+
+impl CpuTicks {
+    pub fn now() -> Option<CpuTicks> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        Some(CpuTicks {
+            machine_busy: parse_busy(&stat)?,
+            ours: parse_own(&own)?,
+            at: std::time::Instant::now(),
+        })
+    }
+
+    /// The share of `cpus` CPUs that other work used since `earlier`, percent.
+    pub fn other_percent_since(&self, earlier: &CpuTicks, cpus: usize) -> Option<f64> {
+        let ticks = 100.0; // USER_HZ, the unit of both files on every Linux ABI
+        let wall = self.at.checked_duration_since(earlier.at)?.as_secs_f64();
+        let busy = self.machine_busy.checked_sub(earlier.machine_busy)? as f64;
+        let ours = self.ours.checked_sub(earlier.ours)? as f64;
+        (wall > 0.0).then(|| (busy - ours).max(0.0) / ticks / (wall * cpus.max(1) as f64) * 100.0)
+    }
+}
+
+/// `/proc/stat`'s first line: every CPU state but idle and iowait, summed.
+fn parse_busy(stat: &str) -> Option<u64> {
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|w| w.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user and nice).
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
+}
+
+/// `/proc/self/stat`: utime + stime + cutime + cstime (fields 14 to 17).
+fn parse_own(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // `after` starts at field 3 (state).
+    (11..=14).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
 }
 
 impl Noise {
@@ -27,6 +88,7 @@ impl Noise {
             load5,
             load15,
             cpu_pressure_some_avg10: read("/proc/pressure/cpu").and_then(|t| parse_pressure(&t)),
+            other_cpu_pct: None,
         }
     }
 
@@ -39,10 +101,15 @@ impl Noise {
         (!why.is_empty()).then(|| why.join(", "))
     }
 
-    /// A load average above the CPU count: more runnable work than the machine has CPUs.
-    /// Back-to-back timing cycles keep at most about one CPU busy themselves, so this still
-    /// names other work where CPU pressure, which they raise on their own, would not.
-    pub fn load_complaint(&self) -> Option<String> {
+    /// Why a timing cycle was disturbed, if it was: other work's share of the CPUs while it
+    /// ran (its own processes raise the load average and CPU pressure, so those cannot tell).
+    pub fn cycle_complaint(&self) -> Option<String> {
+        self.other_cpu_pct
+            .filter(|p| *p > OTHER_CPU_PCT)
+            .map(|p| format!("other work used {p:.0}% of the CPUs"))
+    }
+
+    fn load_complaint(&self) -> Option<String> {
         self.load1
             .filter(|l| *l > HIGH_LOAD_PER_CPU * self.cpus.max(1) as f64)
             .map(|l| format!("load average {l:.2} on {} CPUs", self.cpus))

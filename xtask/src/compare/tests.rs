@@ -24,6 +24,7 @@ pub(crate) fn timed(index: u32, loaded: &Loaded) -> TimedRun {
             load5: Some(0.4),
             load15: Some(0.3),
             cpu_pressure_some_avg10: Some(1.0),
+            other_cpu_pct: None,
         },
         cycle: None,
     }
@@ -365,6 +366,42 @@ fn mismatched_programs_are_refused_by_name() {
         .to_string();
     assert!(err.contains(&format!("program `{name}` differs")), "{err}");
     assert!(err.contains("link-2.json"), "{err}");
+}
+
+#[test]
+fn other_work_during_a_cycle_is_told_from_the_cycles_own() {
+    let quiet = Noise {
+        cpus: 2,
+        load1: Some(2.5),
+        cpu_pressure_some_avg10: Some(30.0),
+        other_cpu_pct: Some(3.0),
+        ..Noise::default()
+    };
+    // A cycle's own processes raise load and pressure: not a complaint about the cycle.
+    assert_eq!(quiet.cycle_complaint(), None);
+    let disturbed = Noise {
+        other_cpu_pct: Some(45.0),
+        ..quiet
+    };
+    assert_eq!(
+        disturbed.cycle_complaint().as_deref(),
+        Some("other work used 45% of the CPUs")
+    );
+    let mut runs = runs_of(12, |_, _| 1.0);
+    runs[5].noise = disturbed;
+    let c = from_runs(&runs);
+    assert!(
+        c.warnings.iter().any(|w| w
+            == "other work disturbed 1 of 24 cycles, first link cycle 3 (other work used 45% of \
+                the CPUs); close other work and run again"),
+        "{:?}",
+        c.warnings
+    );
+    // The readings themselves, from this machine: other work is never negative.
+    let a = CpuTicks::now().expect("/proc/stat and /proc/self/stat");
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    let b = CpuTicks::now().unwrap();
+    assert!(b.other_percent_since(&a, 2).is_some_and(|p| p >= 0.0));
 }
 
 #[test]

@@ -483,6 +483,9 @@ fn describe_phase(phase: &str, config: &ScenarioConfig) -> String {
             "a second agent, turns of both agents at once".into()
         }
         PhaseName::SecondAgent => "a second agent and its first turn".into(),
+        PhaseName::Refusals if config.cycle => {
+            "unauthenticated requests refused, one round each, the five sent three times".into()
+        }
         PhaseName::Refusals => "unauthenticated requests refused, one round each".into(),
         PhaseName::RefusedWrite => {
             "a turn whose conversation write through the file tool is refused".into()

@@ -51,7 +51,7 @@ pub fn sandbox_or_skip() -> bool {
     if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
         panic!("LNK_REQUIRE_SANDBOX=1 but the sandbox is unavailable: {reason}");
     }
-    println!("SKIPPED: {reason}");
+    link_harness_conformance::probe::skipped(&format!("SKIPPED: {reason}"));
     false
 }
 
