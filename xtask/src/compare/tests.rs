@@ -695,3 +695,35 @@ fn a_failed_cycle_fails_its_side_by_name_and_takes_its_ratios() {
     let md = markdown(&c);
     assert!(!md.contains("× ["), "no ratio anywhere: {md}");
 }
+
+/// The step summary as GitHub renders it (CommonMark with GFM tables): a reason with the
+/// characters a table cell must escape stays whole, in its cell.
+#[test]
+fn the_markdown_renders_with_every_reason_whole_in_its_cell() {
+    use pulldown_cmark::{html, Options, Parser};
+    let reason = "startup: link-plugin-auth | killed by signal 9 (a|b)";
+    let mut runs = runs_of(12, |_, _| 1.0);
+    runs[3].loaded.report.outcome = link_report::Outcome {
+        status: Status::Failed,
+        reason: Some(reason.into()),
+    };
+    let md = markdown(&from_runs(&runs));
+    let mut page = String::new();
+    html::push_html(&mut page, Parser::new_ext(&md, Options::ENABLE_TABLES));
+    let whole = format!("failed: run 2: {reason}");
+    let cell = |text: &str| format!("<td>{text}</td>");
+    // The outcome row and every phase row where Link has no figure carry it whole.
+    assert!(
+        page.contains(&cell(&format!("<strong>failed</strong>: run 2: {reason}"))),
+        "{page}"
+    );
+    assert!(page.contains(&cell(&whole)), "{page}");
+    // No row has more cells than its header: nothing was split.
+    for table in page.split("<table>").skip(1) {
+        let table = &table[..table.find("</table>").unwrap()];
+        let header = table.matches("<th").count();
+        for row in table.split("<tr>").skip(2) {
+            assert!(row.matches("<td").count() <= header, "{row}");
+        }
+    }
+}
