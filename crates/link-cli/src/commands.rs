@@ -43,6 +43,8 @@ async fn host_call<R: Route<Body = Empty>>(layout: &StateLayout) -> Result<R::Re
     host_request::<R>(layout, peer, &Empty {}, HOST_ANSWERS_WITHIN).await
 }
 
+/// `R` on a control connection (`client::control`): `link` runs as the user who started the
+/// runtime, so it reads the control key that every route but `host.status` needs.
 async fn host_request<R: Route>(
     layout: &StateLayout,
     peer: client::Peer,
@@ -50,7 +52,7 @@ async fn host_request<R: Route>(
     within: Duration,
 ) -> Result<R::Reply> {
     let socket = layout.host_socket();
-    let request = client::request_once_to::<R>(&socket, peer, None, body);
+    let request = client::control_once::<R>(layout, peer, body);
     match tokio::time::timeout(within, request).await {
         Ok(answer) => answer.with_context(|| {
             format!(

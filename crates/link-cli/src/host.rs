@@ -3,6 +3,7 @@
 use crate::plugins::{self, describe, Launch, Plugin};
 use crate::UpArgs;
 use anyhow::{bail, Context, Result};
+use link_protocol::control_key::ControlKey;
 use link_protocol::layout::StateLayout;
 use link_protocol::pids::{start_time, PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
@@ -84,7 +85,7 @@ impl Shared {
 fn make_private_dirs(layout: &StateLayout) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let root = layout.root();
-    let top = ["run", "log", "auth", "home", "data"].map(|d| root.join(d));
+    let top = ["run", "log", "auth", "home", "data", "control"].map(|d| root.join(d));
     for dir in std::iter::once(root.to_path_buf()).chain(top) {
         link_protocol::plugin::private_dir_all(&dir)
             .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
@@ -171,6 +172,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
         let _ = std::fs::remove_file(socket);
     }
     let _ = std::fs::remove_file(layout.pids_file());
+    let _ = std::fs::remove_file(layout.control_key_file());
     code
 }
 
@@ -186,14 +188,6 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         router: crate::router::Router::default(),
         sandbox: Mutex::new(None),
     });
-    tokio::spawn(crate::control::serve(
-        shared.clone(),
-        link_protocol::plugin::bind(&layout.host_socket())?,
-    ));
-    if args.profile == Profile::Link {
-        let listener = link_protocol::plugin::bind(&layout.router_socket())?;
-        tokio::spawn(crate::router::serve(shared.clone(), listener));
-    }
     let launch = Launch {
         layout: &layout,
         programs: &programs,
@@ -201,6 +195,25 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         mode: args.mode,
         monitor_interval: args.monitor_interval,
     };
+    if args.mode == Mode::Confined {
+        launch.refuse_reachable(&layout.control_dir())?;
+    }
+    // Made before the socket is bound, so whoever finds the socket finds this run's key.
+    let key = ControlKey::create(&layout).with_context(|| {
+        format!(
+            "writing the control key {}",
+            layout.control_key_file().display()
+        )
+    })?;
+    tokio::spawn(crate::control::serve(
+        shared.clone(),
+        link_protocol::plugin::bind(&layout.host_socket())?,
+        key,
+    ));
+    if args.profile == Profile::Link {
+        let listener = link_protocol::plugin::bind(&layout.router_socket())?;
+        tokio::spawn(crate::router::serve(shared.clone(), listener));
+    }
     let mut signals = link_protocol::plugin::ShutdownSignals::new()?;
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
@@ -469,6 +482,8 @@ fn has_children() -> bool {
 /// it starts, `down` when no host answers; the caller holds the lock ([`lock_if_free`]).
 pub(crate) fn clean_after_dead_host(layout: &StateLayout) -> Result<()> {
     kill_survivors(layout)?;
+    // The dead host's key opens nothing now; `up` writes a new one anyway.
+    let _ = std::fs::remove_file(layout.control_key_file());
     remove_stale_sockets(layout)
 }
 
@@ -836,6 +851,17 @@ pub struct Allowance<'a> {
     pub sockets: Vec<PathBuf>,
 }
 
+impl Allowance<'_> {
+    /// The Landlock rules of a plugin other than the sandbox plugin: the one place they are
+    /// made, for confining it and for checking what it could reach.
+    pub fn rules(&self) -> link_plugin_sandbox::Rules {
+        use link_plugin_sandbox::host;
+        let mut rules = host::plugin_rules(self.programs.to_owned(), &self.writable, &self.sockets);
+        rules.read_only.extend(self.readable.iter().cloned());
+        rules
+    }
+}
+
 /// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
 /// no_new_privs and the baseline seccomp filter, applied between fork and exec so the plugin
 /// never runs a single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
@@ -873,10 +899,7 @@ pub fn confine_command(
     let rules = if sandbox {
         host::sandbox_plugin_rules()
     } else {
-        let mut rules =
-            host::plugin_rules(allow.programs.to_owned(), &allow.writable, &allow.sockets);
-        rules.read_only.extend(allow.readable);
-        rules
+        allow.rules()
     };
     let mut ruleset = host::prepare(&rules)?;
     // SAFETY: restrict_child makes two system calls and allocates nothing on success.

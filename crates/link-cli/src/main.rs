@@ -7,6 +7,7 @@
 //! stops everything in reverse order on `link down`, SIGTERM, SIGINT or when a plugin dies.
 //! The other verbs are small clients of the host and of the connection service.
 
+mod caller;
 mod commands;
 mod control;
 mod endpoint;

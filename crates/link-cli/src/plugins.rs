@@ -182,19 +182,49 @@ impl Launch<'_> {
     }
 
     fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
+        for dir in extra_writable(self.layout, name) {
+            plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        crate::host::confine_command(cmd, name, self.allowance(name))
+            .with_context(|| format!("confining {name}"))
+    }
+
+    /// What `name` may touch when confined, besides system paths.
+    fn allowance(&self, name: &str) -> crate::host::Allowance<'_> {
         let layout = self.layout;
         let mut writable = plugin::own_dirs(layout, name);
-        for dir in extra_writable(layout, name) {
-            plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            writable.push(dir);
-        }
-        let allow = crate::host::Allowance {
+        writable.extend(extra_writable(layout, name));
+        crate::host::Allowance {
             programs: self.programs,
             readable: extra_readable(layout, name),
             writable,
             sockets: vec![layout.plugin_run_dir(name)],
-        };
-        crate::host::confine_command(cmd, name, allow).with_context(|| format!("confining {name}"))
+        }
+    }
+
+    /// Refuses a confined start in which a plugin's Landlock rules would reach `dir`, the
+    /// host's control directory (a state root under a system path plugins read, or under the
+    /// programs directory), so no plugin can read the control key. The sandbox plugin handles
+    /// no filesystem right and reaches everything: the host refuses its descendants the key's
+    /// use instead (`crate::caller`).
+    pub fn refuse_reachable(&self, dir: &Path) -> Result<()> {
+        let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+        let confined = start_order(self.profile)
+            .iter()
+            .filter(|name| **name != programs::SANDBOX);
+        for name in confined {
+            if let Some(rule) = self.allowance(name).rules().reaching(&dir) {
+                bail!(
+                    "{name} may read beneath {}, where the host's control directory {} lies: \
+                     it could read the control key; choose a state root outside {} and outside \
+                     the programs directory; nothing was started",
+                    rule.display(),
+                    dir.display(),
+                    rule.display()
+                );
+            }
+        }
+        Ok(())
     }
 }
 
@@ -208,5 +238,45 @@ pub fn describe(status: Option<&ExitStatus>) -> String {
             (_, Some(sig)) => format!("killed by signal {sig}"),
             _ => format!("{s}"),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch<'a>(layout: &'a StateLayout, programs: &'a Path, profile: Profile) -> Launch<'a> {
+        Launch {
+            layout,
+            programs,
+            profile,
+            mode: Mode::Confined,
+            monitor_interval: 1.0,
+        }
+    }
+
+    /// No confined plugin of either profile reaches the control directory of a state root
+    /// apart from the programs and system paths; one under `/etc`, or under the programs, is
+    /// refused, naming the rule.
+    #[test]
+    fn no_plugin_rule_reaches_the_control_directory() {
+        let programs = Path::new("/opt/lnk-programs");
+        for profile in [Profile::Mini, Profile::Link] {
+            let layout = StateLayout::new("/srv/lnk-state");
+            let check = launch(&layout, programs, profile).refuse_reachable(&layout.control_dir());
+            check.unwrap_or_else(|e| panic!("{profile:?}: {e:#}"));
+        }
+        let under_etc = StateLayout::new("/etc/lnk-state");
+        let refused = launch(&under_etc, programs, Profile::Mini)
+            .refuse_reachable(&under_etc.control_dir())
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("beneath /etc"), "{refused}");
+        let under_programs = StateLayout::new("/opt/lnk-programs/state");
+        let refused = launch(&under_programs, programs, Profile::Link)
+            .refuse_reachable(&under_programs.control_dir())
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("beneath /opt/lnk-programs"), "{refused}");
     }
 }

@@ -395,7 +395,7 @@ fn down_mid_probe_stops_the_probe_which_leaves_nothing_behind() {
     // The probe's bwrap may end between being seen and being held.
     let (_root, rt, probe) = down_while_held("the probe's bwrap", |bwrap, _| {
         let pid = Pid::from_raw(bwrap).expect("a pid");
-        kill_process(pid, Signal::STOP).is_ok() && stopped(bwrap)
+        kill_process(pid, Signal::STOP).is_ok() && support::stopped(bwrap)
     });
     assert!(
         !rt.stderr().contains("killing leftover"),
@@ -436,19 +436,6 @@ fn down_while_held(
         eprintln!("attempt {attempt}: {what} ended before it was held");
     }
     panic!("{what} was never held in 10 starts");
-}
-
-/// Whether `pid` is stopped (state `T`), waiting briefly for a SIGSTOP just sent to land.
-fn stopped(pid: i32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < deadline {
-        match read_proc(pid) {
-            Some(p) if p.state == 'T' => return true,
-            Some(p) if p.state != 'Z' => std::thread::sleep(Duration::from_micros(100)),
-            _ => return false,
-        }
-    }
-    false
 }
 
 /// Until the sandbox probe of `rt`'s host has run (before `ready`, or behind a kept answer

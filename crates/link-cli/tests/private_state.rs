@@ -84,7 +84,7 @@ fn nothing_under_the_state_root_is_readable_by_group_or_others() {
         "group/other bits on what the runtime made:\n{}",
         open.join("\n")
     );
-    let top = ["", "run", "log", "auth", "home", "data"];
+    let top = ["", "run", "log", "auth", "home", "data", "control"];
     for dir in top {
         let path = root.path().join(dir);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;

@@ -5,6 +5,7 @@
 //! test file is a `mod` line here.
 
 mod cli;
+mod control_socket;
 mod deadlines;
 mod endpoint_limits;
 mod full_disk;

@@ -205,12 +205,14 @@ impl Connection {
     }
 }
 
-/// Calls a route on the host's control socket (`host.status`, `host.down`, `monitor.*`).
+/// Calls a route on the host's control socket (`host.status`, `host.down`, `monitor.*`), on a
+/// connection that presented the runtime's control key.
 pub async fn host_call<R: Route<Body = Empty>>(
     layout: &StateLayout,
 ) -> Result<R::Reply, ClientError> {
     let socket = layout.host_socket();
-    link_protocol::client::request_once::<R>(&socket, None, &Empty {})
+    let peer = link_protocol::client::Peer::Any;
+    link_protocol::client::control_once::<R>(layout, peer, &Empty {})
         .await
         .map_err(|source| ClientError::Transport {
             what: format!("{} on {}", R::NAME, socket.display()),

@@ -447,6 +447,75 @@ impl TestUser {
         cmd
     }
 
+    /// Runs `tests` (exact names) of this test executable again as this user, one at a time,
+    /// and asserts they all pass and leave none of its processes: the executable and
+    /// `programs` (paths under [`test_programs`](crate::runtime_process::test_programs)) copied
+    /// into an [`OpenParent`] made with `prefix`, where the user can reach them, its state roots
+    /// in a directory there it owns. The `LNK_REQUIRE_*` variables are passed on.
+    pub fn rerun(&self, prefix: &str, programs: &[&str], tests: &[&str]) {
+        let parent = OpenParent::create(prefix).unwrap();
+        let (dir, state) = (parent.0.join("programs"), parent.0.join("state"));
+        let exe = std::env::current_exe().unwrap();
+        // test_programs() is the executable's directory's parent, as in target/release/deps.
+        let test_exe = dir.join("deps").join(exe.file_name().unwrap());
+        let built = crate::runtime_process::test_programs();
+        let mut copies: Vec<(PathBuf, PathBuf)> = programs
+            .iter()
+            .map(|p| (built.join(p), dir.join(p)))
+            .collect();
+        copies.push((exe, test_exe.clone()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::create_dir(&state).unwrap();
+        // The user makes directories beside the programs (stand-ins) and its state roots.
+        self.chown(&dir);
+        self.chown(&state);
+        for (from, to) in &copies {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(from, to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+            self.chown(to);
+            self.chown(to.parent().unwrap());
+        }
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "env".into(),
+            format!("{}={}", ENV_TEST_STATE_DIR, state.display()).into(),
+        ];
+        for name in [
+            crate::runtime_process::ENV_REQUIRE_RUNTIME,
+            crate::probe::ENV_REQUIRE_SANDBOX,
+            crate::probe::ENV_REQUIRE_NATIVE,
+        ] {
+            if let Some(v) = std::env::var_os(name) {
+                let mut pair = std::ffi::OsString::from(format!("{name}="));
+                pair.push(v);
+                args.push(pair);
+            }
+        }
+        args.push(test_exe.into());
+        args.push("--exact".into());
+        args.extend(tests.iter().map(Into::into));
+        args.push("--test-threads=1".into());
+        let out = self.command(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let passed = format!("{} passed", tests.len());
+        assert!(
+            out.status.success() && text.contains(&passed),
+            "as {}: {text}\n{}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let left = self.processes();
+        assert!(left.is_empty(), "processes of {} left: {left:?}", self.name);
+    }
+
+    fn chown(&self, path: &Path) {
+        let (uid, gid) = (
+            rustix::fs::Uid::from_raw(self.uid),
+            rustix::fs::Gid::from_raw(self.gid),
+        );
+        rustix::fs::chown(path, Some(uid), Some(gid))
+            .unwrap_or_else(|e| panic!("chown {} to {}: {e}", path.display(), self.name));
+    }
+
     /// `args` as this user: (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
         let out = self.command(args).output().expect("runuser runs");

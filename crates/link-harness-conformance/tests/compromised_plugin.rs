@@ -10,16 +10,13 @@
 //! machine cannot confine, it is skipped loudly (a failure under `LNK_REQUIRE_RUNTIME=1` /
 //! `LNK_REQUIRE_SANDBOX=1`).
 
-use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser, ENV_TEST_STATE_DIR};
-use link_harness_conformance::probe::{
-    require_or_skip, sandbox_or_skip, ProbeStatus, ENV_REQUIRE_NATIVE, ENV_REQUIRE_SANDBOX,
-};
+use link_harness_conformance::fixture::{StateRoot, TestUser};
+use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::syscalls;
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
-use rustix::fs::{Gid, Uid};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -214,17 +211,34 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     );
     let model_call = got["model_call"].as_str().unwrap_or_default();
     assert!(model_call.starts_with("refused"), "{got}");
-    // The host's control socket answers a plugin its status only: no key was stored.
+    // The host's control socket answers a plugin its status only: no key was stored, the
+    // runtime was not stopped (the turn above ran, `down` below finds it), no key it made up
+    // opened the rest; the control key's file is outside its rules.
     assert_eq!(got["host_status"], "ok", "{got}");
-    let refused = &got["host_model_key_set"];
-    assert_eq!(refused["code"], "not_found", "{got}");
-    let message = refused["message"].as_str().unwrap_or_default();
-    assert!(message.contains("to its own plugins"), "{got}");
+    for attempt in ["host_model_key_set", "host_down", "host_unlock"] {
+        assert_runtime_refused(&got, attempt);
+    }
+    assert_eq!(got["read_control_key"], "EACCES", "{got}");
+    assert!(
+        std::fs::read(layout.control_key_file()).is_ok(),
+        "the twin: the user who started the runtime reads its control key"
+    );
     let stored = layout
         .data(programs::SECRET)
         .join("secrets/model.remote-key");
     assert!(!stored.exists(), "the impostor stored a model key");
     rt.down();
+}
+
+/// `attempt` on the host's control socket was refused as the runtime's own process's.
+fn assert_runtime_refused(got: &Value, attempt: &str) {
+    let refused = &got[attempt];
+    assert_eq!(refused["code"], "forbidden", "{attempt}: {got}");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the runtime's own processes"),
+        "{attempt}: {got}"
+    );
 }
 
 /// The sandbox plugin has no filesystem rules (its bwrap mounts), but its domain still keeps
@@ -264,9 +278,23 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         ("own_socket_dir", "ok"),
         ("mount_in_own_namespace", "ok"),
         ("clear_read_only", "EPERM"),
+        // No filesystem rules: it reads the control key (the host's refusals below hold).
+        ("read_control_key", "ok"),
     ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
+    // With the key, the host still refuses its own descendant the full handler, and a
+    // connection whose maker exited and was reaped: as a caller it cannot tell when it looked
+    // after the reaping, as its descendant when before. The runtime runs on (the turn below).
+    assert_runtime_refused(&got, "host_unlock_with_key");
+    let raced = &got["host_down_raced"];
+    assert_eq!(raced["code"], "forbidden", "{got}");
+    let message = raced["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("host.unlock refused: the process that connected had exited")
+            || message.contains("the runtime's own processes"),
+        "{got}"
+    );
     assert!(
         syscalls::keyring().is_ok(),
         "the twin: keyctl works outside"
@@ -317,68 +345,15 @@ fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
     let Some(user) = TestUser::or_skip("lnk-cpu") else {
         return;
     };
-    let parent = OpenParent::create("lnk-compromised").unwrap();
-    let programs = parent.0.join("programs");
-    let built = test_programs();
-    let exe = std::env::current_exe().unwrap();
-    let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
-    let mut copies: Vec<(PathBuf, PathBuf)> = names
-        .map(|name| (built.join(name), programs.join(name)))
-        .collect();
-    copies.push((
-        built.join("examples/impostor"),
-        programs.join("examples/impostor"),
-    ));
-    // test_programs() is the executable's directory's parent, as in target/release/deps.
-    let test_exe = programs.join("deps").join(exe.file_name().unwrap());
-    copies.push((exe, test_exe.clone()));
-    for (from, to) in &copies {
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
-    }
-    let state = parent.0.join("state");
-    std::fs::create_dir(&state).unwrap();
-    // The user makes its impostor directories beside the programs and its state roots.
-    let mut owned: Vec<&Path> = vec![&programs, &state];
-    owned.extend(
-        copies
-            .iter()
-            .flat_map(|(_, to)| [to.as_path(), to.parent().unwrap()]),
-    );
-    for path in owned {
-        let (uid, gid) = (Uid::from_raw(user.uid), Gid::from_raw(user.gid));
-        rustix::fs::chown(path, Some(uid), Some(gid)).unwrap();
-    }
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "env".into(),
-        format!("{}={}", ENV_TEST_STATE_DIR, state.display()).into(),
-    ];
-    for name in [ENV_REQUIRE_RUNTIME, ENV_REQUIRE_SANDBOX, ENV_REQUIRE_NATIVE] {
-        if let Some(v) = std::env::var_os(name) {
-            let mut pair = std::ffi::OsString::from(format!("{name}="));
-            pair.push(v);
-            args.push(pair);
-        }
-    }
-    args.push(test_exe.into());
-    args.extend(
-        [
-            "--exact",
+    let mut copied: Vec<&str> = Profile::Link.plugins().to_vec();
+    copied.extend([programs::HOST, "examples/impostor"]);
+    user.rerun(
+        "lnk-compromised",
+        &copied,
+        &[
             "a_plugin_claiming_a_foreign_route_stops_start_up",
             "a_compromised_plugin_is_refused_everything_outside_its_own_domain",
             "a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain",
-            "--test-threads=1",
-        ]
-        .map(Into::into),
+        ],
     );
-    let out = user.command(&args).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && text.contains("3 passed"),
-        "as {}: {text}\n{}",
-        user.name,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let left = user.processes();
-    assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
 }

@@ -49,6 +49,28 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// A rule beneath which `path` (resolved) lies and which grants access there, listing
+    /// aside (it reads no file); `None` when the ruleset gives nothing at `path`. A ruleset
+    /// that handles no filesystem right reaches everything: `/`.
+    pub fn reaching(&self, path: &Path) -> Option<PathBuf> {
+        if self.leave_filesystem {
+            return Some(PathBuf::from("/"));
+        }
+        // As Landlock does, through symlinks (`/lib` may be `/usr/lib`).
+        let resolved = |p: &PathBuf| p.canonicalize().unwrap_or_else(|_| p.clone());
+        [
+            &self.read_exec,
+            &self.read_only,
+            &self.read_write,
+            &self.rw_files,
+            &self.make_sock,
+        ]
+        .into_iter()
+        .flatten()
+        .map(resolved)
+        .find(|rule| path.starts_with(rule))
+    }
+
     /// Builds the ruleset. `HardRequirement` fails here when the kernel lacks a pinned right;
     /// `BestEffort` defers that to [`restrict_self`](Self::restrict_self), which can then say
     /// exactly what the kernel lacks.

@@ -114,6 +114,12 @@ impl Client {
         })
     }
 
+    /// A client on a connection made elsewhere (a test's, connected by a process that is
+    /// gone by now); nobody checked who serves it.
+    pub fn over(stream: UnixStream) -> Client {
+        Client { stream, next_id: 1 }
+    }
+
     fn next_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -173,6 +179,39 @@ pub async fn request_once_to<R: Route>(
         .await?
         .request::<R>(agent, body)
         .await
+}
+
+/// A connection to the control socket of the runtime on `layout`, served by `peer`, that has
+/// presented the runtime's control key (`host.unlock`): every call on it gets the host's full
+/// control handler. The one way `link` and the testing kit reach `host.down`,
+/// `host.model_key.*`, `monitor.*` and the test hooks; without it the host answers
+/// `host.status` only.
+pub async fn control(layout: &crate::layout::StateLayout, peer: Peer) -> Result<Client, Error> {
+    let key = crate::control_key::ControlKey::read(layout)?;
+    let mut client = Client::connect_to(&layout.host_socket(), peer).await?;
+    client
+        .request::<crate::routes::host::Unlock>(None, &key)
+        .await?;
+    Ok(client)
+}
+
+/// Opens a [`control`] connection, makes one call of `R`, and closes.
+pub async fn control_once<R: Route>(
+    layout: &crate::layout::StateLayout,
+    peer: Peer,
+    body: &R::Body,
+) -> Result<R::Reply, Error> {
+    control(layout, peer).await?.request::<R>(None, body).await
+}
+
+/// Opens a [`control`] connection, makes one call by name, and closes.
+pub async fn control_call_once(
+    layout: &crate::layout::StateLayout,
+    peer: Peer,
+    route: &str,
+    body: Value,
+) -> Result<Value, Error> {
+    control(layout, peer).await?.call(route, None, body).await
 }
 
 /// Connects, makes one call by name, and closes.

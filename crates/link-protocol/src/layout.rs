@@ -8,6 +8,7 @@
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
 //! <root>/data/<p>/       the state area of a plugin that keeps one (`plugin::KEEPS_DATA`)
 //! <root>/auth/tokens     bearer-token hashes shared by both connection services
+//! <root>/control/key     the running host's control key (no plugin's rules reach it)
 //! <root>/data/file-store/agents/<id>/{workspace/,conversation.jsonl}   full Link agents
 //! <root>/data/agent/homes/<id>/                                     their isolated homes
 //! ```
@@ -99,6 +100,14 @@ impl StateLayout {
     }
     pub fn tokens_file(&self) -> PathBuf {
         self.auth_dir().join("tokens")
+    }
+    /// The host's own directory: no plugin's Landlock rules grant anything in it.
+    pub fn control_dir(&self) -> PathBuf {
+        self.root.join("control")
+    }
+    /// The running host's control key ([`crate::control_key`]).
+    pub fn control_key_file(&self) -> PathBuf {
+        self.control_dir().join("key")
     }
     /// Full Link: every agent's files, owned by the file store.
     pub fn agents_dir(&self) -> PathBuf {

@@ -8,6 +8,7 @@
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
 //! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
+//! - [`control_key`]: the per-runtime secret that opens the host's control socket;
 //! - `plugin`: the contract between the host and a plugin (environment, readiness);
 //! - `server` and `client`: serving and calling routes over the frames;
 //! - `http`: a small HTTP/1.1 client over a Unix socket;
@@ -21,7 +22,7 @@
 //! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
 //! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
 //! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `layout`,
-//! `paths`, `tokens`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
+//! `paths`, `tokens`, `control_key`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
 //! only; that is how the xtask depends on it (`default-features = false`), so `cargo xtask`
 //! never builds the async stack.
 //!
@@ -50,6 +51,7 @@ pub mod agent;
 #[cfg(feature = "runtime")]
 pub mod client;
 pub mod clock;
+pub mod control_key;
 #[cfg(feature = "runtime")]
 pub mod exit;
 pub mod files;
@@ -104,6 +106,10 @@ pub enum Error {
         want: i32,
         got: Option<i32>,
     },
+    /// The control key, needed before the host's control socket answers more than its
+    /// status, could not be read.
+    #[error(transparent)]
+    ControlKey(#[from] control_key::ControlKeyError),
     /// Refused before sending: the id breaks the rule every owner would refuse it by.
     #[error(transparent)]
     InvalidAgent(#[from] agent::InvalidAgentId),

@@ -109,6 +109,20 @@ pub fn kill(pid: i32, signal: i32) {
     assert!(status.success());
 }
 
+/// Whether `pid` is stopped (state `T`), waiting briefly for a SIGSTOP just sent to land.
+pub fn stopped(pid: i32) -> bool {
+    use link_harness_conformance::reaper::read_proc;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        match read_proc(pid) {
+            Some(p) if p.state == 'T' => return true,
+            Some(p) if p.state != 'Z' => std::thread::sleep(Duration::from_micros(100)),
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// Every (pid, start time) is gone from /proc (or is a different, newer process).
 pub fn assert_gone(started: &[(i32, u64)]) {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -214,10 +214,11 @@ impl RuntimeProcess {
             .clone()
     }
 
-    /// One call on the host's control socket.
+    /// One call on the host's control socket, on a connection that presented the runtime's
+    /// control key (as `link` does).
     pub fn host_call(&self, route: &str, body: Value) -> Result<Value, link_protocol::Error> {
-        let socket = self.layout.host_socket();
-        block_on(|| link_protocol::client::call_once(&socket, route, None, body))
+        use link_protocol::client::{control_call_once, Peer};
+        block_on(|| control_call_once(&self.layout, Peer::Any, route, body))
     }
 
     /// Asks the host (test hooks on) to make `plugin` call `route` through the router as

@@ -1,6 +1,7 @@
 //! Routes the host answers on `run/host.sock` for same-uid callers (`link status`, `link
 //! down`, the runtime runner). `monitor.*` sent there are forwarded to the measure plugin,
-//! which owns them.
+//! which owns them. Every route but `host.status` needs [`Unlock`] first on the connection
+//! (`client::control` sends it).
 
 use super::{programs, route, Empty};
 use crate::AgentId;
@@ -75,7 +76,16 @@ route!(
     MonitorStop = "monitor.stop", owner programs::MEASURE, for_agent false, Empty => MonitorState
 );
 route!(MonitorSamples = "monitor.samples", owner programs::MEASURE, for_agent false, Empty => Samples);
-route!(Status = "host.status", owner programs::HOST, for_agent false, Empty => HostStatus);
+route!(
+    /// Presents the runtime's control key: every later call on the same connection gets the
+    /// host's full control handler. Refused with a wrong key, and to the runtime's own
+    /// processes (a plugin, or anything one started) whatever the key.
+    redacted Unlock = "host.unlock", owner programs::HOST, for_agent false, crate::control_key::ControlKey => Empty
+);
+route!(
+    /// The only route answered without [`Unlock`] (Mini's connection service asks for it).
+    Status = "host.status", owner programs::HOST, for_agent false, Empty => HostStatus
+);
 route!(Down = "host.down", owner programs::HOST, for_agent false, Empty => Empty);
 /// The remote model's key, as `link model-key set` hands it to the host.
 #[derive(Clone, Serialize, Deserialize)]

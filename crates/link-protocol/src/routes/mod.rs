@@ -114,6 +114,7 @@ pub const ALL: &[RouteInfo] = &[
     RouteInfo::of::<host::MonitorStatus>(),
     RouteInfo::of::<host::MonitorStop>(),
     RouteInfo::of::<host::MonitorSamples>(),
+    RouteInfo::of::<host::Unlock>(),
     RouteInfo::of::<host::Status>(),
     RouteInfo::of::<host::Down>(),
     RouteInfo::of::<host::ModelKeySet>(),
