@@ -31,9 +31,13 @@ const CAP_HOLD: Duration = Duration::from_millis(3000);
 const TOKENLESS: &[u8] = b"GET /v1/status HTTP/1.1\r\nhost: link\r\n\r\n";
 
 fn spec() -> RuntimeSpec {
+    spec_of(Profile::Mini)
+}
+
+fn spec_of(profile: Profile) -> RuntimeSpec {
     RuntimeSpec::new(
         runtime_process::test_programs(),
-        Profile::Mini,
+        profile,
         support::MODE.parse().unwrap(),
     )
 }
@@ -56,7 +60,13 @@ fn up_with(root: &StateRoot, header_timeout: Duration) -> RuntimeProcess {
 /// With the endpoint's real limits ([`HEADER_READ_TIMEOUT`], [`MAX_CONNECTIONS`]): no test
 /// hook is needed.
 fn up_real(root: &StateRoot) -> RuntimeProcess {
-    spec().up_in(root.path()).unwrap_or_else(|f| panic!("{f}"))
+    up_real_of(root, Profile::Mini)
+}
+
+fn up_real_of(root: &StateRoot, profile: Profile) -> RuntimeProcess {
+    spec_of(profile)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"))
 }
 
 fn connect(rt: &RuntimeProcess) -> UnixStream {
@@ -211,7 +221,7 @@ fn past_the_cap_of_authenticated_connections_new_ones_get_a_quick_refusal() {
     let (got, took) = until_closed(&mut silent);
     assert!(got.starts_with("HTTP/1.1 503"), "{got}");
     assert!(took < CAP_HOLD / 2, "the silent refusal took {took:?}");
-    let log = endpoint_log(&rt);
+    let log = endpoint_log(&rt, Profile::Mini);
     assert!(log.contains("refused a connection (503)"), "{log}");
     // ...and 200 once the idle holders are closed after the timeout.
     assert!(
@@ -246,7 +256,7 @@ fn silent_connections_at_the_cap_make_room_for_a_real_client() {
         "served after {:?}: a slot freed by the timeout, not made",
         started.elapsed()
     );
-    let log = endpoint_log(&rt);
+    let log = endpoint_log(&rt, Profile::Mini);
     assert!(log.contains("to make room"), "{log}");
     rt.down();
 }
@@ -356,13 +366,24 @@ fn a_tokenless_request_is_refused_before_its_body() {
 /// unauthenticated connections are closed to make room, the client's is not.
 #[test]
 fn tokenless_churn_does_not_keep_out_a_client_with_a_token() {
+    churn_against(Profile::Mini);
+}
+
+/// The same against full Link's endpoint, which runs in the host and asks the auth plugin
+/// whether a token is valid.
+#[test]
+fn tokenless_churn_does_not_keep_out_a_client_with_a_token_in_full_link() {
+    churn_against(Profile::Link);
+}
+
+fn churn_against(profile: Profile) {
     const CHURNERS: usize = 2000;
     // The silent half alone holds more than every slot: the endpoint stays full.
     const _: () = assert!(CHURNERS / 2 > MAX_CONNECTIONS);
     const CLIENTS: usize = 3;
     at_least_descriptors(CHURNERS as u64 + 1024);
     let root = state_root();
-    let mut rt = up_real(&root);
+    let mut rt = up_real_of(&root, profile);
     let token = rt.create_token();
     let churn = Churn::start(rt.layout().connection_socket(), CHURNERS);
     assert!(
@@ -384,7 +405,7 @@ fn tokenless_churn_does_not_keep_out_a_client_with_a_token() {
             churn.counts,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr),
-            endpoint_log(&rt)
+            endpoint_log(&rt, profile)
         );
         assert!(
             took < HEADER_READ_TIMEOUT / 2,
@@ -396,7 +417,7 @@ fn tokenless_churn_does_not_keep_out_a_client_with_a_token() {
             churn.no_room_reaches(before + 1, HEADER_READ_TIMEOUT),
             "the churn stopped filling the endpoint around client {n} ({}); its log:\n{}",
             churn.counts,
-            endpoint_log(&rt)
+            endpoint_log(&rt, profile)
         );
         eprintln!("client {n}: answered in {took:?} ({})", churn.counts);
     }
@@ -404,8 +425,12 @@ fn tokenless_churn_does_not_keep_out_a_client_with_a_token() {
     rt.down();
 }
 
-/// Mini's connection plugin's log: what the endpoint said about its connections.
-fn endpoint_log(rt: &RuntimeProcess) -> String {
+/// What the endpoint said about its connections: Mini's connection plugin's log, or the host's
+/// output, where full Link's endpoint runs.
+fn endpoint_log(rt: &RuntimeProcess, profile: Profile) -> String {
+    if profile != Profile::Mini {
+        return rt.stderr();
+    }
     let log = rt.layout().log_file("link-mini-connection");
     std::fs::read_to_string(&log).unwrap_or_else(|e| format!("({} unreadable: {e})", log.display()))
 }
