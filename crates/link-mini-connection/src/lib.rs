@@ -1,13 +1,17 @@
 //! The HTTP contract of the connection service (DESIGN.md §3), shared by Mini's connection
 //! service (this package's binary) and full Link's endpoint inside the host.
 //!
-//! It owns request parsing, bearer-token checking order, body limits and the JSON error
-//! shape; a [`Backend`] owns what a request does. Every request is authenticated before its
-//! body is read, so an unauthenticated request changes nothing.
+//! It owns request parsing, bearer-token checking order, body limits, which connections are
+//! held ([`held`]) and the JSON error shape; a [`Backend`] owns what a request does. Every
+//! request is authenticated from its headers before any byte of its body is read, so an
+//! unauthenticated request changes nothing, costs no body, and ends its connection.
+
+mod held;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
@@ -53,8 +57,10 @@ pub trait Backend: Send + Sync + 'static {
     fn cancel_schedule<'a>(&'a self, agent: &'a str, schedule: &'a str) -> BackendFuture<'a>;
 }
 
-/// The axum router of the contract over `backend`.
-pub fn router(backend: Arc<dyn Backend>) -> Router {
+/// The axum router of the contract over `backend`: each request's token is checked first
+/// ([`authenticated`]), then its body is read within `body_timeout` ([`body_within`]), then
+/// it is routed (a later `layer` runs earlier).
+pub fn router(backend: Arc<dyn Backend>, body_timeout: Duration) -> Router {
     Router::new()
         .route("/v1/agents", post(create_agent).get(list_agents))
         .route("/v1/agents/{id}/turns", post(turn))
@@ -63,6 +69,13 @@ pub fn router(backend: Arc<dyn Backend>) -> Router {
         .route("/v1/agents/{id}/schedules/{sid}", delete(cancel_schedule))
         .route("/v1/status", get(status))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: Next| body_within(req, next, body_timeout),
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            backend.clone(),
+            authenticated,
+        ))
         .with_state(backend)
 }
 
@@ -78,32 +91,24 @@ struct Turn {
     message: String,
 }
 
-async fn create_agent(State(b): Api, headers: HeaderMap, body: Body) -> Response {
+async fn create_agent(State(b): Api, body: Body) -> Response {
     let result = async {
-        authenticate(b.as_ref(), &headers).await?;
         let req: CreateAgent = read_json(body).await?;
         b.create_agent(&req.name).await
     };
     respond(StatusCode::CREATED, result.await)
 }
 
-async fn turn(State(b): Api, Path(id): Path<String>, headers: HeaderMap, body: Body) -> Response {
+async fn turn(State(b): Api, Path(id): Path<String>, body: Body) -> Response {
     let result = async {
-        authenticate(b.as_ref(), &headers).await?;
         let req: Turn = read_json(body).await?;
         b.turn(&id, &req.message).await
     };
     respond(StatusCode::OK, result.await)
 }
 
-async fn get_agent(
-    State(b): Api,
-    Path(id): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
-) -> Response {
+async fn get_agent(State(b): Api, Path(id): Path<String>, RawQuery(query): RawQuery) -> Response {
     let result = async {
-        authenticate(b.as_ref(), &headers).await?;
         let page = page_query(query.as_deref().unwrap_or_default())?;
         b.get_agent(&id, page).await
     };
@@ -148,48 +153,24 @@ pub fn page_query(query: &str) -> Result<ReadBody, RemoteError> {
     Ok(page)
 }
 
-async fn list_agents(State(b): Api, headers: HeaderMap) -> Response {
-    let result = async {
-        authenticate(b.as_ref(), &headers).await?;
-        b.list_agents().await
-    };
-    respond(StatusCode::OK, result.await)
+async fn list_agents(State(b): Api) -> Response {
+    respond(StatusCode::OK, b.list_agents().await)
 }
 
-async fn delete_agent(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let result = async {
-        authenticate(b.as_ref(), &headers).await?;
-        b.delete_agent(&id).await
-    };
-    respond(StatusCode::OK, result.await)
+async fn delete_agent(State(b): Api, Path(id): Path<String>) -> Response {
+    respond(StatusCode::OK, b.delete_agent(&id).await)
 }
 
-async fn list_schedules(State(b): Api, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let result = async {
-        authenticate(b.as_ref(), &headers).await?;
-        b.list_schedules(&id).await
-    };
-    respond(StatusCode::OK, result.await)
+async fn list_schedules(State(b): Api, Path(id): Path<String>) -> Response {
+    respond(StatusCode::OK, b.list_schedules(&id).await)
 }
 
-async fn cancel_schedule(
-    State(b): Api,
-    Path((id, sid)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let result = async {
-        authenticate(b.as_ref(), &headers).await?;
-        b.cancel_schedule(&id, &sid).await
-    };
-    respond(StatusCode::OK, result.await)
+async fn cancel_schedule(State(b): Api, Path((id, sid)): Path<(String, String)>) -> Response {
+    respond(StatusCode::OK, b.cancel_schedule(&id, &sid).await)
 }
 
-async fn status(State(b): Api, headers: HeaderMap) -> Response {
-    let result = async {
-        authenticate(b.as_ref(), &headers).await?;
-        b.status().await
-    };
-    respond(StatusCode::OK, result.await)
+async fn status(State(b): Api) -> Response {
+    respond(StatusCode::OK, b.status().await)
 }
 
 async fn not_found() -> Response {
@@ -198,15 +179,37 @@ async fn not_found() -> Response {
     ))
 }
 
+/// Checks the bearer token from the request's headers before anything reads its body. A
+/// request that fails (a missing, malformed or invalid token, or a token store that cannot be
+/// read) is answered at once and its connection closed: a client holds nothing of the
+/// endpoint before it has proved it may. One that passes marks its connection authenticated,
+/// which keeps its slot ([`held`]).
+async fn authenticated(State(b): Api, req: axum::extract::Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    if let Err(e) = authenticate(b.as_ref(), &parts.headers).await {
+        return closing(error_response(&e));
+    }
+    if let Some(connection) = parts.extensions.get::<held::Connection>() {
+        connection.authenticated();
+    }
+    next.run(axum::extract::Request::from_parts(parts, body))
+        .await
+}
+
+/// `response` with `Connection: close`: hyper closes the connection once it is written,
+/// without reading what is left of the request.
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
 async fn authenticate(b: &dyn Backend, headers: &HeaderMap) -> Result<(), RemoteError> {
     let unauthorized = |m: &str| RemoteError::new(ErrorCode::Unauthorized, m);
-    let value = headers
-        .get(axum::http::header::AUTHORIZATION)
-        .ok_or_else(|| {
-            unauthorized(
-                "missing `Authorization: Bearer <token>`; create one with `link token create`",
-            )
-        })?;
+    let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        unauthorized("missing `Authorization: Bearer <token>`; create one with `link token create`")
+    })?;
     let token = value
         .to_str()
         .ok()
@@ -250,7 +253,9 @@ pub fn error_response(e: &RemoteError) -> Response {
 /// waits for them: on a new connection, and between requests of a kept-alive one, so it is
 /// also the idle keep-alive limit. Slower or idle connections are closed.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most connections served at once; past it a new connection gets a 503 and is closed.
+/// Most connections served at once; past it a connection that has not presented a valid token
+/// is closed to make room for a new one, and when every held connection has, the new one gets
+/// a 503 and is closed.
 pub const MAX_CONNECTIONS: usize = 512;
 /// With test hooks on ([`link_protocol::plugin::ENV_TEST_HOOKS`]`=1`) only: the header-read
 /// timeout in milliseconds, so tests need not wait [`HEADER_READ_TIMEOUT`].
@@ -362,22 +367,18 @@ pub async fn serve(
 /// Serves the contract on `listener`: HTTP/1.1 with keep-alive, each connection closed when
 /// its headers do not arrive within `limits.header_read_timeout` (idle kept-alive ones too),
 /// a request answered 408 when its body does not arrive within the same time, and at most
-/// `limits.max_connections` connections at once.
+/// `limits.max_connections` connections at once: past it, a connection that has not
+/// presented a valid token is closed to make room ([`held`]), and a new one is refused (503)
+/// only when every held connection has.
 pub async fn serve_with(
     listener: tokio::net::UnixListener,
     backend: Arc<dyn Backend>,
     limits: Limits,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    let body_timeout = limits.header_read_timeout;
-    let app = router(backend).layer(axum::middleware::from_fn(
-        move |req: axum::extract::Request, next: axum::middleware::Next| {
-            body_within(req, next, body_timeout)
-        },
-    ));
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let app = router(backend, limits.header_read_timeout);
+    let slots = held::Slots::new(limits.max_connections);
     let lingering = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-    let mut refused: u64 = 0;
+    let (mut refused, mut made_room) = (0u64, 0u64);
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -388,36 +389,74 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            refused += 1;
-            refuse(stream, &lingering);
-            if refused.is_power_of_two() {
-                link_protocol::errln!(
-                    "connection endpoint: refused a connection (503): {} open, the limit; \
-                     {refused} refused so far",
-                    limits.max_connections
-                );
+        match slots.take(held::Peer::of(&stream)) {
+            Ok((slot, closed)) => {
+                if let Some(peer) = closed {
+                    made_room += 1;
+                    if made_room.is_power_of_two() {
+                        link_protocol::errln!(
+                            "connection endpoint: closed an unauthenticated connection of \
+                             {peer} to make room ({} open, the limit); {made_room} so far",
+                            limits.max_connections
+                        );
+                    }
+                }
+                tokio::spawn(serve_connection(
+                    stream,
+                    slot,
+                    app.clone(),
+                    limits.header_read_timeout,
+                ));
             }
-            continue;
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let header_read_timeout = limits.header_read_timeout;
-        tokio::spawn(async move {
-            let _slot = slot;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_read_timeout)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
-            // A client that goes away or is too slow ends only its own connection.
-            let _ = conn.await;
-        });
+            Err(held::Full) => {
+                refused += 1;
+                refuse(stream, &lingering);
+                if refused.is_power_of_two() {
+                    link_protocol::errln!(
+                        "connection endpoint: refused a connection (503): {} open, the limit, \
+                         all authenticated; {refused} refused so far",
+                        limits.max_connections
+                    );
+                }
+            }
+        }
     }
 }
 
-/// Reads the request's body in full within `timeout` before any handler runs: a client that
-/// sends its headers and then trickles or withholds the body gets a 408 and loses its
-/// connection slot, as one that withholds its headers does.
+/// Serves one connection until it ends, or until its slot is taken back for another client.
+async fn serve_connection(
+    stream: tokio::net::UnixStream,
+    slot: held::Slot,
+    app: Router,
+    header_read_timeout: Duration,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let app = hyper_util::service::TowerToHyperService::new(app);
+    let connection = slot.connection();
+    // Each request carries its connection, for the token check to mark it authenticated.
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(connection.clone());
+            hyper::service::Service::call(&app, req)
+        });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        // A client that goes away or is too slow ends only its own connection.
+        _ = conn => {}
+        // Dropping the connection closes its socket, whatever it was doing: it has not
+        // presented a valid token, so it was served nothing.
+        () = slot.taken_back() => {}
+    }
+}
+
+/// Reads the request's body in full within `timeout` before any handler runs (and after the
+/// token check, [`authenticated`]): a client that sends its headers and then trickles or
+/// withholds the body gets a 408 and loses its connection slot, as one that withholds its
+/// headers does.
 async fn body_within(
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -436,12 +475,7 @@ async fn body_within(
         Err(_) => {
             let message = format!("the request body did not arrive within {timeout:?}");
             let body = json!({"error": {"code": "timeout", "message": message}});
-            let mut resp = (StatusCode::REQUEST_TIMEOUT, Json(body)).into_response();
-            resp.headers_mut().insert(
-                axum::http::header::CONNECTION,
-                axum::http::HeaderValue::from_static("close"),
-            );
-            resp
+            closing((StatusCode::REQUEST_TIMEOUT, Json(body)).into_response())
         }
     }
 }
