@@ -4,7 +4,7 @@
 
 use crate::baseline::{self, Verdict};
 use crate::bench_sandbox::{self, BenchStatus};
-use crate::compare::{self, status_word, Build, Comparison, Inputs, Loaded, Noise, TimedRun};
+use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
 use crate::{ci, state, svg, system};
@@ -423,23 +423,13 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
         .bench_sandbox
         .then(|| bench_sandbox::within_runtime(ws, &state, &source));
     let traced_of = |p: Profile| traced.iter().find(|(q, _)| *q == p).map(|(_, l)| l);
-    // Every report, timed or traced, must name the same programs with the same sha256.
+    // Every report, timed or traced, must name the same programs with the same sha256 (a
+    // cycle's names none: `cycles::run` hashed its directories, checked above).
     compare::same_programs(
         timed
             .iter()
-            .chain(
-                cycles
-                    .iter()
-                    .filter(|c| c.cycle.is_some_and(|i| i.build == Build::New)),
-            )
             .map(|t| &t.loaded)
             .chain(traced.iter().map(|(_, l)| l)),
-    )?;
-    compare::same_programs(
-        cycles
-            .iter()
-            .filter(|c| c.cycle.is_some_and(|i| i.build == Build::Old))
-            .map(|t| &t.loaded),
     )?;
 
     // Each side's median run stands for it as the spec's single-run report.
@@ -812,7 +802,8 @@ fn no_cycles(opts: &Options) -> compare::Sampling {
 fn require_against(ws: &Workspace, dir: &Path) -> Result<()> {
     if !dir.is_dir() {
         bail!(
-            "--against {}: no such directory; build the programs to compare with into it (README:              `cargo xtask runtime --against`)",
+            "--against {}: no such directory; build the programs to compare with into it \
+             (README: `cargo xtask runtime --against`)",
             dir.display()
         );
     }

@@ -48,18 +48,22 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
     let runs: Vec<RunRecord> = input.runs.iter().map(run_record).collect();
     let cycles: Vec<RunRecord> = input.cycles.iter().map(run_record).collect();
     let failed = |s: &Side| (s.outcome != Status::Passed).then(|| side_absent(s));
-    let stats = phase_stats(&cycles, failed(&mini), failed(&link));
+    // The figures come from the measured programs' cycles (with `--against`, not the others').
+    let measured: Vec<RunRecord> = cycles
+        .iter()
+        .filter(|r| r.cycle.is_some_and(|c| c.build == Build::New))
+        .cloned()
+        .collect();
+    let stats = phase_stats(&measured, failed(&mini), failed(&link));
     let mut warnings = warnings(&runs, &cycles, &stats);
     if let Some(why) = input.sampling.short_of_target() {
         warnings.push(why);
     }
-    let new = |r: &&RunRecord| r.cycle.is_none_or(|c| c.build == Build::New);
-    let timed: Vec<RunRecord> = cycles.iter().filter(new).cloned().collect();
     let host_exit = [Profile::Mini, Profile::Link]
-        .map(|p| exit_overhead(&timed, p))
+        .map(|p| exit_overhead(&measured, p))
         .to_vec();
     let both_passed = failed(&mini).is_none() && failed(&link).is_none();
-    let mut startup_cpu = startup_cpu(&timed, input.mini.report.platform.cpus);
+    let mut startup_cpu = startup_cpu(&measured, input.mini.report.platform.cpus);
     if let Some(cpu) = startup_cpu.as_mut().filter(|_| !both_passed) {
         cpu.ratio = None;
     }
@@ -147,10 +151,7 @@ fn ab(cycles: &[RunRecord], against: &str, margin: f64) -> super::Ab {
 fn checks_not_passed<'a>(p: Profile, runs: impl Iterator<Item = &'a TimedRun>) -> Vec<String> {
     let mut seen: Vec<(Status, String, String, usize)> = Vec::new();
     for r in runs.filter(|r| r.loaded.report.profile == p) {
-        let which = match r.cycle {
-            Some(c) => format!("{} cycle {}", c.build.as_str(), c.pair),
-            None => format!("run {}", r.index),
-        };
+        let which = label(r);
         for c in r
             .loaded
             .report
@@ -177,6 +178,14 @@ fn checks_not_passed<'a>(p: Profile, runs: impl Iterator<Item = &'a TimedRun>) -
         .collect()
 }
 
+/// `run N` for a scenario run, `new cycle N` / `old cycle N` for a timing cycle.
+fn label(r: &TimedRun) -> String {
+    match r.cycle {
+        Some(c) => format!("{} cycle {}", c.build.as_str(), c.pair),
+        None => format!("run {}", r.index),
+    }
+}
+
 /// A side is as good as its worst run or cycle: one failed run of five fails the side.
 fn worst_outcome<'a>(side: &mut Side, runs: impl Iterator<Item = &'a TimedRun>) {
     let rank = |s: Status| match s {
@@ -192,12 +201,9 @@ fn worst_outcome<'a>(side: &mut Side, runs: impl Iterator<Item = &'a TimedRun>) 
         .map(|(_, r)| r);
     if let Some(w) = worst.filter(|w| rank(w.loaded.report.outcome.status) > rank(side.outcome)) {
         side.outcome = w.loaded.report.outcome.status;
-        let which = match w.cycle {
-            Some(c) => format!("{} cycle {}", c.build.as_str(), c.pair),
-            None => format!("run {}", w.index),
-        };
         side.reason = Some(format!(
-            "{which}: {}",
+            "{}: {}",
+            label(w),
             w.loaded
                 .report
                 .outcome
@@ -234,7 +240,7 @@ pub fn run_record(r: &TimedRun) -> RunRecord {
 }
 
 /// Phase names in run order over every run of both sides.
-fn phase_names(runs: &[RunRecord]) -> Vec<String> {
+pub(super) fn phase_names(runs: &[RunRecord]) -> Vec<String> {
     let mut order: Vec<Key> = Vec::new();
     for r in runs {
         let mut keys: Vec<Key> = Vec::new();
@@ -348,28 +354,23 @@ fn startup_cpu(runs: &[RunRecord], cpus: usize) -> Option<StartupCpuStats> {
     })
 }
 
-/// Per phase, from the cycles of the measured programs: each side's description, and where
-/// both sides passed, the paired figures. A side that failed or skipped has no figure and no
-/// ratio: `failed`/`skipped` name why.
+/// Per phase, from the cycles of the measured programs (`new`): each side's description, and
+/// where both sides passed, the paired figures. A side that failed or skipped has no figure and
+/// no ratio: `failed`/`skipped` name why.
 fn phase_stats(
-    cycles: &[RunRecord],
+    new: &[RunRecord],
     mini_failed: Option<String>,
     link_failed: Option<String>,
 ) -> Vec<PhaseStats> {
-    let new: Vec<RunRecord> = cycles
-        .iter()
-        .filter(|r| r.cycle.is_some_and(|c| c.build == Build::New))
-        .cloned()
-        .collect();
     let both = mini_failed.is_none() && link_failed.is_none();
-    phase_names(&new)
+    phase_names(new)
         .into_iter()
         .map(|name| {
             let seed = stats::seed(&name);
             let known = name.parse::<PhaseName>().ok();
             let link_only = known.is_some_and(|p| p.link_only());
             let side = |p: Profile, failed: &Option<String>| {
-                let g = groups(&new, p, &name);
+                let g = groups(new, p, &name);
                 let absent = match failed {
                     Some(why) => Some(why.clone()),
                     None if g.is_empty() && link_only && p == Profile::Mini => {
@@ -384,25 +385,25 @@ fn phase_stats(
                     .flatten();
                 let time = failed
                     .is_none()
-                    .then(|| paired::ratio(&pairs::side_logs(&new, Build::New, p, &name)))
+                    .then(|| paired::ratio(&pairs::side_logs(new, Build::New, p, &name)))
                     .flatten();
                 let cpu = failed
                     .is_none()
-                    .then(|| cpu_median(&new, p, &name))
+                    .then(|| cpu_median(new, p, &name))
                     .flatten();
                 (spread, absent, time, cpu)
             };
             let (mini, mini_absent, mini_time, mini_cpu_ns) = side(Profile::Mini, &mini_failed);
             let (link, link_absent, link_time, link_cpu_ns) = side(Profile::Link, &link_failed);
             let logs = if both && !link_only {
-                pairs::link_over_mini(&new, Build::New, &name, Clock::Wall)
+                pairs::link_over_mini(new, Build::New, &name, Clock::Wall)
             } else {
                 Vec::new()
             };
             let only = pairs::logs(&logs);
             let paired_ratio = paired::ratio(&only);
             let cpu_logs = if both && !link_only {
-                pairs::logs(&pairs::link_over_mini(&new, Build::New, &name, Clock::Cpu))
+                pairs::logs(&pairs::link_over_mini(new, Build::New, &name, Clock::Cpu))
             } else {
                 Vec::new()
             };

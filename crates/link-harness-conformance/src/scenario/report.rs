@@ -186,14 +186,10 @@ impl<'a> Recorder<'a> {
     /// The CPU time the processes of the last [`Recorder::timer`] used since; one that ended
     /// meanwhile counts for nothing it did after the start (its time went with it).
     fn cpu_since_timer(&self) -> u64 {
-        let now: HashMap<i32, u64> = self
-            .cpu_start
-            .iter()
-            .filter_map(|&(pid, _)| Some((pid, link_plugin_measure::sample::cpu_run_ns(pid)?)))
-            .collect();
+        use link_plugin_measure::sample::cpu_run_ns;
         self.cpu_start
             .iter()
-            .map(|(pid, before)| now.get(pid).map_or(0, |n| n.saturating_sub(*before)))
+            .map(|&(pid, before)| cpu_run_ns(pid).map_or(0, |now| now.saturating_sub(before)))
             .sum()
     }
 
@@ -287,7 +283,6 @@ impl<'a> Recorder<'a> {
         &self.report.processes
     }
 
-    /// The host's pid, so the processes seen from now on name it `host`.
     /// Start-up's CPU time, also the `startup` phase's (nothing ran before it).
     pub(super) fn startup_cpu(&mut self, cpu: Option<link_plugin_measure::StartupCpu>) {
         self.report.startup_cpu = cpu;
@@ -297,6 +292,7 @@ impl<'a> Recorder<'a> {
         }
     }
 
+    /// The host's pid, so the processes seen from now on name it `host`.
     pub(super) fn host_started(&mut self, pid: i32) {
         self.host_pid = Some(pid);
     }
