@@ -464,6 +464,13 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
             .map(|d| (ws.show(d).display().to_string(), opts.max_regression)),
     });
     let mut comparison = comparison;
+    // Without `--allow-stale`, `require_outputs` refused any program older than a source file
+    // of this checkout: the programs are the release build of the commit named.
+    comparison.source_checked = stale.is_empty().then(|| {
+        "`git rev-parse HEAD` of this checkout, and every measured program is its current \
+         release build"
+            .to_string()
+    });
     if !stale.is_empty() {
         comparison
             .caveats

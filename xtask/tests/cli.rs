@@ -249,7 +249,7 @@ fn linked_target(tag: &str) -> Option<std::path::PathBuf> {
         if std::env::var("LNK_REQUIRE_RUNTIME").is_ok_and(|v| v == "1") {
             panic!("LNK_REQUIRE_RUNTIME=1 but {why}");
         }
-        eprintln!("SKIPPED: {why} (cargo xtask build)");
+        link_report::skip::skipped(&format!("SKIPPED: {why} (cargo xtask build)"));
         return None;
     }
     let target = std::env::temp_dir().join(format!("xtask-cli-{tag}{}", std::process::id()));
@@ -288,7 +288,9 @@ fn bench_sandbox_refuses_bad_options() {
 #[test]
 fn bench_sandbox_without_programs_names_them_and_the_build_command() {
     if which("bwrap").is_none() {
-        eprintln!("SKIPPED: without bwrap the benchmark skips before it looks at programs");
+        link_report::skip::skipped(
+            "SKIPPED: without bwrap the benchmark skips before it looks at programs",
+        );
         return;
     }
     let target = std::env::temp_dir().join(format!("xtask-cli-bm{}", std::process::id()));
@@ -369,7 +371,9 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
         if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
             panic!("LNK_REQUIRE_SANDBOX=1 but bwrap is not on PATH");
         }
-        eprintln!("SKIPPED: bwrap is not on PATH (bench_sandbox_without_bwrap_* covers it)");
+        link_report::skip::skipped(
+            "SKIPPED: bwrap is not on PATH (bench_sandbox_without_bwrap_* covers it)",
+        );
         return;
     }
     let Some(target) = linked_target("bt") else {
@@ -405,7 +409,7 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
         if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
             panic!("LNK_REQUIRE_SANDBOX=1 but the benchmark skipped: {reason}");
         }
-        eprintln!("SKIPPED: {reason}");
+        link_report::skip::skipped(&format!("SKIPPED: {reason}"));
         return;
     }
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");

@@ -10,7 +10,8 @@
 //! wait and the status series, with several cold turns); the second adds a `trace` section from an
 //! `strace -f -ttt -e trace=process` file and prints a table. Exit status of a run: 0 passed,
 //! 1 failed, 2 bad input (nothing started, nothing left behind), 3 skipped (a capability is
-//! missing), 130/143 interrupted. Of `report`: 0 counts available, 2 bad input (the report is
+//! missing), 130/143 interrupted. SOURCE is recorded as given: `cargo xtask runtime` is what
+//! checks it against the checkout (its comparison says `checked` or `unverified`). Of `report`: 0 counts available, 2 bad input (the report is
 //! left as it was), 4 trace counts unavailable (the report says so, and why).
 
 use link_harness_conformance::{

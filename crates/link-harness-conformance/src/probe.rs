@@ -329,40 +329,9 @@ pub fn decide(status: ProbeStatus, reason: &str, require_var: &str, required: bo
     }
 }
 
-/// Names a file to which every skip is appended as `test: SKIPPED ...`, one line each, so a
-/// test command can say at its end how many tests skipped and why (libtest shows a test that
-/// returned early as passed). `bash ci/test.sh` sets it.
-pub const ENV_SKIP_LOG: &str = "LNK_SKIP_LOG";
-
-/// Says a test is skipped: `line` (which starts `SKIPPED`) on stderr and, with the running
-/// test's name, appended to the [`ENV_SKIP_LOG`] file if one is set. Every skip goes through here.
-pub fn skipped(line: &str) {
-    eprintln!("{line}");
-    note_skip(line);
-}
-
-fn note_skip(line: &str) {
-    use std::io::Write;
-    let Some(path) = std::env::var_os(ENV_SKIP_LOG).filter(|p| !p.is_empty()) else {
-        return;
-    };
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("a test")
-        .to_string();
-    let exe = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_default();
-    // One write per line, appended: concurrent tests never interleave within a line.
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
-        let _ = f.write_all(format!("{exe} {test}: {line}\n").as_bytes());
-    }
-}
+/// Every skip goes through [`link_report::skip`]: re-exported so tests of the kit keep one
+/// import.
+pub use link_report::skip::{skipped, ENV_SKIP_LOG};
 
 /// The one place a test decides ([`decide`], with `require_var` read from the environment):
 /// true to run, false after printing `SKIPPED (what): reason`; panics on a failure.

@@ -262,6 +262,55 @@ fn a_host_killed_mid_run_leaves_nothing_to_a_non_reaping_init() {
     }
 }
 
+#[test]
+fn a_plugin_killed_mid_run_is_named_as_the_first_cause() {
+    let Some((dir, runner)) = built_or_skip() else {
+        return;
+    };
+    let home = PathBuf::from(std::env::var("HOME").expect("HOME"));
+    let parent = home.join(format!(".cache/lnk-t/p{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).unwrap();
+    let report = parent.with_extension("json");
+    let mut run = Command::new(&runner)
+        .arg(&dir)
+        .arg(&report)
+        .args(["mini", "diagnostic", "plugin-killed-test", "1"])
+        .env("LNK_TEST_STATE_DIR", &parent)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the runner");
+    let progress = lines_of(run.stderr.take().expect("piped stderr"));
+    // The monitor, as in the finding: the idle phase then fails on its missing socket, later.
+    let victim = "link-plugin-measure";
+    let killed = kill_after(&progress, "check cold_turn passed", &parent, |exe, _| {
+        exe.ends_with(&format!("/{victim}"))
+    });
+    let status = wait_or_kill(&mut run, Duration::from_secs(600));
+    let said: Vec<String> = progress.try_iter().collect();
+    let written = read_report(&report);
+    let _ = std::fs::remove_dir_all(&parent);
+    let _ = std::fs::remove_file(&report);
+
+    killed.unwrap_or_else(|e| panic!("{e}; the runner said: {said:#?}"));
+    let written = written.expect("the runner's report");
+    assert_eq!(status.code(), Some(1), "the run must fail: {said:#?}");
+    assert_eq!(written.outcome.status, Status::Failed);
+    let reason = written.outcome.reason.unwrap_or_default();
+    let stopped = reason
+        .find("link up stopped on its own")
+        .unwrap_or_else(|| panic!("the reason does not lead with the host's own stop: {reason}"));
+    let named = reason
+        .find(victim)
+        .unwrap_or_else(|| panic!("the reason does not name {victim}: {reason}"));
+    let then = reason
+        .find("; then ")
+        .unwrap_or_else(|| panic!("the reason does not say what failed then: {reason}"));
+    assert!(stopped == 0 && named < then, "{reason}");
+}
+
 /// Each line `from` prints, as it comes.
 fn lines_of(from: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
     let (tx, rx) = std::sync::mpsc::channel();
@@ -280,6 +329,19 @@ fn kill_host_after(
     cue: &str,
     parent: &Path,
 ) -> Result<i32, String> {
+    kill_after(progress, cue, parent, |exe, cmdline| {
+        exe.ends_with("/link") && cmdline.split(' ').nth(1) == Some("up")
+    })
+}
+
+/// Waits for a `progress` line holding `cue`, then SIGKILLs the one process of the run whose
+/// state is under `parent` that `which(exe, cmdline)` picks; its pid, or why it could not.
+fn kill_after(
+    progress: &std::sync::mpsc::Receiver<String>,
+    cue: &str,
+    parent: &Path,
+    which: impl Fn(&str, &str) -> bool,
+) -> Result<i32, String> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -289,22 +351,18 @@ fn kill_host_after(
             Err(e) => return Err(format!("the runner never printed {cue:?}: {e}")),
         }
     }
-    let hosts: Vec<i32> = mentioning(&parent.display().to_string())
+    let found: Vec<i32> = mentioning(&parent.display().to_string())
         .into_iter()
-        .filter(|(_, exe, cmdline)| {
-            exe.ends_with("/link") && cmdline.split(' ').nth(1) == Some("up")
-        })
+        .filter(|(_, exe, cmdline)| which(exe, cmdline))
         .map(|(pid, _, _)| pid)
         .collect();
-    let [host] = hosts[..] else {
-        return Err(format!(
-            "expected one `link up` of this run, found {hosts:?}"
-        ));
+    let [target] = found[..] else {
+        return Err(format!("expected one process to kill, found {found:?}"));
     };
-    let pid = rustix::process::Pid::from_raw(host).expect("a positive pid");
+    let pid = rustix::process::Pid::from_raw(target).expect("a positive pid");
     rustix::process::kill_process(pid, rustix::process::Signal::KILL)
-        .map_err(|e| format!("kill -9 of host {host}: {e}"))?;
-    Ok(host)
+        .map_err(|e| format!("kill -9 of {target}: {e}"))?;
+    Ok(target)
 }
 
 /// `child`'s exit status; killed (and the test failed) if it runs past `limit`.

@@ -99,6 +99,7 @@ macro_rules! vocabulary {
 }
 
 pub mod records;
+pub mod skip;
 
 pub use records::*;
 

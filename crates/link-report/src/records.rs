@@ -276,6 +276,14 @@ pub struct TraceSection {
     pub available: bool,
     pub reason: Option<String>,
     pub phases: Vec<TracePhase>,
+    /// Execs within no phase's bounds: before start-up, between phases (full Link's sandbox
+    /// probe right after `ready`), after shutdown. With the phases that count toward the total
+    /// ([`crate::PhaseName::in_total`]) they make `total_execs`. `None` in older reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside_phases_execs: Option<u64>,
+    /// Every successful exec of the trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_execs: Option<u64>,
 }
 
 /// Exec activity inside one phase's epoch bounds.

@@ -90,6 +90,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         method: paired::METHOD.into(),
         warnings,
         host_exit,
+        source_checked: None,
         sandbox_bench: None,
         startup_cpu,
         pairs: pairs::pair_count(&cycles, Build::New) as u32,
@@ -544,6 +545,8 @@ fn side(loaded: &Loaded, traced: Option<&Loaded>) -> Side {
                     Some(s) => s.reason.clone(),
                     None => Some("the traced report has no trace section".into()),
                 },
+                outside_phases_execs: section.and_then(|s| s.outside_phases_execs),
+                total_execs: section.and_then(|s| s.total_execs),
             }
         }),
     }

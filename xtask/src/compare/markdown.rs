@@ -1,7 +1,7 @@
 //! The Markdown page of a comparison, and the per-phase table stderr shows too.
 
 use super::build::ratio;
-use super::{Comparison, PhaseStats, Side};
+use super::{Comparison, PhaseStats, Side, TracedSide};
 use crate::paired::LogMean;
 use crate::stats::Spread;
 use link_report::{Profile, Status, TracePhase};
@@ -23,9 +23,13 @@ fn mib(bytes: u64) -> String {
 /// The Markdown page.
 pub fn markdown(c: &Comparison) -> String {
     let count = |p: Profile| c.runs.iter().filter(|r| r.profile == p).count();
+    let checked = match &c.source_checked {
+        Some(how) => format!("checked: {how}"),
+        None => "unverified: not checked against a checkout".into(),
+    };
     let mut md = format!(
         "# Runtime comparison: Mini vs full Link ({})\n\n\
-         Source: mini `{}`, link `{}`. {} Mini and {} Link timed runs, interleaved \
+         Source: mini `{}`, link `{}` ({checked}). {} Mini and {} Link timed runs, interleaved \
          (Mini, Link, Mini, ...), ROUNDS {} each.\n\n",
         c.mode,
         c.mini.source,
@@ -88,7 +92,7 @@ pub fn markdown(c: &Comparison) -> String {
     let n = |m: u64, l: u64| (both && m > 0).then(|| l as f64 / m as f64);
     row(
         &mut md,
-        "processes started",
+        "processes seen (sampled at phase ends)",
         fig(&c.mini, c.mini.processes.to_string()),
         fig(&c.link, c.link.processes.to_string()),
         n(c.mini.processes, c.link.processes),
@@ -513,6 +517,32 @@ fn execs_markdown(c: &Comparison) -> String {
             cells(&r.mini),
             cells(&r.link)
         ));
+    }
+    // Execs no phase holds (before start-up, between phases, after shutdown): with them the
+    // rows add up to the whole trace (`host_exit` lies within `shutdown`).
+    let whole = |s: &Side, pick: fn(&TracedSide) -> Option<u64>| match s
+        .traced
+        .as_ref()
+        .filter(|t| t.available)
+        .and_then(pick)
+    {
+        Some(n) => format!("{n} | — | —"),
+        None => "— | — | —".into(),
+    };
+    if !c.execs.is_empty() {
+        for (label, pick) in [
+            (
+                "outside every phase",
+                (|t| t.outside_phases_execs) as fn(&TracedSide) -> Option<u64>,
+            ),
+            ("whole trace", |t| t.total_execs),
+        ] {
+            md.push_str(&format!(
+                "| {label} | — | {} | {} |\n",
+                whole(&c.mini, pick),
+                whole(&c.link, pick)
+            ));
+        }
     }
     for s in [&c.mini, &c.link] {
         if let Some(t) = s.traced.as_ref().filter(|t| !t.available) {

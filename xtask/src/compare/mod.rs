@@ -75,6 +75,10 @@ pub struct Comparison {
     /// Per side, the shutdown phase against the host's own exit time.
     #[serde(default)]
     pub host_exit: Vec<ExitOverhead>,
+    /// How the sides' `source` was checked against the checkout; `None`: it was not (the
+    /// runner records what it is given, and `--allow-stale` lets other programs through).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_checked: Option<String>,
     /// `cargo xtask runtime --bench-sandbox`: the sandbox benchmark, as in
     /// `bench-sandbox.json`; absent without the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -366,6 +370,12 @@ pub struct TracedSide {
     pub outcome: Status,
     pub available: bool,
     pub reason: Option<String>,
+    /// Execs within no phase's bounds, and of the whole trace (`None`: unavailable, or an older
+    /// report).
+    #[serde(default)]
+    pub outside_phases_execs: Option<u64>,
+    #[serde(default)]
+    pub total_execs: Option<u64>,
 }
 
 /// One phase on both sides.

@@ -234,6 +234,39 @@ fn markdown_names_both_sides_and_every_phase() {
 }
 
 #[test]
+fn the_source_is_unverified_unless_checked_against_the_checkout() {
+    let mut c = sample();
+    assert!(markdown(&c).contains("(unverified: not checked against a checkout)"));
+    c.source_checked = Some("`git rev-parse HEAD`".into());
+    let md = markdown(&c);
+    assert!(md.contains("(checked: `git rev-parse HEAD`)"), "{md}");
+    assert!(!md.contains("unverified"), "{md}");
+}
+
+#[test]
+fn exec_counts_show_what_no_phase_holds_and_the_whole_trace() {
+    let mut c = sample();
+    let traced = c
+        .link
+        .traced
+        .as_mut()
+        .expect("the sample has a traced Link run");
+    assert!(traced.available);
+    traced.outside_phases_execs = Some(7);
+    traced.total_execs = Some(40);
+    let md = markdown(&c);
+    // Mini's traced report predates the counts: a dash, never a zero.
+    assert!(
+        md.contains("| outside every phase | — | — | — | — | 7 | — | — |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| whole trace | — | — | — | — | 40 | — | — |"),
+        "{md}"
+    );
+}
+
+#[test]
 fn skipped_side_and_missing_trace_are_caveats() {
     let mini = fixture("runtime-mini.json");
     let mut link = fixture("runtime-link.json");
@@ -246,6 +279,8 @@ fn skipped_side_and_missing_trace_are_caveats() {
         available: false,
         reason: Some("trace is empty".into()),
         phases: vec![],
+        outside_phases_execs: None,
+        total_execs: None,
     });
     let runs = vec![timed(1, &mini), timed(1, &link)];
     let c = build(&Inputs {
@@ -277,7 +312,10 @@ fn skipped_side_and_missing_trace_are_caveats() {
         md.contains("No timing cycle ran, so no phase has a figure: link skipped: bubblewrap cannot create a user namespace."),
         "{md}"
     );
-    assert!(md.contains("| processes started | 5 | — | — |"), "{md}");
+    assert!(
+        md.contains("| processes seen (sampled at phase ends) | 5 | — | — |"),
+        "{md}"
+    );
     assert!(!md.contains("| 0.0 |") && !md.contains("| 0 |"), "{md}");
     assert!(c
         .stats

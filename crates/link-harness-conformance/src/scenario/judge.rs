@@ -711,7 +711,14 @@ pub(super) fn status_series(
 
 /// The run's verdict from its checks: failed if any failed (for the first failure), else
 /// passed, with a reason when the run was diagnostic.
-pub(super) fn outcome(checks: &[Check], first_failure: Option<&str>, diagnostic: bool) -> Outcome {
+/// The run's verdict: its first failure; else a failure naming the checks it never reached (a
+/// run that stopped early proved nothing about them, unlike a planned skip); else a pass.
+pub(super) fn outcome(
+    checks: &[Check],
+    not_reached: &[link_plugin_measure::CheckName],
+    first_failure: Option<&str>,
+    diagnostic: bool,
+) -> Outcome {
     if let Some(c) = checks.iter().find(|c| c.outcome == Status::Failed) {
         let reason = first_failure
             .map(str::to_owned)
@@ -719,6 +726,18 @@ pub(super) fn outcome(checks: &[Check], first_failure: Option<&str>, diagnostic:
         return Outcome {
             status: Status::Failed,
             reason: Some(reason),
+        };
+    }
+    if !not_reached.is_empty() {
+        let names: Vec<&str> = not_reached.iter().map(|n| n.as_str()).collect();
+        let why = first_failure.map_or(String::new(), |f| format!(" after {f}"));
+        return Outcome {
+            status: Status::Failed,
+            reason: Some(format!(
+                "the run stopped before {} check(s){why}: {}",
+                names.len(),
+                names.join(", ")
+            )),
         };
     }
     Outcome {

@@ -49,6 +49,7 @@ use scope::Scope;
 use session::Session;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The monitor interval the idle phase asks for.
 pub const MONITOR_INTERVAL_SECS: u64 = 1;
@@ -306,8 +307,20 @@ async fn drive(
     };
     if let Err((step, e)) = result {
         rec.phase_failed(step, e);
+        if let Some(cause) = stopped_on_its_own(host, config.scale()) {
+            rec.first_cause(cause);
+        }
     }
     Some(launched.host)
+}
+
+/// A host that stops by itself (a plugin died, its sandbox probe failed) does so before any
+/// check it makes fail, so its exit and last words are the run's first cause; `None` when it
+/// is still running a moment after the failure.
+fn stopped_on_its_own(host: &mut RuntimeProcess, scale: u32) -> Option<String> {
+    let status = host.wait_timeout(Duration::from_secs(3 * scale as u64))?;
+    let said = text::tail(&host.stderr(), 2).unwrap_or_else(|| "it printed nothing".into());
+    Some(format!("link up stopped on its own ({status}): {said}"))
 }
 
 /// Every phase after start-up, in the plan's order.

@@ -159,6 +159,15 @@ impl<'a> Recorder<'a> {
         ));
     }
 
+    /// An event before the first failure that explains it: it leads the run's reason.
+    pub(super) fn first_cause(&mut self, cause: String) {
+        self.say(format!("first cause: {cause}"));
+        self.first_failure = Some(match self.first_failure.take() {
+            Some(then) => format!("{cause}; then {then}"),
+            None => cause,
+        });
+    }
+
     /// The probe said the run cannot happen here: every check skipped, the run skipped.
     pub(super) fn skip_run(&mut self, reason: String) {
         self.say(format!("SKIPPED: {reason}"));
@@ -376,10 +385,12 @@ impl<'a> Recorder<'a> {
             Some(f) => format!("not reached: {f}"),
             None => "not reached".into(),
         };
-        for name in CheckName::ALL {
-            if !self.checks.contains_key(&name) {
-                self.skip(name, unreached.clone());
-            }
+        let not_reached: Vec<CheckName> = CheckName::ALL
+            .into_iter()
+            .filter(|n| !self.checks.contains_key(n))
+            .collect();
+        for &name in &not_reached {
+            self.skip(name, unreached.clone());
         }
         self.report.checks = CheckName::ALL
             .iter()
@@ -388,6 +399,7 @@ impl<'a> Recorder<'a> {
         if !skipped_run {
             self.report.outcome = judge::outcome(
                 &self.report.checks,
+                &not_reached,
                 self.first_failure.as_deref(),
                 self.diagnostic(),
             );

@@ -29,8 +29,15 @@ impl Trace {
     }
 }
 
+/// Every phase's counts, and the execs within no phase's bounds.
+pub(super) struct Counted {
+    pub phases: Vec<TracePhase>,
+    pub outside_phases_execs: u64,
+    pub total_execs: u64,
+}
+
 /// Refuses phases the trace cannot speak for, so a wrong file never reads as zero activity.
-pub(super) fn count_phases(trace: &Trace, phases: &[Phase]) -> Result<Vec<TracePhase>, TraceError> {
+pub(super) fn count_phases(trace: &Trace, phases: &[Phase]) -> Result<Counted, TraceError> {
     if phases.is_empty() {
         return Err(TraceError::Mismatch("the report has no phases".into()));
     }
@@ -43,5 +50,14 @@ pub(super) fn count_phases(trace: &Trace, phases: &[Phase]) -> Result<Vec<TraceP
             )));
         }
     }
-    Ok(phases.iter().map(|p| trace.count(p)).collect())
+    let within = |e: &Exec| {
+        phases
+            .iter()
+            .any(|p| e.unix_ns >= p.start_unix_ns && e.unix_ns <= p.end_unix_ns)
+    };
+    Ok(Counted {
+        phases: phases.iter().map(|p| trace.count(p)).collect(),
+        outside_phases_execs: trace.execs.iter().filter(|e| !within(e)).count() as u64,
+        total_execs: trace.execs.len() as u64,
+    })
 }

@@ -24,8 +24,8 @@ mod count;
 mod parse;
 mod track;
 
-use count::count_phases;
-use link_plugin_measure::{Phase, Report, TracePhase, TraceSection};
+use count::{count_phases, Counted};
+use link_plugin_measure::{Phase, Report, TraceSection};
 use parse::parse_lines;
 use std::path::Path;
 use track::Tracker;
@@ -124,20 +124,28 @@ pub fn render_table(section: &TraceSection) -> String {
             p.name, p.round, p.execs, p.executing_pids, p.resident_processes
         ));
     }
+    if let (Some(outside), Some(total)) = (section.outside_phases_execs, section.total_execs) {
+        out.push_str(&format!("{:<24} {outside:>6}\n", "outside every phase"));
+        out.push_str(&format!("{:<24} {total:>6}\n", "whole trace"));
+    }
     out
 }
 
-fn section(counted: Result<Vec<TracePhase>, TraceError>) -> TraceSection {
+fn section(counted: Result<Counted, TraceError>) -> TraceSection {
     match counted {
-        Ok(phases) => TraceSection {
+        Ok(c) => TraceSection {
             available: true,
             reason: None,
-            phases,
+            phases: c.phases,
+            outside_phases_execs: Some(c.outside_phases_execs),
+            total_execs: Some(c.total_execs),
         },
         Err(e) => TraceSection {
             available: false,
             reason: Some(e.to_string()),
             phases: Vec::new(),
+            outside_phases_execs: None,
+            total_execs: None,
         },
     }
 }

@@ -67,6 +67,22 @@ fn pipeline_counts_resumed_execs_and_live_children() {
 }
 
 #[test]
+fn execs_between_phases_are_counted_outside_them_and_add_up_to_the_whole() {
+    let all = pipeline_phases();
+    let (start, drain) = (all[0].clone(), all[2].clone());
+    let section = analyze(&read("pipeline.trace"), &[start, drain]);
+    assert!(section.available, "{:?}", section.reason);
+    let in_phases: u64 = section.phases.iter().map(|p| p.execs).sum();
+    // sh in `start`; tr and wc in the gap the dropped `pipeline` phase leaves.
+    assert_eq!(in_phases, 1);
+    assert_eq!(section.outside_phases_execs, Some(2));
+    assert_eq!(section.total_execs, Some(3));
+    let table = render_table(&section);
+    assert!(table.contains("outside every phase"), "{table}");
+    assert!(table.contains("whole trace"), "{table}");
+}
+
+#[test]
 fn path_search_failures_are_not_execs() {
     let phases = [
         phase("search", "1796068342.290000", "1796068342.302700"),
@@ -305,7 +321,11 @@ fn apply_to_report_fills_the_section_and_serializes() {
 fn table_lists_each_phase_or_the_reason() {
     let section = analyze(&read("pipeline.trace"), &pipeline_phases());
     let table = render_table(&section);
-    assert_eq!(table.lines().count(), 1 + 4, "{table}");
+    assert_eq!(
+        table.lines().count(),
+        1 + 4 + 2,
+        "{table}: a header, the phases, outside and whole"
+    );
     assert!(table.lines().next().unwrap().contains("executing pids"));
     assert!(table.contains("pipeline"), "{table}");
     let table = render_table(&analyze("", &pipeline_phases()));

@@ -582,20 +582,37 @@ fn the_status_series_needs_200s_with_the_monitor_stopped() {
 #[test]
 fn the_outcome_is_the_first_failure_or_a_pass() {
     let passed = vec![Check::passed(CheckName::Startup, "ok")];
-    assert_eq!(outcome(&passed, None, false).status, Status::Passed);
-    assert_eq!(outcome(&passed, None, false).reason, None);
-    let diagnostic = outcome(&passed, None, true);
+    assert_eq!(outcome(&passed, &[], None, false).status, Status::Passed);
+    assert_eq!(outcome(&passed, &[], None, false).reason, None);
+    let diagnostic = outcome(&passed, &[], None, true);
     assert_eq!(diagnostic.status, Status::Passed);
     assert!(diagnostic.reason.unwrap().starts_with("diagnostic run"));
     let failed = vec![
         Check::passed(CheckName::Startup, "ok"),
         Check::failed(CheckName::ColdTurn, "no reply"),
     ];
-    let o = outcome(&failed, None, false);
+    let o = outcome(&failed, &[], None, false);
     assert_eq!(o.status, Status::Failed);
     assert_eq!(o.reason.as_deref(), Some("cold_turn: no reply"));
-    let o = outcome(&failed, Some("startup: first"), false);
+    let o = outcome(&failed, &[], Some("startup: first"), false);
     assert_eq!(o.reason.as_deref(), Some("startup: first"));
+}
+
+#[test]
+fn a_check_not_reached_fails_the_run_unlike_a_planned_skip() {
+    let checks = vec![
+        Check::passed(CheckName::Startup, "ok"),
+        Check::skipped(CheckName::SchedulerFired, "Mini has no scheduler"),
+        Check::skipped(CheckName::ColdTurn, "not reached"),
+    ];
+    let planned = outcome(&checks[..2], &[], None, false);
+    assert_eq!(planned.status, Status::Passed, "{planned:?}");
+    let o = outcome(&checks, &[CheckName::ColdTurn], None, false);
+    assert_eq!(o.status, Status::Failed);
+    assert_eq!(
+        o.reason.as_deref(),
+        Some("the run stopped before 1 check(s): cold_turn")
+    );
 }
 
 #[test]
