@@ -1,39 +1,19 @@
 //! What a CI pipeline step reads: `--junit FILE` (JUnit XML, one `<testsuite>` per side, one
 //! `<testcase>` per check) and, where `GITHUB_STEP_SUMMARY` names a file, the comparison's
-//! Markdown appended to it. The XML is written by hand; [`escape`] is all it needs.
+//! Markdown appended to it. The XML is `quick-junit`'s, which escapes it and drops what XML
+//! cannot carry; it stays within the Jenkins xUnit schema (`junit-10.xsd`).
 
 use crate::compare::{status_word, Comparison, Side, TimedRun};
 use anyhow::{Context, Result};
 use link_report::{Profile, Status};
+use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The variable GitHub Actions sets to the step's summary file.
 pub const STEP_SUMMARY: &str = "GITHUB_STEP_SUMMARY";
-
-/// `text` as XML character data or an attribute value: the five markup characters as
-/// entities, and characters XML 1.0 cannot carry at all (controls other than tab, line feed
-/// and carriage return) as U+FFFD.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // Kept in attributes as references, or a parser would normalize them to spaces.
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// One `<testcase>`: passed, skipped or failed, with why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,81 +121,69 @@ fn side_cases(side: &Side) -> Vec<Case> {
 /// The JUnit XML of a comparison: `<testsuites>` with one `<testsuite>` per side (`mini`,
 /// `link`), each with its checks (over every timed run), its outcome and its exec counts.
 pub fn junit(c: &Comparison, runs: &[TimedRun]) -> String {
-    let mut suites = String::new();
-    let (mut all_tests, mut all_failures, mut all_skipped) = (0, 0, 0);
+    let mut report = Report::new(format!("cargo xtask runtime ({})", c.mode));
     for side in [&c.mini, &c.link] {
-        let mine: Vec<&TimedRun> = runs
-            .iter()
-            .filter(|r| r.loaded.report.profile == side.profile)
-            .collect();
-        let mut cases = check_cases(&mine);
-        cases.extend(side_cases(side));
-        let count = |s: Status| cases.iter().filter(|k| k.status == s).count();
-        let (failures, skipped) = (count(Status::Failed), count(Status::Skipped));
-        all_tests += cases.len();
-        all_failures += failures;
-        all_skipped += skipped;
-        let seconds: u128 = mine
-            .iter()
-            .flat_map(|r| &r.loaded.report.phases)
-            .filter(|p| link_report::PhaseName::in_total(&p.name))
-            .map(|p| p.duration_ns)
-            .sum();
-        let name = side_name(side.profile, c.mode);
-        suites.push_str(&format!(
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" \
-             skipped=\"{skipped}\" time=\"{:.3}\">\n",
-            escape(&name),
-            cases.len(),
-            seconds as f64 / 1e9
-        ));
-        suites.push_str(&format!(
-            "    <properties>\n      <property name=\"mode\" value=\"{}\"/>\n      \
-             <property name=\"source\" value=\"{}\"/>\n      <property name=\"runs\" \
-             value=\"{}\"/>\n    </properties>\n",
-            escape(side.mode.as_str()),
-            escape(&side.source),
-            mine.len()
-        ));
-        let class = match c.mode {
-            link_report::Mode::Confined => format!("runtime.{}", side.profile),
-            link_report::Mode::Diagnostic => format!("runtime.{}.diagnostic", side.profile),
-        };
-        for k in &cases {
-            let open = format!(
-                "    <testcase name=\"{}\" classname=\"{}\"",
-                escape(&k.name),
-                escape(&class)
-            );
-            match k.status {
-                Status::Passed => suites.push_str(&format!("{open}/>\n")),
-                Status::Skipped => suites.push_str(&format!(
-                    "{open}>\n      <skipped message=\"{}\"/>\n    </testcase>\n",
-                    escape(&k.message)
-                )),
-                Status::Failed => suites.push_str(&format!(
-                    "{open}>\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
-                    escape(&k.message),
-                    escape(&k.body)
-                )),
-            }
-        }
-        // The comparison's warnings (noise, vague figures, outliers), where CI keeps a suite's
-        // log.
-        if !c.warnings.is_empty() {
-            suites.push_str(&format!(
-                "    <system-err>{}</system-err>\n",
-                escape(&c.warnings.join("\n"))
-            ));
-        }
-        suites.push_str("  </testsuite>\n");
+        report.add_test_suite(suite(c, side, runs));
     }
-    format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n\
-         <testsuites name=\"cargo xtask runtime ({})\" tests=\"{all_tests}\" \
-         failures=\"{all_failures}\" errors=\"0\" skipped=\"{all_skipped}\">\n{suites}</testsuites>\n",
-        escape(c.mode.as_str())
-    )
+    report
+        .to_string()
+        .expect("serializing XML into a String cannot fail")
+}
+
+fn suite(c: &Comparison, side: &Side, runs: &[TimedRun]) -> TestSuite {
+    let mine: Vec<&TimedRun> = runs
+        .iter()
+        .filter(|r| r.loaded.report.profile == side.profile)
+        .collect();
+    let mut cases = check_cases(&mine);
+    cases.extend(side_cases(side));
+    let nanos: u128 = mine
+        .iter()
+        .flat_map(|r| &r.loaded.report.phases)
+        .filter(|p| link_report::PhaseName::in_total(&p.name))
+        .map(|p| p.duration_ns)
+        .sum();
+    let mut suite = TestSuite::new(side_name(side.profile, c.mode));
+    suite.set_time(Duration::from_nanos(nanos.try_into().unwrap_or(u64::MAX)));
+    suite.add_properties([
+        Property::new("mode", side.mode.as_str()),
+        Property::new("source", side.source.as_str()),
+        Property::new("runs", mine.len().to_string()),
+    ]);
+    let class = match c.mode {
+        link_report::Mode::Confined => format!("runtime.{}", side.profile),
+        link_report::Mode::Diagnostic => format!("runtime.{}.diagnostic", side.profile),
+    };
+    let skipped = cases.iter().filter(|k| k.status == Status::Skipped).count();
+    suite.add_test_cases(cases.into_iter().map(|k| test_case(k, &class)));
+    // Counted as quick-junit's `disabled` too; `skipped` is what most readers look for.
+    suite
+        .extra
+        .insert("skipped".into(), skipped.to_string().into());
+    // The comparison's warnings (noise, vague figures, outliers), where CI keeps a suite's log.
+    if !c.warnings.is_empty() {
+        suite.set_system_err(c.warnings.join("\n"));
+    }
+    suite
+}
+
+fn test_case(k: Case, class: &str) -> TestCase {
+    let status = match k.status {
+        Status::Passed => TestCaseStatus::success(),
+        Status::Skipped => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(k.message);
+            s
+        }
+        Status::Failed => {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(k.message).set_description(k.body);
+            s
+        }
+    };
+    let mut case = TestCase::new(k.name, status);
+    case.set_classname(class);
+    case
 }
 
 /// A suite's name: `Mini`, `Link`, or with `(diagnostic)` so no diagnostic result takes a
@@ -267,95 +235,28 @@ mod tests {
     use crate::compare::tests::{from_runs, runs_of};
     use link_report::CheckName;
 
-    /// A minimal XML reader: every element closed in order, attributes quoted and free of
-    /// raw `<` and `&` that is not an entity, text free of raw `<`/`&`. Returns every element
-    /// as (path, attributes with entities decoded, text decoded).
+    /// Every element of the document, in order, as (path, attributes, text).
     type Element = (String, Vec<(String, String)>, String);
 
-    fn unescape(s: &str) -> String {
-        let mut out = String::new();
-        let mut rest = s;
-        while let Some(i) = rest.find('&') {
-            out.push_str(&rest[..i]);
-            let end = rest[i..].find(';').expect("an entity ends with ;") + i;
-            let entity = &rest[i + 1..end];
-            out.push(match entity {
-                "amp" => '&',
-                "lt" => '<',
-                "gt" => '>',
-                "quot" => '"',
-                "apos" => '\'',
-                e if e.starts_with('#') => char::from_u32(e[1..].parse().unwrap()).unwrap(),
-                e => panic!("unknown entity &{e};"),
-            });
-            rest = &rest[end + 1..];
-        }
-        out.push_str(rest);
-        out
-    }
-
     fn parse(xml: &str) -> Vec<Element> {
-        let body = xml
-            .strip_prefix("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n")
-            .expect("an XML declaration");
-        let mut stack: Vec<String> = Vec::new();
-        let mut out: Vec<Element> = Vec::new();
-        let mut rest = body;
-        while !rest.is_empty() {
-            let lt = rest.find('<').unwrap_or(rest.len());
-            let text = &rest[..lt];
-            assert!(!text.contains('>'), "raw > in text: {text:?}");
-            if !text.trim().is_empty() {
-                let last = out.iter_mut().rev().find(|e| Some(&e.0) == stack.last());
-                last.expect("text inside an element")
-                    .2
-                    .push_str(&unescape(text));
-            }
-            if lt == rest.len() {
-                break;
-            }
-            let gt = rest[lt..].find('>').expect("a tag ends with >") + lt;
-            let tag = &rest[lt + 1..gt];
-            rest = &rest[gt + 1..];
-            if let Some(name) = tag.strip_prefix('/') {
-                let open = stack.pop().expect("a closing tag has an opening one");
-                assert_eq!(
-                    open.rsplit('/').next().unwrap(),
-                    name,
-                    "closed out of order"
-                );
-                continue;
-            }
-            let (tag, self_closing) = match tag.strip_suffix('/') {
-                Some(t) => (t, true),
-                None => (tag, false),
-            };
-            let (name, mut attrs_text) = tag.split_once(' ').unwrap_or((tag, ""));
-            let mut attrs = Vec::new();
-            loop {
-                attrs_text = attrs_text.trim_start();
-                if attrs_text.is_empty() {
-                    break;
-                }
-                let (key, after) = attrs_text.split_once("=\"").expect("attribute=\"value\"");
-                let end = after.find('"').expect("a closing quote");
-                let value = &after[..end];
-                assert!(!value.contains('<'), "raw < in attribute {key}: {value:?}");
-                assert!(!value.contains('\n'), "raw line feed in attribute {key}");
-                attrs.push((key.to_string(), unescape(value)));
-                attrs_text = &after[end + 1..];
-            }
-            let path = match stack.last() {
-                Some(parent) => format!("{parent}/{name}"),
-                None => name.to_string(),
-            };
-            out.push((path.clone(), attrs, String::new()));
-            if !self_closing {
-                stack.push(path);
-            }
-        }
-        assert!(stack.is_empty(), "unclosed elements: {stack:?}");
-        out
+        let doc = roxmltree::Document::parse(xml).expect("well-formed XML");
+        doc.descendants()
+            .filter(|n| n.is_element())
+            .map(|n| {
+                let mut path: Vec<&str> = n
+                    .ancestors()
+                    .filter(|a| a.is_element())
+                    .map(|a| a.tag_name().name())
+                    .collect();
+                path.reverse();
+                let attrs = n
+                    .attributes()
+                    .map(|a| (a.name().to_string(), a.value().to_string()))
+                    .collect();
+                let text = n.text().unwrap_or_default().to_string();
+                (path.join("/"), attrs, text)
+            })
+            .collect()
     }
 
     fn attr<'a>(e: &'a Element, key: &str) -> &'a str {
@@ -363,15 +264,6 @@ mod tests {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
             .unwrap_or_else(|| panic!("no attribute {key} on {}", e.0))
-    }
-
-    #[test]
-    fn escape_covers_markup_and_controls() {
-        assert_eq!(
-            escape("a<b>&\"c\" 'd'\n\u{1}"),
-            "a&lt;b&gt;&amp;&quot;c&quot; &apos;d&apos;&#10;\u{FFFD}"
-        );
-        assert_eq!(unescape(&escape("x < y & \"z\"\n")), "x < y & \"z\"\n");
     }
 
     #[test]
@@ -440,7 +332,10 @@ mod tests {
             .filter(|e| e.0.ends_with("testcase/failure"))
             .collect();
         assert_eq!(failures.len(), 2, "{xml}");
-        assert_eq!(attr(failures[0], "message"), format!("run 2: {detail}"));
+        // The message is an attribute, where XML turns a line break into a space; the
+        // failure's text keeps every line.
+        let one_line = detail.replace('\n', " ");
+        assert_eq!(attr(failures[0], "message"), format!("run 2: {one_line}"));
         assert_eq!(failures[0].2, format!("run 2: {detail}"));
         assert!(
             attr(failures[1], "message").starts_with("failed: run 2: check agent_files"),
@@ -450,13 +345,111 @@ mod tests {
         let root = &elements[0];
         assert_eq!(root.0, "testsuites");
         assert_eq!(attr(root, "failures"), "2");
-        assert_eq!(attr(root, "skipped"), "1");
+        // The Jenkins xUnit schema allows no `skipped` count on `<testsuites>`.
+        assert!(root.1.iter().all(|(k, _)| k != "skipped"), "{xml}");
         // Raw markup from a detail never reaches the file.
         assert!(
             !xml.contains("<other>") && !xml.contains("<model>"),
             "{xml}"
         );
     }
+
+    /// Validates each XML file against the XSD with Python's `xmlschema` (pinned in
+    /// `ci/requirements.txt`): `Err` names each invalid file and why. `None` when the validator
+    /// is not installed.
+    fn xsd_errors(xsd: &Path, files: &[PathBuf]) -> Option<Result<(), String>> {
+        const SCRIPT: &str = "import sys, xmlschema\n\
+            schema = xmlschema.XMLSchema(sys.argv[1])\n\
+            bad = []\n\
+            for f in sys.argv[2:]:\n\
+            \x20   errors = list(schema.iter_errors(f))\n\
+            \x20   if errors: bad.append(f'{f}: {errors[0].reason} at {errors[0].path}')\n\
+            print('\\n'.join(bad))\n\
+            sys.exit(1 if bad else 0)\n";
+        let have = std::process::Command::new("python3")
+            .args(["-c", "import xmlschema"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !have {
+            return None;
+        }
+        let out = std::process::Command::new("python3")
+            .args(["-c", SCRIPT])
+            .arg(xsd)
+            .args(files)
+            .output()
+            .expect("running python3");
+        Some(if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        })
+    }
+
+    #[test]
+    fn junit_is_valid_against_the_jenkins_xunit_schema() {
+        let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/junit-10.xsd");
+        let dir = std::env::temp_dir().join(format!("xtask-junit-xsd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Passed; a failed check with markup and a skipped one; a skipped side with warnings;
+        // diagnostic names.
+        let passed = runs_of(2, |_, _| 1.0);
+        let mut mixed = runs_of(2, |_, _| 1.0);
+        mixed[3].loaded.report.checks[1].outcome = Status::Failed;
+        mixed[3].loaded.report.checks[1].detail = "read <x> & \"y\"\nline two".into();
+        mixed[0].loaded.report.checks[0].outcome = Status::Skipped;
+        let mut skipped = from_runs(&passed);
+        skipped.mini.outcome = Status::Skipped;
+        skipped.mini.reason = Some("confinement unavailable: no bwrap".into());
+        skipped.warnings = vec!["the machine was busy".into()];
+        let mut diagnostic = from_runs(&passed);
+        diagnostic.mode = link_report::Mode::Diagnostic;
+        let docs = [
+            junit(&from_runs(&passed), &passed),
+            junit(&from_runs(&mixed), &mixed),
+            junit(&skipped, &passed),
+            junit(&diagnostic, &passed),
+        ];
+        let mut files = Vec::new();
+        for (i, xml) in docs.iter().enumerate() {
+            let f = dir.join(format!("{i}.xml"));
+            std::fs::write(&f, xml).unwrap();
+            files.push(f);
+        }
+        // The negative control: what the earlier writer put on the root, which Jenkins refuses.
+        let bad = dir.join("bad.xml");
+        std::fs::write(
+            &bad,
+            docs[0].replacen("<testsuites ", "<testsuites skipped=\"0\" ", 1),
+        )
+        .unwrap();
+        let valid = xsd_errors(&xsd, &files);
+        let control = xsd_errors(&xsd, std::slice::from_ref(&bad));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (Some(valid), Some(control)) = (valid, control) else {
+            assert!(
+                std::env::var(ENV_REQUIRE_TOOLS).as_deref() != Ok("1"),
+                "{ENV_REQUIRE_TOOLS}=1 but Python's xmlschema is not installed: \
+                 `python3 -m pip install -r ci/requirements.txt`"
+            );
+            link_report::skip::skipped(
+                "SKIPPED: Python's xmlschema is not installed (`python3 -m pip install -r \
+                 ci/requirements.txt`)",
+            );
+            return;
+        };
+        valid.unwrap_or_else(|e| panic!("invalid against junit-10.xsd: {e}"));
+        let why = control.expect_err("the validator must refuse `skipped` on <testsuites>");
+        assert!(why.contains("skipped"), "{why}");
+    }
+
+    /// Set by `.ci/run`: the test tools `ci/requirements.txt` pins must be there.
+    const ENV_REQUIRE_TOOLS: &str = "LNK_REQUIRE_TOOLS";
 
     #[test]
     fn warnings_reach_each_suites_log_and_diagnostic_suites_have_names_of_their_own() {
