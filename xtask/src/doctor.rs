@@ -143,6 +143,25 @@ pub fn probe_sandbox(ws: &Workspace) -> Probe {
     }
 }
 
+/// This machine, with the sandbox probe's bubblewrap version and Landlock ABI where the probe
+/// can run (its JSON carries them whether or not confinement is available).
+pub fn machine(ws: &Workspace) -> link_report::machine::Machine {
+    #[derive(serde::Deserialize)]
+    struct ProbeFacts {
+        bwrap_version: Option<String>,
+        landlock_abi: Option<u32>,
+    }
+    let mut m = link_report::machine::Machine::detect();
+    let bin = ws.release().join("link-plugin-sandbox");
+    if let Ok(out) = Command::new(&bin).arg("probe").output() {
+        if let Ok(f) = serde_json::from_slice::<ProbeFacts>(&out.stdout) {
+            m.bwrap_version = f.bwrap_version;
+            m.landlock_abi = f.landlock_abi;
+        }
+    }
+    m
+}
+
 fn sandbox_probe(ws: &Workspace) -> Finding {
     let what = "confinement (sandbox probe)";
     match probe_sandbox(ws) {

@@ -13,6 +13,7 @@ mod ci;
 mod compare;
 mod cycles;
 mod doctor;
+mod fleet;
 mod outputs;
 mod paired;
 mod qualify;
@@ -43,6 +44,9 @@ commands:
             path, interleaved, with ratios and intervals (target/bench-sandbox.json);
             --rounds N (100), --turn-rounds N (40), --allow-stale; exit 0 measured,
             1 error, 2 usage error, 3 skipped (no bwrap or confinement unavailable)
+  fleet     one table (target/fleet.{md,json,svg}) of several machines' comparisons, each
+            DIR holding one machine's target/runtime-* outputs; --allow-mixed, --out DIR;
+            exit 0 none failed, 1 a machine failed, 2 usage error or mixed sources
   build     run the spec's two locked release build commands
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
@@ -68,6 +72,8 @@ enum Cmd {
     Runtime(RuntimeArgs),
     /// Time bare bwrap, the CLI `exec` and the plugin path of a confined `run`, interleaved.
     BenchSandbox(BenchArgs),
+    /// One table of several machines' comparisons (each DIR: one machine's `target/runtime-*`).
+    Fleet(FleetArgs),
     /// Run the spec's two locked release build commands.
     Build,
     /// Build, run the spec's confined tests and `runtime --trace`, then print a checklist.
@@ -134,6 +140,20 @@ struct RuntimeArgs {
     bench_sandbox: bool,
     #[command(flatten)]
     baseline: BaselineArgs,
+}
+
+#[derive(Args)]
+struct FleetArgs {
+    /// One directory per machine, holding its runtime-comparison.json (or under target/).
+    #[arg(value_name = "DIR", required = true)]
+    dirs: Vec<PathBuf>,
+    /// Compare machines that measured different sources (said in the table) instead of
+    /// refusing.
+    #[arg(long)]
+    allow_mixed: bool,
+    /// Where to write fleet.{json,md,svg} (default: the target directory).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -234,6 +254,28 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 allow_stale: a.allow_stale,
             };
             bench_sandbox::main(&ws, &opts)
+        }
+        Cmd::Fleet(a) => {
+            // Bad input (no comparison, mixed sources) is a usage error: 2, nothing written.
+            let table = match fleet::load(&a.dirs)
+                .and_then(|machines| fleet::build(&machines, a.allow_mixed))
+            {
+                Ok(t) => t,
+                Err(e) => {
+                    link_protocol::errln!("error: {e:#}");
+                    return Ok(2);
+                }
+            };
+            let out = a.out.unwrap_or_else(|| ws.target.clone());
+            for path in fleet::write(&out, &table)? {
+                link_protocol::errln!("xtask: wrote {}", path.display());
+            }
+            link_protocol::out!("{}", fleet::markdown(&table));
+            let failed = table
+                .machines
+                .iter()
+                .any(|m| m.outcome == link_report::Status::Failed);
+            Ok(u8::from(failed))
         }
         Cmd::Build => {
             outputs::build(&ws)?;

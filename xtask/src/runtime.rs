@@ -836,6 +836,10 @@ fn require_against(ws: &Workspace, dir: &Path) -> Result<()> {
 }
 
 fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<PathBuf>> {
+    let c = &Comparison {
+        machine: Some(doctor::machine(ws)),
+        ..c.clone()
+    };
     let [json, md, pic] = comparison_files(&ws.target, mode);
     let text = serde_json::to_string_pretty(c)? + "\n";
     for (path, body) in [

@@ -536,3 +536,27 @@ fn bench_sandbox_where_confinement_is_unavailable_is_skipped_with_the_reason() {
     );
     assert!(v["variants"].is_null(), "never zeros: {v}");
 }
+
+#[test]
+fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
+    let dir = state_dir("fleet");
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(dir.join("machine-a")).unwrap();
+    let out = xtask()
+        .args(["fleet", "--out"])
+        .arg(&out_dir)
+        .arg(dir.join("machine-a"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let wrote = out_dir.exists();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("machine-a holds no runtime-comparison.json"),
+        "{err}"
+    );
+    assert!(!wrote, "nothing may be written on bad input");
+    let none = xtask().arg("fleet").output().unwrap();
+    assert_eq!(none.status.code(), Some(2), "clap's usage error");
+}

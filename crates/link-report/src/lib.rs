@@ -98,6 +98,7 @@ macro_rules! vocabulary {
     };
 }
 
+pub mod machine;
 pub mod records;
 pub mod skip;
 

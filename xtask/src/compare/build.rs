@@ -90,6 +90,7 @@ pub fn build(input: &Inputs<'_>) -> Comparison {
         method: paired::METHOD.into(),
         warnings,
         host_exit,
+        machine: None,
         source_checked: None,
         sandbox_bench: None,
         startup_cpu,

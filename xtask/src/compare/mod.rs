@@ -16,7 +16,7 @@ mod runs;
 pub(crate) mod tests;
 
 pub use build::{build, run_record, Inputs};
-pub use markdown::{markdown, ms, stats_markdown, status_word};
+pub use markdown::{cell, markdown, ms, stats_markdown, status_word};
 pub use noise::{CpuTicks, Noise};
 pub use runs::{representative, same_programs};
 
@@ -75,6 +75,10 @@ pub struct Comparison {
     /// Per side, the shutdown phase against the host's own exit time.
     #[serde(default)]
     pub host_exit: Vec<ExitOverhead>,
+    /// The machine it ran on (`cargo xtask fleet` compares machines by it); `None` in older
+    /// comparisons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<link_report::machine::Machine>,
     /// How the sides' `source` was checked against the checkout; `None`: it was not (the
     /// runner records what it is given, and `--allow-stale` lets other programs through).
     #[serde(default, skip_serializing_if = "Option::is_none")]
