@@ -107,5 +107,10 @@ pub fn creates() -> Vec<(libc::c_long, u32, Option<u32>)> {
     creates
 }
 
-/// The socket domains commands may open: every other is refused with `EAFNOSUPPORT`.
-pub const ALLOWED_DOMAINS: [libc::c_int; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+/// The socket domains commands (and a plugin on the network) may open: every other is refused
+/// with `EAFNOSUPPORT`.
+pub const ALLOWED_DOMAINS: &[libc::c_int] = &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+
+/// The socket domains a plugin off the network may open: Unix sockets only, so no TCP, UDP,
+/// raw or packet socket (`EAFNOSUPPORT`), whatever Landlock bounds.
+pub const OFFLINE_DOMAINS: &[libc::c_int] = &[libc::AF_UNIX];
