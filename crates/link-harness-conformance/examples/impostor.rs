@@ -579,7 +579,12 @@ fn network_attempts(name: &str, spec: &NetworkSpec) -> Map<String, Value> {
         outcome(socket(AddressFamily::PACKET, SocketType::RAW)),
     );
     // /etc: the files it needs, not the rest.
+    got.insert(
+        "read_ld_cache".into(),
+        outcome(std::fs::read("/etc/ld.so.cache")),
+    );
     got.insert("read_passwd".into(), outcome(std::fs::read("/etc/passwd")));
+    got.insert("read_hosts".into(), outcome(std::fs::read("/etc/hosts")));
     got.insert("read_shadow".into(), outcome(std::fs::read("/etc/shadow")));
     got.insert("list_etc".into(), outcome(std::fs::read_dir("/etc")));
     if let Some(planted) = &spec.planted {

@@ -3,9 +3,10 @@
 //! Landlock domain, seccomp filter, namespaces and environment. Each tries TCP to a listener of
 //! this test (with a socket of its own, and with one this test makes and hands it over a Unix
 //! socket, so only Landlock stands in the way), UDP to a socket of this test, raw and packet
-//! sockets, `/etc/shadow`, a root-only file planted under `/etc` and the listing of `/etc`;
-//! the twins, in the same run: the Unix connection, `/etc/passwd`, and the model, which keeps
-//! the network when it forwards (`LNK_MODEL_REMOTE_URL`) and only then. The test's own
+//! sockets, `/etc/shadow`, a root-only file planted under `/etc`, the world-readable
+//! `/etc/passwd` and the listing of `/etc`; the twins, in the same run: the Unix connection,
+//! the loader's `/etc/ld.so.cache`, this test's own reads, and the model, which keeps the
+//! network (and `/etc/hosts`) when it forwards (`LNK_MODEL_REMOTE_URL`) and only then. The test's own
 //! sockets say who reached them. Each stand-in then execs the real plugin, and a turn that
 //! runs a command and writes a file shows the runtime works.
 //!
@@ -258,7 +259,8 @@ fn assert_off_the_network(name: &str, got: &Value, planted: bool) {
         ("tcp_connect_handed", "EACCES"),
         ("unix_connect", "ok"),
         // Only the files of /etc it needs.
-        ("read_passwd", "ok"),
+        ("read_ld_cache", "ok"),
+        ("read_passwd", "EACCES"),
         ("read_shadow", "EACCES"),
         ("list_etc", "EACCES"),
     ] {
@@ -267,6 +269,14 @@ fn assert_off_the_network(name: &str, got: &Value, planted: bool) {
     if planted {
         assert_eq!(got["read_planted"], "EACCES", "{name}: {got}");
     }
+    if has_hosts() {
+        assert_eq!(got["read_hosts"], "EACCES", "{name}: {got}");
+    }
+}
+
+/// Whether `/etc/hosts`, which only a plugin on the network reads, is there to be read.
+fn has_hosts() -> bool {
+    Path::new("/etc/hosts").is_file()
 }
 
 /// The sandbox plugin: no filesystem rules (its bwrap mounts), Landlock's TCP bound, and a
@@ -279,7 +289,7 @@ fn assert_sandbox_off_the_network(got: &Value) {
         ("tcp_connect_handed", "EACCES"),
         ("unix_connect", "ok"),
         ("udp_sendto", "ENETUNREACH"),
-        ("read_passwd", "ok"),
+        ("read_ld_cache", "ok"),
     ] {
         assert_eq!(got[attempt], want, "{name}: {attempt}: {got}");
     }
@@ -292,8 +302,9 @@ fn assert_sandbox_off_the_network(got: &Value) {
 
 /// Every plugin but the model is off the network, and the model, which forwards here, keeps
 /// it: its TCP and UDP reach this test's sockets, which nothing else reached. No plugin but
-/// the sandbox plugin (issue 42's other item) lists `/etc` or reads `/etc/shadow` or the
-/// planted root-only file; every one reads `/etc/passwd` and connects to a Unix socket.
+/// the sandbox plugin (issue 42's other item) lists `/etc` or reads `/etc/shadow`,
+/// `/etc/passwd` or the planted root-only file; every one reads the loader's cache and
+/// connects to a Unix socket.
 #[test]
 fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
     let Some(built) = built() else { return };
@@ -313,7 +324,8 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
                     // The commands' filter; no CAP_NET_RAW.
                     ("packet_socket", "EAFNOSUPPORT"),
                     ("raw_socket", "EPERM"),
-                    ("read_passwd", "ok"),
+                    ("read_ld_cache", "ok"),
+                    ("read_passwd", "EACCES"),
                     ("read_shadow", "EACCES"),
                     ("list_etc", "EACCES"),
                 ] {
@@ -321,6 +333,9 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
                 }
                 if run.planted {
                     assert_eq!(got["read_planted"], "EACCES", "{name}: {got}");
+                }
+                if has_hosts() {
+                    assert_eq!(got["read_hosts"], "ok", "{name}: {got}");
                 }
             }
             _ => assert_off_the_network(name, got, run.planted),
@@ -333,9 +348,10 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
         Profile::Link.plugins().len(),
         "Unix connections"
     );
-    // The twins outside every plugin: this test lists /etc and, as root, reads the planted
-    // file and /etc/shadow.
+    // The twins outside every plugin: this test lists /etc, reads /etc/passwd and, as root,
+    // /etc/shadow.
     assert!(std::fs::read_dir("/etc").is_ok());
+    assert!(std::fs::read("/etc/passwd").is_ok());
     if rustix::process::geteuid().is_root() {
         assert!(std::fs::read("/etc/shadow").is_ok());
     }

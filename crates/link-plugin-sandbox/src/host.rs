@@ -20,29 +20,25 @@ use crate::SandboxError;
 use landlock::{CompatLevel, RulesetCreated, RulesetStatus};
 use rustix::thread::CapabilitySet;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// System paths a plugin may read and execute. Not `/etc`: only [`SYSTEM_FILES`] of it.
 const SYSTEM_EXEC: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 /// The files of `/etc` every plugin may read, never the directory, so no plugin reads
-/// `/etc/shadow`, `/etc/gshadow` or a key under `/etc/ssl/private`, whatever its uid. A full
-/// Link run under strace reads the dynamic loader's two only; the rest are what glibc reads to
-/// name a user, a group or the local time.
-pub const SYSTEM_FILES: &[&str] = &[
-    "/etc/ld.so.cache",
-    "/etc/ld.so.preload",
-    "/etc/localtime",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/nsswitch.conf",
-];
-/// What a name lookup reads besides [`SYSTEM_FILES`]: granted only to a plugin on the network.
+/// `/etc/shadow`, `/etc/gshadow`, a key under `/etc/ssl/private` or any other file there,
+/// whatever its uid: the dynamic loader's two, the only ones a full Link run reads under
+/// strace. A rule on a file holds its inode: a file replaced by a rename (as `useradd` replaces
+/// `/etc/passwd`) would be refused until the next start, one more reason to name few.
+pub const SYSTEM_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.preload"];
+/// What a name lookup reads besides (`getaddrinfo` under strace): granted only to a plugin on
+/// the network.
 pub const NAME_LOOKUP_FILES: &[&str] = &[
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
     "/etc/resolv.conf",
     "/etc/hosts",
-    "/etc/host.conf",
     "/etc/gai.conf",
 ];
 /// Read-only, no execute: process and system information.
@@ -89,7 +85,10 @@ pub fn plugin_rules(
     let mut read_only: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     read_only.extend(SYSTEM_FILES.iter().map(PathBuf::from));
     if network == Network::On {
-        read_only.extend(NAME_LOOKUP_FILES.iter().map(PathBuf::from));
+        for file in NAME_LOOKUP_FILES.iter().map(PathBuf::from) {
+            read_only.extend(replaced_beside(&file));
+            read_only.push(file);
+        }
     }
     Rules {
         read_exec,
@@ -118,6 +117,20 @@ pub fn sandbox_plugin_rules() -> Rules {
         leave_filesystem: true,
         ..Rules::default()
     }
+}
+
+/// The directory of the file a symlink in `/etc` names (`/etc/resolv.conf` to
+/// systemd-resolved's `stub-resolv.conf`, say): a rule on a file holds its inode, and such a
+/// file is replaced by a rename, so the directory is granted for it to stay readable. Never
+/// `/etc` or a directory above it. `None` for a file that is no symlink.
+fn replaced_beside(file: &Path) -> Option<PathBuf> {
+    let link = std::fs::symlink_metadata(file).ok()?;
+    if !link.file_type().is_symlink() {
+        return None;
+    }
+    let target = std::fs::canonicalize(file).ok()?;
+    let dir = target.parent()?;
+    (!Path::new("/etc").starts_with(dir)).then(|| dir.to_path_buf())
 }
 
 /// A prepared ruleset, applied in the child by [`PluginRuleset::restrict_child`].

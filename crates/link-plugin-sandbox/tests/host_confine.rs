@@ -79,8 +79,8 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
 /// A plugin's Landlock rules off the network and on it (the model when it forwards), applied
 /// to a Python child of this test: off, TCP to a listener of this test is refused (`EACCES`)
 /// and the listener sees no connection; on, the same connection is made. Either way `/etc`
-/// gives only its few granted files (`/etc/passwd`; the name-lookup files only on the
-/// network), never `/etc/shadow` or the directory's listing.
+/// gives only its few granted files (the loader's cache; the name-lookup files only on the
+/// network), never `/etc/shadow`, the world-readable `/etc/passwd` or the directory's listing.
 #[test]
 fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_files() {
     let root = Root::new();
@@ -94,6 +94,7 @@ fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_f
          def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
          def bind():\n    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.close()\n\
          print(json.dumps({{'tcp': _e(tcp), 'bind': _e(bind), 'passwd': r('/etc/passwd'),\
+           'ld_cache': _e(lambda: open('/etc/ld.so.cache', 'rb').read()),\
            'shadow': r('/etc/shadow'), 'list_etc': ls('/etc'), 'hosts': r('/etc/hosts')}}))"
     );
     let mut got = std::collections::HashMap::new();
@@ -127,7 +128,8 @@ fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_f
     assert_eq!(on["tcp"], "ok", "{on}");
     assert_eq!(on["bind"], "ok", "{on}");
     for got in [off, on] {
-        assert_eq!(got["passwd"], "ok", "{got}");
+        assert_eq!(got["ld_cache"], "ok", "{got}");
+        assert_eq!(got["passwd"], "EACCES", "{got}");
         assert_eq!(got["shadow"], "EACCES", "{got}");
         assert_eq!(got["list_etc"], "EACCES", "{got}");
     }
@@ -135,8 +137,10 @@ fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_f
         assert_eq!(off["hosts"], "EACCES", "{off}");
         assert_eq!(on["hosts"], "ok", "{on}");
     }
-    // The twin outside the domain: this test lists /etc and, as root, reads /etc/shadow.
+    // The twin outside the domain: this test lists /etc, reads /etc/passwd and, as root,
+    // /etc/shadow.
     assert!(std::fs::read_dir("/etc").is_ok());
+    assert!(std::fs::read("/etc/passwd").is_ok());
     if rustix::process::geteuid().is_root() {
         assert!(std::fs::read("/etc/shadow").is_ok());
     }
