@@ -141,10 +141,18 @@ fn has_bits(arg: u32, bits: u64) -> Cmp {
 }
 
 /// The sandbox plugin's own filter: [`ALWAYS`] and terminal injection (`TIOCSTI`,
-/// `TIOCLINUX`), all `EPERM`.
+/// `TIOCLINUX`), all `EPERM`; packet sockets and raw sockets of [`RAW_REFUSED_DOMAINS`],
+/// `EAFNOSUPPORT` (the domain's low 32 bits, which the kernel reads).
 fn sandbox_plugin() -> ScmpFilterContext {
     let mut f = new_filter();
     always(&mut f);
+    let domain = |d: libc::c_int| Cmp::new(0, Op::MaskedEqual(LOW_32), d as u64);
+    let nr = libc::SYS_socket;
+    deny(&mut f, libc::EAFNOSUPPORT, nr, &[domain(libc::AF_PACKET)]);
+    for d in RAW_REFUSED_DOMAINS {
+        let raw = Cmp::new(1, Op::MaskedEqual(SOCK_TYPE_MASK), libc::SOCK_RAW as u64);
+        deny(&mut f, libc::EAFNOSUPPORT, nr, &[domain(d), raw]);
+    }
     f
 }
 

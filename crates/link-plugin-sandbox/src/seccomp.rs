@@ -21,8 +21,9 @@
 //! [`crate::host::Network`]); and to the sandbox plugin, whose bwrap needs namespaces and
 //! mounts, [`sandbox_plugin_filter`], the `EPERM` rules without those (keyrings, ptrace and
 //! `process_vm_*`, io_uring, bpf, perf events, userfaultfd, kexec and modules, swap, reboot,
-//! the kernel log, handle-based opens, terminal injection); its network namespace has no
-//! interface ([`crate::view`]). Its commands still get the whole filter from bwrap.
+//! the kernel log, handle-based opens, terminal injection), and no packet socket or raw
+//! `AF_INET`/`AF_INET6` one (`EAFNOSUPPORT`); its network namespace has no interface
+//! ([`crate::view`]). Its commands still get the whole filter from bwrap.
 //! [`crate::host::Shedding`].
 //!
 //! Each program starts with libseccomp's architecture check, which kills a process that
@@ -179,6 +180,13 @@ mod tests {
             return errno(libc::EPERM);
         }
         if !commands {
+            let domain = low(0) as libc::c_int;
+            let raw = args[1] & SOCK_TYPE_MASK == libc::SOCK_RAW as u64;
+            let refused =
+                domain == libc::AF_PACKET || (raw && RAW_REFUSED_DOMAINS.contains(&domain));
+            if nr == libc::SYS_socket && refused {
+                return errno(libc::EAFNOSUPPORT);
+            }
             return ALLOW;
         }
         let namespace = NAMESPACE_FLAGS.iter().any(|&f| has(0, f as u64));
@@ -214,6 +222,23 @@ mod tests {
         values.extend(NAMESPACE_FLAGS.iter().map(|&f| f as u64));
         values.extend(0..=16);
         let mut sets = Vec::new();
+        // Each socket domain and type a rule names, with flags and upper bits.
+        for domain in [
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_PACKET,
+        ] {
+            for kind in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW] {
+                for flags in [0, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK] {
+                    for high in [0, 1u64 << 32, LOW_32 << 32] {
+                        let kind = (kind | flags) as u64;
+                        sets.push([domain as u64 | high, kind, 0, 0, 0, 0]);
+                        sets.push([domain as u64, kind | high, 0, 0, 0, 0]);
+                    }
+                }
+            }
+        }
         for v in values {
             for high in [0, 1u64 << 32, LOW_32 << 32] {
                 let v = v | high;
