@@ -119,10 +119,11 @@ pub fn sandbox_plugin_rules() -> Rules {
     }
 }
 
-/// The directory of the file a symlink in `/etc` names (`/etc/resolv.conf` to
-/// systemd-resolved's `stub-resolv.conf`, say): a rule on a file holds its inode, and such a
-/// file is replaced by a rename, so the directory is granted for it to stay readable. Never
-/// `/etc` or a directory above it. `None` for a file that is no symlink.
+/// The directory under `/run` of the file a symlink in `/etc` names (`/etc/resolv.conf` to
+/// systemd-resolved's `/run/systemd/resolve/stub-resolv.conf`, resolvconf's or
+/// NetworkManager's): a rule on a file holds its inode, and such a file is replaced by a
+/// rename, so its directory is granted for it to stay readable. `None` for a file that is no
+/// symlink, or names one anywhere else (a home, say), whose directory is not granted.
 fn replaced_beside(file: &Path) -> Option<PathBuf> {
     let link = std::fs::symlink_metadata(file).ok()?;
     if !link.file_type().is_symlink() {
@@ -130,7 +131,7 @@ fn replaced_beside(file: &Path) -> Option<PathBuf> {
     }
     let target = std::fs::canonicalize(file).ok()?;
     let dir = target.parent()?;
-    (!Path::new("/etc").starts_with(dir)).then(|| dir.to_path_buf())
+    (dir.starts_with("/run") && dir != Path::new("/run")).then(|| dir.to_path_buf())
 }
 
 /// A prepared ruleset, applied in the child by [`PluginRuleset::restrict_child`].
