@@ -1,5 +1,6 @@
 //! Compiles the seccomp filters (see `src/seccomp.rs`) with libseccomp when the crate is built,
-//! into `$OUT_DIR/commands.bpf` and `$OUT_DIR/sandbox-plugin.bpf`, which the crate embeds. The
+//! into `$OUT_DIR/commands.bpf`, `$OUT_DIR/offline.bpf` and `$OUT_DIR/sandbox-plugin.bpf`,
+//! which the crate embeds. The
 //! programs never link libseccomp, and nothing compiles a filter at run time.
 //!
 //! Why libseccomp: one program can give each rule its own errno, and its binary-tree layout
@@ -53,7 +54,8 @@ fn main() {
     );
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     let out = Path::new(&out);
-    export(commands(), &out.join("commands.bpf"));
+    export(commands(ALLOWED_DOMAINS), &out.join("commands.bpf"));
+    export(commands(OFFLINE_DOMAINS), &out.join("offline.bpf"));
     export(sandbox_plugin(), &out.join("sandbox-plugin.bpf"));
     helper(out);
     println!("cargo:rerun-if-changed=build.rs");
@@ -139,10 +141,18 @@ fn has_bits(arg: u32, bits: u64) -> Cmp {
 }
 
 /// The sandbox plugin's own filter: [`ALWAYS`] and terminal injection (`TIOCSTI`,
-/// `TIOCLINUX`), all `EPERM`.
+/// `TIOCLINUX`), all `EPERM`; packet sockets and raw sockets of [`RAW_REFUSED_DOMAINS`],
+/// `EAFNOSUPPORT` (the domain's low 32 bits, which the kernel reads).
 fn sandbox_plugin() -> ScmpFilterContext {
     let mut f = new_filter();
     always(&mut f);
+    let domain = |d: libc::c_int| Cmp::new(0, Op::MaskedEqual(LOW_32), d as u64);
+    let nr = libc::SYS_socket;
+    deny(&mut f, libc::EAFNOSUPPORT, nr, &[domain(libc::AF_PACKET)]);
+    for d in RAW_REFUSED_DOMAINS {
+        let raw = Cmp::new(1, Op::MaskedEqual(SOCK_TYPE_MASK), libc::SOCK_RAW as u64);
+        deny(&mut f, libc::EAFNOSUPPORT, nr, &[domain(d), raw]);
+    }
     f
 }
 
@@ -156,8 +166,10 @@ fn always(f: &mut ScmpFilterContext) {
     }
 }
 
-/// The commands' filter, which the host also puts every plugin but the sandbox plugin under.
-fn commands() -> ScmpFilterContext {
+/// The commands' filter with sockets of the `allowed` domains only: the commands' own
+/// ([`ALLOWED_DOMAINS`]), which a plugin on the network also gets, and the offline plugins'
+/// ([`OFFLINE_DOMAINS`]), which the host puts every other plugin but the sandbox plugin under.
+fn commands(allowed: &[libc::c_int]) -> ScmpFilterContext {
     let mut f = new_filter();
     always(&mut f);
     for &nr in NAMESPACES_AND_MOUNTS {
@@ -174,7 +186,7 @@ fn commands() -> ScmpFilterContext {
     setid_files(&mut f);
     // Its flags sit in memory a filter cannot read: glibc then falls back to `clone`.
     deny(&mut f, libc::ENOSYS, libc::SYS_clone3, &[]);
-    other_sockets(&mut f);
+    other_sockets(&mut f, allowed);
     f
 }
 
@@ -194,16 +206,13 @@ fn setid_files(f: &mut ScmpFilterContext) {
     }
 }
 
-/// `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`. libseccomp
-/// compares an argument once per rule, so the refused domains are listed: each one below
-/// `AF_INET6` but `AF_UNIX` and `AF_INET`, and every one above. A value with any of the upper
-/// 32 bits set is above, so refused, whatever the kernel would read in the lower ones.
-fn other_sockets(f: &mut ScmpFilterContext) {
-    let highest = *ALLOWED_DOMAINS
-        .iter()
-        .max()
-        .expect("some domain is allowed");
-    for domain in (0..highest).filter(|d| !ALLOWED_DOMAINS.contains(d)) {
+/// `EAFNOSUPPORT` for sockets of a domain other than the `allowed` ones. libseccomp compares an
+/// argument once per rule, so the refused domains are listed: each one below the highest
+/// allowed but those allowed, and every one above. A value with any of the upper 32 bits set
+/// is above, so refused, whatever the kernel would read in the lower ones.
+fn other_sockets(f: &mut ScmpFilterContext, allowed: &[libc::c_int]) {
+    let highest = *allowed.iter().max().expect("some domain is allowed");
+    for domain in (0..highest).filter(|d| !allowed.contains(d)) {
         let cmp = Cmp::new(0, Op::Equal, domain as u64);
         deny(f, libc::EAFNOSUPPORT, libc::SYS_socket, &[cmp]);
     }

@@ -823,7 +823,8 @@ async fn stop_probe(child: &mut tokio::process::Child) {
 
 /// Refuses confined mode where the kernel cannot confine the plugins.
 fn check_confinement() -> Result<()> {
-    link_plugin_sandbox::host::prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[])
+    use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
+    prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], Network::Off)
         .map(drop)
         .map_err(|e| {
             anyhow::anyhow!(
@@ -849,6 +850,8 @@ pub struct Allowance<'a> {
     pub readable: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
+    /// Whether it reaches the network (`host::Network::of`, the one place that decides).
+    pub network: link_plugin_sandbox::host::Network,
 }
 
 impl Allowance<'_> {
@@ -856,27 +859,33 @@ impl Allowance<'_> {
     /// made, for confining it and for checking what it could reach.
     pub fn rules(&self) -> link_plugin_sandbox::Rules {
         use link_plugin_sandbox::host;
-        let mut rules = host::plugin_rules(self.programs.to_owned(), &self.writable, &self.sockets);
+        let mut rules = host::plugin_rules(
+            self.programs.to_owned(),
+            &self.writable,
+            &self.sockets,
+            self.network,
+        );
         rules.read_only.extend(self.readable.iter().cloned());
         rules
     }
 }
 
 /// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
-/// no_new_privs and the baseline seccomp filter, applied between fork and exec so the plugin
-/// never runs a single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
+/// no_new_privs and the seccomp filter (the offline one, Unix sockets only, but for a plugin
+/// on the network: `allow.network`), applied between fork and exec so the plugin never runs a
+/// single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
 /// and namespaces, gets a Landlock domain without filesystem rules instead
 /// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
 /// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
 /// and a mount namespace of its own in which only `allow.writable` and its socket directory
-/// can be written (`link_plugin_sandbox::view`).
+/// can be written, with a network namespace without interfaces (`link_plugin_sandbox::view`).
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     name: &str,
     allow: Allowance<'_>,
 ) -> Result<crate::spawner::Forker> {
     use link_plugin_sandbox::host;
-    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name)?);
+    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name, allow.network)?);
     let forker = match shedding.filter() {
         host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,

@@ -199,6 +199,7 @@ impl Launch<'_> {
             readable: extra_readable(layout, name),
             writable,
             sockets: vec![layout.plugin_run_dir(name)],
+            network: link_plugin_sandbox::host::Network::of(name, plugin::model_forwards()),
         }
     }
 
@@ -256,7 +257,7 @@ mod tests {
     }
 
     /// No confined plugin of either profile reaches the control directory of a state root
-    /// apart from the programs and system paths; one under `/etc`, or under the programs, is
+    /// apart from the programs and system paths; one under `/usr`, or under the programs, is
     /// refused, naming the rule.
     #[test]
     fn no_plugin_rule_reaches_the_control_directory() {
@@ -266,12 +267,12 @@ mod tests {
             let check = launch(&layout, programs, profile).refuse_reachable(&layout.control_dir());
             check.unwrap_or_else(|e| panic!("{profile:?}: {e:#}"));
         }
-        let under_etc = StateLayout::new("/etc/lnk-state");
-        let refused = launch(&under_etc, programs, Profile::Mini)
-            .refuse_reachable(&under_etc.control_dir())
+        let under_usr = StateLayout::new("/usr/lnk-state");
+        let refused = launch(&under_usr, programs, Profile::Mini)
+            .refuse_reachable(&under_usr.control_dir())
             .unwrap_err()
             .to_string();
-        assert!(refused.contains("beneath /etc"), "{refused}");
+        assert!(refused.contains("beneath /usr"), "{refused}");
         let under_programs = StateLayout::new("/opt/lnk-programs/state");
         let refused = launch(&under_programs, programs, Profile::Link)
             .refuse_reachable(&under_programs.control_dir())

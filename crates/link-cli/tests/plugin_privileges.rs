@@ -41,7 +41,8 @@ fn status_field(pid: i32, key: &str) -> String {
 /// `cmd` with the capabilities `plugin` keeps (as root; an ordinary user has none) and no
 /// Landlock domain: what a process of the plugin's uid and rights, but outside its domain, is.
 fn shed_like<'a>(plugin: &str, cmd: &'a mut Command) -> &'a mut Command {
-    let shedding = Shedding::for_plugin(plugin).unwrap();
+    let network = link_plugin_sandbox::host::Network::of(plugin, false);
+    let shedding = Shedding::for_plugin(plugin, network).unwrap();
     // SAFETY: drop_capabilities only makes system calls, with what was prepared before fork.
     unsafe { cmd.pre_exec(move || shedding.drop_capabilities()) }
 }

@@ -26,6 +26,11 @@
 //! the runtime with it, directly and from a connection whose maker exited and was reaped
 //! before the host looked; writes what it got, and then execs the real sandbox plugin
 //! (`link-plugin-sandbox.real`), so the runtime works.
+//!
+//! With a file `impostor.net` beside it (the kit's `tests/off_network.rs`, which puts it in
+//! every plugin's place), it only tries the network and `/etc` in whichever plugin's place it
+//! runs, writes what each attempt got to `<its home>/network.json`, and execs the real plugin
+//! (`<name>.real`): [`off_network`].
 
 use link_harness_conformance::syscalls;
 use link_protocol::control_key::ControlKey;
@@ -46,6 +51,9 @@ const VICTIM: &str = "victim";
 fn main() -> anyhow::Result<()> {
     // By its name, not its environment: the host runs the probe as this program too.
     let exe = std::env::current_exe()?;
+    if exe.with_file_name(NETWORK_SPEC).exists() {
+        return off_network(&exe);
+    }
     if exe.file_name().is_some_and(|n| n == programs::SANDBOX) {
         return as_sandbox(&exe.with_file_name(format!("{}.real", programs::SANDBOX)));
     }
@@ -110,6 +118,8 @@ fn outcome<T>(result: std::io::Result<T>) -> Value {
             Some(libc::ENOSYS) => "ENOSYS".into(),
             Some(libc::ECONNREFUSED) => "ECONNREFUSED".into(),
             Some(libc::EROFS) => "EROFS".into(),
+            Some(libc::EAFNOSUPPORT) => "EAFNOSUPPORT".into(),
+            Some(libc::ENETUNREACH) => "ENETUNREACH".into(),
             _ => e.to_string().into(),
         },
     }
@@ -468,4 +478,141 @@ fn serving(socket: &Path) -> Option<i32> {
     let stream = std::os::unix::net::UnixStream::connect(socket).ok()?;
     let cred = rustix::net::sockopt::socket_peercred(&stream).ok()?;
     Some(cred.pid.as_raw_nonzero().get())
+}
+
+/// The file beside the stand-in that puts it in [`off_network`]'s mode: a [`NetworkSpec`].
+const NETWORK_SPEC: &str = "impostor.net";
+
+/// What the test owns, for the stand-in to try: a TCP listener and a UDP socket on
+/// 127.0.0.1, a Unix socket that hands each connection an unconnected TCP socket (made outside
+/// every plugin's domain, so only Landlock stands between it and the listener), and a root-only
+/// file planted under `/etc` (as root).
+#[derive(serde::Deserialize)]
+struct NetworkSpec {
+    tcp: u16,
+    udp: u16,
+    hands_tcp: PathBuf,
+    planted: Option<PathBuf>,
+}
+
+/// In any plugin's place: tries the network and `/etc`, writes what each attempt got to
+/// `<home>/network.json`, and becomes the real plugin (`<name>.real` beside it). Other
+/// invocations (the probe, with arguments) go straight to the real program.
+fn off_network(exe: &Path) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let name = exe
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    if std::env::args_os().len() == 1 {
+        let env = PluginEnv::from_env().map_err(anyhow::Error::msg)?;
+        let spec: NetworkSpec =
+            serde_json::from_slice(&std::fs::read(exe.with_file_name(NETWORK_SPEC))?)?;
+        let got = network_attempts(&name, &spec);
+        let home = env.layout().home(&env.name);
+        std::fs::write(home.join("network.json"), Value::Object(got).to_string())?;
+    }
+    let real = exe.with_file_name(format!("{name}.real"));
+    let err = std::process::Command::new(&real)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(anyhow::anyhow!("exec {}: {err}", real.display()))
+}
+
+fn network_attempts(name: &str, spec: &NetworkSpec) -> Map<String, Value> {
+    use rustix::net::{AddressFamily, SocketType};
+    use std::io::Write;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let mut got = Map::new();
+    let listener = SocketAddrV4::new(Ipv4Addr::LOCALHOST, spec.tcp);
+    // TCP: a socket of its own, then one made outside its domain and handed over a Unix socket.
+    got.insert(
+        "tcp_socket".into(),
+        outcome(socket(AddressFamily::INET, SocketType::STREAM)),
+    );
+    got.insert(
+        "tcp_connect".into(),
+        outcome(
+            std::net::TcpStream::connect(listener).and_then(|mut s| s.write_all(name.as_bytes())),
+        ),
+    );
+    let handed = std::os::unix::net::UnixStream::connect(&spec.hands_tcp);
+    let unix = handed
+        .as_ref()
+        .map(|_| ())
+        .map_err(|e| match e.raw_os_error() {
+            Some(errno) => std::io::Error::from_raw_os_error(errno),
+            None => std::io::Error::other(e.to_string()),
+        });
+    got.insert("unix_connect".into(), outcome(unix));
+    let connected = handed.and_then(|unix| {
+        let tcp = receive_fd(&unix)?;
+        rustix::net::connect(&tcp, &listener)?;
+        rustix::io::write(&tcp, name.as_bytes())?;
+        Ok(())
+    });
+    got.insert("tcp_connect_handed".into(), outcome(connected));
+    // UDP: a datagram to the test's socket; raw and packet sockets.
+    let udp = socket(AddressFamily::INET, SocketType::DGRAM).and_then(|fd| {
+        let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, spec.udp);
+        rustix::net::sendto(&fd, name.as_bytes(), rustix::net::SendFlags::empty(), &to)?;
+        Ok(())
+    });
+    got.insert("udp_sendto".into(), outcome(udp));
+    got.insert(
+        "udp6_socket".into(),
+        outcome(socket(AddressFamily::INET6, SocketType::DGRAM)),
+    );
+    let icmp = rustix::net::socket_with(
+        AddressFamily::INET,
+        SocketType::RAW,
+        rustix::net::SocketFlags::CLOEXEC,
+        Some(rustix::net::ipproto::ICMP),
+    );
+    got.insert(
+        "raw_socket".into(),
+        outcome(icmp.map_err(std::io::Error::from)),
+    );
+    got.insert(
+        "packet_socket".into(),
+        outcome(socket(AddressFamily::PACKET, SocketType::RAW)),
+    );
+    // /etc: the files it needs, not the rest.
+    got.insert(
+        "read_ld_cache".into(),
+        outcome(std::fs::read("/etc/ld.so.cache")),
+    );
+    got.insert("read_passwd".into(), outcome(std::fs::read("/etc/passwd")));
+    got.insert("read_hosts".into(), outcome(std::fs::read("/etc/hosts")));
+    got.insert("read_shadow".into(), outcome(std::fs::read("/etc/shadow")));
+    got.insert("list_etc".into(), outcome(std::fs::read_dir("/etc")));
+    if let Some(planted) = &spec.planted {
+        got.insert("read_planted".into(), outcome(std::fs::read(planted)));
+    }
+    got
+}
+
+fn socket(
+    family: rustix::net::AddressFamily,
+    kind: rustix::net::SocketType,
+) -> std::io::Result<rustix::fd::OwnedFd> {
+    let flags = rustix::net::SocketFlags::CLOEXEC;
+    Ok(rustix::net::socket_with(family, kind, flags, None)?)
+}
+
+/// The one descriptor sent with one byte over `unix` (`SCM_RIGHTS`).
+fn receive_fd(unix: &std::os::unix::net::UnixStream) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    use std::mem::MaybeUninit;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    let mut bufs = [std::io::IoSliceMut::new(&mut byte)];
+    rustix::net::recvmsg(unix, &mut bufs, &mut control, RecvFlags::CMSG_CLOEXEC)?;
+    let fd = control.drain().find_map(|message| match message {
+        RecvAncillaryMessage::ScmRights(mut fds) => fds.next(),
+        _ => None,
+    });
+    fd.ok_or_else(|| std::io::Error::other("no descriptor was handed over"))
 }

@@ -10,6 +10,8 @@
 //! signal and TCP bounds only); the commands it runs are confined by bubblewrap plus the full
 //! Landlock rules applied inside.
 //!
+//! Every plugin but the model when it forwards is off the network ([`Network`]).
+//!
 //! Note for plugins under this ruleset: Landlock also denies ptrace-class access (for example
 //! some `/proc/<pid>` files) to processes outside the plugin's own domain.
 
@@ -18,30 +20,86 @@ use crate::SandboxError;
 use landlock::{CompatLevel, RulesetCreated, RulesetStatus};
 use rustix::thread::CapabilitySet;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// System paths a plugin may read and execute.
+/// System paths a plugin may read and execute. Not `/etc`: only [`SYSTEM_FILES`] of it.
 const SYSTEM_EXEC: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+/// The files of `/etc` every plugin may read, never the directory, so no plugin reads
+/// `/etc/shadow`, `/etc/gshadow`, a key under `/etc/ssl/private` or any other file there,
+/// whatever its uid: the dynamic loader's two, the only ones a full Link run reads under
+/// strace. A rule on a file holds its inode: a file replaced by a rename (as `useradd` replaces
+/// `/etc/passwd`) would be refused until the next start, one more reason to name few.
+pub const SYSTEM_FILES: &[&str] = &["/etc/ld.so.cache", "/etc/ld.so.preload"];
+/// What a name lookup reads besides (`getaddrinfo` under strace): granted only to a plugin on
+/// the network.
+pub const NAME_LOOKUP_FILES: &[&str] = &[
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/gai.conf",
 ];
 /// Read-only, no execute: process and system information.
 const SYSTEM_READ: &[&str] = &["/proc", "/sys", "/dev/urandom", "/dev/random"];
 
-/// The rules of one plugin: read and execute system paths and `programs`, read-write the
-/// given directories, bind sockets in `sockets`.
-pub fn plugin_rules(programs: PathBuf, read_write: &[PathBuf], sockets: &[PathBuf]) -> Rules {
+/// Whether a plugin reaches the network. [`Network::of`] is the one place that decides; the
+/// host's Landlock rules ([`plugin_rules`]) and seccomp filter ([`Shedding::for_plugin`]) both
+/// follow it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Network {
+    /// No TCP bind or connect (Landlock) and no socket but a Unix one (seccomp,
+    /// [`crate::seccomp::offline_filter`]): no TCP, UDP, raw or packet socket at all.
+    Off,
+    /// TCP, UDP (name lookups) and the files a name lookup reads ([`NAME_LOOKUP_FILES`]),
+    /// under the commands' filter.
+    On,
+}
+
+impl Network {
+    /// Every plugin is off the network but the model when it forwards (`forwarding`:
+    /// `LNK_MODEL_REMOTE_URL` is set for it, [`link_protocol::plugin::model_forwards`]). The
+    /// sandbox plugin, off too, is also kept in a network namespace without interfaces
+    /// ([`crate::view`]).
+    pub fn of(plugin: &str, forwarding: bool) -> Network {
+        if plugin == link_protocol::routes::programs::MODEL && forwarding {
+            Network::On
+        } else {
+            Network::Off
+        }
+    }
+}
+
+/// The rules of one plugin: read and execute system paths and `programs`, read the
+/// [`SYSTEM_FILES`] of `/etc` (and, on the network, the [`NAME_LOOKUP_FILES`]), read-write
+/// the given directories, bind sockets in `sockets`; TCP only on the network.
+pub fn plugin_rules(
+    programs: PathBuf,
+    read_write: &[PathBuf],
+    sockets: &[PathBuf],
+    network: Network,
+) -> Rules {
     let mut read_exec: Vec<PathBuf> = SYSTEM_EXEC.iter().map(PathBuf::from).collect();
     read_exec.push(programs);
+    let mut read_only: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
+    read_only.extend(SYSTEM_FILES.iter().map(PathBuf::from));
+    if network == Network::On {
+        for file in NAME_LOOKUP_FILES.iter().map(PathBuf::from) {
+            read_only.extend(replaced_beside(&file));
+            read_only.push(file);
+        }
+    }
     Rules {
         read_exec,
-        read_only: SYSTEM_READ.iter().map(PathBuf::from).collect(),
+        read_only,
         list_only: vec![],
         read_write: read_write.to_vec(),
         rw_files: ["/dev/null", "/dev/zero", "/dev/full"]
             .map(PathBuf::from)
             .to_vec(),
         make_sock: sockets.to_vec(),
-        deny_tcp: false,
+        deny_tcp: network == Network::Off,
         scoped: true,
         leave_filesystem: false,
     }
@@ -61,6 +119,21 @@ pub fn sandbox_plugin_rules() -> Rules {
     }
 }
 
+/// The directory under `/run` of the file a symlink in `/etc` names (`/etc/resolv.conf` to
+/// systemd-resolved's `/run/systemd/resolve/stub-resolv.conf`, resolvconf's or
+/// NetworkManager's): a rule on a file holds its inode, and such a file is replaced by a
+/// rename, so its directory is granted for it to stay readable. `None` for a file that is no
+/// symlink, or names one anywhere else (a home, say), whose directory is not granted.
+fn replaced_beside(file: &Path) -> Option<PathBuf> {
+    let link = std::fs::symlink_metadata(file).ok()?;
+    if !link.file_type().is_symlink() {
+        return None;
+    }
+    let target = std::fs::canonicalize(file).ok()?;
+    let dir = target.parent()?;
+    (dir.starts_with("/run") && dir != Path::new("/run")).then(|| dir.to_path_buf())
+}
+
 /// A prepared ruleset, applied in the child by [`PluginRuleset::restrict_child`].
 #[derive(Debug)]
 pub struct PluginRuleset {
@@ -74,8 +147,9 @@ pub fn prepare_plugin_ruleset(
     programs: PathBuf,
     read_write: &[PathBuf],
     sockets: &[PathBuf],
+    network: Network,
 ) -> Result<PluginRuleset, SandboxError> {
-    prepare(&plugin_rules(programs, read_write, sockets))
+    prepare(&plugin_rules(programs, read_write, sockets, network))
 }
 
 /// Prepares any [`Rules`] for [`PluginRuleset::restrict_child`].
@@ -104,7 +178,8 @@ impl PluginRuleset {
     /// ```no_run
     /// # use std::os::unix::process::CommandExt;
     /// # fn f(programs: std::path::PathBuf, data: std::path::PathBuf) -> anyhow::Result<()> {
-    /// let mut ruleset = link_plugin_sandbox::host::prepare_plugin_ruleset(programs, &[data], &[])?;
+    /// use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
+    /// let mut ruleset = prepare_plugin_ruleset(programs, &[data], &[], Network::Off)?;
     /// let mut cmd = std::process::Command::new("/path/to/plugin");
     /// unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
     /// # Ok(()) }
@@ -184,37 +259,38 @@ pub struct Shedding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PluginFilter {
     /// Loaded between fork and exec: the sandbox plugin's own
-    /// ([`crate::seccomp::sandbox_plugin_filter`]).
+    /// ([`crate::seccomp::sandbox_plugin_filter`]), or the commands' for a plugin on the
+    /// network ([`crate::seccomp::filter`], which allows `AF_INET` and `AF_INET6` sockets).
     Load(&'static seccompiler::BpfProgram),
-    /// The commands' filter ([`crate::seccomp::filter`]), inherited from the thread that forks
-    /// the plugin, which runs under it ([`filter_this_thread`]): a filter is shared by the
-    /// processes that inherit it, where each load costs the kernel a copy, a check and a JIT
-    /// of every program. Checked between fork and exec.
+    /// The offline plugins' filter ([`crate::seccomp::offline_filter`]), inherited from the
+    /// thread that forks the plugin, which runs under it ([`filter_this_thread`]): a filter is
+    /// shared by the processes that inherit it, where each load costs the kernel a copy, a
+    /// check and a JIT of every program. Checked between fork and exec.
     Inherited,
 }
 
-/// Puts the calling thread (only it: no `TSYNC`) under the commands' seccomp filter, with
-/// `no_new_privs`, so every process it forks starts under both: the host's spawner thread,
-/// which forks the plugins of [`PluginFilter::Inherited`].
+/// Puts the calling thread (only it: no `TSYNC`) under the offline plugins' seccomp filter,
+/// with `no_new_privs`, so every process it forks starts under both: the host's spawner
+/// thread, which forks the plugins of [`PluginFilter::Inherited`].
 pub fn filter_this_thread() -> Result<(), SandboxError> {
-    let filter = crate::seccomp::filter();
+    let filter = crate::seccomp::offline_filter();
     rustix::thread::set_no_new_privs(true)
         .map_err(|e| SandboxError::Unavailable(format!("no_new_privs: {e}")))?;
     load(&filter.bpf).map_err(|e| SandboxError::Unavailable(format!("seccomp: {e}")))
 }
 
-/// Whether this thread runs under the commands' filter, by a call only that filter refuses in
-/// this way (a netlink socket, `EAFNOSUPPORT`): some filter alone proves nothing where the host
-/// itself runs under one (a container's, systemd's `SystemCallFilter=`). No allocation.
-fn under_the_commands_filter() -> bool {
+/// Whether this thread runs under the offline plugins' filter, by calls only that filter
+/// refuses in this way (a netlink and a UDP socket, `EAFNOSUPPORT`): some filter alone proves
+/// nothing where the host itself runs under one (a container's, systemd's
+/// `SystemCallFilter=`). No allocation.
+fn under_the_offline_filter() -> bool {
     use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
-    let netlink = socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC,
-        None,
-    );
-    matches!(netlink, Err(rustix::io::Errno::AFNOSUPPORT))
+    let refused = |family, kind| {
+        let socket = socket_with(family, kind, SocketFlags::CLOEXEC, None);
+        matches!(socket, Err(rustix::io::Errno::AFNOSUPPORT))
+    };
+    refused(AddressFamily::NETLINK, SocketType::RAW)
+        && refused(AddressFamily::INET, SocketType::DGRAM)
 }
 
 fn load(program: &seccompiler::BpfProgram) -> io::Result<()> {
@@ -225,9 +301,12 @@ fn load(program: &seccompiler::BpfProgram) -> io::Result<()> {
 }
 
 impl Shedding {
-    pub fn for_plugin(plugin: &str) -> Result<Shedding, SandboxError> {
+    /// What `plugin` sheds, on the `network` or off it ([`Network::of`]).
+    pub fn for_plugin(plugin: &str, network: Network) -> Result<Shedding, SandboxError> {
         let filter = if plugin == link_protocol::routes::programs::SANDBOX {
             PluginFilter::Load(&crate::seccomp::sandbox_plugin_filter().bpf)
+        } else if network == Network::On {
+            PluginFilter::Load(&crate::seccomp::filter().bpf)
         } else {
             PluginFilter::Inherited
         };
@@ -263,12 +342,12 @@ impl Shedding {
     }
 
     /// Loads the seccomp filter (after `no_new_privs`, which the kernel requires), or checks
-    /// that the process already runs under the commands' filter (inherited): `EPERM` fails the
-    /// spawn of a plugin forked where that filter is not.
+    /// that the process already runs under the offline plugins' filter (inherited): `EPERM`
+    /// fails the spawn of a plugin forked where that filter is not.
     pub fn apply_filter(&self) -> io::Result<()> {
         match self.filter {
             PluginFilter::Load(program) => load(program),
-            PluginFilter::Inherited if under_the_commands_filter() => Ok(()),
+            PluginFilter::Inherited if under_the_offline_filter() => Ok(()),
             PluginFilter::Inherited => Err(io::Error::from_raw_os_error(libc::EPERM)),
         }
     }

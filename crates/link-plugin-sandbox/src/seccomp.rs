@@ -14,12 +14,17 @@
 //!   back to `clone`, which the `EPERM` rules check;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
 //!
-//! The host applies the same filter to every plugin (inherited from the thread that forks
-//! them, [`crate::host::PluginFilter`]) but the sandbox plugin, whose bwrap needs
-//! namespaces and mounts: it gets [`sandbox_plugin_filter`], the `EPERM` rules without those
-//! (keyrings, ptrace and `process_vm_*`, io_uring, bpf, perf events, userfaultfd, kexec and
-//! modules, swap, reboot, the kernel log, handle-based opens, terminal injection). Its
-//! commands still get the whole filter from bwrap. [`crate::host::Shedding`].
+//! The host applies the same filter, but with Unix sockets only ([`offline_filter`]: no
+//! `AF_INET`, `AF_INET6` or other socket, so no TCP, UDP or raw socket), to every plugin off
+//! the network (inherited from the thread that forks them, [`crate::host::PluginFilter`]); the
+//! commands' own to a plugin on the network (the model when it forwards,
+//! [`crate::host::Network`]); and to the sandbox plugin, whose bwrap needs namespaces and
+//! mounts, [`sandbox_plugin_filter`], the `EPERM` rules without those (keyrings, ptrace and
+//! `process_vm_*`, io_uring, bpf, perf events, userfaultfd, kexec and modules, swap, reboot,
+//! the kernel log, handle-based opens, terminal injection), and no packet socket or raw
+//! `AF_INET`/`AF_INET6` one (`EAFNOSUPPORT`); its network namespace has no interface
+//! ([`crate::view`]). Its commands still get the whole filter from bwrap.
+//! [`crate::host::Shedding`].
 //!
 //! Each program starts with libseccomp's architecture check, which kills a process that
 //! switches to another system-call ABI (i386, or x32 on x86_64: every number from
@@ -50,6 +55,13 @@ pub struct Filter {
 pub fn filter() -> &'static Filter {
     static FILTER: OnceLock<Filter> = OnceLock::new();
     FILTER.get_or_init(|| decode(include_bytes!(concat!(env!("OUT_DIR"), "/commands.bpf"))))
+}
+
+/// The filter of every plugin off the network: the commands' with Unix sockets only, decoded
+/// once per process.
+pub fn offline_filter() -> &'static Filter {
+    static FILTER: OnceLock<Filter> = OnceLock::new();
+    FILTER.get_or_init(|| decode(include_bytes!(concat!(env!("OUT_DIR"), "/offline.bpf"))))
 }
 
 /// The sandbox plugin's own filter (see the module's documentation), decoded once per process.
@@ -155,8 +167,10 @@ mod tests {
         }
     }
 
-    /// What the rules say of one system call on this architecture.
-    fn ruled(commands: bool, nr: libc::c_long, args: [u64; 6]) -> u32 {
+    /// What the rules say of one system call on this architecture, for a program with the
+    /// commands' rules and sockets of `domains` (`None`: the sandbox plugin's).
+    fn ruled(domains: Option<&[libc::c_int]>, nr: libc::c_long, args: [u64; 6]) -> u32 {
+        let commands = domains.is_some();
         let has = |arg: u32, bits: u64| args[arg as usize] & bits == bits;
         let low = |arg: usize| args[arg] & LOW_32;
         if ALWAYS.contains(&nr) || (commands && NAMESPACES_AND_MOUNTS.contains(&nr)) {
@@ -166,6 +180,13 @@ mod tests {
             return errno(libc::EPERM);
         }
         if !commands {
+            let domain = low(0) as libc::c_int;
+            let raw = args[1] & SOCK_TYPE_MASK == libc::SOCK_RAW as u64;
+            let refused =
+                domain == libc::AF_PACKET || (raw && RAW_REFUSED_DOMAINS.contains(&domain));
+            if nr == libc::SYS_socket && refused {
+                return errno(libc::EAFNOSUPPORT);
+            }
             return ALLOW;
         }
         let namespace = NAMESPACE_FLAGS.iter().any(|&f| has(0, f as u64));
@@ -183,7 +204,8 @@ mod tests {
         }
         // A domain with any of the upper 32 bits set is refused, whatever the lower ones say.
         let domain = i32::try_from(args[0]).ok();
-        if nr == libc::SYS_socket && !domain.is_some_and(|d| ALLOWED_DOMAINS.contains(&d)) {
+        let allowed = domains.unwrap_or_default();
+        if nr == libc::SYS_socket && !domain.is_some_and(|d| allowed.contains(&d)) {
             return errno(libc::EAFNOSUPPORT);
         }
         ALLOW
@@ -200,6 +222,23 @@ mod tests {
         values.extend(NAMESPACE_FLAGS.iter().map(|&f| f as u64));
         values.extend(0..=16);
         let mut sets = Vec::new();
+        // Each socket domain and type a rule names, with flags and upper bits.
+        for domain in [
+            libc::AF_UNIX,
+            libc::AF_INET,
+            libc::AF_INET6,
+            libc::AF_PACKET,
+        ] {
+            for kind in [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW] {
+                for flags in [0, libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK] {
+                    for high in [0, 1u64 << 32, LOW_32 << 32] {
+                        let kind = (kind | flags) as u64;
+                        sets.push([domain as u64 | high, kind, 0, 0, 0, 0]);
+                        sets.push([domain as u64, kind | high, 0, 0, 0, 0]);
+                    }
+                }
+            }
+        }
         for v in values {
             for high in [0, 1u64 << 32, LOW_32 << 32] {
                 let v = v | high;
@@ -217,12 +256,16 @@ mod tests {
     #[test]
     fn each_program_answers_every_call_as_the_rules_say() {
         let sets = argument_sets();
-        for (commands, filter) in [(true, filter()), (false, sandbox_plugin_filter())] {
+        for (domains, filter) in [
+            (Some(ALLOWED_DOMAINS), filter()),
+            (Some(OFFLINE_DOMAINS), offline_filter()),
+            (None, sandbox_plugin_filter()),
+        ] {
             for nr in 0..=600 {
                 for args in &sets {
                     let got = answer(&filter.bpf, nr, AUDIT_ARCH, *args);
-                    let want = ruled(commands, nr.into(), *args);
-                    assert_eq!(got, want, "commands={commands} nr={nr} args={args:x?}");
+                    let want = ruled(domains, nr.into(), *args);
+                    assert_eq!(got, want, "domains={domains:?} nr={nr} args={args:x?}");
                 }
             }
             // Another ABI is killed: a foreign architecture, or x32's numbers on x86_64.
@@ -244,6 +287,9 @@ mod tests {
         let plugin = sandbox_plugin_filter();
         assert!(plugin.instructions < f.instructions);
         assert_ne!(plugin.sha256, f.sha256);
+        let offline = offline_filter();
+        assert_eq!(offline.instructions * 8, offline.program.len());
+        assert_ne!(offline.sha256, f.sha256);
         // bwrap reads the program whole; keep it far below a pipe's 64 KiB. libseccomp's tree
         // keeps it short: seccompiler's three programs were 522 instructions.
         assert!(f.instructions < 256, "{}", f.instructions);

@@ -107,5 +107,20 @@ pub fn creates() -> Vec<(libc::c_long, u32, Option<u32>)> {
     creates
 }
 
-/// The socket domains commands may open: every other is refused with `EAFNOSUPPORT`.
-pub const ALLOWED_DOMAINS: [libc::c_int; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+/// The socket domains commands (and a plugin on the network) may open: every other is refused
+/// with `EAFNOSUPPORT`.
+pub const ALLOWED_DOMAINS: &[libc::c_int] = &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+
+/// The domains whose raw sockets the sandbox plugin's filter refuses (`EAFNOSUPPORT`), with
+/// every `AF_PACKET` socket: it needs none, and as an ordinary user it holds `CAP_NET_RAW` over
+/// the network namespace of its view, empty as it is. Its commands inherit the refusal, where
+/// they could not make such a socket anyway (no capability; `AF_PACKET` is refused them).
+pub const RAW_REFUSED_DOMAINS: [libc::c_int; 2] = [libc::AF_INET, libc::AF_INET6];
+
+/// The bits of `socket`'s type argument that name the type (the kernel's `SOCK_TYPE_MASK`);
+/// the others are flags (`SOCK_CLOEXEC`, `SOCK_NONBLOCK`).
+pub const SOCK_TYPE_MASK: u64 = 0xf;
+
+/// The socket domains a plugin off the network may open: Unix sockets only, so no TCP, UDP,
+/// raw or packet socket (`EAFNOSUPPORT`), whatever Landlock bounds.
+pub const OFFLINE_DOMAINS: &[libc::c_int] = &[libc::AF_UNIX];

@@ -21,6 +21,11 @@
 //! does not own, so the user's other processes still cannot read it (ordinary_user tests it).
 //! Where the user owns the programs, they could replace them anyway.
 //!
+//! The same `unshare` gives it a network namespace of its own, without interfaces: with
+//! Landlock's TCP bound, it is off the network like every plugin but the model
+//! ([`crate::host::Network`]); each command's bwrap makes another one inside it. (As an
+//! ordinary user it holds capabilities over that empty namespace, as over its mounts.)
+//!
 //! Prepared in the parent ([`PluginView::prepare`]: every path as a C string, the id maps
 //! as text), entered between fork and exec ([`PluginView::enter`]: system calls only).
 
@@ -135,8 +140,9 @@ impl PluginView {
         })
     }
 
-    /// Enters the view: a new mount namespace (and, for an ordinary user, a user namespace
-    /// mapping only itself) with no propagation to or from the host's; device binds kept,
+    /// Enters the view: a new mount namespace and a network namespace without interfaces (its
+    /// loopback down), so it is off the network (and, for an ordinary user, a user namespace
+    /// mapping only itself), the mounts with no propagation to or from the host's; device binds kept,
     /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
     /// directories writable again, and the `UNUSED` mounts no needed path lies below gone
     /// where the kernel lets them go (not in an ordinary user's view, whose inherited mounts it
@@ -144,9 +150,9 @@ impl PluginView {
     /// allocates nothing, and any failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
         match &self.maps {
-            None => unshare(libc::CLONE_NEWNS)?,
+            None => unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET)?,
             Some(maps) => {
-                unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)?;
+                unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET)?;
                 write_file(c"/proc/self/setgroups", c"deny")?;
                 write_file(c"/proc/self/uid_map", &maps.uid_map)?;
                 write_file(c"/proc/self/gid_map", &maps.gid_map)?;

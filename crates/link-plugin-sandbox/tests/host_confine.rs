@@ -27,6 +27,7 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
         "/usr/bin".into(),
         std::slice::from_ref(&rw),
         std::slice::from_ref(&sockets),
+        host::Network::Off,
     ) {
         Ok(r) => r,
         Err(e) => return require_or_skip(e),
@@ -75,6 +76,76 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
     );
 }
 
+/// A plugin's Landlock rules off the network and on it (the model when it forwards), applied
+/// to a Python child of this test: off, TCP to a listener of this test is refused (`EACCES`)
+/// and the listener sees no connection; on, the same connection is made. Either way `/etc`
+/// gives only its few granted files (the loader's cache; the name-lookup files only on the
+/// network), never `/etc/shadow`, the world-readable `/etc/passwd` or the directory's listing.
+#[test]
+fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_files() {
+    let root = Root::new();
+    let rw = root.path().join("data/p");
+    std::fs::create_dir_all(&rw).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "{PY_PRELUDE}\n\
+         def tcp():\n    s = socket.create_connection(('127.0.0.1', {port})); s.close()\n\
+         def bind():\n    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.close()\n\
+         print(json.dumps({{'tcp': _e(tcp), 'bind': _e(bind), 'passwd': r('/etc/passwd'),\
+           'ld_cache': _e(lambda: open('/etc/ld.so.cache', 'rb').read()),\
+           'shadow': r('/etc/shadow'), 'list_etc': ls('/etc'), 'hosts': r('/etc/hosts')}}))"
+    );
+    let mut got = std::collections::HashMap::new();
+    for network in [host::Network::Off, host::Network::On] {
+        let mut ruleset = match host::prepare_plugin_ruleset(
+            "/usr/bin".into(),
+            std::slice::from_ref(&rw),
+            &[],
+            network,
+        ) {
+            Ok(r) => r,
+            Err(e) => return require_or_skip(e),
+        };
+        let mut cmd = Command::new(PYTHON);
+        cmd.args(["-I", "-S", "-c", &script]);
+        unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
+        got.insert(
+            network,
+            py_json(&cmd.output().expect("spawn the confined child")),
+        );
+        let accepted = listener.accept().is_ok();
+        assert_eq!(
+            accepted,
+            network == host::Network::On,
+            "{network:?}: {got:?}"
+        );
+    }
+    let (off, on) = (&got[&host::Network::Off], &got[&host::Network::On]);
+    assert_eq!(off["tcp"], "EACCES", "{off}");
+    assert_eq!(off["bind"], "EACCES", "{off}");
+    assert_eq!(on["tcp"], "ok", "{on}");
+    assert_eq!(on["bind"], "ok", "{on}");
+    for got in [off, on] {
+        assert_eq!(got["ld_cache"], "ok", "{got}");
+        assert_eq!(got["passwd"], "EACCES", "{got}");
+        assert_eq!(got["shadow"], "EACCES", "{got}");
+        assert_eq!(got["list_etc"], "EACCES", "{got}");
+    }
+    if std::path::Path::new("/etc/hosts").is_file() {
+        assert_eq!(off["hosts"], "EACCES", "{off}");
+        assert_eq!(on["hosts"], "ok", "{on}");
+    }
+    // The twin outside the domain: this test lists /etc, reads /etc/passwd and, as root,
+    // /etc/shadow.
+    assert!(std::fs::read_dir("/etc").is_ok());
+    assert!(std::fs::read("/etc/passwd").is_ok());
+    if rustix::process::geteuid().is_root() {
+        assert!(std::fs::read("/etc/shadow").is_ok());
+    }
+}
+
 /// The sandbox plugin's domain, applied as the host applies it (capabilities shed first) to a
 /// Python child of this test: what it got for each attempt, or `None` (skipped).
 fn sandbox_domain_attempts() -> Option<serde_json::Value> {
@@ -90,7 +161,9 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
     let parent = std::process::id();
     // A process outside the domain, of the same uid and with no capability (shed as the host
     // sheds a plugin's): no capability check stands between it and the child, only the domain.
-    let shedding = host::Shedding::for_plugin(link_protocol::routes::programs::AUTH).unwrap();
+    let shedding =
+        host::Shedding::for_plugin(link_protocol::routes::programs::AUTH, host::Network::Off)
+            .unwrap();
     let mut bare = Command::new("/bin/sleep");
     bare.arg("30");
     unsafe { bare.pre_exec(move || shedding.drop_capabilities()) };
@@ -129,7 +202,9 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
          print(json.dumps(got))"
     );
     // As root it keeps what it needs for its commands' user namespaces and workspaces.
-    let shedding = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();
+    let shedding =
+        host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX, host::Network::Off)
+            .unwrap();
     let mut cmd = Command::new(PYTHON);
     cmd.args(["-I", "-S", "-c", &script]);
     unsafe {
@@ -218,14 +293,18 @@ fn sandbox_domain_as_ordinary_user() {
     }
 }
 
-/// A child that reports its seccomp state, and a socket the commands' filter refuses
-/// (`AF_NETLINK`: `EAFNOSUPPORT`) beside one it allows (`AF_UNIX`).
+/// A child that reports its seccomp state, and sockets the offline plugins' filter refuses
+/// (`AF_NETLINK`, and `AF_INET` and `AF_INET6` of each type: `EAFNOSUPPORT`) beside the one it
+/// allows (`AF_UNIX`).
 fn seccomp_child(shedding: std::sync::Arc<host::Shedding>) -> std::io::Result<serde_json::Value> {
     let script = format!(
         "{PY_PRELUDE}\n\
          st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n\
          print(json.dumps({{'seccomp': st['Seccomp'].strip(), 'filters': st['Seccomp_filters'].strip(),\
            'netlink': _e(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW)),\
+           'tcp': _e(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),\
+           'udp': _e(lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM)),\
+           'udp6': _e(lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),\
            'unix': _e(lambda: socket.socket(socket.AF_UNIX))}}))"
     );
     let mut cmd = Command::new(PYTHON);
@@ -248,7 +327,9 @@ fn seccomp_child(shedding: std::sync::Arc<host::Shedding>) -> std::io::Result<se
 /// filtered thread's process keeps its other threads unfiltered.
 #[test]
 fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere() {
-    let shedding = std::sync::Arc::new(host::Shedding::for_plugin("link-plugin-auth").unwrap());
+    let shedding = std::sync::Arc::new(
+        host::Shedding::for_plugin("link-plugin-auth", host::Network::Off).unwrap(),
+    );
     assert_eq!(shedding.filter(), host::PluginFilter::Inherited);
     let refused = seccomp_child(shedding.clone()).expect_err("forked where no filter is");
     assert_eq!(refused.raw_os_error(), Some(libc::EPERM), "{refused}");
@@ -283,7 +364,9 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     .unwrap();
     assert_eq!(got["seccomp"], "2", "{got}");
     assert_eq!(got["filters"], filters.to_string(), "{got}");
-    assert_eq!(got["netlink"], "EAFNOSUPPORT", "{got}");
+    for refused in ["netlink", "tcp", "udp", "udp6"] {
+        assert_eq!(got[refused], "EAFNOSUPPORT", "{refused}: {got}");
+    }
     assert_eq!(got["unix"], "ok", "{got}");
     assert_eq!(
         own_filters(),
@@ -291,7 +374,20 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
         "the test's own thread was filtered too"
     );
     // The sandbox plugin loads a filter of its own, so it is forked by the runtime's thread.
-    let sandbox = host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX).unwrap();
+    let sandbox =
+        host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX, host::Network::Off)
+            .unwrap();
     let own = &link_plugin_sandbox::seccomp::sandbox_plugin_filter().bpf;
     assert!(matches!(sandbox.filter(), host::PluginFilter::Load(p) if p == own));
+    // So is a plugin on the network, which loads the commands' filter (AF_INET allowed).
+    let model = link_protocol::routes::programs::MODEL;
+    assert_eq!(host::Network::of(model, false), host::Network::Off);
+    assert_eq!(host::Network::of(model, true), host::Network::On);
+    assert_eq!(
+        host::Network::of("link-plugin-auth", true),
+        host::Network::Off
+    );
+    let online = host::Shedding::for_plugin(model, host::Network::On).unwrap();
+    let commands = &link_plugin_sandbox::seccomp::filter().bpf;
+    assert!(matches!(online.filter(), host::PluginFilter::Load(p) if p == commands));
 }

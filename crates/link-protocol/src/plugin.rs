@@ -90,6 +90,13 @@ pub const ENV_SANDBOX_UID_BASE: &str = "LNK_SANDBOX_UID_BASE";
 
 /// The remote model's address: only the model plugin gets it.
 pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
+
+/// Whether the model forwards: [`ENV_MODEL_REMOTE_URL`] set and not empty in this (the
+/// host's) environment, which passes it to the model alone ([`PLUGIN_PASSTHROUGH`]) and which
+/// the model reads the same way. Only then is the model on the network.
+pub fn model_forwards() -> bool {
+    std::env::var_os(ENV_MODEL_REMOTE_URL).is_some_and(|url| !url.is_empty())
+}
 /// No longer read: the key is kept by the secret plugin (`link model-key set`), and `link up`
 /// refuses to start while it is set, so it reaches no plugin's environment.
 pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
