@@ -560,3 +560,44 @@ fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
     let none = xtask().arg("fleet").output().unwrap();
     assert_eq!(none.status.code(), Some(2), "clap's usage error");
 }
+
+/// Set by `.ci/run`: the test tools `ci/requirements.txt` pins must be there.
+const ENV_REQUIRE_TOOLS: &str = "LNK_REQUIRE_TOOLS";
+
+#[test]
+fn the_qualify_workflow_passes_actionlint() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let workflow = root.join(".github/workflows/qualify.yml");
+    assert!(workflow.is_file(), "{} is missing", workflow.display());
+    let Some(actionlint) = which("actionlint") else {
+        assert!(
+            std::env::var(ENV_REQUIRE_TOOLS).as_deref() != Ok("1"),
+            "{ENV_REQUIRE_TOOLS}=1 but actionlint is not installed: \
+             `python3 -m pip install -r ci/requirements.txt`"
+        );
+        link_report::skip::skipped(
+            "SKIPPED: actionlint is not installed (`python3 -m pip install -r ci/requirements.txt`)",
+        );
+        return;
+    };
+    let out = Command::new(&actionlint).arg(&workflow).output().unwrap();
+    assert!(
+        out.status.success(),
+        "actionlint: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The negative control: a job without `runs-on` must be refused, or the check proves nothing.
+    let broken = state_dir("actionlint").with_extension("yml");
+    std::fs::create_dir_all(broken.parent().unwrap()).unwrap();
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    std::fs::write(&broken, text.replacen("runs-on: ubuntu-24.04\n", "", 1)).unwrap();
+    let refused = Command::new(&actionlint).arg(&broken).output().unwrap();
+    std::fs::remove_file(&broken).unwrap();
+    assert!(
+        !refused.status.success(),
+        "actionlint passed a job without runs-on"
+    );
+}
