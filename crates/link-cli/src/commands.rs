@@ -117,12 +117,7 @@ pub fn down(state: &Path) -> Result<i32> {
     let host_pid = match rt.block_on(host_call::<host::Status>(&layout)) {
         Ok(status) => status.pid as i32,
         Err(e) if e.is::<HostSilent>() => return Err(e),
-        Err(e) => {
-            return match clean_after_dead_host(&layout)? {
-                true => Ok(0),
-                false => Err(e),
-            }
-        }
+        Err(e) => return down_unanswered(&layout, e),
     };
     rt.block_on(host_call::<host::Down>(&layout)).map_err(|e| {
         if e.is::<HostSilent>() {
@@ -142,13 +137,58 @@ pub fn down(state: &Path) -> Result<i32> {
     Ok(0)
 }
 
+/// `down` where no host answers on `run/host.sock`: a `link up` on this state root that has
+/// not bound it yet (it is starting) or whose socket is gone (`run/` removed) is stopped by
+/// SIGTERM, which it handles as an orderly stop, and waited for; otherwise what a dead host
+/// left is cleared. `unanswered` is the error when there is neither.
+fn down_unanswered(layout: &StateLayout, unanswered: anyhow::Error) -> Result<i32> {
+    use crate::state_lock;
+    // The host holding the lock; else one still before the lock (after a dead host's
+    // leftovers are cleared, which may hold the lock a moment and keep an `up` waiting).
+    let holder = |layout: &StateLayout| {
+        state_lock::host(layout).and_then(|pid| {
+            state_lock::terminate(pid, |pid| state_lock::host(layout) == Some(pid))
+                .map(|fd| (pid, fd))
+        })
+    };
+    let starting = |layout: &StateLayout| {
+        state_lock::starting_up(layout).into_iter().find_map(|pid| {
+            state_lock::terminate(pid, |pid| state_lock::starting_up(layout).contains(&pid))
+                .map(|fd| (pid, fd))
+        })
+    };
+    let mut cleaned = false;
+    let stopped = match holder(layout) {
+        Some(found) => Some(found),
+        None => {
+            cleaned = layout.root().is_dir() && clean_after_dead_host(layout)?;
+            holder(layout).or_else(|| starting(layout))
+        }
+    };
+    let Some((pid, fd)) = stopped else {
+        return if cleaned { Ok(0) } else { Err(unanswered) };
+    };
+    link_protocol::errln!(
+        "link: the runtime's host (pid {pid}) does not answer on {} (it is starting, or its \
+         run/ was removed): asked it to stop with SIGTERM",
+        layout.host_socket().display()
+    );
+    if !link_protocol::exit::wait(&fd, Duration::from_secs(30)) {
+        bail!(
+            "host pid {pid} is still running 30 s after SIGTERM; see {}",
+            layout.log_dir().display()
+        );
+    }
+    Ok(0)
+}
+
 /// `down` where no host answers: when no host holds the lock and a dead one left its pids
 /// file or sockets, clears them as the next `up` would, says so, and returns true.
 fn clean_after_dead_host(layout: &StateLayout) -> Result<bool> {
     if !layout.run_dir().is_dir() {
         return Ok(false);
     }
-    let Some(_lock) = crate::host::lock_if_free(layout)? else {
+    let Some(_lock) = crate::state_lock::lock_if_free(layout)? else {
         return Ok(false);
     };
     let host = link_protocol::pids::PidsFile::read(layout)
@@ -263,10 +303,41 @@ pub fn token_create(state: &Path) -> Result<i32> {
             layout.root().display()
         );
     }
-    let token = tokens::create(&layout.tokens_file())
-        .with_context(|| format!("writing {}", layout.tokens_file().display()))?;
-    link_protocol::outln!("{token}");
+    // A token is valid until revoked: it is stored only once it was written out whole, so
+    // none is left valid that nobody received.
+    let token = tokens::generate().context("generating a token")?;
+    hand_over(&token)?;
+    tokens::store(&layout.tokens_file(), &token).with_context(|| {
+        format!(
+            "writing {}; the token printed was not stored and is not valid",
+            layout.tokens_file().display()
+        )
+    })?;
     Ok(0)
+}
+
+/// Writes `token` and a newline to standard output, whole, or says why it could not: closed
+/// (Rust's start-up gives the process `/dev/null` in its place), full, or a pipe nobody reads.
+fn hand_over(token: &str) -> Result<()> {
+    use std::io::Write;
+    let not_stored = "no token was stored";
+    let out = std::io::stdout();
+    let kind = rustix::fs::fstat(&out).map(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice
+            && (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)) == (1, 3)
+    });
+    match kind {
+        Ok(true) => bail!(
+            "standard output is /dev/null (or was closed), where nobody would receive the \
+             token: redirect it to a file or a pipe; {not_stored}"
+        ),
+        Ok(false) => {}
+        Err(e) => bail!("standard output cannot be used ({e}); {not_stored}"),
+    }
+    let mut lock = out.lock();
+    lock.write_all(format!("{token}\n").as_bytes())
+        .and_then(|()| lock.flush())
+        .with_context(|| format!("writing the token to standard output; {not_stored}"))
 }
 
 pub fn token_revoke(state: &Path, token: &str) -> Result<i32> {

@@ -155,7 +155,17 @@ pub fn up(args: UpArgs) -> Result<i32> {
         );
     }
     make_private_dirs(&layout)?;
-    let _lock = take_lock(&layout)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    // Caught before the lock is taken: from then on `link down` may stop this host by
+    // SIGTERM (`commands::down`, before the control socket is bound), which must end start-up
+    // in order, not kill the host midway.
+    let mut signals = {
+        let _runtime = rt.enter();
+        link_protocol::plugin::ShutdownSignals::new()?
+    };
+    let lock = rt.block_on(crate::state_lock::take(&layout, &mut signals))?;
     clean_after_dead_host(&layout)?;
     if args.mode == Mode::Confined {
         check_confinement()?;
@@ -163,20 +173,18 @@ pub fn up(args: UpArgs) -> Result<i32> {
     // Orphans of a killed plugin's helpers are re-parented to us, so we can reap them.
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .context("setting the host as child subreaper")?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let code = rt.block_on(run(args, layout.clone(), programs));
+    let code = rt.block_on(run(args, layout.clone(), programs, signals));
     // Plugins remove their own sockets, but one that was killed cannot.
-    for socket in layout.all_sockets() {
-        let _ = std::fs::remove_file(socket);
-    }
-    let _ = std::fs::remove_file(layout.pids_file());
-    let _ = std::fs::remove_file(layout.control_key_file());
+    crate::state_lock::remove_own_files(&lock, &layout);
     code
 }
 
-async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32> {
+async fn run(
+    args: UpArgs,
+    layout: StateLayout,
+    programs: PathBuf,
+    mut signals: link_protocol::plugin::ShutdownSignals,
+) -> Result<i32> {
     let shared = Arc::new(Shared {
         layout: layout.clone(),
         profile: args.profile,
@@ -214,7 +222,6 @@ async fn run(args: UpArgs, layout: StateLayout, programs: PathBuf) -> Result<i32
         let listener = link_protocol::plugin::bind(&layout.router_socket())?;
         tokio::spawn(crate::router::serve(shared.clone(), listener));
     }
-    let mut signals = link_protocol::plugin::ShutdownSignals::new()?;
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
@@ -479,48 +486,12 @@ fn has_children() -> bool {
 
 /// What a host that died left on `layout`: its plugins still running (ended first, as they
 /// may serve the sockets), its sandboxes, its pids file and sockets. `up` clears them before
-/// it starts, `down` when no host answers; the caller holds the lock ([`lock_if_free`]).
+/// it starts, `down` when no host answers; the caller holds the lock (`state_lock`).
 pub(crate) fn clean_after_dead_host(layout: &StateLayout) -> Result<()> {
     kill_survivors(layout)?;
     // The dead host's key opens nothing now; `up` writes a new one anyway.
     let _ = std::fs::remove_file(layout.control_key_file());
     remove_stale_sockets(layout)
-}
-
-/// The state root's lock, held until the file is dropped; `None` while a host holds it.
-pub(crate) fn lock_if_free(layout: &StateLayout) -> Result<Option<std::fs::File>> {
-    use rustix::fs::{flock, FlockOperation};
-    let path = layout.lock_file();
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    Ok(flock(&file, FlockOperation::NonBlockingLockExclusive)
-        .is_ok()
-        .then_some(file))
-}
-
-/// Holds the state root's lock for the host's lifetime; a second `up` is refused.
-fn take_lock(layout: &StateLayout) -> Result<std::fs::File> {
-    let path = layout.lock_file();
-    let Some(file) = lock_if_free(layout)? else {
-        let holder = std::fs::read_to_string(&path).unwrap_or_default();
-        bail!(
-            "state root {} is in use by a running `link up` (pid {}); stop it with `link down --state {}` or choose another --state",
-            layout.root().display(),
-            holder.trim(),
-            layout.root().display()
-        );
-    };
-    file.set_len(0)
-        .and_then(|()| {
-            std::io::Write::write_all(&mut &file, std::process::id().to_string().as_bytes())
-        })
-        .with_context(|| format!("writing this host's pid to {}", path.display()))?;
-    Ok(file)
 }
 
 /// Rewrites the pids file with every plugin started so far.

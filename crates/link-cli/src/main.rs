@@ -16,6 +16,7 @@ mod plugins;
 mod probe_cache;
 mod router;
 mod spawner;
+mod state_lock;
 mod verified;
 
 use clap::{Parser, Subcommand};

@@ -206,3 +206,62 @@ fn the_cli_sends_nothing_to_a_server_that_is_not_the_runtimes() {
     drop(listener);
     let _ = call.join().unwrap();
 }
+
+/// `link token create` whose output cannot be written — `/dev/full`, a closed standard output
+/// (which the process gets as `/dev/null`), a pipe whose reader is gone — fails, says why, and
+/// stores nothing: before, it exited 0 and stored a permanent valid token nobody received. The
+/// twin: written to a file, the token is whole there and stored.
+#[test]
+fn token_create_stores_nothing_when_its_output_cannot_be_written() {
+    let root = state_root();
+    let state = root.path();
+    std::fs::create_dir_all(state.join("run")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_link");
+    let state_arg = state.display().to_string();
+    let full = std::process::Command::new("sh")
+        .args([
+            "-c",
+            r#"exec "$0" token create --state "$1" >/dev/full"#,
+            bin,
+        ])
+        .arg(&state_arg)
+        .output()
+        .unwrap();
+    let closed = std::process::Command::new("sh")
+        .args(["-c", r#"exec "$0" token create --state "$1" >&-"#, bin])
+        .arg(&state_arg)
+        .output()
+        .unwrap();
+    // A pipe whose read end is closed before `link` starts: its write fails with EPIPE.
+    let (read, write) = rustix::pipe::pipe().unwrap();
+    drop(read);
+    let mut cmd = support::link(&["token", "create", "--state"], state);
+    cmd.stdout(std::process::Stdio::from(write));
+    let broken = cmd.output().unwrap();
+    for (what, out, reason) in [
+        ("/dev/full", &full, "No space left on device"),
+        ("a closed stdout", &closed, "standard output is /dev/null"),
+        ("a closed pipe", &broken, "Broken pipe"),
+    ] {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(
+            err.contains(reason) && err.contains("no token was stored"),
+            "{what}: {err}"
+        );
+        assert_eq!(token_lines(state), Vec::<String>::new(), "{what}: stored");
+    }
+
+    let file = state.join("token.out");
+    let out = std::process::Command::new("sh")
+        .args(["-c", r#"exec "$0" token create --state "$1" >"$2""#, bin])
+        .arg(&state_arg)
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let token = std::fs::read_to_string(&file).unwrap();
+    let token = token.strip_suffix('\n').expect("a whole line");
+    assert!(link_protocol::tokens::verify(&state.join("auth/tokens"), token).unwrap());
+    assert_eq!(token_lines(state).len(), 1);
+}

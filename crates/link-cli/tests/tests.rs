@@ -13,6 +13,7 @@ mod host_death;
 mod link;
 mod long_conversations;
 mod mini;
+mod one_runtime;
 mod ordinary_user;
 mod plugin_kills;
 mod plugin_privileges;

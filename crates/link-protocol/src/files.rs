@@ -40,6 +40,62 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     f.sync_all()
 }
 
+/// What a file is, not where it is: device, inode and birth time (the change time where the
+/// file system keeps no birth time), so a file made later at the same path, even one that
+/// reuses the inode number, is another file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+    born: (i64, i64),
+}
+
+impl Identity {
+    /// The identity of what `path` names now (not followed if it is a symlink).
+    pub fn of(path: &Path) -> io::Result<Identity> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path)?;
+        let born = match meta.created() {
+            Ok(t) => {
+                let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                (d.as_secs() as i64, i64::from(d.subsec_nanos()))
+            }
+            Err(_) => (meta.ctime(), meta.ctime_nsec()),
+        };
+        Ok(Identity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            born,
+        })
+    }
+}
+
+/// The files this process made and will remove when it stops ([`made`], [`remove_made`]).
+static MADE: std::sync::Mutex<Vec<(std::path::PathBuf, Identity)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Notes that this process made `path` (as it is now), so that [`remove_made`] removes it,
+/// and only it: a later file at the same path (another runtime's, once this one's state root
+/// was removed and made again) is left alone. Noting a path again replaces its entry.
+pub fn made(path: &Path) {
+    let Ok(id) = Identity::of(path) else {
+        return;
+    };
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    made.retain(|(p, _)| p != path);
+    made.push((path.to_owned(), id));
+}
+
+/// Removes `path` if it is still the file [`made`] noted; true when it removed it.
+pub fn remove_made(path: &Path) -> bool {
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(at) = made.iter().position(|(p, _)| p == path) else {
+        return false;
+    };
+    let (path, id) = made.remove(at);
+    Identity::of(&path).ok() == Some(id) && std::fs::remove_file(&path).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,6 +123,28 @@ mod tests {
         std::fs::write(sub.join("x"), "x").unwrap();
         assert!(write_atomic(&sub, &temp, b"three", 0o600).is_err());
         assert!(!temp.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A file made again at a path this process noted is not removed: only the one noted is.
+    #[test]
+    fn only_the_file_made_is_removed() {
+        let home = std::env::var("HOME").unwrap();
+        let dir = Path::new(&home).join(format!(".cache/lnk-t/made-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mine, theirs) = (dir.join("mine"), dir.join("theirs"));
+        std::fs::write(&mine, "mine").unwrap();
+        std::fs::write(&theirs, "first").unwrap();
+        made(&mine);
+        made(&theirs);
+        // Removed and made again by someone else, as when a state root is replaced.
+        std::fs::remove_file(&theirs).unwrap();
+        std::fs::write(&theirs, "second").unwrap();
+        assert!(remove_made(&mine));
+        assert!(!remove_made(&theirs));
+        assert!(!mine.exists());
+        assert_eq!(std::fs::read(&theirs).unwrap(), b"second");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

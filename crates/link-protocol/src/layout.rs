@@ -1,8 +1,9 @@
 //! Where things live under a state root, and the rules a root must satisfy.
 //!
 //! ```text
+//! <root>/                locked (flock) by the running host for its whole life
 //! <root>/run/            the host's sockets (host.sock, router.sock, connection.sock),
-//!                        host.lock, pids.json (the running host's plugins)
+//!                        pids.json (the running host's plugins)
 //! <root>/run/<p>/<p>.sock  each plugin's socket, in a directory only it may change
 //! <root>/log/<p>.log     each plugin's stderr
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
@@ -65,9 +66,6 @@ impl StateLayout {
     }
     pub fn connection_socket(&self) -> PathBuf {
         self.run_dir().join("connection.sock")
-    }
-    pub fn lock_file(&self) -> PathBuf {
-        self.run_dir().join("host.lock")
     }
     /// The plugins a running host started, with their start times; removed on a clean exit.
     pub fn pids_file(&self) -> PathBuf {

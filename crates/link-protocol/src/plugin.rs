@@ -289,14 +289,18 @@ pub fn parse_ready(line: &str) -> Option<Ready> {
     serde_json::from_str(rest.trim()).ok()
 }
 
-/// Binds a Unix listener, replacing a stale socket file left by a crashed run.
+/// Binds a Unix listener, replacing a stale socket file left by a crashed run. The socket is
+/// noted as this process's ([`crate::files::made`]): [`crate::files::remove_made`] removes it
+/// when the process stops, and never a socket another process bound at the same path since.
 pub fn bind(path: &std::path::Path) -> std::io::Result<tokio::net::UnixListener> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    tokio::net::UnixListener::bind(path)
+    let listener = tokio::net::UnixListener::bind(path)?;
+    crate::files::made(path);
+    Ok(listener)
 }
 
 /// SIGTERM and SIGINT, caught from the moment this is made: a signal that arrives before
@@ -404,7 +408,7 @@ pub async fn serve_plugin(
 }
 
 /// Announces readiness with `routes`, runs `serve` until it ends or SIGTERM/SIGINT arrives,
-/// then removes `socket`. For plugins that serve something other than routes (HTTP).
+/// then removes `socket` if it is still the one it bound. For plugins that serve something other than routes (HTTP).
 pub async fn run_until_stopped(
     socket: &std::path::Path,
     routes: &[&str],
@@ -417,7 +421,7 @@ pub async fn run_until_stopped(
         r = serve => r,
         _ = stop => Ok(()),
     };
-    let _ = std::fs::remove_file(socket);
+    crate::files::remove_made(socket);
     result
 }
 

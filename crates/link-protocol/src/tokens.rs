@@ -37,11 +37,17 @@ pub fn generate() -> io::Result<String> {
 /// Generates a token, stores its hash, and returns the token (shown once, never stored).
 pub fn create(file: &Path) -> io::Result<String> {
     let token = generate()?;
+    store(file, &token)?;
+    Ok(token)
+}
+
+/// Stores the hash of `token` (one [`generate`] made) as active: for a caller that must
+/// first hand the token over (`link token create` writes it out whole, then stores it).
+pub fn store(file: &Path, token: &str) -> io::Result<()> {
     let _lock = lock(file)?;
     let mut lines = read_lines(file)?;
-    lines.push(format!("{} active", hash(&token)));
-    write_atomic(file, &lines)?;
-    Ok(token)
+    lines.push(format!("{} active", hash(token)));
+    write_atomic(file, &lines)
 }
 
 /// True when `token` matches an active stored hash.
