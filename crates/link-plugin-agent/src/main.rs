@@ -1,6 +1,7 @@
 //! link-plugin-agent: full Link's agent registry.
 //!
-//! It owns the list of agents (`agents.json` in its data area, see [`registry`]) and each
+//! It owns the list of agents (one record file per agent in its data area, see [`registry`];
+//! a damaged record damages its agent alone, which answers 500 naming the file) and each
 //! agent's isolated home (`data/agent/homes/<id>/` with `.config`, `.cache`, `.local/share`)
 //! that the run tool hands to commands. The agent's workspace and conversation belong to the
 //! file store: this plugin asks it, through the router, to create and delete them
@@ -21,10 +22,14 @@ use std::sync::{Arc, Mutex};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let env = link_protocol::plugin::start()?;
-    let registry = Registry::load(&env.data)?;
+    let layout = env.layout();
+    let registry = Registry::load(&env.data, &layout.agent_homes_dir())?;
     tracing::info!("{} agents registered", registry.agents.len());
+    for (id, why) in &registry.damaged {
+        tracing::error!("agent {id} is damaged and was not loaded: {why}; the other agents are");
+    }
     let agents = Arc::new(Agents {
-        layout: env.layout(),
+        layout,
         state: Mutex::new(State {
             registry,
             creating: BTreeSet::new(),
@@ -54,12 +59,26 @@ struct State {
 
 impl Agents {
     fn get(&self, id: &AgentId) -> Result<AgentInfo, RemoteError> {
-        let rec = self.state().registry.agents.get(id).cloned();
+        let st = self.state();
+        if let Some(why) = st.registry.damaged.get(id) {
+            return Err(damaged(id, why));
+        }
+        let rec = st.registry.agents.get(id).cloned();
+        drop(st);
         Ok(self.describe(&rec.ok_or_else(|| unknown(id))?))
     }
 
+    /// Every agent, damaged ones included (by id, as Mini lists them), sorted by id.
     fn list(&self) -> AgentList {
-        let all: Vec<Record> = self.state().registry.agents.values().cloned().collect();
+        let st = self.state();
+        let mut all: Vec<Record> = st.registry.agents.values().cloned().collect();
+        all.extend(st.registry.damaged.keys().map(|id| Record {
+            id: id.clone(),
+            name: id.to_string(),
+            created_unix_ms: 0,
+        }));
+        drop(st);
+        all.sort_by(|a, b| a.id.cmp(&b.id));
         AgentList {
             agents: all.iter().map(|a| self.describe(a)).collect(),
         }
@@ -82,6 +101,12 @@ impl Agents {
         let id = AgentId::parse(name)?;
         {
             let mut st = self.state();
+            if let Some(why) = st.registry.damaged.get(name) {
+                return Err(RemoteError::new(
+                    ErrorCode::Conflict,
+                    format!("an agent named {name:?} already exists and is damaged: {why}"),
+                ));
+            }
             if st.registry.agents.contains_key(name) || !st.creating.insert(name.to_owned()) {
                 return Err(RemoteError::new(
                     ErrorCode::Conflict,
@@ -97,23 +122,43 @@ impl Agents {
         let made = match self.make_files(&id).await {
             Ok(()) => {
                 let mut st = self.state();
-                st.registry.agents.insert(rec.id.clone(), rec.clone());
-                let saved = st.registry.save();
-                if saved.is_err() {
-                    st.registry.agents.remove(name);
+                let saved = st.registry.create(&rec);
+                if saved.is_ok() {
+                    st.registry.agents.insert(rec.id.clone(), rec.clone());
                 }
                 Ok(saved)
             }
             Err(e) => Err(e),
         };
-        if let Ok(Err(_)) = &made {
+        match &made {
+            // A record put there since the start (a repaired one, say) is kept, and so are
+            // the files of its agent.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             // A create that failed (a full disk, say) leaves no files behind.
-            self.unmake_files(&id).await;
+            Ok(Err(_)) => self.unmake_files(&id).await,
+            _ => {}
         }
         self.state().creating.remove(name);
         match made {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(self.io_error("cannot save the agent registry", e)),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let path = self.state().registry.path(name);
+                return Err(RemoteError::new(
+                    ErrorCode::Conflict,
+                    format!(
+                        "agent {name:?} has a record {} made since the runtime started; \
+                         restart to load it, or choose another name",
+                        path.display()
+                    ),
+                ));
+            }
+            Ok(Err(e)) => {
+                let what = format!(
+                    "cannot save the record {}",
+                    self.state().registry.path(name).display()
+                );
+                return Err(self.io_error(&what, e));
+            }
             Err(e) => return Err(e),
         }
         tracing::info!("created agent {name}");
@@ -152,8 +197,11 @@ impl Agents {
     }
 
     async fn delete(&self, id: &AgentId) -> Result<Empty, RemoteError> {
-        if !self.state().registry.agents.contains_key(id) {
-            return Err(unknown(id));
+        {
+            let st = self.state();
+            if !st.registry.agents.contains_key(id) && !st.registry.damaged.contains_key(id) {
+                return Err(unknown(id));
+            }
         }
         self.call::<store::AgentDelete>(id).await?;
         match self.call::<schedule::DeleteAgent>(id).await {
@@ -176,14 +224,14 @@ impl Agents {
             }
         }
         let mut st = self.state();
-        if let Some(rec) = st.registry.agents.remove(id) {
-            if let Err(e) = st.registry.save() {
-                st.registry.agents.insert(id.clone(), rec);
-                return Err(RemoteError::internal(format!(
-                    "cannot save the agent registry: {e}"
-                )));
-            }
+        if let Err(e) = st.registry.remove(id) {
+            return Err(RemoteError::internal(format!(
+                "cannot remove the record {}: {e}",
+                st.registry.path(id).display()
+            )));
         }
+        st.registry.agents.remove(id);
+        st.registry.damaged.remove(id);
         tracing::info!("deleted agent {id}");
         Ok(Empty {})
     }
@@ -198,6 +246,14 @@ impl Agents {
                 e
             })
     }
+}
+
+/// The error for a request of a damaged agent (Mini's harness words it the same way).
+fn damaged(id: &str, why: &str) -> RemoteError {
+    RemoteError::internal(format!(
+        "agent {id} is damaged: {why}. Fix or move aside its files and restart, or delete \
+         the agent"
+    ))
 }
 
 fn unknown(id: &str) -> RemoteError {

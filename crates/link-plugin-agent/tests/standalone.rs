@@ -53,14 +53,14 @@ async fn works_alone_and_fails_cleanly_without_the_router() {
     assert_eq!(err.code(), Some(ErrorCode::Unavailable), "{err}");
     assert!(err.to_string().contains("store.agent.create"), "{err}");
     assert!(!layout.agent_home("a").exists());
-    assert!(!layout.data(NAME).join("agents.json").exists());
+    assert!(!layout.data(NAME).join("agents").exists());
     assert_eq!(
         p.call("agent.list", None, json!({})).await.unwrap(),
         json!({"agents": []})
     );
     p.kill();
 
-    // A registry written by an earlier run is served after a restart.
+    // The registry of an older runtime (one `agents.json`) is migrated and served.
     std::fs::write(
         layout.data(NAME).join("agents.json"),
         r#"{"agents": [{"id": "old", "name": "old", "created_unix_ms": 1}]}"#,
@@ -78,6 +78,8 @@ async fn works_alone_and_fails_cleanly_without_the_router() {
             "home": layout.agent_home("old"),
         })
     );
+    assert!(layout.data(NAME).join("agents/old.json").is_file());
+    assert!(layout.data(NAME).join("agents.json.migrated").is_file());
     let err = p
         .call("agent.create", None, json!({"name": "old"}))
         .await
