@@ -264,10 +264,7 @@ impl Stored {
 
 /// The error for a turn or read of a damaged agent.
 fn damaged(id: &str, why: &str) -> RemoteError {
-    RemoteError::internal(format!(
-        "agent {id} is damaged: {why}. Fix or move aside its files and restart, or delete \
-         the agent"
-    ))
+    RemoteError::damaged_agent(id, why)
 }
 
 #[cfg(test)]

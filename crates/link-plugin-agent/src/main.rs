@@ -61,7 +61,7 @@ impl Agents {
     fn get(&self, id: &AgentId) -> Result<AgentInfo, RemoteError> {
         let st = self.state();
         if let Some(why) = st.registry.damaged.get(id) {
-            return Err(damaged(id, why));
+            return Err(RemoteError::damaged_agent(id, why));
         }
         let rec = st.registry.agents.get(id).cloned();
         drop(st);
@@ -246,14 +246,6 @@ impl Agents {
                 e
             })
     }
-}
-
-/// The error for a request of a damaged agent (Mini's harness words it the same way).
-fn damaged(id: &str, why: &str) -> RemoteError {
-    RemoteError::internal(format!(
-        "agent {id} is damaged: {why}. Fix or move aside its files and restart, or delete \
-         the agent"
-    ))
 }
 
 fn unknown(id: &str) -> RemoteError {

@@ -127,6 +127,15 @@ impl RemoteError {
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Internal, message)
     }
+    /// A request of an agent whose files cannot be read, in either runtime (Mini's harness,
+    /// full Link's registry): `internal`, naming the agent, `why` (which file and what is
+    /// wrong with it) and what the user does. The damage is the agent's alone.
+    pub fn damaged_agent(id: &str, why: impl std::fmt::Display) -> Self {
+        Self::internal(format!(
+            "agent {id} is damaged: {why}. Fix or move aside its files and restart, or delete \
+             the agent"
+        ))
+    }
     /// A write the disk (or a quota) refused, naming the state root that holds it and what
     /// the user does about it; `detail` says what could not be written.
     pub fn insufficient_storage(
