@@ -7,7 +7,7 @@
 //! P%; improved likewise the other way; otherwise it did not change.
 
 use crate::compare::pairs::{self, Clock};
-use crate::compare::{Build, Comparison, SCHEMA_VERSION};
+use crate::compare::{Build, Comparison, MIN_BASELINE_SCHEMA, SCHEMA_VERSION};
 use crate::paired::{self, Kind, Welch};
 use anyhow::{bail, Context, Result};
 use link_report::{PhaseName, Profile};
@@ -146,10 +146,11 @@ pub fn load(path: &Path) -> Result<Comparison> {
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("baseline {} is not JSON", path.display()))?;
     let schema = value["schema_version"].as_u64().unwrap_or(0);
-    if schema != u64::from(SCHEMA_VERSION) {
+    if !(u64::from(MIN_BASELINE_SCHEMA)..=u64::from(SCHEMA_VERSION)).contains(&schema) {
         bail!(
-            "baseline {} has comparison schema {schema}, this run writes {SCHEMA_VERSION} (a \
-             baseline must keep its raw timing cycles); record a new baseline with this version",
+            "baseline {} has comparison schema {schema}, this run reads {MIN_BASELINE_SCHEMA} to \
+             {SCHEMA_VERSION} (a baseline must keep its raw timing cycles); record a new \
+             baseline with this version",
             path.display()
         );
     }

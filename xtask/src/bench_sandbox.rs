@@ -119,7 +119,7 @@ impl Default for Options {
 }
 
 /// Whether the benchmark measured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BenchStatus {
     Measured,
@@ -131,7 +131,7 @@ pub enum BenchStatus {
 }
 
 /// A goal against an interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Goal {
     /// The whole interval is at or below the goal.
@@ -163,7 +163,7 @@ impl Goal {
 }
 
 /// The commands each variant runs, as a person would type them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Commands {
     pub bare_bwrap: String,
     pub cli_exec: String,
@@ -175,7 +175,7 @@ pub struct Commands {
 }
 
 /// One variant's figures (nanoseconds) and its samples in the order they ran.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Variant {
     #[serde(flatten)]
     pub spread: Spread,
@@ -184,7 +184,7 @@ pub struct Variant {
 
 /// Every variant; `plugin_path` is `run_turn − plain_turn` and `confined_run` is
 /// `run_turn − tool_turn`, per turn round.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Variants {
     pub bare_bwrap: Variant,
     pub cli_exec: Variant,
@@ -199,7 +199,7 @@ pub struct Variants {
 }
 
 /// `numerator / denominator`, a ratio of medians with its interval, against the goal.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ratio {
     pub name: String,
     pub numerator: String,
@@ -212,7 +212,7 @@ pub struct Ratio {
 pub use crate::outputs::Program;
 
 /// `target/bench-sandbox.json`, and the comparison's `sandbox_bench`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SandboxBench {
     pub schema_version: u32,
     pub status: BenchStatus,

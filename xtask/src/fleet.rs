@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The fleet table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Fleet {
     pub schema_version: u32,
     pub machines: Vec<Row>,
@@ -26,7 +26,7 @@ pub struct Fleet {
 }
 
 /// One machine's row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Row {
     /// The directory's name (a CI artifact's name, say).
     pub name: String,
@@ -43,7 +43,7 @@ pub struct Row {
     pub outcome: Status,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SideRow {
     pub outcome: Status,
     pub reason: Option<String>,

@@ -18,6 +18,7 @@ mod outputs;
 mod paired;
 mod qualify;
 mod runtime;
+mod schemas;
 mod state;
 mod stats;
 mod svg;
@@ -48,6 +49,8 @@ commands:
             DIR holding one machine's target/runtime-* outputs; --allow-mixed, --out DIR;
             exit 0 none failed, 1 a machine failed, 2 usage error or mixed sources
   build     run the spec's two locked release build commands
+  schemas   rewrite schemas/*.schema.json (run report, comparison, sandbox benchmark, fleet)
+            from the types
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
   install   install the missing system packages (bubblewrap, strace, libseccomp-dev),
@@ -76,6 +79,8 @@ enum Cmd {
     Fleet(FleetArgs),
     /// Run the spec's two locked release build commands.
     Build,
+    /// Rewrite the published JSON Schemas (`schemas/`) from the report types.
+    Schemas,
     /// Build, run the spec's confined tests and `runtime --trace`, then print a checklist.
     Qualify(BaselineArgs),
     /// Probe confinement and tracing support and say what to install or change.
@@ -276,6 +281,12 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 .iter()
                 .any(|m| m.outcome == link_report::Status::Failed);
             Ok(u8::from(failed))
+        }
+        Cmd::Schemas => {
+            for path in schemas::write(&ws.root.join("schemas"))? {
+                link_protocol::errln!("xtask: wrote {}", ws.show(&path).display());
+            }
+            Ok(0)
         }
         Cmd::Build => {
             outputs::build(&ws)?;

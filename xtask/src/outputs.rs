@@ -112,7 +112,9 @@ pub fn expected_outputs() -> Vec<PathBuf> {
 }
 
 /// A program, by name, with its sha256.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Program {
     pub name: String,
     pub sha256: String,

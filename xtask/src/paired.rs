@@ -29,7 +29,7 @@ pub const METHOD: &str = "paired cycles: each pair runs one Mini and one full Li
     spreads describe; they are not the test";
 
 /// A ratio with its 95% interval and what the data could detect.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LogMean {
     pub pairs: usize,
     /// exp(mean log ratio).
@@ -139,7 +139,7 @@ pub fn mde(se: f64, df: f64) -> f64 {
 }
 
 /// Welch's two-sample t test of `after` against `before` (both logs).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Welch {
     /// mean(after) − mean(before): the log of the change.
     pub diff: f64,
@@ -216,7 +216,7 @@ pub fn outliers(x: &[f64]) -> Vec<usize> {
 }
 
 /// What a gate decides about one figure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Improved,

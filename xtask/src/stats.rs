@@ -68,7 +68,7 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// One side's figures for one phase, in nanoseconds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Spread {
     /// Samples behind the figures (runs × rounds).
     pub samples: usize,
@@ -87,7 +87,7 @@ pub struct Spread {
 }
 
 /// An estimate with its 95% interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Interval {
     pub estimate: f64,
     pub low: f64,

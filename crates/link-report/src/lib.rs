@@ -71,6 +71,16 @@ macro_rules! vocabulary {
             }
         }
 
+        #[cfg(feature = "schema")]
+        impl ::schemars::JsonSchema for $name {
+            fn schema_name() -> ::std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut ::schemars::SchemaGenerator) -> ::schemars::Schema {
+                ::schemars::json_schema!({ "type": "string", "enum": $name::NAMES })
+            }
+        }
+
         impl ::serde::Serialize for $name {
             fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())

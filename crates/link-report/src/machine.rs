@@ -14,6 +14,7 @@ pub const USERNS_SYSCTLS: [&str; 3] = [
 ];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Machine {
     pub hostname: String,
     pub kernel: String,

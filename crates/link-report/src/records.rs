@@ -3,11 +3,15 @@
 use crate::{Mode, Profile};
 use serde::{Deserialize, Serialize};
 
-/// Bumped whenever a field changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Bumped whenever a field is added, changes meaning or disappears; `schemas/run-report.schema.json`
+/// is this version's, generated from these types (`cargo xtask schemas`).
+/// 2: `trace.outside_phases_execs`, `trace.total_execs`; every field since 1 without a bump
+/// (`phases[].cpu_ns`, `startup_cpu`, ...) is in the published schema.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One run of one profile.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Report {
     pub schema_version: u32,
     /// `git rev-parse HEAD` of the programs, as the caller passed it.
@@ -38,6 +42,7 @@ pub struct Report {
 /// thread) that had already exited, and the sandbox probe full Link starts right after
 /// `ready` behind a kept answer, with what that probe runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StartupCpu {
     pub cpu_ns: u64,
     /// The processes counted: the host and its live descendants.
@@ -46,6 +51,7 @@ pub struct StartupCpu {
 
 /// A program the run used, as found on disk.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Artifact {
     pub name: String,
     pub path: String,
@@ -55,6 +61,7 @@ pub struct Artifact {
 
 /// The machine and what it could do.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Platform {
     pub os: String,
     pub arch: String,
@@ -68,6 +75,7 @@ pub struct Platform {
 
 /// How the run was asked to go.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Configuration {
     pub profile: Profile,
     pub mode: Mode,
@@ -80,6 +88,7 @@ pub struct Configuration {
 
 /// The directories involved.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Roots {
     pub programs: String,
     pub state: String,
@@ -88,6 +97,7 @@ pub struct Roots {
 
 /// One timed phase; epoch bounds let a trace be matched to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Phase {
     pub name: String,
     pub round: u32,
@@ -104,6 +114,7 @@ pub struct Phase {
 
 /// A process the runtime started, identified beyond its pid.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessIdentity {
     pub pid: i32,
     pub ppid: i32,
@@ -117,6 +128,7 @@ pub struct ProcessIdentity {
 
 /// One pass of the monitor over the runtime's processes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SampleRound {
     pub index: u64,
     pub unix_ns: u128,
@@ -125,6 +137,7 @@ pub struct SampleRound {
 
 /// One process in one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessSample {
     pub pid: i32,
     pub ppid: i32,
@@ -143,6 +156,7 @@ impl SampleRound {
 
 /// One `GET /v1/status` of the isolated status series.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StatusPoint {
     pub index: u32,
     pub start_unix_ns: u128,
@@ -250,6 +264,7 @@ impl PhaseName {
 
 /// A named check with what was observed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Check {
     pub name: CheckName,
     pub outcome: Status,
@@ -258,6 +273,7 @@ pub struct Check {
 
 /// The verdict and, unless passed, why.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Outcome {
     pub status: Status,
     pub reason: Option<String>,
@@ -265,6 +281,7 @@ pub struct Outcome {
 
 /// What the run exercised and what it is explicitly not evidence of.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Coverage {
     pub exercised: Vec<String>,
     pub not_evidence_of: Vec<String>,
@@ -272,6 +289,7 @@ pub struct Coverage {
 
 /// Counts from an strace of the run, per phase; `available: false` never means zero.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TraceSection {
     pub available: bool,
     pub reason: Option<String>,
@@ -288,6 +306,7 @@ pub struct TraceSection {
 
 /// Exec activity inside one phase's epoch bounds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TracePhase {
     pub name: String,
     pub round: u32,
@@ -301,6 +320,7 @@ pub struct TracePhase {
 
 /// What the monitor plugin reports about itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MonitorStatus {
     pub interval_ms: u64,
     pub completed_samples: u64,

@@ -32,7 +32,11 @@ use std::path::Path;
 /// 3: `stats` come from the paired timing `cycles` (kept raw, for a later baseline), not from
 /// the scenario `runs`; `stats[].ratio` is the paired figure; `pairs`, `sampling`,
 /// `shared_total`, `ab`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: `machine`, `source_checked`, `mini.traced`/`link.traced` gain `outside_phases_execs` and
+/// `total_execs`; the published schema is `schemas/runtime-comparison.schema.json`.
+pub const SCHEMA_VERSION: u32 = 4;
+/// The oldest comparison a `--baseline` may be: 3 keeps the raw cycles a baseline needs.
+pub const MIN_BASELINE_SCHEMA: u32 = 3;
 
 /// A ratio interval wider than this (upper / lower) is called out.
 pub const WIDE_INTERVAL: f64 = 1.5;
@@ -42,7 +46,7 @@ pub const HIGH_LOAD_PER_CPU: f64 = 1.0;
 pub const HIGH_CPU_PRESSURE: f64 = 10.0;
 
 /// One comparison of a Mini run and a full Link run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Comparison {
     pub schema_version: u32,
     /// `confined` or `diagnostic`, as requested.
@@ -110,7 +114,7 @@ pub struct Comparison {
 }
 
 /// How many cycles ran and why they stopped.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Sampling {
     /// The precision asked for: every figure's interval within about ±this percent.
     pub precision_pct: f64,
@@ -138,7 +142,7 @@ impl Sampling {
 
 /// `--against DIR`: the measured programs (new) over the other ones (old), per side and phase,
 /// from units of four cycles (each build on each side) run back to back.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ab {
     pub against: String,
     pub max_regression: f64,
@@ -155,7 +159,7 @@ impl Ab {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AbRow {
     pub phase: String,
     pub profile: Profile,
@@ -179,7 +183,7 @@ impl AbRow {
 
 /// Start-up's CPU time (`Report::startup_cpu`) over each side's passed runs, and the floor it
 /// puts under start-up on this machine's CPUs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StartupCpuStats {
     pub cpus: usize,
     pub sides: Vec<StartupCpuSide>,
@@ -187,7 +191,7 @@ pub struct StartupCpuStats {
     pub ratio: Option<Interval>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StartupCpuSide {
     pub profile: Profile,
     /// Passed runs that measured it.
@@ -204,7 +208,7 @@ pub struct StartupCpuSide {
 }
 
 /// One timed run as it is compared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunRecord {
     pub profile: Profile,
     /// 1-based, per side.
@@ -225,7 +229,7 @@ pub struct RunRecord {
 
 /// Which programs a cycle ran: the ones measured (`new`, `target/release`) or, with
 /// `--against DIR`, the ones they are compared with (`old`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Build {
     New,
@@ -242,7 +246,7 @@ impl Build {
 }
 
 /// Where a timing cycle sits among the others.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CycleInfo {
     /// 1-based: the pair (with `--against`, the unit of four) it belongs to.
     pub pair: u32,
@@ -252,7 +256,7 @@ pub struct CycleInfo {
 }
 
 /// One phase round of one run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseSample {
     pub name: String,
     pub round: u32,
@@ -263,7 +267,7 @@ pub struct PhaseSample {
 }
 
 /// One phase over all runs: each side's figures and the ratio.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseStats {
     pub name: String,
     /// A fixed wait (idle): shown apart, never in totals.
@@ -310,7 +314,7 @@ pub struct PhaseStats {
 /// the stop took (`link down` seeing the exit and returning, and the runner collecting the
 /// host), as a ratio and in nanoseconds; a ratio alone would flatter a side whose host is
 /// slower to exit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExitOverhead {
     pub profile: Profile,
     /// Passed runs with both phases.
@@ -336,7 +340,7 @@ pub struct TimedRun {
 }
 
 /// What one side's report says, reduced to what is compared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Side {
     pub profile: Profile,
     pub mode: Mode,
@@ -368,7 +372,7 @@ pub struct Side {
 }
 
 /// The separate strace run of one side.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TracedSide {
     pub report: String,
     pub outcome: Status,
@@ -383,7 +387,7 @@ pub struct TracedSide {
 }
 
 /// One phase on both sides.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PhaseRow {
     pub name: String,
     pub round: u32,
@@ -394,7 +398,7 @@ pub struct PhaseRow {
 }
 
 /// One phase's trace counts on both sides (`None`: the side has no such phase or no trace).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ExecRow {
     pub name: String,
     pub round: u32,

@@ -4,7 +4,7 @@ use super::{HIGH_CPU_PRESSURE, HIGH_LOAD_PER_CPU};
 use serde::{Deserialize, Serialize};
 
 /// The machine's load just before a run (`None`: the kernel does not say).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Noise {
     pub cpus: usize,
     pub load1: Option<f64>,
