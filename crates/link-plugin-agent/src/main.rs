@@ -181,7 +181,7 @@ impl Agents {
 
     /// Removes what [`Self::make_files`] made, after a create that failed later.
     async fn unmake_files(&self, id: &AgentId) {
-        let _ = std::fs::remove_dir_all(self.layout.agent_home(id));
+        let _ = link_protocol::files::remove_tree(&self.layout.agent_home(id));
         if let Err(e) = self.call::<store::AgentDelete>(id).await {
             tracing::warn!("could not remove the files of the failed create of {id}: {e}");
         }
@@ -213,9 +213,9 @@ impl Agents {
             Err(e) => return Err(e),
         }
         let home = self.layout.agent_home(id);
-        match std::fs::remove_dir_all(&home) {
+        // Whatever the agent's commands did to the modes of its files (issue 42).
+        match link_protocol::files::remove_tree(&home) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(RemoteError::internal(format!(
                     "cannot remove home {}: {e}",

@@ -62,7 +62,11 @@ async fn main() -> anyhow::Result<()> {
         .on::<FileWrite, _, _>(|s, call: Call, body: WriteBody| async move {
             let agent = call.agent()?;
             let bytes = s.workspace(agent)?.write(&body.path, &body.content)?;
-            tracing::info!("agent {agent} wrote {:?} ({bytes} bytes)", body.path);
+            // Lengths only: the path and the content are the agent's.
+            tracing::info!(
+                "agent {agent} wrote {bytes} bytes to a path of {} bytes",
+                body.path.len()
+            );
             Ok(Written { bytes })
         })
         .on::<FileList, _, _>(|s, call: Call, body: PathBody| async move {
@@ -129,9 +133,9 @@ impl Store {
         let mut known = self.known();
         known.remove(agent.as_str());
         let dir = self.layout.agent_dir(agent);
-        match std::fs::remove_dir_all(&dir) {
+        // Whatever the agent's commands did to the modes of its files (issue 42).
+        match link_protocol::files::remove_tree(&dir) {
             Ok(()) => tracing::info!("deleted files of agent {agent}"),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(self.io_error(&dir, e)),
         }
         Ok(Empty {})

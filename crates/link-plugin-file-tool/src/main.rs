@@ -50,6 +50,20 @@ fn path_of(body: &FileBody) -> Result<&str, RemoteError> {
     Ok(path)
 }
 
+/// What a refused operation was, for the log: its kind and lengths, never its path or content
+/// (issue 42: the log kept every refused write whole).
+fn described(body: &FileBody) -> String {
+    match body {
+        FileBody::Read { path } => format!("read of a path of {} bytes", path.len()),
+        FileBody::Write { path, content } => format!(
+            "write of {} bytes to a path of {} bytes",
+            content.len(),
+            path.len()
+        ),
+        FileBody::List { path } => format!("list of a path of {} bytes", path.len()),
+    }
+}
+
 impl FileTool {
     async fn file(self: Arc<Self>, call: Call, body: FileBody) -> Result<FileReply, RemoteError> {
         if self.mode == Mode::Diagnostic {
@@ -68,7 +82,8 @@ impl FileTool {
         let agent = call.agent()?;
         let path = path_of(&body)?;
         paths::check(path, &self.layout.agent_dir(agent)).map_err(|why| {
-            tracing::warn!("refused file {body:?} for agent {agent}: {why:?}");
+            // Lengths and kinds only: the path and the content are the agent's, never logged.
+            tracing::warn!("refused {} for agent {agent}: {why:?}", described(&body));
             why.error(path)
         })?;
         self.forward(agent, body).await.map_err(RemoteError::from)

@@ -144,7 +144,8 @@ impl CodeTool {
                     ErrorCode::BadRequest | ErrorCode::NotFound | ErrorCode::TooLarge
                 ) =>
             {
-                tracing::debug!("search skips {path}: {}", e.message);
+                // The kind only: a path in the workspace is the agent's content.
+                tracing::debug!("search skips a file: {}", e.code.as_str());
                 Ok(None)
             }
             Err(e) => Err(e),

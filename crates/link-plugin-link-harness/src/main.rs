@@ -72,7 +72,12 @@ impl Harness {
         drop(lock);
         self.forget_idle(agent);
         if let Err(e) = &result {
-            tracing::warn!("turn of {agent} failed: {e}");
+            // The code and length only: an error may quote the message, a path or a pattern.
+            tracing::warn!(
+                "turn of {agent} failed: {} ({} bytes of message)",
+                e.code.as_str(),
+                e.message.len()
+            );
         }
         result
     }

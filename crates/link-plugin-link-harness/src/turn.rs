@@ -330,7 +330,10 @@ fn storage_full_mid_turn(
     stored: usize,
     e: &RemoteError,
 ) -> RemoteError {
-    tracing::warn!("a full disk stopped the turn of {agent}: {}", e.message);
+    tracing::warn!(
+        "a full disk stopped the turn of {agent}: {}",
+        e.code.as_str()
+    );
     // A turn stores its message with the first reply, so `stored` is at least 2 here.
     let later = match stored {
         2 => "the entry after it".to_owned(),
@@ -366,11 +369,21 @@ async fn call_tool(
     match deps.tool(route, agent, input).await {
         Ok(output) => Ok(Outcome { ok: true, output }),
         Err(e) if e.code == ErrorCode::Unavailable => {
-            tracing::warn!("{} died during a turn of {agent}: {e}", owner_of(route));
+            tracing::warn!(
+                "{} died during a turn of {agent}: {}",
+                owner_of(route),
+                e.code.as_str()
+            );
             Err(e)
         }
         Err(e) => {
-            tracing::info!("{route} for {agent} refused: {e}");
+            // The code and length only: the refusal quotes the tool's input (a path, a
+            // search pattern), which is the agent's content.
+            tracing::info!(
+                "{route} for {agent} refused: {} ({} bytes of message)",
+                e.code.as_str(),
+                e.message.len()
+            );
             Ok(refused(e.to_string()))
         }
     }

@@ -247,7 +247,8 @@ impl Scheduler {
                 error: None,
             },
             Err(e) => {
-                tracing::warn!("schedule {} turn failed: {e}", schedule.id);
+                // The code only: the turn's error may quote the scheduled message.
+                tracing::warn!("schedule {} turn failed: {}", schedule.id, e.code.as_str());
                 LastResult {
                     at_unix_ms: unix_ms(),
                     ok: false,

@@ -209,7 +209,10 @@ impl PluginRuleset {
 ///   clears setuid bits there (`CHOWN`, `FOWNER`, `DAC_OVERRIDE`). No `CAP_SYS_ADMIN`: it
 ///   would pass Landlock's ptrace bound and let the plugin read any process's environment.
 /// - The file store reads and writes workspaces the agents' uids own (`DAC_OVERRIDE`,
-///   `FOWNER`).
+///   `FOWNER`), and removes them on delete whatever modes their commands left.
+/// - The agent plugin removes the homes the agents' uids own on delete, whatever modes their
+///   commands left (`DAC_OVERRIDE`, `FOWNER`; issue 42: as root an agent that ran one command
+///   could never be deleted). Its Landlock rules keep both to its own data area's writes.
 pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
     use link_protocol::routes::programs;
     let files = CapabilitySet::DAC_OVERRIDE | CapabilitySet::FOWNER;
@@ -221,7 +224,7 @@ pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
                 | CapabilitySet::SETFCAP
                 | CapabilitySet::CHOWN
         }
-        programs::FILE_STORE => files,
+        programs::FILE_STORE | programs::AGENT => files,
         _ => CapabilitySet::empty(),
     }
 }

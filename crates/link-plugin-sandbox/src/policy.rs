@@ -240,6 +240,17 @@ impl Policy {
         a.0
     }
 
+    /// The environment of a command the plugin runs for an agent ([`Policy::env`]) with
+    /// `PATH` never taken from the plugin's own: [`DEFAULT_PATH`] unless the request gives
+    /// one, so the host user's directories (root's cargo, pyenv) never reach a command
+    /// (issue 42). Only the diagnostic `exec`, the caller's own command line, passes its `PATH`.
+    pub fn agent_env(
+        inherited: impl Fn(&str) -> Option<OsString>,
+        overrides: &[(String, String)],
+    ) -> Result<Vec<(OsString, OsString)>, String> {
+        Self::env(|k| (k != "PATH").then(|| inherited(k)).flatten(), overrides)
+    }
+
     /// The environment of the confined command: only [`ENV_ALLOWED`] names, taken from
     /// `overrides` first, then from `inherited`; `HOME` is the sandbox home.
     pub fn env(
@@ -518,5 +529,28 @@ mod tests {
         assert_eq!(env[1].1, DEFAULT_PATH);
         let err = Policy::env(inherited, &[("SECRET".into(), "x".into())]).unwrap_err();
         assert!(err.contains("`SECRET` is not allowed"), "{err}");
+    }
+
+    #[test]
+    fn an_agents_command_gets_the_fixed_path_not_the_plugins() {
+        let inherited = |k: &str| match k {
+            "PATH" => Some(OsString::from("/root/.cargo/bin:/usr/bin")),
+            "LANG" => Some(OsString::from("C.UTF-8")),
+            _ => None,
+        };
+        let path = |env: &[(OsString, OsString)]| {
+            env.iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.clone())
+        };
+        let agent = Policy::agent_env(inherited, &[]).unwrap();
+        assert_eq!(path(&agent), Some(DEFAULT_PATH.into()));
+        assert!(agent.contains(&("LANG".into(), "C.UTF-8".into())));
+        // The twin: the diagnostic `exec` passes the caller's own.
+        let exec = Policy::env(inherited, &[]).unwrap();
+        assert_eq!(path(&exec), Some("/root/.cargo/bin:/usr/bin".into()));
+        // A request may still name one.
+        let asked = Policy::agent_env(inherited, &[("PATH".into(), "/bin".into())]).unwrap();
+        assert_eq!(path(&asked), Some("/bin".into()));
     }
 }

@@ -81,8 +81,8 @@ impl Service {
             ));
         }
         let overrides: Vec<(String, String)> = body.env.into_iter().collect();
-        let env =
-            Policy::env(|k| std::env::var_os(k), &overrides).map_err(RemoteError::bad_request)?;
+        let env = Policy::agent_env(|k| std::env::var_os(k), &overrides)
+            .map_err(RemoteError::bad_request)?;
         if body.argv.iter().any(|a| a.contains('\0')) {
             return Err(RemoteError::bad_request(
                 "sandbox.exec: an argument holds a NUL byte",

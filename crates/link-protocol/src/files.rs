@@ -96,6 +96,87 @@ pub fn remove_made(path: &Path) -> bool {
     Identity::of(&path).ok() == Some(id) && std::fs::remove_file(&path).is_ok()
 }
 
+/// Removes `dir` and everything under it, whatever modes a command left on the directories
+/// there (issue 42: an agent whose command ran `chmod 000` on a directory could never be
+/// deleted). Tried as is first; where a directory refuses it, every directory under `dir` is
+/// given `u+rwx` (the owner's bits only, so nobody else gains anything), then it is tried again.
+/// The walk goes by descriptor and never follows a symlink: each directory is opened
+/// `O_PATH | O_NOFOLLOW | O_DIRECTORY` from its parent's descriptor, its mode changed through
+/// that descriptor and only then read, so a name swapped for a symlink meanwhile is skipped,
+/// never changed or entered. A directory the caller neither owns nor may change (without
+/// `CAP_FOWNER`) stays as it was, and the second removal says why. Gone already is success.
+#[cfg(feature = "runtime")]
+pub fn remove_tree(dir: &Path) -> io::Result<()> {
+    let first = match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => e,
+        other => return other,
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(name) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return Err(first);
+    };
+    // Best effort: the removal after it says what is still in the way.
+    let _ = open_up(rustix::fs::CWD, &name, OPEN_UP_DEPTH);
+    match std::fs::remove_dir_all(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// How deep [`remove_tree`] restores modes: one descriptor is open per level.
+#[cfg(feature = "runtime")]
+const OPEN_UP_DEPTH: usize = 256;
+
+/// Gives the directory `name` (relative to `parent`) and every directory under it `u+rwx`.
+#[cfg(feature = "runtime")]
+fn open_up(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    depth: usize,
+) -> io::Result<()> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    use std::os::fd::{AsFd, AsRawFd};
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    // A symlink or anything but a directory is refused here (ELOOP, ENOTDIR): never followed.
+    let at = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+    let mode = rustix::fs::fstat(&at)?.st_mode;
+    if mode & 0o700 != 0o700 {
+        // `fchmod` refuses an `O_PATH` descriptor; its /proc name is the directory itself.
+        let by_fd = format!("/proc/self/fd/{}", at.as_raw_fd());
+        rustix::fs::chmod(by_fd.as_str(), Mode::from_raw_mode((mode & 0o7777) | 0o700))?;
+    }
+    if depth == 0 {
+        return Ok(());
+    }
+    let read = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dir = rustix::fs::openat(&at, c".", read, Mode::empty())?;
+    drop(at);
+    let mut subdirs = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir)? {
+        let entry = entry?;
+        let child = entry.file_name();
+        if child == c"." || child == c".." {
+            continue;
+        }
+        if matches!(entry.file_type(), FileType::Directory | FileType::Unknown) {
+            subdirs.push(child.to_owned());
+        }
+    }
+    let mut failed = None;
+    for child in subdirs {
+        match open_up(dir.as_fd(), &child, depth - 1) {
+            // An `Unknown` entry that is not a directory, or one gone meanwhile.
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {}
+            Err(e) => failed = failed.or(Some(e)),
+            Ok(()) => {}
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +205,59 @@ mod tests {
         assert!(write_atomic(&sub, &temp, b"three", 0o600).is_err());
         assert!(!temp.exists());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A tree whose directories were made unreadable and unwritable by their owner is removed
+    /// whole; a symlink in it to a directory outside is removed, never followed, and what it
+    /// pointed to keeps its mode.
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn a_tree_with_closed_directories_is_removed_without_following_symlinks() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = std::env::var("HOME").unwrap();
+        let base = Path::new(&home).join(format!(".cache/lnk-t/tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let (tree, outside) = (base.join("tree"), base.join("outside"));
+        std::fs::create_dir_all(tree.join("locked/inner/deeper")).unwrap();
+        std::fs::write(tree.join("locked/inner/deeper/f"), "f").unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("locked/inner/out")).unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&outside, 0o500);
+        mode(&tree.join("locked/inner/deeper"), 0o000);
+        mode(&tree.join("locked/inner"), 0o000);
+        mode(&tree.join("locked"), 0o000);
+        if rustix::process::geteuid().is_root() {
+            // Root passes every mode by DAC_OVERRIDE; the walk is exercised all the same.
+            assert!(open_up(rustix::fs::CWD, &cstring(&tree), OPEN_UP_DEPTH).is_ok());
+            assert_eq!(
+                std::fs::metadata(tree.join("locked/inner/deeper"))
+                    .unwrap()
+                    .permissions()
+                    .mode()
+                    & 0o777,
+                0o700
+            );
+        } else {
+            // The twin: plain removal is refused.
+            let refused = std::fs::remove_dir_all(&tree).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
+        }
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        let kept = std::fs::metadata(&outside).unwrap().permissions().mode() & 0o777;
+        assert_eq!(kept, 0o500, "the symlink's target was changed");
+        remove_tree(&tree).unwrap();
+        mode(&outside, 0o700);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[cfg(feature = "runtime")]
+    fn cstring(p: &Path) -> std::ffi::CString {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap()
     }
 
     /// A file made again at a path this process noted is not removed: only the one noted is.
