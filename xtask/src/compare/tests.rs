@@ -327,7 +327,7 @@ fn skipped_side_and_missing_trace_are_caveats() {
 #[test]
 fn intervals_contain_the_medians_and_runs_are_kept() {
     let c = sample();
-    assert_eq!(c.schema_version, 3);
+    assert_eq!(c.schema_version, 4);
     assert_eq!(c.runs.len(), 10);
     assert_eq!((c.cycles.len(), c.pairs), (10, 5));
     let order: Vec<(Profile, u32)> = c.runs.iter().map(|r| (r.profile, r.index)).collect();
