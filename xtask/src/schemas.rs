@@ -68,15 +68,7 @@ mod tests {
             .args(files)
             .output()
             .expect("running check-jsonschema");
-        Some(if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        })
+        Some(crate::ci::tests::verdict(&out))
     }
 
     #[test]
@@ -140,15 +132,7 @@ mod tests {
         let control = validate(&schema("run-report.schema.json"), &bad);
         std::fs::remove_dir_all(&dir).unwrap();
         let Some(control) = control else {
-            assert!(
-                std::env::var("LNK_REQUIRE_TOOLS").as_deref() != Ok("1"),
-                "LNK_REQUIRE_TOOLS=1 but check-jsonschema is not installed: `python3 -m pip \
-                 install -r ci/requirements.txt`"
-            );
-            link_report::skip::skipped(
-                "SKIPPED: check-jsonschema is not installed (`python3 -m pip install -r \
-                 ci/requirements.txt`)",
-            );
+            link_report::skip::tool_missing("check-jsonschema");
             return;
         };
         for (what, r) in results {

@@ -38,3 +38,17 @@ fn note_skip(line: &str) {
         let _ = f.write_all(format!("{exe} {test}: {line}\n").as_bytes());
     }
 }
+
+/// Set by `.ci/run`: the test tools `ci/requirements.txt` pins must be installed.
+pub const ENV_REQUIRE_TOOLS: &str = "LNK_REQUIRE_TOOLS";
+
+/// A test tool from `ci/requirements.txt` is missing: a failure under
+/// [`ENV_REQUIRE_TOOLS`]`=1`, else a skip said through [`skipped`].
+pub fn tool_missing(tool: &str) {
+    let fix = "`python3 -m pip install -r ci/requirements.txt`";
+    assert!(
+        std::env::var(ENV_REQUIRE_TOOLS).as_deref() != Ok("1"),
+        "{ENV_REQUIRE_TOOLS}=1 but {tool} is not installed: {fix}"
+    );
+    skipped(&format!("SKIPPED: {tool} is not installed ({fix})"));
+}
