@@ -412,13 +412,23 @@ pub fn turn(state: &Path, token: Option<String>, agent: &str, message: &str) -> 
     )
 }
 
-pub fn agent_create(state: &Path, token: Option<String>, name: &str) -> Result<i32> {
+/// `model`: none, the runtime's default (`link up --model`).
+pub fn agent_create(
+    state: &Path,
+    token: Option<String>,
+    name: &str,
+    model: Option<link_protocol::model::Model>,
+) -> Result<i32> {
+    let body = link_protocol::routes::agent::CreateBody {
+        name: name.to_owned(),
+        model,
+    };
     connection_call(
         state,
         token,
         "POST",
         "/v1/agents",
-        Some(json!({ "name": name })),
+        Some(serde_json::to_value(body)?),
     )
 }
 

@@ -94,10 +94,7 @@ impl Backend for Link {
             Ok(valid)
         })
     }
-    fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a> {
-        let body = agent::CreateBody {
-            name: name.to_owned(),
-        };
+    fn create_agent(&self, body: agent::CreateBody) -> BackendFuture<'_> {
         Box::pin(async move { self.json::<agent::Create>(None, &body).await })
     }
     fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a> {

@@ -129,6 +129,23 @@ fn say_test_hooks_are_ignored() {
     }
 }
 
+/// A default model other than `link-local` is served only by forwarding: without
+/// `LNK_MODEL_REMOTE_URL` every agent created without a model would be refused, so `link up`
+/// is refused at once instead. (Whether the remote serves it is checked when an agent is
+/// created: the remote may not be up yet.)
+fn refuse_unreachable_default_model(model: &link_protocol::model::Model) -> Result<()> {
+    if !model.is_local() && !link_protocol::plugin::model_forwards() {
+        bail!(
+            "--model {model} is not {}, so the model service would have to forward it, but {} \
+             is not set; set it to the remote's http://host[:port] or choose --model {}",
+            link_protocol::model::LOCAL,
+            link_protocol::plugin::ENV_MODEL_REMOTE_URL,
+            link_protocol::model::LOCAL
+        );
+    }
+    Ok(())
+}
+
 /// Runs the host in the foreground until it is asked to stop or a plugin dies.
 pub fn up(args: UpArgs) -> Result<i32> {
     // State is private: everything the host and the plugins it starts (which inherit the
@@ -138,6 +155,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     let layout = StateLayout::new(root);
     layout.check()?;
     refuse_key_in_environment()?;
+    refuse_unreachable_default_model(&args.model)?;
     say_test_hooks_are_ignored();
     let programs = match &args.programs {
         Some(p) => crate::commands::absolute(p)?,
@@ -202,6 +220,7 @@ async fn run(
         profile: args.profile,
         mode: args.mode,
         monitor_interval: args.monitor_interval,
+        default_model: &args.model,
     };
     if args.mode == Mode::Confined {
         launch.refuse_reachable(&layout.control_dir())?;

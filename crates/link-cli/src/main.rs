@@ -108,6 +108,10 @@ enum AgentCommand {
         #[command(flatten)]
         client: ClientArgs,
         name: String,
+        /// The model its turns use (one the runtime serves: link-local, or the remote's);
+        /// defaults to the runtime's (`link up --model`).
+        #[arg(long)]
+        model: Option<link_protocol::model::Model>,
     },
     /// List the agents.
     List {
@@ -168,6 +172,11 @@ pub struct UpArgs {
     /// Seconds between the monitor's samples.
     #[arg(long, default_value = "1")]
     pub monitor_interval: f64,
+    /// The model of an agent created without one (`link agent create --model`), and of an
+    /// agent stored before agents had a model. Models other than link-local are forwarded to
+    /// LNK_MODEL_REMOTE_URL.
+    #[arg(long, default_value = link_protocol::model::LOCAL)]
+    pub model: link_protocol::model::Model,
 }
 
 fn parse_profile(s: &str) -> Result<Profile, String> {
@@ -195,9 +204,11 @@ fn main() {
             ModelKeyCommand::Delete { state } => commands::model_key_delete(&state),
         },
         Command::Agent { command } => match command {
-            AgentCommand::Create { client, name } => {
-                commands::agent_create(&client.state, client.token, &name)
-            }
+            AgentCommand::Create {
+                client,
+                name,
+                model,
+            } => commands::agent_create(&client.state, client.token, &name, model),
             AgentCommand::List { client } => commands::agent_list(&client.state, client.token),
             AgentCommand::Delete { client, id } => {
                 commands::agent_delete(&client.state, client.token, &id)

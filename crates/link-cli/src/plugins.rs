@@ -69,6 +69,8 @@ pub struct Launch<'a> {
     pub profile: Profile,
     pub mode: Mode,
     pub monitor_interval: f64,
+    /// The model of an agent created without one.
+    pub default_model: &'a link_protocol::model::Model,
 }
 
 impl Plugin {
@@ -159,6 +161,7 @@ impl Launch<'_> {
             profile: self.profile,
             mode: self.mode,
             monitor_interval: self.monitor_interval,
+            default_model: self.default_model,
             test_hooks: crate::test_hooks_on(),
         };
         contract.create_dirs()?;
@@ -246,6 +249,9 @@ pub fn describe(status: Option<&ExitStatus>) -> String {
 mod tests {
     use super::*;
 
+    static LOCAL: std::sync::LazyLock<link_protocol::model::Model> =
+        std::sync::LazyLock::new(link_protocol::model::Model::local);
+
     fn launch<'a>(layout: &'a StateLayout, programs: &'a Path, profile: Profile) -> Launch<'a> {
         Launch {
             layout,
@@ -253,6 +259,7 @@ mod tests {
             profile,
             mode: Mode::Confined,
             monitor_interval: 1.0,
+            default_model: &LOCAL,
         }
     }
 

@@ -14,6 +14,7 @@ mod leaks;
 mod link;
 mod long_conversations;
 mod mini;
+mod models;
 mod one_runtime;
 mod ordinary_user;
 mod plugin_kills;

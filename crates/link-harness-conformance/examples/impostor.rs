@@ -337,7 +337,11 @@ impl Impostor {
         let asked =
             link_protocol::http::json(&model, "POST", "/v1/chat/completions", None, Some(&ask));
         let got = match asked.await {
-            Ok(resp) => format!("answered {}", resp.status),
+            Ok(resp) => format!(
+                "answered {}: {}",
+                resp.status,
+                resp.json()["error"]["message"]
+            ),
             Err(e) => format!("refused: {e}"),
         };
         self.record("model_call", got.into());

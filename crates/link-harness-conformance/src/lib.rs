@@ -33,6 +33,7 @@ pub mod programs;
 pub mod reaper;
 pub mod runtime_process;
 pub mod scenario;
+pub mod stand_in;
 pub mod syscalls;
 pub mod trace;
 

@@ -85,6 +85,7 @@ impl PluginSpec {
             profile: self.profile,
             mode: self.mode,
             monitor_interval: 1.0,
+            default_model: &link_protocol::model::Model::local(),
             // Plugins started alone, for their tests.
             test_hooks: true,
         };

@@ -204,13 +204,16 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
         "{reply}"
     );
     // The model answers only the harness: this turn's replies came from it, the impostor's
-    // own call got its connection closed unanswered.
+    // own call got one 403 naming why, and nothing of the model.
     assert!(
         reply["reply"].as_str().is_some_and(|r| !r.is_empty()),
         "{reply}"
     );
     let model_call = got["model_call"].as_str().unwrap_or_default();
-    assert!(model_call.starts_with("refused"), "{got}");
+    assert!(
+        model_call.starts_with("answered 403") && model_call.contains("no grant to the model"),
+        "{got}"
+    );
     // The host's control socket answers a plugin its status only: no key was stored, the
     // runtime was not stopped (the turn above ran, `down` below finds it), no key it made up
     // opened the rest; the control key's file is outside its rules.

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
+pub use link_protocol::routes::agent::CreateBody;
 pub use link_protocol::routes::store::ReadBody;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::de::DeserializeOwned;
@@ -38,8 +39,8 @@ pub trait Backend: Send + Sync + 'static {
         &'a self,
         token: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<bool, RemoteError>> + Send + 'a>>;
-    /// `{name}` → `{id, ..}`.
-    fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a>;
+    /// `{name, model?}` → `{id, name, model, ..}`.
+    fn create_agent(&self, body: CreateBody) -> BackendFuture<'_>;
     /// One turn → `{reply, tool_calls}`.
     fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a>;
     /// `{id, name, conversation, conversation_torn, conversation_total, conversation_start,
@@ -82,19 +83,14 @@ pub fn router(backend: Arc<dyn Backend>, body_timeout: Duration) -> Router {
 type Api = State<Arc<dyn Backend>>;
 
 #[derive(Deserialize)]
-struct CreateAgent {
-    name: String,
-}
-
-#[derive(Deserialize)]
 struct Turn {
     message: String,
 }
 
 async fn create_agent(State(b): Api, body: Body) -> Response {
     let result = async {
-        let req: CreateAgent = read_json(body).await?;
-        b.create_agent(&req.name).await
+        let req: CreateBody = read_json(body).await?;
+        b.create_agent(req).await
     };
     respond(StatusCode::CREATED, result.await)
 }

@@ -38,9 +38,8 @@ impl Backend for Mini {
                 .map_err(|e| RemoteError::internal(format!("token store unreadable: {e}")))
         })
     }
-    fn create_agent<'a>(&'a self, name: &'a str) -> BackendFuture<'a> {
-        let name = name.to_owned();
-        self.call::<agent::Create>(None, agent::CreateBody { name })
+    fn create_agent(&self, body: agent::CreateBody) -> BackendFuture<'_> {
+        self.call::<agent::Create>(None, body)
     }
     fn turn<'a>(&'a self, id: &'a str, message: &'a str) -> BackendFuture<'a> {
         let message = message.to_owned();

@@ -9,9 +9,14 @@
 //! same rule as full Link's: the last entries within a byte budget, starting at a user
 //! message) to the local model service and appends the user message and the reply together;
 //! `agent.get` answers one bounded page of the conversation (`link_conversation::page`).
+//!
+//! Each agent runs on the model it was created with (`agent.json`'s `model`, checked at
+//! create against the models the model service serves), else the runtime's default, which
+//! is also what an agent stored before agents had a model reads as.
 
 mod store;
 
+use link_protocol::model::{Model, ModelService};
 use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::agent::{
     AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, ReadBody, Turn, TurnBody,
@@ -30,8 +35,26 @@ use tokio::sync::Mutex;
 struct Harness {
     agents_dir: PathBuf,
     state_root: PathBuf,
-    model: PathBuf,
-    agents: std::sync::Mutex<HashMap<String, Arc<Mutex<Agent>>>>,
+    models: ModelService,
+    /// The model of an agent created without one, and of one stored without one.
+    default_model: Model,
+    agents: std::sync::Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One agent: its model, which never changes, read without waiting for a turn in flight;
+/// and its files, locked by each turn.
+struct Slot {
+    model: Option<Model>,
+    agent: Mutex<Agent>,
+}
+
+impl Slot {
+    fn new(agent: Agent) -> Arc<Slot> {
+        Arc::new(Slot {
+            model: agent.model.clone(),
+            agent: Mutex::new(agent),
+        })
+    }
 }
 
 impl Harness {
@@ -41,19 +64,29 @@ impl Harness {
         let state_root = env.layout().root().to_owned();
         let agents = store::load(&agents_dir, &state_root)?
             .into_iter()
-            .map(|agent| (agent.id.clone(), Arc::new(Mutex::new(agent))))
+            .map(|agent| (agent.id.clone(), Slot::new(agent)))
             .collect();
         Ok(Harness {
             agents_dir,
             state_root,
-            model: env.layout().plugin_socket(programs::MODEL),
+            models: ModelService::new(env.layout().plugin_socket(programs::MODEL)),
+            default_model: env.default_model.clone(),
             agents: std::sync::Mutex::new(agents),
         })
     }
 
-    fn create(&self, name: &str) -> Result<AgentInfo, RemoteError> {
+    /// The model `slot`'s turns use.
+    fn model_of<'a>(&'a self, slot: &'a Slot) -> &'a Model {
+        slot.model.as_ref().unwrap_or(&self.default_model)
+    }
+
+    async fn create(&self, body: CreateBody) -> Result<AgentInfo, RemoteError> {
+        let name = body.name.as_str();
         // The name is the id.
         let id = AgentId::parse(name)?;
+        let model = body.model.unwrap_or_else(|| self.default_model.clone());
+        // An agent on a model nobody serves would fail every turn.
+        self.models.check(&model).await?;
         let mut agents = self.agents.lock().expect("agents lock");
         if agents.contains_key(name) {
             return Err(RemoteError::new(
@@ -61,16 +94,25 @@ impl Harness {
                 format!("agent {name} already exists"),
             ));
         }
-        let agent = store::create(&self.agents_dir, &self.state_root, name)?;
-        agents.insert(name.to_owned(), Arc::new(Mutex::new(agent)));
-        Ok(AgentInfo::new(id, name.to_owned()))
+        let agent = store::create(&self.agents_dir, &self.state_root, name, &model)?;
+        agents.insert(name.to_owned(), Slot::new(agent));
+        Ok(AgentInfo {
+            model: Some(model),
+            ..AgentInfo::new(id, name.to_owned())
+        })
     }
 
     fn list(&self) -> Result<AgentList, RemoteError> {
         let agents = self
             .ids()
             .into_iter()
-            .map(|id| Ok(AgentInfo::new(AgentId::parse(id.clone())?, id)))
+            .map(|id| {
+                let slot = self.agent(&id)?;
+                Ok(AgentInfo {
+                    model: Some(self.model_of(&slot).clone()),
+                    ..AgentInfo::new(AgentId::parse(id.clone())?, id)
+                })
+            })
             .collect::<Result<_, RemoteError>>()?;
         Ok(AgentList { agents })
     }
@@ -87,7 +129,7 @@ impl Harness {
         ids
     }
 
-    fn agent(&self, id: &str) -> Result<Arc<Mutex<Agent>>, RemoteError> {
+    fn agent(&self, id: &str) -> Result<Arc<Slot>, RemoteError> {
         self.agents
             .lock()
             .expect("agents lock")
@@ -98,8 +140,8 @@ impl Harness {
 
     /// The agent with one bounded page of its conversation, as the file store pages.
     async fn get(&self, id: &AgentId, body: ReadBody) -> Result<AgentInfo, RemoteError> {
-        let agent = self.agent(id)?;
-        let agent = agent.lock().await;
+        let slot = self.agent(id)?;
+        let agent = slot.agent.lock().await;
         let (conversation, torn) = agent.conversation()?;
         let page = link_conversation::page(
             conversation,
@@ -115,14 +157,15 @@ impl Harness {
             conversation_total: Some(page.total),
             conversation_start: Some(page.start),
             conversation_next: page.next,
+            model: Some(self.model_of(&slot).clone()),
             ..AgentInfo::new(id.clone(), agent.name.clone())
         })
     }
 
     async fn delete(&self, id: &AgentId) -> Result<Empty, RemoteError> {
-        let agent = self.agent(id)?;
+        let slot = self.agent(id)?;
         // Waits for a running turn of this agent to finish before its files go.
-        let agent = agent.lock().await;
+        let agent = slot.agent.lock().await;
         std::fs::remove_dir_all(&agent.dir)
             .map_err(|e| RemoteError::internal(format!("removing agent {id}: {e}")))?;
         self.agents.lock().expect("agents lock").remove(id.as_str());
@@ -130,9 +173,9 @@ impl Harness {
     }
 
     async fn turn(&self, id: &AgentId, message: String) -> Result<TurnReply, RemoteError> {
-        let agent = self.agent(id)?;
+        let slot = self.agent(id)?;
         // Turns of one agent are serialised; different agents run concurrently.
-        let mut agent = agent.lock().await;
+        let mut agent = slot.agent.lock().await;
         let (conversation, torn) = agent.conversation()?;
         if torn.is_some() {
             return Err(agent.repair_torn());
@@ -146,7 +189,10 @@ impl Harness {
         let mut recent = conversation[recent..].to_vec();
         recent.push(user.clone());
         let reply = self
-            .complete(link_conversation::context_window(&recent))
+            .complete(
+                self.model_of(&slot),
+                link_conversation::context_window(&recent),
+            )
             .await?;
         let assistant = json!({ "role": "assistant", "content": reply });
         agent.append(vec![user, assistant])?;
@@ -156,27 +202,9 @@ impl Harness {
         })
     }
 
-    async fn complete(&self, messages: &[Value]) -> Result<String, RemoteError> {
-        let body = json!({ "model": "link-local", "messages": messages });
-        let resp = link_protocol::http::json(
-            &self.model,
-            "POST",
-            "/v1/chat/completions",
-            None,
-            Some(&body),
-        )
-        .await
-        .map_err(|e| RemoteError::new(ErrorCode::Unavailable, format!("model service: {e}")))?;
-        let json = resp.json();
-        if resp.status != 200 {
-            return Err(RemoteError::new(
-                ErrorCode::Unavailable,
-                format!(
-                    "model service answered {}: {}",
-                    resp.status, json["error"]["message"]
-                ),
-            ));
-        }
+    async fn complete(&self, model: &Model, messages: &[Value]) -> Result<String, RemoteError> {
+        let body = json!({ "model": model, "messages": messages });
+        let json = self.models.complete(&body).await?;
         json["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_owned)
@@ -190,7 +218,7 @@ async fn main() -> anyhow::Result<()> {
     let harness = Arc::new(Harness::open(&env)?);
     let service = Service::new(harness)
         .on::<Delete, _, _>(|h, call: Call, _| async move { h.delete(call.agent()?).await })
-        .on::<Create, _, _>(|h, _, body: CreateBody| async move { h.create(&body.name) })
+        .on::<Create, _, _>(|h, _, body: CreateBody| async move { h.create(body).await })
         .on::<Get, _, _>(|h, call: Call, body| async move { h.get(call.agent()?, body).await })
         .on::<List, _, _>(|h, _, _| async move { h.list() })
         .on::<Turn, _, _>(|h, call: Call, body: TurnBody| async move {

@@ -10,8 +10,10 @@
 //! `turn.run` with what is wrong, and can be deleted; every other agent loads and runs.
 
 use link_conversation::{Error, Known, Log};
+use link_protocol::model::Model;
 use link_protocol::{ErrorCode, RemoteError};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -22,6 +24,9 @@ const META: &str = "agent.json";
 pub struct Stored {
     pub id: String,
     pub name: String,
+    /// The model its turns use; none in an `agent.json` written before agents had a model
+    /// (it reads as the runtime's default), or of a damaged agent.
+    pub model: Option<Model>,
     pub dir: PathBuf,
     /// The runtime's state root, named when the disk holding it is full.
     state_root: PathBuf,
@@ -45,7 +50,10 @@ pub fn load(agents_dir: &Path, state_root: &Path) -> std::io::Result<Vec<Stored>
     for l in loaded {
         let dir = agents_dir.join(&l.id);
         let meta = read_meta(&dir);
-        let name = meta.as_ref().map_or_else(|_| l.id.clone(), Clone::clone);
+        let (name, model) = match &meta {
+            Ok(m) => (m.name.clone(), m.model.clone()),
+            Err(_) => (l.id.clone(), None),
+        };
         let state = match (meta, l.read) {
             (Ok(_), Ok((scan, known))) => {
                 if let Some(reason) = &scan.torn {
@@ -74,6 +82,7 @@ pub fn load(agents_dir: &Path, state_root: &Path) -> std::io::Result<Vec<Stored>
         agents.push(Stored {
             id: l.id,
             name,
+            model,
             dir,
             state_root: state_root.to_owned(),
             state,
@@ -82,27 +91,40 @@ pub fn load(agents_dir: &Path, state_root: &Path) -> std::io::Result<Vec<Stored>
     Ok(agents)
 }
 
-fn read_meta(dir: &Path) -> Result<String, String> {
+/// `agent.json`.
+#[derive(Serialize, Deserialize)]
+struct Meta {
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<Model>,
+}
+
+fn read_meta(dir: &Path) -> Result<Meta, String> {
     let path = dir.join(META);
     let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let meta: Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    meta["name"]
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| format!("{} has no string `name`", path.display()))
+    if !meta["name"].is_string() {
+        return Err(format!("{} has no string `name`", path.display()));
+    }
+    serde_json::from_value(meta).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Creates the files of a new agent: an empty log (with its directories, fsync'd) and
 /// `agent.json` (written whole by rename, fsync'd). Nothing is left after a failure; a full
 /// disk (or quota) answers [`ErrorCode::InsufficientStorage`] naming `state_root`.
-pub fn create(agents_dir: &Path, state_root: &Path, name: &str) -> Result<Stored, RemoteError> {
+pub fn create(
+    agents_dir: &Path,
+    state_root: &Path,
+    name: &str,
+    model: &Model,
+) -> Result<Stored, RemoteError> {
     let dir = agents_dir.join(name);
     let log = Log::new(dir.join(LOG));
     let made = link_conversation::create(&log.path)
         .map_err(|e| (storage_full(&e), e.to_string()))
         .and_then(|()| {
-            write_meta(&dir, name).map_err(|e| {
+            write_meta(&dir, name, model).map_err(|e| {
                 let full = link_protocol::message::is_storage_full(&e);
                 (full, format!("{}: {e}", dir.display()))
             })
@@ -120,6 +142,7 @@ pub fn create(agents_dir: &Path, state_root: &Path, name: &str) -> Result<Stored
     Ok(Stored {
         id: name.to_owned(),
         name: name.to_owned(),
+        model: Some(model.clone()),
         dir,
         state_root: state_root.to_owned(),
         state: Ok(Conversation {
@@ -136,10 +159,14 @@ fn storage_full(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if link_protocol::message::is_storage_full(source))
 }
 
-fn write_meta(dir: &Path, name: &str) -> std::io::Result<()> {
+fn write_meta(dir: &Path, name: &str, model: &Model) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{META}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(json!({ "name": name }).to_string().as_bytes())?;
+    let meta = Meta {
+        name: name.to_owned(),
+        model: Some(model.clone()),
+    };
+    f.write_all(&serde_json::to_vec(&meta).map_err(std::io::Error::other)?)?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(META))?;
     std::fs::File::open(dir)?.sync_all()
@@ -270,6 +297,7 @@ fn damaged(id: &str, why: &str) -> RemoteError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// A fresh agents directory under `$HOME/.cache/lnk-t`, removed on drop.
     struct Temp(PathBuf);
@@ -302,10 +330,10 @@ mod tests {
     #[test]
     fn conversations_survive_a_reload() {
         let t = Temp::new("reload");
-        let mut a = create(&t.0, &t.0, "a").unwrap();
+        let mut a = create(&t.0, &t.0, "a", &Model::local()).unwrap();
         assert_eq!(
             std::fs::read_to_string(t.0.join("a/agent.json")).unwrap(),
-            r#"{"name":"a"}"#
+            r#"{"name":"a","model":"link-local"}"#
         );
         a.append(turn("one")).unwrap();
         a.append(turn("two")).unwrap();
@@ -313,6 +341,10 @@ mod tests {
         assert_eq!(on_disk.lines().count(), 4, "durable when append returns");
         let loaded = load(&t.0, &t.0).unwrap();
         assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0].model, Some(Model::local()));
+        // An agent stored before agents had a model loads, with none (the default's).
+        std::fs::write(t.0.join("a/agent.json"), r#"{"name":"a"}"#).unwrap();
+        assert_eq!(load(&t.0, &t.0).unwrap()[0].model, None);
         let (entries, torn) = loaded[0].conversation().unwrap();
         assert_eq!((entries, torn), a.conversation().unwrap());
         assert_eq!(entries[3]["content"], "re: two");
@@ -322,7 +354,10 @@ mod tests {
     fn one_damaged_agent_does_not_stop_the_others() {
         let t = Temp::new("damage");
         for id in ["a", "b", "c", "d"] {
-            create(&t.0, &t.0, id).unwrap().append(turn(id)).unwrap();
+            create(&t.0, &t.0, id, &Model::local())
+                .unwrap()
+                .append(turn(id))
+                .unwrap();
         }
         let b_log = t.0.join("b/conversation.jsonl");
         let mut corrupt = b"garbage\n".to_vec();
@@ -375,7 +410,7 @@ mod tests {
     #[test]
     fn a_log_changed_behind_the_harness_is_not_overwritten() {
         let t = Temp::new("conflict");
-        let mut a = create(&t.0, &t.0, "a").unwrap();
+        let mut a = create(&t.0, &t.0, "a", &Model::local()).unwrap();
         a.append(turn("one")).unwrap();
         let log = t.0.join("a/conversation.jsonl");
         let mut other = std::fs::OpenOptions::new().append(true).open(&log).unwrap();

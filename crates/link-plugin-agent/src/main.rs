@@ -6,12 +6,17 @@
 //! that the run tool hands to commands. The agent's workspace and conversation belong to the
 //! file store: this plugin asks it, through the router, to create and delete them
 //! (`store.agent.*`), and asks the scheduler to drop the agent's schedules on delete.
-//! Routes: `agent.create` `{name}`, `agent.get`, `agent.list`, `agent.delete` (shapes in
-//! `link_protocol::routes`). Names are `[a-z0-9][a-z0-9_-]{0,31}` and the id is the name.
+//! Routes: `agent.create` `{name, model?}`, `agent.get`, `agent.list`, `agent.delete` (shapes
+//! in `link_protocol::routes`). Names are `[a-z0-9][a-z0-9_-]{0,31}` and the id is the name.
+//! An agent's model is kept in its record and checked at create against the models the model
+//! service serves (it may read that list, nothing else of the model); none named: the
+//! runtime's default, which is also what a record of an older runtime, without one, reads as.
 
 mod registry;
 
+use link_protocol::model::{Model, ModelService};
 use link_protocol::routes::agent::{AgentInfo, AgentList, Create, CreateBody, Delete, Get, List};
+use link_protocol::routes::programs;
 use link_protocol::routes::{schedule, store, Empty, Route};
 use link_protocol::server::{Peers, Service};
 use link_protocol::{client, layout::StateLayout, AgentId, ErrorCode, RemoteError};
@@ -29,6 +34,8 @@ async fn main() -> anyhow::Result<()> {
         tracing::error!("agent {id} is damaged and was not loaded: {why}; the other agents are");
     }
     let agents = Arc::new(Agents {
+        models: ModelService::new(layout.plugin_socket(programs::MODEL)),
+        default_model: env.default_model.clone(),
         layout,
         state: Mutex::new(State {
             registry,
@@ -36,7 +43,7 @@ async fn main() -> anyhow::Result<()> {
         }),
     });
     let service = Service::new(agents)
-        .on::<Create, _, _>(|a, _, body: CreateBody| async move { a.create(&body.name).await })
+        .on::<Create, _, _>(|a, _, body: CreateBody| async move { a.create(body).await })
         .on::<Get, _, _>(|a, call, _| async move { a.get(call.agent()?) })
         .on::<List, _, _>(|a, _, _| async move { Ok(a.list()) })
         .on::<Delete, _, _>(|a, call, _| async move { a.delete(call.agent()?).await });
@@ -46,6 +53,10 @@ async fn main() -> anyhow::Result<()> {
 
 struct Agents {
     layout: StateLayout,
+    /// Asked at create whether it serves the agent's model.
+    models: ModelService,
+    /// The model of an agent created without one, and of a record without one.
+    default_model: Model,
     state: Mutex<State>,
 }
 
@@ -71,17 +82,25 @@ impl Agents {
     /// Every agent, damaged ones included (by id, as Mini lists them), sorted by id.
     fn list(&self) -> AgentList {
         let st = self.state();
-        let mut all: Vec<Record> = st.registry.agents.values().cloned().collect();
-        all.extend(st.registry.damaged.keys().map(|id| Record {
-            id: id.clone(),
-            name: id.to_string(),
-            created_unix_ms: 0,
+        let mut all: Vec<AgentInfo> = st
+            .registry
+            .agents
+            .values()
+            .map(|rec| self.describe(rec))
+            .collect();
+        // A damaged agent's model is in the record that cannot be read: none is shown.
+        all.extend(st.registry.damaged.keys().map(|id| AgentInfo {
+            model: None,
+            ..self.describe(&Record {
+                id: id.clone(),
+                name: id.to_string(),
+                created_unix_ms: 0,
+                model: None,
+            })
         }));
         drop(st);
         all.sort_by(|a, b| a.id.cmp(&b.id));
-        AgentList {
-            agents: all.iter().map(|a| self.describe(a)).collect(),
-        }
+        AgentList { agents: all }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -90,15 +109,25 @@ impl Agents {
 
     fn describe(&self, rec: &Record) -> AgentInfo {
         AgentInfo {
+            model: Some(
+                rec.model
+                    .clone()
+                    .unwrap_or_else(|| self.default_model.clone()),
+            ),
             workspace: Some(self.layout.agent_workspace(&rec.id)),
             home: Some(self.layout.agent_home(&rec.id)),
             ..AgentInfo::new(rec.id.clone(), rec.name.clone())
         }
     }
 
-    async fn create(&self, name: &str) -> Result<AgentInfo, RemoteError> {
+    async fn create(&self, body: CreateBody) -> Result<AgentInfo, RemoteError> {
+        let name = body.name.as_str();
         // The name is the id.
         let id = AgentId::parse(name)?;
+        let model = body.model.unwrap_or_else(|| self.default_model.clone());
+        // Before anything is reserved or made: an agent on a model nobody serves would fail
+        // every turn.
+        self.models.check(&model).await?;
         {
             let mut st = self.state();
             if let Some(why) = st.registry.damaged.get(name) {
@@ -118,6 +147,7 @@ impl Agents {
             id: id.clone(),
             name: name.to_owned(),
             created_unix_ms: link_protocol::clock::unix_ms(),
+            model: Some(model),
         };
         let made = match self.make_files(&id).await {
             Ok(()) => {

@@ -15,6 +15,7 @@
 //! an entry is migrated only if its agent still has a home, so an agent deleted since is not
 //! brought back; once it is repaired, the next start migrates the rest.
 
+use link_protocol::model::Model;
 use link_protocol::AgentId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,6 +27,10 @@ pub struct Record {
     pub id: AgentId,
     pub name: String,
     pub created_unix_ms: u64,
+    /// The model its turns use. A record written before agents had a model has none, and
+    /// reads as the runtime's default (`link up --model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
 }
 
 /// The registry of an older runtime.
@@ -320,7 +325,26 @@ mod tests {
             id: id.parse().unwrap(),
             name: id.into(),
             created_unix_ms: 7,
+            model: Some(Model::parse("gpt-remote").unwrap()),
         }
+    }
+
+    #[test]
+    fn a_record_without_a_model_reads_as_one_without() {
+        let t = Temp::new("no-model");
+        let records = t.0.join(RECORDS);
+        std::fs::create_dir_all(&records).unwrap();
+        let old = r#"{"id": "old", "name": "old", "created_unix_ms": 5}"#;
+        std::fs::write(records.join("old.json"), old).unwrap();
+        let reg = t.load();
+        assert!(reg.damaged.is_empty(), "{:?}", reg.damaged);
+        assert_eq!(reg.agents["old"].model, None);
+        reg.create(&rec("new")).unwrap();
+        let reg = t.load();
+        assert_eq!(
+            reg.agents["new"].model.as_ref().unwrap().as_str(),
+            "gpt-remote"
+        );
     }
 
     #[test]

@@ -44,6 +44,13 @@ async fn works_alone_and_fails_cleanly_without_the_router() {
     }
     let err = p.call("agent.create", None, json!({})).await.unwrap_err();
     assert_eq!(err.code(), Some(ErrorCode::BadRequest));
+    // A model other than link-local is checked with the model service, which is not running.
+    let err = p
+        .call("agent.create", None, json!({"name": "a", "model": "gpt-x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(ErrorCode::Unavailable), "{err}");
+    assert!(err.to_string().contains("link-plugin-model"), "{err}");
 
     // The file store is unreachable: refused as unavailable, nothing registered or made.
     let err = p
@@ -74,6 +81,8 @@ async fn works_alone_and_fails_cleanly_without_the_router() {
         json!({
             "id": "old",
             "name": "old",
+            // Stored before agents had a model: the runtime's default.
+            "model": "link-local",
             "workspace": layout.agent_workspace("old"),
             "home": layout.agent_home("old"),
         })

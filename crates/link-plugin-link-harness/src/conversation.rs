@@ -12,6 +12,7 @@
 //! with the conversation, and the harness needs only the log's tail page to build it.
 
 use link_conversation::context_window;
+use link_protocol::model::Model;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -32,20 +33,25 @@ pub struct Conversation {
     /// of the log with entries appended since (so [`context_window`] picks the same start
     /// as on the whole log).
     tail: Vec<Value>,
+    /// The model the agent's turns use, read with the log (`agent.get`) and kept with it,
+    /// so a warm turn asks nobody for it: it changes only with the agent, and a re-created
+    /// agent's log does not continue this one, so the next turn loads both again.
+    pub model: Model,
 }
 
 impl Conversation {
     /// The conversation whose log holds exactly `entries`.
     #[cfg(test)]
     pub fn new(entries: Vec<Value>) -> Conversation {
-        Conversation::from_tail(entries.len(), entries)
+        Conversation::from_tail(entries.len(), entries, Model::local())
     }
 
     /// The conversation whose log holds `total` entries and ends with `tail`, a tail page
-    /// of it (`store.conversation.read` with `tail` and a limit of at least [`WINDOW`]).
-    pub fn from_tail(total: usize, tail: Vec<Value>) -> Conversation {
+    /// of it (`store.conversation.read` with `tail` and a limit of at least [`WINDOW`]),
+    /// with `model`.
+    pub fn from_tail(total: usize, tail: Vec<Value>, model: Model) -> Conversation {
         debug_assert!(tail.len() <= total);
-        let mut c = Conversation { total, tail };
+        let mut c = Conversation { total, tail, model };
         c.trim();
         c
     }
@@ -274,7 +280,8 @@ mod tests {
                 after: None,
             };
             let page = link_conversation::page(log, req);
-            let mut kept = Conversation::from_tail(page.total, log[page.start..].to_vec());
+            let mut kept =
+                Conversation::from_tail(page.total, log[page.start..].to_vec(), Model::local());
             assert_eq!(kept.messages(), messages(log), "at {cut}");
             let mut grown = log.to_vec();
             for i in 0..30 {

@@ -4,6 +4,7 @@
 //! a turn that ends because something died says what died.
 
 use link_protocol::client::Pool;
+use link_protocol::model::{Model, ModelService};
 use link_protocol::routes::store::{AppendBody, ConversationAppend};
 use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
@@ -21,7 +22,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 pub struct Deps {
     pub pool: Pool,
     pub router: PathBuf,
-    pub model: PathBuf,
+    pub model: ModelService,
     /// Named by a full disk's error.
     pub state_root: PathBuf,
 }
@@ -35,7 +36,7 @@ impl Deps {
         Deps {
             pool: Pool::new(),
             router,
-            model,
+            model: ModelService::new(model),
             state_root,
         }
     }
@@ -111,53 +112,20 @@ impl Deps {
         Ok(self.call::<ConversationAppend>(agent, &body).await?.total)
     }
 
-    /// One chat completion; returns the whole completion object.
+    /// One chat completion on `model`; returns the whole completion object.
     pub async fn complete(
         &self,
+        model: &Model,
         messages: &[Value],
         tools: &[Value],
     ) -> Result<Value, RemoteError> {
-        let body = json!({"model": "link-local", "messages": messages, "tools": tools});
-        let request = link_protocol::http::json(
-            &self.model,
-            "POST",
-            "/v1/chat/completions",
-            None,
-            Some(&body),
-        );
-        let resp = match tokio::time::timeout(CALL_TIMEOUT, request).await {
-            Ok(Ok(resp)) => resp,
-            Ok(Err(e)) => {
-                return Err(unavailable(format!(
-                    "{MODEL_PLUGIN} is unavailable at {}: {e}",
-                    self.model.display()
-                )))
-            }
-            Err(_) => {
-                return Err(RemoteError::new(
-                    ErrorCode::Timeout,
-                    format!("{MODEL_PLUGIN} did not answer within {CALL_TIMEOUT:?}"),
-                ))
-            }
-        };
-        let json = resp.json();
-        match resp.status {
-            200 => Ok(json),
-            status => {
-                let detail = json["error"]["message"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| String::from_utf8_lossy(&resp.body).into_owned());
-                let code = if status >= 500 {
-                    ErrorCode::Unavailable
-                } else {
-                    ErrorCode::Internal
-                };
-                Err(RemoteError::new(
-                    code,
-                    format!("{MODEL_PLUGIN} answered HTTP {status}: {detail}"),
-                ))
-            }
+        let body = json!({"model": model, "messages": messages, "tools": tools});
+        match tokio::time::timeout(CALL_TIMEOUT, self.model.complete(&body)).await {
+            Ok(done) => done,
+            Err(_) => Err(RemoteError::new(
+                ErrorCode::Timeout,
+                format!("{MODEL_PLUGIN} did not answer within {CALL_TIMEOUT:?}"),
+            )),
         }
     }
 }
@@ -195,7 +163,7 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
-        let e = deps.complete(&[], &[]).await.unwrap_err();
+        let e = deps.complete(&Model::local(), &[], &[]).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unavailable);
         assert!(e.message.contains(MODEL_PLUGIN), "{e}");
     }

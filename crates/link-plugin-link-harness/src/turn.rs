@@ -67,9 +67,8 @@ struct Turn {
 /// kept conversation when the log is still as it was left; a conflict there (a torn tail, a
 /// re-created agent, an entry written behind the harness) throws that reply away and runs the
 /// step again on the log as loaded now; a conflict after that load (the log changed during
-/// the model call) ends the turn with nothing stored. The turn's model is `link-local`, which
-/// the model plugin answers itself; a model it forwarded to a provider would see (and bill)
-/// what it reads before it is stored, twice after a conflict.
+/// the model call) ends the turn with nothing stored. On a model the model plugin forwards,
+/// the provider sees (and bills) what it reads before it is stored, twice after a conflict.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
@@ -115,7 +114,9 @@ async fn first_step(
     specs: &[Value],
 ) -> Result<(Turn, Reply), RemoteError> {
     conversation.push(user.clone());
-    let completion = deps.complete(&conversation.messages(), specs).await?;
+    let completion = deps
+        .complete(&conversation.model, &conversation.messages(), specs)
+        .await?;
     let reply = tools::parse_reply(&completion, 1).map_err(RemoteError::internal)?;
     conversation.push(reply.entry());
     let mut turn = Turn {
@@ -137,7 +138,12 @@ async fn first_step(
 /// The agent's conversation from the file store, after checking the agent exists: only the
 /// log's tail page, which holds the model's context window, however long the log is.
 async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError> {
-    deps.call::<agent::Get>(agent, &Default::default()).await?;
+    let info = deps.call::<agent::Get>(agent, &Default::default()).await?;
+    let model = info.model.ok_or_else(|| {
+        RemoteError::internal(format!(
+            "the agent registry named no model for agent {agent}"
+        ))
+    })?;
     let tail = store::ReadBody {
         tail: true,
         limit: Some(conversation::WINDOW),
@@ -147,7 +153,7 @@ async fn load(deps: &Deps, agent: &AgentId) -> Result<Conversation, RemoteError>
     if let Some(reason) = log.torn {
         return Err(repair_torn(deps, agent, &reason).await);
     }
-    Ok(Conversation::from_tail(log.total, log.entries))
+    Ok(Conversation::from_tail(log.total, log.entries, model))
 }
 
 /// The model ↔ tools loop from the first reply on, which is stored already.
@@ -259,7 +265,8 @@ async fn complete_while_storing(
 ) -> Result<Result<Value, RemoteError>, RemoteError> {
     let messages = turn.conversation.messages();
     let append = deps.append(agent, std::slice::from_ref(&entry), None);
-    let (total, completion) = append_while_completing(append, deps.complete(&messages, specs))
+    let complete = deps.complete(&turn.conversation.model, &messages, specs);
+    let (total, completion) = append_while_completing(append, complete)
         .await
         .map_err(|e| append_error(deps, agent, turn, e))?;
     settle(agent, turn, 1, total);

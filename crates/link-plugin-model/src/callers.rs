@@ -1,16 +1,35 @@
 //! Who may call the model: the turn engine the host started (full Link's link harness,
-//! Mini's harness), as recorded in `run/pids.json` with its start time, and the host itself.
-//! Another plugin that connects is closed without a byte: it holds no grant to the model, and
-//! the model's socket is plain HTTP, outside the router's grant checks.
+//! Mini's harness), as recorded in `run/pids.json` with its start time, and the host itself;
+//! and full Link's agent registry, for the model list alone (it checks an agent's model when
+//! the agent is created). Another plugin that connects is answered one `403` naming why and
+//! closed: it holds no grant to the model, and the model's socket is plain HTTP, outside the
+//! router's grant checks.
 
 use link_protocol::layout::StateLayout;
 use link_protocol::pids::PidsFile;
 use link_protocol::routes::programs;
 use std::collections::HashSet;
-use tokio::net::{unix::SocketAddr, UnixListener, UnixStream};
+use tokio::net::{UnixListener, UnixStream};
 
 /// The plugins granted the model.
 pub const GRANTED: &[&str] = &[programs::HARNESS, programs::MINI_HARNESS];
+/// The plugins granted the model list (`GET /v1/models[/{id}]`) only.
+pub const LIST_ONLY: &[&str] = &[programs::AGENT];
+
+/// What a connection's caller may ask, as the handlers read it (`ConnectInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// A turn engine, or the host: everything.
+    Granted,
+    /// [`LIST_ONLY`]: the model list.
+    ListOnly,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Granted>> for Caller {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Granted>) -> Caller {
+        *stream.remote_addr()
+    }
+}
 
 /// The model's listener: accepts only [`GRANTED`] callers and the parent.
 pub struct Granted {
@@ -30,18 +49,18 @@ impl Granted {
         }
     }
 
-    /// Why `stream`'s peer may not call, or `None` when it may.
-    fn refusal(&mut self, stream: &UnixStream) -> Option<String> {
+    /// What `stream`'s peer may ask, or who it is when it may not call.
+    fn caller(&mut self, stream: &UnixStream) -> Result<Caller, String> {
         let pid = match stream.peer_cred().map(|c| c.pid()) {
             Ok(Some(pid)) => pid,
-            _ => return Some("a caller without credentials".into()),
+            _ => return Err("a caller without credentials".into()),
         };
         if pid == std::os::unix::process::parent_id() as i32 {
-            return None;
+            return Ok(Caller::Granted);
         }
         let started = link_protocol::pids::start_time(pid);
         if started.is_some_and(|t| self.known.contains(&(pid, t))) {
-            return None;
+            return Ok(Caller::Granted);
         }
         let recorded = PidsFile::read(&self.layout).ok().flatten();
         match recorded.as_ref().and_then(|f| f.plugin_of(pid)) {
@@ -49,31 +68,77 @@ impl Granted {
                 if let Some(t) = started {
                     self.known.insert((pid, t));
                 }
-                None
+                Ok(Caller::Granted)
             }
-            Some(name) => Some(format!(
+            Some(name) if LIST_ONLY.contains(&name) => Ok(Caller::ListOnly),
+            Some(name) => Err(format!(
                 "{name} (pid {pid}), which holds no grant to the model"
             )),
-            None => Some(format!("pid {pid}, which the host did not start")),
+            None => Err(format!("pid {pid}, which the host did not start")),
         }
     }
 }
 
+/// How long a refused connection waits for the caller's request head before it is answered,
+/// and then for the caller to read the answer.
+const REFUSAL_LINGER: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Answers a refused caller one `403` naming why, then closes: an HTTP client reports that,
+/// where a connection reset without a byte reads as a model service that is down. Waits a
+/// moment for the request head first (a client that reads an answer before it has sent its
+/// request takes it for a broken connection), off the accept loop.
+fn refuse(mut stream: UnixStream, who: String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let message = format!(
+        "refused a connection from {who}: only the turn engine (and, for the model list, the \
+         agent registry) may call the model service"
+    );
+    let error = link_protocol::RemoteError::forbidden(message);
+    let body = link_protocol::model::openai_error_body(&error, None).to_string();
+    let answer = format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nconnection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::spawn(async move {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        let read_head = async {
+            while head.len() < 8192 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+        };
+        let _ = tokio::time::timeout(REFUSAL_LINGER, read_head).await;
+        let _ = tokio::time::timeout(REFUSAL_LINGER, stream.write_all(answer.as_bytes())).await;
+        let _ = stream.shutdown().await;
+        // Read what is left, so the caller's request write does not fail before it reads.
+        let drain = async { while let Ok(1..) = stream.read(&mut buf).await {} };
+        let _ = tokio::time::timeout(REFUSAL_LINGER, drain).await;
+    });
+}
+
 impl axum::serve::Listener for Granted {
     type Io = UnixStream;
-    type Addr = SocketAddr;
+    type Addr = Caller;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
-            let (stream, addr) = axum::serve::Listener::accept(&mut self.listener).await;
-            match self.refusal(&stream) {
-                None => return (stream, addr),
-                Some(who) => tracing::warn!("refused a connection from {who}"),
+            let (stream, _) = axum::serve::Listener::accept(&mut self.listener).await;
+            match self.caller(&stream) {
+                Ok(caller) => return (stream, caller),
+                Err(who) => {
+                    tracing::warn!("refused a connection from {who}");
+                    refuse(stream, who);
+                }
             }
         }
     }
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.listener.local_addr()
+        // Only axum's own logging asks; the model serves one socket.
+        Ok(Caller::Granted)
     }
 }

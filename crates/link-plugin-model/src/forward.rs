@@ -19,8 +19,19 @@ use tokio::net::TcpStream;
 
 pub use link_protocol::plugin::ENV_MODEL_REMOTE_URL as ENV_URL;
 
-/// A remote model usually answers within seconds; this bounds a stuck one.
+/// A remote model usually answers within seconds; this bounds a stuck one. With test hooks,
+/// [`link_protocol::plugin::ENV_TEST_MODEL_TIMEOUT_MS`] may shorten it.
 const TIMEOUT: Duration = Duration::from_secs(300);
+
+/// [`TIMEOUT`], or the test hooks' shorter one.
+fn deadline() -> Duration {
+    let asked = link_protocol::plugin::test_hooks_asked()
+        .then(|| std::env::var(link_protocol::plugin::ENV_TEST_MODEL_TIMEOUT_MS).ok())
+        .flatten()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0);
+    asked.map_or(TIMEOUT, Duration::from_millis)
+}
 
 /// Where to forward, parsed from the base URL (no secret in it: the key is a [`Key`]).
 #[derive(Debug)]
@@ -29,8 +40,11 @@ pub struct Remote {
     addr: String,
     /// The `Host` header.
     host: String,
-    /// The full request path: the base path + `/v1/chat/completions`.
-    path: String,
+    /// The base path (empty, or `/base` without a trailing slash); the API is under
+    /// `<base>/v1/`.
+    base: String,
+    /// How long the remote has to answer one request in full.
+    deadline: Duration,
 }
 
 /// The remote's bearer key.
@@ -103,40 +117,86 @@ impl Remote {
         Ok(Remote {
             addr,
             host: host.to_owned(),
-            path: format!("{}/v1/chat/completions", base.trim_end_matches('/')),
+            base: base.trim_end_matches('/').to_owned(),
+            deadline: deadline(),
         })
     }
 
-    /// The base URL without the key, for logs.
+    /// The base URL without the key, for logs and errors.
     pub fn describe(&self) -> String {
-        format!("http://{}{}", self.host, self.path)
+        format!("http://{}{}", self.host, self.base)
     }
 
-    /// Sends the client's body unchanged; returns the remote status and body.
+    /// Sends the client's chat completion body unchanged; returns the remote status and body.
     pub async fn forward(
         &self,
         body: Bytes,
         key: Option<&Key>,
     ) -> Result<(u16, Bytes), RemoteError> {
-        tokio::time::timeout(TIMEOUT, self.send(body, key))
+        self.within(self.send("POST", "/v1/chat/completions", body, key))
+            .await
+    }
+
+    /// The remote's `GET /v1/models`: its status and body.
+    pub async fn models(&self, key: Option<&Key>) -> Result<(u16, Bytes), RemoteError> {
+        self.within(self.send("GET", "/v1/models", Bytes::new(), key))
+            .await
+    }
+
+    /// `request` within the deadline, else `timeout` (504) naming the remote.
+    async fn within(
+        &self,
+        request: impl std::future::Future<Output = Result<(u16, Bytes), RemoteError>>,
+    ) -> Result<(u16, Bytes), RemoteError> {
+        tokio::time::timeout(self.deadline, request)
             .await
             .map_err(|_| {
                 RemoteError::new(
                     ErrorCode::Timeout,
                     format!(
-                        "remote model at {} did not answer within {}s",
+                        "the remote model at {} did not answer within {:?}",
                         self.describe(),
-                        TIMEOUT.as_secs()
+                        self.deadline
                     ),
                 )
             })?
     }
 
-    async fn send(&self, body: Bytes, key: Option<&Key>) -> Result<(u16, Bytes), RemoteError> {
+    /// A remote's error answer (`status`, `body`) as the error this service answers with:
+    /// `upstream`, naming the remote, its status and its message.
+    pub fn refusal(&self, status: u16, body: &[u8]) -> RemoteError {
+        let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let said = json["error"]["message"]
+            .as_str()
+            .or_else(|| json["error"].as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                let text = String::from_utf8_lossy(body);
+                link_protocol::text::truncate(text.trim(), 500).to_owned()
+            });
+        RemoteError::new(
+            ErrorCode::Upstream,
+            format!(
+                "the remote model at {} answered HTTP {status}: {said}",
+                self.describe()
+            ),
+        )
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+        key: Option<&Key>,
+    ) -> Result<(u16, Bytes), RemoteError> {
         let fail = |e: &dyn std::fmt::Display| {
             RemoteError::new(
-                ErrorCode::Unavailable,
-                format!("remote model at {}: {e}", self.describe()),
+                ErrorCode::Upstream,
+                format!(
+                    "the remote model at {} cannot be reached: {e}",
+                    self.describe()
+                ),
             )
         };
         let stream = TcpStream::connect(&self.addr).await.map_err(|e| fail(&e))?;
@@ -144,9 +204,13 @@ impl Remote {
             .await
             .map_err(|e| fail(&e))?;
         tokio::spawn(conn);
-        let mut req = hyper::Request::post(&self.path)
-            .header("host", &self.host)
-            .header("content-type", "application/json");
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("host", &self.host);
+        if !body.is_empty() {
+            req = req.header("content-type", "application/json");
+        }
         if let Some(Key(key)) = key {
             req = req.header("authorization", format!("Bearer {key}"));
         }
@@ -171,11 +235,12 @@ mod tests {
     fn parses_http_and_refuses_others() {
         let r = Remote::parse("http://127.0.0.1:8080/api/").unwrap();
         assert_eq!(r.addr, "127.0.0.1:8080");
-        assert_eq!(r.path, "/api/v1/chat/completions");
+        assert_eq!(r.base, "/api");
+        assert_eq!(r.describe(), "http://127.0.0.1:8080/api");
         assert!(!format!("{:?}", Key("sk-k".into())).contains("sk-k"));
         let r = Remote::parse("http://models.local").unwrap();
         assert_eq!(r.addr, "models.local:80");
-        assert_eq!(r.path, "/v1/chat/completions");
+        assert_eq!(r.base, "");
         assert_eq!(Remote::parse("http://[::1]").unwrap().addr, "[::1]:80");
         let err = Remote::parse("https://api.example.com").unwrap_err();
         assert!(err.contains("no TLS client"), "{err}");

@@ -12,7 +12,7 @@ use crate::instructions;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-pub const MODEL: &str = "link-local";
+pub const MODEL: &str = link_protocol::model::LOCAL;
 
 /// How much of each tool output the summary quotes.
 const SUMMARY_CHARS: usize = 200;

@@ -4,7 +4,11 @@
 //! `POST /v1/chat/completions` and `GET /v1/models`. The built-in model `link-local`
 //! ([`local`]) is deterministic and reads a small instruction language ([`instructions`]).
 //! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), with the
-//! key full Link's secret plugin keeps, and are `404` otherwise. It serves HTTP, not link-protocol frames, so it announces no routes.
+//! key full Link's secret plugin keeps, and are `404` otherwise; the model list is then
+//! `link-local` and the remote's. A remote's error answer keeps its status, its message named
+//! as the remote's (`upstream`); a remote past the deadline is `504` naming it. Errors are in
+//! OpenAI's shape (`message`, `type`, `param`, `code`). It serves HTTP, not link-protocol
+//! frames, so it announces no routes.
 
 mod callers;
 mod forward;
@@ -12,12 +16,14 @@ mod instructions;
 mod local;
 
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use callers::Caller;
 use forward::Remote;
+use link_protocol::model::openai_error_body;
 use link_protocol::plugin::PluginEnv;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::Deserialize;
@@ -46,7 +52,16 @@ fn router(service: Arc<Service>) -> Router {
         .with_state(service)
 }
 
-async fn chat(State(service): Api, body: Body) -> Response {
+async fn chat(
+    State(service): Api,
+    ConnectInfo(caller): ConnectInfo<Caller>,
+    body: Body,
+) -> Response {
+    if caller != Caller::Granted {
+        return error_response(&RemoteError::forbidden(
+            "the agent registry may read the model list only, not ask for completions",
+        ));
+    }
     match complete(&service, body).await {
         Ok(resp) => resp,
         Err(e) => error_response(&e),
@@ -96,6 +111,12 @@ async fn forward(
     let key = forward::stored_key(&service.env).await?;
     let (status, body) = remote.forward(bytes, key.as_ref()).await?;
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    if !status.is_success() {
+        // The remote's own status, its message named as the remote's.
+        let e = remote.refusal(status.as_u16(), &body);
+        tracing::info!("the remote answered HTTP {}", status.as_u16());
+        return Ok((status, Json(openai_error_body(&e, None))).into_response());
+    }
     Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
@@ -136,11 +157,42 @@ fn unix_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-async fn models() -> Json<Value> {
-    Json(json!({
-        "object": "list",
-        "data": [{ "id": local::MODEL, "object": "model", "created": 0, "owned_by": "link" }],
-    }))
+/// `link-local`, then (forwarding) the remote's models as the remote lists them.
+async fn models(State(service): Api) -> Response {
+    match served(&service).await {
+        Ok(data) => Json(json!({ "object": "list", "data": data })).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
+    let mut data =
+        vec![json!({ "id": local::MODEL, "object": "model", "created": 0, "owned_by": "link" })];
+    let Some(remote) = &service.remote else {
+        return Ok(data);
+    };
+    let key = forward::stored_key(&service.env).await?;
+    let (status, body) = remote.models(key.as_ref()).await?;
+    if !(200..300).contains(&status) {
+        return Err(remote.refusal(status, &body));
+    }
+    let list: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let Some(theirs) = list["data"].as_array() else {
+        return Err(RemoteError::new(
+            ErrorCode::Upstream,
+            format!(
+                "the remote model at {} answered GET /v1/models without a `data` list",
+                remote.describe()
+            ),
+        ));
+    };
+    data.extend(
+        theirs
+            .iter()
+            .filter(|m| m["id"].is_string() && m["id"] != local::MODEL)
+            .cloned(),
+    );
+    Ok(data)
 }
 
 async fn no_endpoint() -> Response {
@@ -152,7 +204,7 @@ async fn no_endpoint() -> Response {
 fn error_response(e: &RemoteError) -> Response {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.to_http_body())).into_response()
+    (status, Json(openai_error_body(e, None))).into_response()
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -177,7 +229,11 @@ async fn main() -> anyhow::Result<()> {
     link_protocol::plugin::run_until_stopped(
         &socket,
         &[],
-        axum::serve(listener, router(service)).into_future(),
+        axum::serve(
+            listener,
+            router(service).into_make_service_with_connect_info::<Caller>(),
+        )
+        .into_future(),
     )
     .await?;
     Ok(())

@@ -5,6 +5,7 @@
 //! - `frame`: length-prefixed JSON frames over Unix stream sockets, with a size limit;
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
+//! - [`model`]: the model an agent runs on, and the model service's one client;
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
 //! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
@@ -61,6 +62,7 @@ pub mod frame;
 pub mod http;
 pub mod layout;
 pub mod message;
+pub mod model;
 pub mod paths;
 pub mod pids;
 #[cfg(feature = "runtime")]

@@ -56,6 +56,9 @@ pub enum ErrorCode {
     /// The disk (or quota) holding the state root is full: nothing was stored.
     InsufficientStorage,
     Internal,
+    /// The remote model a request was forwarded to answered with an error; the message names
+    /// the remote, its status and its message.
+    Upstream,
 }
 
 impl ErrorCode {
@@ -72,6 +75,7 @@ impl ErrorCode {
             ErrorCode::Timeout => 504,
             ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
+            ErrorCode::Upstream => 502,
         }
     }
 
@@ -89,6 +93,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout",
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Internal => "internal",
+            ErrorCode::Upstream => "upstream",
         }
     }
 }

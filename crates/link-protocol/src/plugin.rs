@@ -18,6 +18,9 @@ pub const ENV_MODE: &str = "LNK_MODE";
 pub const ENV_PROFILE: &str = "LNK_PROFILE";
 pub const ENV_PROGRAMS: &str = "LNK_PROGRAMS";
 pub const ENV_MONITOR_INTERVAL: &str = "LNK_MONITOR_INTERVAL";
+/// The model of an agent created without one (`link up --model`, else
+/// [`crate::model::LOCAL`]), and of an agent stored before agents had a model.
+pub const ENV_MODEL_DEFAULT: &str = "LNK_MODEL_DEFAULT";
 /// `1` asks for the test hooks. A plugin obeys it, but gets it only from a host built with
 /// test hooks (`link-cli`'s `test-hooks` feature): a release host ignores it and passes none
 /// of the [`TEST_VARIABLES`] on ([`Contract::test_hooks`]).
@@ -33,6 +36,7 @@ pub const TEST_VARIABLES: &[&str] = &[
     ENV_TEST_HOOKS,
     ENV_TEST_HEADER_TIMEOUT_MS,
     ENV_TEST_MAX_CONNECTIONS,
+    ENV_TEST_MODEL_TIMEOUT_MS,
 ];
 
 pub use link_report::{Mode, Profile};
@@ -46,6 +50,8 @@ pub struct PluginEnv {
     pub data: PathBuf,
     pub mode: Mode,
     pub profile: Profile,
+    /// [`ENV_MODEL_DEFAULT`]; [`crate::model::LOCAL`] when it is not set.
+    pub default_model: crate::model::Model,
     pub test_hooks: bool,
 }
 
@@ -64,6 +70,10 @@ impl PluginEnv {
             data: var(ENV_DATA)?.into(),
             mode: var(ENV_MODE)?.parse()?,
             profile: var(ENV_PROFILE)?.parse()?,
+            default_model: match std::env::var(ENV_MODEL_DEFAULT) {
+                Ok(m) => m.parse().map_err(|e| format!("{ENV_MODEL_DEFAULT}: {e}"))?,
+                Err(_) => crate::model::Model::local(),
+            },
             test_hooks: test_hooks_asked(),
         })
     }
@@ -104,11 +114,17 @@ pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
 /// Test hooks only: the connection endpoint's header-read timeout (ms) and connection cap.
 pub const ENV_TEST_HEADER_TIMEOUT_MS: &str = "LNK_TEST_HEADER_TIMEOUT_MS";
 pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
+/// Test hooks only: how long the model waits for the remote (ms), so a test of the deadline
+/// need not wait minutes.
+pub const ENV_TEST_MODEL_TIMEOUT_MS: &str = "LNK_TEST_MODEL_TIMEOUT_MS";
 
 /// Variables that pass from the host's environment to one plugin only, on top of
 /// [`PASSTHROUGH`]: (plugin, its extra variables). The one place a plugin is given more.
 pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
-    ("link-plugin-model", &[ENV_MODEL_REMOTE_URL]),
+    (
+        "link-plugin-model",
+        &[ENV_MODEL_REMOTE_URL, ENV_TEST_MODEL_TIMEOUT_MS],
+    ),
     (
         "link-mini-connection",
         &[ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS],
@@ -188,6 +204,8 @@ pub struct Contract<'a> {
     pub profile: Profile,
     pub mode: Mode,
     pub monitor_interval: f64,
+    /// The model of an agent created without one ([`ENV_MODEL_DEFAULT`]).
+    pub default_model: &'a crate::model::Model,
     /// Whether the [`TEST_VARIABLES`] pass from the host's environment: only a host built
     /// with test hooks, that was asked for them, passes them.
     pub test_hooks: bool,
@@ -242,6 +260,7 @@ impl Contract<'_> {
             .env(ENV_PROFILE, self.profile.as_str())
             .env(ENV_PROGRAMS, self.programs)
             .env(ENV_MONITOR_INTERVAL, self.monitor_interval.to_string())
+            .env(ENV_MODEL_DEFAULT, self.default_model.as_str())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped());
         if leads_own_session(self.name) {
@@ -478,6 +497,7 @@ mod tests {
             profile: Profile::Mini,
             mode: Mode::Diagnostic,
             monitor_interval: 1.0,
+            default_model: &crate::model::Model::local(),
             test_hooks,
         };
         let host = |k: &str| -> Option<OsString> {
@@ -524,14 +544,19 @@ mod tests {
 
     #[test]
     fn test_variables_pass_only_from_a_host_with_test_hooks() {
-        let plugin = "link-mini-connection";
-        let release = started_env_with(plugin, false);
-        let tested = started_env_with(plugin, true);
+        // Between them, these two are given every test variable.
+        let plugins = ["link-mini-connection", "link-plugin-model"];
         for k in TEST_VARIABLES {
-            assert!(!release.contains_key(*k), "{k}: {release:?}");
-            assert_eq!(tested[*k].as_deref(), Some("1"), "{k}: {tested:?}");
+            let mut given = 0;
+            for plugin in plugins {
+                let release = started_env_with(plugin, false);
+                let tested = started_env_with(plugin, true);
+                assert!(!release.contains_key(*k), "{k}: {release:?}");
+                assert_eq!(release["PATH"].as_deref(), Some("/usr/bin"));
+                given += usize::from(tested.get(*k).is_some_and(|v| v.as_deref() == Some("1")));
+            }
+            assert!(given > 0, "no plugin is given {k}");
         }
-        assert_eq!(release["PATH"].as_deref(), Some("/usr/bin"));
     }
 
     /// (pid, process group, session) of `/bin/cat` started as `plugin` by the contract.
@@ -544,6 +569,7 @@ mod tests {
             profile: Profile::Link,
             mode: Mode::Diagnostic,
             monitor_interval: 1.0,
+            default_model: &crate::model::Model::local(),
             test_hooks: false,
         };
         let mut cmd = std::process::Command::new("/bin/cat");

@@ -48,6 +48,7 @@ pub struct RuntimeSpec {
     env: Vec<(String, String)>,
     isolation: Option<Isolation>,
     monitor_interval_secs: Option<u64>,
+    default_model: Option<String>,
     supervised: bool,
     /// Started by the holder of the [`exclusive`] turn: the runtime takes no shared one.
     within_exclusive: bool,
@@ -74,6 +75,7 @@ impl RuntimeSpec {
             env: vec![("LNK_KEYCHAIN".to_owned(), "off".to_owned())],
             isolation: None,
             monitor_interval_secs: None,
+            default_model: None,
             supervised: false,
             within_exclusive: false,
             own_process_group: false,
@@ -103,6 +105,12 @@ impl RuntimeSpec {
             host.display()
         );
         self.env(link_protocol::plugin::ENV_TEST_HOOKS, "1")
+    }
+
+    /// `--model MODEL`: the model of an agent created without one.
+    pub fn default_model(mut self, model: &str) -> Self {
+        self.default_model = Some(model.to_owned());
+        self
     }
 
     /// How long the host may take to print its ready line.
@@ -218,6 +226,9 @@ impl RuntimeSpec {
             .arg(&self.programs);
         if let Some(secs) = self.monitor_interval_secs {
             cmd.args(["--monitor-interval", &secs.to_string()]);
+        }
+        if let Some(model) = &self.default_model {
+            cmd.args(["--model", model]);
         }
         self.environment(&mut cmd, root)?;
         cmd.stdin(Stdio::null())

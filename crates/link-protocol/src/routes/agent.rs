@@ -3,6 +3,7 @@
 
 pub use super::store::ReadBody;
 use super::{programs, route, Empty};
+use crate::model::Model;
 use crate::AgentId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -11,6 +12,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateBody {
     pub name: String,
+    /// The model its turns use; none: the runtime's default (`link up --model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
 }
 
 /// One agent as the registry describes it. Mini has no workspace or home, and `agent.get`
@@ -19,6 +23,10 @@ pub struct CreateBody {
 pub struct AgentInfo {
     pub id: AgentId,
     pub name: String,
+    /// The model every turn of the agent uses (none only for a damaged agent, whose record
+    /// cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Model>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -45,6 +53,7 @@ impl AgentInfo {
         AgentInfo {
             id,
             name,
+            model: None,
             workspace: None,
             home: None,
             conversation: None,
@@ -82,7 +91,8 @@ pub struct TurnReply {
 }
 
 route!(
-    /// Registers an agent named `name` (the name is its id).
+    /// Registers an agent named `name` (the name is its id) on `model`, which the model
+    /// service must serve (else `bad_request` listing the models it does).
     Create = "agent.create", owner programs::AGENT, for_agent false, CreateBody => AgentInfo
 );
 route!(
