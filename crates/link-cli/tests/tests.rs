@@ -10,6 +10,7 @@ mod deadlines;
 mod endpoint_limits;
 mod full_disk;
 mod host_death;
+mod http_conventions;
 mod leaks;
 mod link;
 mod long_conversations;

@@ -58,10 +58,20 @@ pub trait Backend: Send + Sync + 'static {
     fn cancel_schedule<'a>(&'a self, agent: &'a str, schedule: &'a str) -> BackendFuture<'a>;
 }
 
-/// The axum router of the contract over `backend`: each request's token is checked first
-/// ([`authenticated`]), then its body is read within `body_timeout` ([`body_within`]), then
-/// it is routed (a later `layer` runs earlier).
+/// The axum router of the contract over `backend`: each request's token is checked first,
+/// whatever its path or method ([`authenticated`], around the whole of the routing), then its
+/// body is read within `body_timeout` ([`body_within`]), then it is routed (a later `layer`
+/// runs earlier). Every error it answers has a JSON body ([`json_errors`]).
 pub fn router(backend: Arc<dyn Backend>, body_timeout: Duration) -> Router {
+    let routes = routes(backend.clone(), body_timeout);
+    Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::from_fn_with_state(backend, authenticated))
+        .layer(axum::middleware::from_fn(json_errors))
+}
+
+/// The contract's routes, reached only once the token is checked.
+fn routes(backend: Arc<dyn Backend>, body_timeout: Duration) -> Router {
     Router::new()
         .route("/v1/agents", post(create_agent).get(list_agents))
         .route("/v1/agents/{id}/turns", post(turn))
@@ -73,11 +83,47 @@ pub fn router(backend: Arc<dyn Backend>, body_timeout: Duration) -> Router {
         .layer(axum::middleware::from_fn(
             move |req: axum::extract::Request, next: Next| body_within(req, next, body_timeout),
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            backend.clone(),
-            authenticated,
-        ))
         .with_state(backend)
+}
+
+/// Gives an error answered without a JSON body (axum's own: a method the path does not
+/// allow, a path it cannot extract) the contract's `{"error": {"code", "message"}}`, keeping
+/// its status and headers (`Allow` on a 405).
+async fn json_errors(req: axum::extract::Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let response = next.run(req).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    let (code, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let allowed = parts
+                .headers
+                .get(header::ALLOW)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            (
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}; allowed: {allowed}"),
+            )
+        }
+        StatusCode::NOT_FOUND => ("not_found", format!("no such endpoint {path}")),
+        s if s.is_client_error() => ("bad_request", format!("malformed request: {s}")),
+        s => ("internal", format!("the service failed: {s}")),
+    };
+    let body = json!({"error": {"code": code, "message": message}}).to_string();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
 }
 
 type Api = State<Arc<dyn Backend>>;
@@ -183,7 +229,20 @@ async fn not_found() -> Response {
 async fn authenticated(State(b): Api, req: axum::extract::Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     if let Err(e) = authenticate(b.as_ref(), &parts.headers).await {
-        return closing(error_response(&e));
+        let mut response = error_response(&e);
+        if e.code == ErrorCode::Unauthorized {
+            // RFC 6750 §3: the scheme a client must use, and why a token it sent failed.
+            let challenge = if parts.headers.contains_key(header::AUTHORIZATION) {
+                r#"Bearer realm="link", error="invalid_token""#
+            } else {
+                r#"Bearer realm="link""#
+            };
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+        }
+        return closing(response);
     }
     if let Some(connection) = parts.extensions.get::<held::Connection>() {
         connection.authenticated();
@@ -206,11 +265,13 @@ async fn authenticate(b: &dyn Backend, headers: &HeaderMap) -> Result<(), Remote
     let value = headers.get(header::AUTHORIZATION).ok_or_else(|| {
         unauthorized("missing `Authorization: Bearer <token>`; create one with `link token create`")
     })?;
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer` is `Bearer`.
     let token = value
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| unauthorized("authorization must be `Bearer <token>`"))?;
     if b.verify(token).await? {

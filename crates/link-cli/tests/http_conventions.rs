@@ -1,0 +1,176 @@
+//! The connection service follows HTTP (issue 39), in both runtimes (Mini's service and full
+//! Link's endpoint share `link_connection_api`): the bearer check comes before routing, a 401
+//! says `WWW-Authenticate: Bearer`, the scheme is case-insensitive, and every error has the
+//! contract's JSON body (a 405 with `Allow`). Sent as raw bytes from Rust, and with curl.
+
+use crate::support::{self, state_root};
+use link_harness_conformance::runtime_process::RuntimeProcess;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::Path;
+
+/// A response read off the wire: status, headers (lower-case names), JSON body.
+struct Raw {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Value,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn parse(bytes: &[u8]) -> Raw {
+        let text = String::from_utf8_lossy(bytes);
+        let (head, body) = text.split_once("\r\n\r\n").expect("a whole response");
+        let mut lines = head.lines();
+        let status = lines.next().unwrap().split_whitespace().nth(1).unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let body = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {text}"));
+        Raw {
+            status: status.parse().unwrap(),
+            headers,
+            body,
+        }
+    }
+}
+
+/// Sends `method path` with `authorization` (a header value) as raw bytes, the connection to
+/// be closed after; → the response.
+fn raw(socket: &Path, method: &str, path: &str, authorization: Option<&str>) -> Raw {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
+    if let Some(a) = authorization {
+        request.push_str(&format!("authorization: {a}\r\n"));
+    }
+    request.push_str("content-length: 0\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    Raw::parse(&answer)
+}
+
+fn follows_http(rt: &RuntimeProcess) {
+    let socket = rt.layout().connection_socket();
+    let token = rt.token().to_owned();
+    // Without a valid token: 401 whatever the path or method, with the challenge, as JSON.
+    for (method, path) in [
+        ("GET", "/v1/status"),
+        ("GET", "/v1/no-such-endpoint"),
+        ("DELETE", "/v1/status"),
+        ("PATCH", "/v1/agents"),
+        ("POST", "/v1/agents/a/turns"),
+    ] {
+        for authorization in [None, Some("Bearer not-a-token"), Some("Basic dTpw")] {
+            let got = raw(&socket, method, path, authorization);
+            let context = format!("{method} {path} with {authorization:?}");
+            assert_eq!(got.status, 401, "{context}: {}", got.body);
+            assert_eq!(got.body["error"]["code"], "unauthorized", "{context}");
+            let challenge = got.header("www-authenticate").unwrap_or_default();
+            assert!(challenge.starts_with("Bearer"), "{context}: {challenge:?}");
+            assert_eq!(
+                challenge.contains("invalid_token"),
+                authorization.is_some(),
+                "{context}: {challenge}"
+            );
+        }
+    }
+    // The scheme in any case; the twin of each refusal above.
+    for scheme in ["Bearer", "bearer", "BEARER"] {
+        let got = raw(
+            &socket,
+            "GET",
+            "/v1/status",
+            Some(&format!("{scheme} {token}")),
+        );
+        assert_eq!(got.status, 200, "{scheme}: {}", got.body);
+        assert!(got.header("www-authenticate").is_none());
+    }
+    let bearer = format!("Bearer {token}");
+    // With a token: a method the path does not allow is 405 with `Allow`, as JSON.
+    let got = raw(&socket, "DELETE", "/v1/status", Some(&bearer));
+    assert_eq!(got.status, 405, "{}", got.body);
+    assert!(
+        got.header("allow").unwrap_or_default().contains("GET"),
+        "{:?}",
+        got.headers
+    );
+    assert_eq!(
+        got.body["error"]["code"], "method_not_allowed",
+        "{}",
+        got.body
+    );
+    assert!(got.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("GET"));
+    let got = raw(&socket, "GET", "/v1/no-such-endpoint", Some(&bearer));
+    assert_eq!(got.status, 404, "{}", got.body);
+    assert_eq!(got.body["error"]["code"], "not_found");
+    // A malformed body: 400 with the contract's body.
+    let resp = rt.post("/v1/agents", &token, serde_json::json!("not an object"));
+    assert_eq!(resp.status, 400);
+    assert_eq!(resp.json()["error"]["code"], "bad_request");
+
+    // curl, as a user would.
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-s", "-i", "--unix-socket"])
+            .arg(&socket)
+            .args(args)
+            .output()
+            .expect("curl runs");
+        Raw::parse(&out.stdout)
+    };
+    let got = curl(&["http://localhost/v1/agents"]);
+    assert_eq!(got.status, 401);
+    assert!(got
+        .header("www-authenticate")
+        .unwrap()
+        .starts_with("Bearer"));
+    let lower = format!("authorization: bearer {token}");
+    let got = curl(&["-H", &lower, "http://localhost/v1/agents"]);
+    assert_eq!(got.status, 200, "{}", got.body);
+    let got = curl(&["-X", "PUT", "-H", &lower, "http://localhost/v1/agents"]);
+    assert_eq!(got.status, 405, "{}", got.body);
+    assert_eq!(got.body["error"]["code"], "method_not_allowed");
+}
+
+fn curl_or_skip() -> bool {
+    let found = std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        // A system package, not one of `ci/requirements.txt`'s.
+        let require = link_report::skip::ENV_REQUIRE_TOOLS;
+        assert!(
+            std::env::var(require).as_deref() != Ok("1"),
+            "{require}=1 but curl is not installed: install it with the system's package manager"
+        );
+        link_report::skip::skipped("SKIPPED: curl is not installed");
+    }
+    found
+}
+
+#[test]
+fn both_connection_services_follow_http() {
+    if !support::sandbox_available() || !curl_or_skip() {
+        return;
+    }
+    for profile in ["mini", "link"] {
+        let root = state_root();
+        let mut rt = support::up(&root, profile);
+        follows_http(&rt);
+        rt.down();
+    }
+}
