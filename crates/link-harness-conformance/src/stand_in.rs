@@ -9,7 +9,9 @@
 //! - [`BROKEN`]: `429` with an OpenAI error body ([`BROKEN_MESSAGE`]);
 //! - [`SLOW`]: answers only after [`SLOW_DELAY`], past a test's deadline.
 //!
-//! `GET /v1/models` lists the three. One request per connection, each in a thread of its own.
+//! `GET /v1/models` lists the three. With `stream: true` a completion is answered as
+//! server-sent events ([`STREAM_MARK`] in each chunk's id). One request per connection, each in
+//! a thread of its own.
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,6 +30,8 @@ pub const SLOW: &str = "gpt-stand-in-slow";
 pub const BROKEN_MESSAGE: &str = "rate limited by the stand-in remote";
 /// How long [`SLOW`] takes.
 pub const SLOW_DELAY: Duration = Duration::from_secs(5);
+/// The id of the stand-in's stream chunks, which only it writes.
+pub const STREAM_MARK: &str = "chatcmpl-stand-in-stream";
 /// The workspace file [`MODEL`]'s tool call writes, and what it writes.
 pub const WRITTEN_FILE: &str = "from-remote.txt";
 pub const WRITTEN_TEXT: &str = "written on the stand-in's word";
@@ -137,7 +141,11 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>) -> std::io::Result<()> {
         ("POST", "/v1/chat/completions") => complete(&body),
         _ => (404, error("no such endpoint on the stand-in")),
     };
-    let text = answer.to_string();
+    let (text, content_type) = if status == 200 && body["stream"] == true {
+        (events(&answer), "text/event-stream")
+    } else {
+        (answer.to_string(), "application/json")
+    };
     let reason = match status {
         200 => "OK",
         404 => "Not Found",
@@ -147,11 +155,25 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>) -> std::io::Result<()> {
     let mut stream = stream;
     write!(
         stream,
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n\
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n\
          content-length: {}\r\nconnection: close\r\n\r\n{text}",
         text.len()
     )?;
     stream.flush()
+}
+
+/// A completion as server-sent chunks: the message as one delta, the finish, `[DONE]`.
+fn events(completion: &Value) -> String {
+    let choice = &completion["choices"][0];
+    let chunk = |delta: &Value, finish: &Value| {
+        let chunk = json!({"id": STREAM_MARK, "object": "chat.completion.chunk", "created": 0,
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {chunk}\n\n")
+    };
+    chunk(&choice["message"], &Value::Null)
+        + &chunk(&json!({}), &choice["finish_reason"])
+        + "data: [DONE]\n\n"
 }
 
 fn models() -> Value {

@@ -47,6 +47,16 @@ pub struct Remote {
     deadline: Duration,
 }
 
+/// What the remote answered: its status, content type and whole body. The content type
+/// passes on with the body, so a `stream: true` request's server-sent events reach the caller
+/// as events (once the remote has sent them all: the body is read whole within the deadline).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Bytes,
+}
+
 /// The remote's bearer key.
 pub struct Key(String);
 
@@ -128,17 +138,13 @@ impl Remote {
     }
 
     /// Sends the client's chat completion body unchanged; returns the remote status and body.
-    pub async fn forward(
-        &self,
-        body: Bytes,
-        key: Option<&Key>,
-    ) -> Result<(u16, Bytes), RemoteError> {
+    pub async fn forward(&self, body: Bytes, key: Option<&Key>) -> Result<Answer, RemoteError> {
         self.within(self.send("POST", "/v1/chat/completions", body, key))
             .await
     }
 
     /// The remote's `GET /v1/models`: its status and body.
-    pub async fn models(&self, key: Option<&Key>) -> Result<(u16, Bytes), RemoteError> {
+    pub async fn models(&self, key: Option<&Key>) -> Result<Answer, RemoteError> {
         self.within(self.send("GET", "/v1/models", Bytes::new(), key))
             .await
     }
@@ -146,8 +152,8 @@ impl Remote {
     /// `request` within the deadline, else `timeout` (504) naming the remote.
     async fn within(
         &self,
-        request: impl std::future::Future<Output = Result<(u16, Bytes), RemoteError>>,
-    ) -> Result<(u16, Bytes), RemoteError> {
+        request: impl std::future::Future<Output = Result<Answer, RemoteError>>,
+    ) -> Result<Answer, RemoteError> {
         tokio::time::timeout(self.deadline, request)
             .await
             .map_err(|_| {
@@ -189,7 +195,7 @@ impl Remote {
         path: &str,
         body: Bytes,
         key: Option<&Key>,
-    ) -> Result<(u16, Bytes), RemoteError> {
+    ) -> Result<Answer, RemoteError> {
         let fail = |e: &dyn std::fmt::Display| {
             RemoteError::new(
                 ErrorCode::Upstream,
@@ -217,13 +223,22 @@ impl Remote {
         let req = req.body(Full::new(body)).map_err(|e| fail(&e))?;
         let resp = sender.send_request(req).await.map_err(|e| fail(&e))?;
         let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = resp
             .into_body()
             .collect()
             .await
             .map_err(|e| fail(&e))?
             .to_bytes();
-        Ok((status, body))
+        Ok(Answer {
+            status,
+            content_type,
+            body,
+        })
     }
 }
 
@@ -275,12 +290,13 @@ mod tests {
         });
         let remote = Remote::parse(&format!("http://127.0.0.1:{port}/base")).unwrap();
         let key = Key("sk-1".into());
-        let (status, body) = remote
+        let answer = remote
             .forward(Bytes::from_static(b"{\"model\":\"m\"}"), Some(&key))
             .await
             .unwrap();
-        assert_eq!(status, 200);
-        assert_eq!(&body[..], b"{\"choices\":[]}");
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.content_type.as_deref(), Some("application/json"));
+        assert_eq!(&answer.body[..], b"{\"choices\":[]}");
         let seen = server.await.unwrap();
         assert!(
             seen.starts_with("POST /base/v1/chat/completions HTTP/1.1\r\n"),

@@ -56,6 +56,40 @@ pub struct FunctionName {
     pub name: String,
 }
 
+/// The request fields `link-local` honours; any other is refused rather than ignored.
+const HONOURED: &[&str] = &["model", "messages", "tools", "stream"];
+
+/// The first parameter of a chat request that `link-local` would not honour, and why it is
+/// refused (`n` is honoured only as 1, `tool_choice` only as `auto`, `stream_options` only
+/// beside `stream`); `None` when it honours them all.
+pub fn unhonoured(request: &Value) -> Option<(&str, String)> {
+    let fields = request.as_object()?;
+    for (key, value) in fields {
+        let honoured = match key.as_str() {
+            k if HONOURED.contains(&k) => true,
+            "n" => value == &json!(1),
+            "tool_choice" => value == "auto",
+            "stream_options" => request["stream"] == true,
+            _ => false,
+        };
+        if !honoured {
+            return Some((
+                key.as_str(),
+                format!(
+                    "{MODEL} does not honour `{key}` (as {value}); remove it. It honours {}, \
+                     `n` as 1 and `tool_choice` as \"auto\"",
+                    HONOURED
+                        .iter()
+                        .map(|h| format!("`{h}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    None
+}
+
 /// The assistant message and why it stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {

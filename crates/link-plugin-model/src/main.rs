@@ -16,7 +16,7 @@ mod instructions;
 mod local;
 
 use axum::body::Body;
-use axum::extract::{ConnectInfo, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -48,6 +48,7 @@ fn router(service: Arc<Service>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
         .fallback(no_endpoint)
         .with_state(service)
 }
@@ -83,6 +84,10 @@ async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError
     if model != local::MODEL {
         return forward(service, model, bytes).await;
     }
+    if let Some((param, why)) = local::unhonoured(&value) {
+        return Ok(error_with_param(&RemoteError::bad_request(why), param));
+    }
+    let stream = value["stream"].as_bool().unwrap_or(false);
     let req = local::ChatRequest::deserialize(&value)
         .map_err(|e| RemoteError::bad_request(format!("not a chat completion request: {e}")))?;
     let answer = local::answer(&req)
@@ -93,7 +98,46 @@ async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError
         finish_reason = answer.finish_reason,
         "answered"
     );
-    Ok(Json(completion(n, &req, answer)).into_response())
+    let completion = completion(n, &req, answer);
+    if stream {
+        return Ok(events(&completion));
+    }
+    Ok(Json(completion).into_response())
+}
+
+/// A completion as OpenAI streams it (`stream: true`): server-sent `chat.completion.chunk`
+/// events (the role, the content, each tool call), the finish reason, then `[DONE]`.
+/// `link-local` has its whole answer at once, so the events are written together.
+fn events(completion: &Value) -> Response {
+    let choice = &completion["choices"][0];
+    let message = &choice["message"];
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        format!("data: {chunk}\n\n")
+    };
+    let mut body = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
+        body += &chunk(json!({ "content": text }), Value::Null);
+    }
+    for (i, call) in message["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let mut call = call.clone();
+        call["index"] = json!(i);
+        body += &chunk(json!({ "tool_calls": [call] }), Value::Null);
+    }
+    body += &chunk(json!({}), choice["finish_reason"].clone());
+    body += "data: [DONE]\n\n";
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }
 
 async fn forward(
@@ -109,15 +153,18 @@ async fn forward(
         )));
     };
     let key = forward::stored_key(&service.env).await?;
-    let (status, body) = remote.forward(bytes, key.as_ref()).await?;
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let answer = remote.forward(bytes, key.as_ref()).await?;
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
     if !status.is_success() {
         // The remote's own status, its message named as the remote's.
-        let e = remote.refusal(status.as_u16(), &body);
+        let e = remote.refusal(status.as_u16(), &answer.body);
         tracing::info!("the remote answered HTTP {}", status.as_u16());
         return Ok((status, Json(openai_error_body(&e, None))).into_response());
     }
-    Ok((status, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+    let content_type = answer
+        .content_type
+        .unwrap_or_else(|| "application/json".to_owned());
+    Ok((status, [(header::CONTENT_TYPE, content_type)], answer.body).into_response())
 }
 
 /// The OpenAI `chat.completion` object around `answer`.
@@ -165,6 +212,23 @@ async fn models(State(service): Api) -> Response {
     }
 }
 
+/// One model of the list (`GET /v1/models/{id}`), or 404 naming the served ones.
+async fn model(State(service): Api, Path(id): Path<String>) -> Response {
+    let served = match served(&service).await {
+        Ok(data) => data,
+        Err(e) => return error_response(&e),
+    };
+    if let Some(m) = served.iter().find(|m| m["id"] == id.as_str()) {
+        return Json(m.clone()).into_response();
+    }
+    let names: Vec<_> = served.iter().filter_map(|m| m["id"].as_str()).collect();
+    let e = RemoteError::not_found(format!(
+        "no model `{id}`: this service serves {}",
+        names.join(", ")
+    ));
+    error_with_param(&e, "model")
+}
+
 async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
     let mut data =
         vec![json!({ "id": local::MODEL, "object": "model", "created": 0, "owned_by": "link" })];
@@ -172,11 +236,11 @@ async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
         return Ok(data);
     };
     let key = forward::stored_key(&service.env).await?;
-    let (status, body) = remote.models(key.as_ref()).await?;
-    if !(200..300).contains(&status) {
-        return Err(remote.refusal(status, &body));
+    let answer = remote.models(key.as_ref()).await?;
+    if !(200..300).contains(&answer.status) {
+        return Err(remote.refusal(answer.status, &answer.body));
     }
-    let list: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let list: Value = serde_json::from_slice(&answer.body).unwrap_or_default();
     let Some(theirs) = list["data"].as_array() else {
         return Err(RemoteError::new(
             ErrorCode::Upstream,
@@ -205,6 +269,13 @@ fn error_response(e: &RemoteError) -> Response {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, Json(openai_error_body(e, None))).into_response()
+}
+
+/// [`error_response`] naming the request parameter at fault (OpenAI's `param`).
+fn error_with_param(e: &RemoteError, param: &str) -> Response {
+    let status =
+        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(openai_error_body(e, Some(param)))).into_response()
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -274,3 +274,136 @@ fn complete_request(seen: &[u8]) -> bool {
         .unwrap_or(0);
     body.len() >= length
 }
+
+#[tokio::test]
+async fn streams_lists_one_model_and_refuses_what_it_does_not_honour() {
+    let plugin = PluginProcess::start(EXE, NAME, Profile::Link, Mode::Diagnostic, &[]);
+    plugin.ready();
+    let socket = plugin.socket();
+
+    // `stream: true`: server-sent chunks, the tool call as a delta, then [DONE].
+    let body = json!({"model": "link-local", "stream": true, "tools": tools(),
+        "messages": [{"role": "user", "content": "run: true"}]});
+    let resp = http::json(&socket, "POST", "/v1/chat/completions", None, Some(&body))
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200);
+    let text = String::from_utf8(resp.body).unwrap();
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").expect("an SSE data line"))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk"),
+        "{text}"
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let call = &chunks[1]["choices"][0]["delta"]["tool_calls"][0];
+    assert_eq!(
+        (&call["index"], &call["function"]["name"]),
+        (&json!(0), &json!("run")),
+        "{text}"
+    );
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "tool_calls"
+    );
+    // Its twin, without `stream`: one JSON completion.
+    let plain = json!({"model": "link-local", "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(chat(&socket, &plain).await.1["object"], "chat.completion");
+
+    // What link-local would ignore is refused, naming the parameter, in OpenAI's shape.
+    for (param, value) in [
+        ("n", json!(2)),
+        ("response_format", json!({"type": "json_object"})),
+        ("temperature", json!(0.2)),
+    ] {
+        let mut body = plain.clone();
+        body[param] = value;
+        let (status, err) = chat(&socket, &body).await;
+        assert_eq!(status, 400, "{param}: {err}");
+        assert_eq!(err["error"]["param"], param, "{err}");
+        assert_eq!(err["error"]["type"], "invalid_request_error", "{err}");
+        assert!(
+            err["error"]["message"].as_str().unwrap().contains(param),
+            "{err}"
+        );
+    }
+    let mut one = plain.clone();
+    one["n"] = json!(1);
+    assert_eq!(chat(&socket, &one).await.0, 200, "n = 1 is honoured");
+
+    // One model of the list, and an unknown one.
+    let resp = http::json(&socket, "GET", "/v1/models/link-local", None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resp.status, &resp.json()["id"]),
+        (200, &json!("link-local"))
+    );
+    let resp = http::json(&socket, "GET", "/v1/models/gpt-x", None, None)
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 404);
+    assert_eq!(resp.json()["error"]["param"], "model");
+}
+
+#[tokio::test]
+async fn forwarding_passes_a_remotes_stream_and_model_list_through() {
+    use link_harness_conformance::stand_in::{self, StandIn};
+    let remote = StandIn::start().unwrap();
+    let url = remote.url();
+    let env = [(link_protocol::plugin::ENV_MODEL_REMOTE_URL, url.as_str())];
+    // Mini: no secret plugin, so forwarded without a key.
+    let plugin = PluginProcess::start(EXE, NAME, Profile::Mini, Mode::Diagnostic, &env);
+    plugin.ready();
+    let socket = plugin.socket();
+    let body = json!({"model": stand_in::MODEL, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    let resp = http::json(&socket, "POST", "/v1/chat/completions", None, Some(&body))
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 200);
+    let text = String::from_utf8(resp.body).unwrap();
+    assert!(
+        text.contains(stand_in::STREAM_MARK) && text.ends_with("data: [DONE]\n\n"),
+        "{text}"
+    );
+    assert_eq!(
+        remote.completions()[0].body["stream"],
+        true,
+        "the request passed unchanged"
+    );
+    let resp = http::json(&socket, "GET", "/v1/models", None, None)
+        .await
+        .unwrap();
+    let ids: Vec<_> = resp.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "link-local",
+            stand_in::MODEL,
+            stand_in::BROKEN,
+            stand_in::SLOW
+        ]
+    );
+    let path = format!("/v1/models/{}", stand_in::MODEL);
+    let resp = http::json(&socket, "GET", &path, None, None).await.unwrap();
+    assert_eq!(
+        (resp.status, &resp.json()["owned_by"]),
+        (200, &json!("stand-in"))
+    );
+}
