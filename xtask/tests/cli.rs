@@ -211,15 +211,14 @@ fn state_dir(tag: &str) -> std::path::PathBuf {
         .join(format!("xc{tag}{}", std::process::id()))
 }
 
-/// `target/release` of this workspace: where `cargo xtask build` leaves the programs.
+/// The programs built with this test (`target/checked` under `ci/test.sh`, `target/release`
+/// under `cargo test --release`): the test executable's profile directory.
 fn release_dir() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
-        Some(t) => root.join(t).join("release"),
-        None => root.join("target/release"),
-    }
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(std::path::Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
 }
 
 /// A target directory of the test's own whose `release/` links to the built programs, so the
