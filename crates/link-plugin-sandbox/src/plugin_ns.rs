@@ -93,6 +93,9 @@ pub struct PluginNamespace {
     /// Made in the cover, parents first.
     skeleton: Vec<CString>,
     trees: Vec<Tree>,
+    /// The process preparing it, the plugin's parent: a change of credentials disarms the
+    /// parent-death signal, which [`PluginNamespace::join`] arms again.
+    parent: rustix::process::Pid,
 }
 
 /// Why the plugin's namespace could not be prepared.
@@ -166,6 +169,7 @@ impl PluginNamespace {
         skeleton.sort_by_key(|p| p.components().count());
         skeleton.dedup();
         Ok(PluginNamespace {
+            parent: rustix::process::getpid(),
             ns,
             cover: c_path(&cover)?,
             skeleton: skeleton
@@ -279,8 +283,11 @@ impl PluginNamespace {
                 std::ptr::null::<libc::gid_t>(),
             ))?;
             check(libc::syscall(libc::SYS_setresgid, 0, 0, 0))?;
-            check(libc::syscall(libc::SYS_setresuid, 0, 0, 0))
+            check(libc::syscall(libc::SYS_setresuid, 0, 0, 0))?;
         }
+        // The kernel clears the parent-death signal when the credentials change, and the host
+        // armed it before (`plugin dies with its host`): armed again, the parent checked again.
+        crate::run::die_with_parent(self.parent)
     }
 }
 
