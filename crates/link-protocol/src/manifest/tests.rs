@@ -211,6 +211,14 @@ fn every_plugin_crate_of_the_workspace_is_declared_and_every_entry_built() {
         "the workspace's plugin binaries and the manifest differ: declare each plugin crate \
          in link_protocol::manifest::ALL, and remove the entry of a crate that is gone"
     );
+    // The twin: a manifest without the code tool would miss a binary of the workspace.
+    let without_code: BTreeSet<&str> = ALL
+        .iter()
+        .filter(|p| **p != CODE)
+        .map(|p| p.program)
+        .collect();
+    let missed: Vec<&&str> = plugin_bins.difference(&without_code).collect();
+    assert_eq!(missed, [&programs::CODE]);
     for p in ALL {
         let own = (p.program.to_owned(), p.program.to_owned());
         assert!(
