@@ -29,50 +29,51 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::net::UnixStream;
 
-/// Who calls through the router: the host itself (its HTTP endpoint, the model key) or a
-/// plugin it started. What each may call is its manifest entry's (`manifest::HOST`, a
-/// [`Plugin`]).
+/// Who calls through the router, as a holder of grants: the host itself (its HTTP endpoint,
+/// the model key) or a plugin it started. What each may call is its manifest entry's
+/// (`manifest::HOST`, a [`Plugin`]). Not `crate::caller::Caller`, who connected to the
+/// control socket.
 #[derive(Debug, Clone, Copy)]
-pub enum Caller {
+pub enum Grantee {
     Host,
     Plugin(&'static Plugin),
 }
 
 /// The host itself, as a caller (its HTTP endpoint).
-pub const HOST: Caller = Caller::Host;
+pub const HOST: Grantee = Grantee::Host;
 
-impl Caller {
+impl Grantee {
     /// Its name in the requests it makes (`Request::caller`).
     pub fn name(self) -> &'static str {
         match self {
-            Caller::Host => manifest::HOST.caller,
-            Caller::Plugin(p) => p.program,
+            Grantee::Host => manifest::HOST.caller,
+            Grantee::Plugin(p) => p.program,
         }
     }
 
     fn grants(self) -> &'static [RouteInfo] {
         match self {
-            Caller::Host => manifest::HOST.grants,
-            Caller::Plugin(p) => p.grants,
+            Grantee::Host => manifest::HOST.grants,
+            Grantee::Plugin(p) => p.grants,
         }
     }
 
     fn secrets(self) -> &'static [&'static str] {
         match self {
-            Caller::Host => manifest::HOST.secrets,
-            Caller::Plugin(p) => p.secrets,
+            Grantee::Host => manifest::HOST.secrets,
+            Grantee::Plugin(p) => p.secrets,
         }
     }
 
     /// Whether it acts only for the agent of a call in flight to it (`Plugin::leased`).
     fn leased(self) -> bool {
-        matches!(self, Caller::Plugin(p) if p.leased)
+        matches!(self, Grantee::Plugin(p) if p.leased)
     }
 }
 
 /// True when `route` is a `secret.*` route and `caller` may not name the secret in `body`:
 /// only the names its manifest entry lists are reachable.
-fn secret_refused(caller: Caller, route: &str, body: &Value) -> bool {
+fn secret_refused(caller: Grantee, route: &str, body: &Value) -> bool {
     let secret_routes = [
         r::secret::Get::NAME,
         r::secret::Put::NAME,
@@ -86,7 +87,7 @@ fn secret_refused(caller: Caller, route: &str, body: &Value) -> bool {
 }
 
 /// True when `caller` holds the grant for `route`. Everything not granted is refused.
-pub fn allowed(caller: Caller, route: &str) -> bool {
+pub fn allowed(caller: Grantee, route: &str) -> bool {
     caller.grants().iter().any(|g| g.name == route)
 }
 
@@ -173,7 +174,7 @@ enum Heard {
 /// Checks and forwards one call made by `caller`, and records in the host's plugin status
 /// whether the owner answered: `unresponsive` after a missed deadline, `ready` again after
 /// an answer. States other than these two (`exited`, `stopping`) are left alone.
-pub async fn call(shared: &Shared, caller: Caller, req: Request) -> Result<Value, RemoteError> {
+pub async fn call(shared: &Shared, caller: Grantee, req: Request) -> Result<Value, RemoteError> {
     let (result, heard) = shared.router.call(caller, req).await;
     if let Some((plugin, heard)) = heard {
         let (from, to) = match heard {
@@ -272,16 +273,16 @@ impl Router {
         self.table.lock().expect("lock").by_pid.insert(pid, plugin);
     }
 
-    fn caller_of(&self, pid: Option<i32>) -> Option<Caller> {
+    fn caller_of(&self, pid: Option<i32>) -> Option<Grantee> {
         let table = self.table.lock().expect("lock");
-        pid.and_then(|p| table.by_pid.get(&p).map(|plugin| Caller::Plugin(plugin)))
+        pid.and_then(|p| table.by_pid.get(&p).map(|plugin| Grantee::Plugin(plugin)))
     }
 
     /// Checks and forwards one call made by `caller`; → the result, and the owner if the
     /// call reached it, with whether it answered.
     async fn call(
         &self,
-        caller: Caller,
+        caller: Grantee,
         mut req: Request,
     ) -> (Result<Value, RemoteError>, Option<(&'static str, Heard)>) {
         if let Err(e) = self.check(caller, &req) {
@@ -350,7 +351,7 @@ impl Router {
         (result, Some((name, Heard::Answered)))
     }
 
-    fn check(&self, caller: Caller, req: &Request) -> Result<(), RemoteError> {
+    fn check(&self, caller: Grantee, req: &Request) -> Result<(), RemoteError> {
         let name = caller.name();
         if !allowed(caller, &req.route) {
             let why = UNROUTED
@@ -444,7 +445,7 @@ pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
 
 async fn serve_caller(
     shared: &Shared,
-    caller: Caller,
+    caller: Grantee,
     stream: UnixStream,
 ) -> Result<(), link_protocol::Error> {
     link_protocol::server::serve_connection(stream, |req| call(shared, caller, req)).await
@@ -476,8 +477,8 @@ mod tests {
     use super::*;
     use link_protocol::routes::programs;
 
-    fn plugin(p: &'static Plugin) -> Caller {
-        Caller::Plugin(p)
+    fn plugin(p: &'static Plugin) -> Grantee {
+        Grantee::Plugin(p)
     }
 
     #[test]
