@@ -384,7 +384,7 @@ impl Impostor {
         });
         self.record("host_unlock_with_key", remote_outcome(&with_key));
         let raced = rt.block_on(async {
-            let key = link_protocol::control_key::ControlKey::read(&layout)?;
+            let key = link_protocol::control_key::ControlKey::read(&layout.control_key_file())?;
             let stream = syscalls::connect_in_reaped_child(&layout.host_socket())?;
             stream.set_nonblocking(true)?;
             let mut raced = client::Client::over(tokio::net::UnixStream::from_std(stream)?);

@@ -78,8 +78,14 @@ impl PluginSpec {
     /// stdout piped; makes the directories the host makes. For runs that expect no ready line.
     pub fn command(&self, layout: &StateLayout) -> Command {
         let programs = self.exe.parent().unwrap_or(Path::new("/"));
+        let declared = link_protocol::manifest::find(&self.name);
         let contract = plugin::Contract {
-            name: &self.name,
+            plugin: declared.unwrap_or_else(|| {
+                panic!(
+                    "{} is no plugin of link_protocol::manifest: name the plugin by its program",
+                    self.name
+                )
+            }),
             layout,
             programs,
             profile: self.profile,

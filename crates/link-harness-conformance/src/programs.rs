@@ -2,6 +2,7 @@
 //! The kit never builds or downloads them; it names every missing one and the build command.
 
 use link_plugin_measure::Artifact;
+use link_protocol::manifest;
 use link_protocol::plugin::Profile;
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -11,19 +12,18 @@ use std::path::{Path, PathBuf};
 pub const HOST: &str = "link";
 
 /// The spec's build command for every program both profiles use.
-pub const BUILD_COMMAND: &str = "cargo build --locked --release -p link-cli -p link-plugin-agent \
-     -p link-plugin-sandbox -p link-plugin-measure -p link-plugin-model -p link-plugin-secret \
-     -p link-plugin-auth -p link-plugin-file-store -p link-mini-harness -p link-mini-connection \
-     -p link-plugin-link-harness -p link-plugin-link-run -p link-plugin-file-tool \
-     -p link-plugin-link-code -p link-plugin-link-scheduler";
+pub fn build_command() -> String {
+    let packages: Vec<String> = manifest::packages().map(|p| format!("-p {p}")).collect();
+    format!("cargo build --locked --release {}", packages.join(" "))
+}
 
 /// Every program a run of `profile` needs: the host, its plugins, and the sandbox (whose
 /// probe the runner runs in both profiles).
 pub fn required(profile: Profile) -> Vec<&'static str> {
     let mut names = vec![HOST];
-    names.extend(profile.plugins());
-    if !names.contains(&"link-plugin-sandbox") {
-        names.push("link-plugin-sandbox");
+    names.extend(manifest::programs_of(profile));
+    if !names.contains(&manifest::SANDBOX.program) {
+        names.push(manifest::SANDBOX.program);
     }
     names
 }
@@ -31,9 +31,9 @@ pub fn required(profile: Profile) -> Vec<&'static str> {
 /// Programs that are not there.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProgramsError {
-    #[error("programs directory {0} does not exist: build the programs with `{BUILD_COMMAND}` and pass target/release")]
+    #[error("programs directory {} does not exist: build the programs with `{}` and pass target/release", .0.display(), build_command())]
     NoDirectory(PathBuf),
-    #[error("programs missing from {dir}: {}; build them with `{BUILD_COMMAND}`", names.join(", "))]
+    #[error("programs missing from {dir}: {}; build them with `{}`", names.join(", "), build_command())]
     Missing { dir: PathBuf, names: Vec<String> },
 }
 

@@ -46,7 +46,8 @@ impl Programs {
             Role::FileTool | Role::ClaimingFileTool => programs::FILE_TOOL,
             Role::Sandbox => programs::SANDBOX,
         };
-        let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
+        let plugins = link_protocol::manifest::programs_of(Profile::Link);
+        let names = plugins.iter().chain(&[programs::HOST]);
         for name in names {
             let from = if *name == replaced {
                 built.join("examples/impostor")
@@ -434,7 +435,7 @@ fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
     let Some(user) = TestUser::or_skip("lnk-cpu") else {
         return;
     };
-    let mut copied: Vec<&str> = Profile::Link.plugins().to_vec();
+    let mut copied: Vec<&str> = link_protocol::manifest::programs_of(Profile::Link).to_vec();
     copied.extend([programs::HOST, "examples/impostor"]);
     user.rerun(
         "lnk-compromised",

@@ -253,7 +253,7 @@ fn a_host_killed_mid_run_leaves_nothing_to_a_non_reaping_init() {
         "the run must fail once its host is killed"
     );
     assert_eq!(orphans.outcome, Status::Passed, "{}", orphans.detail);
-    for plugin in Profile::Mini.plugins() {
+    for plugin in link_protocol::manifest::programs_of(Profile::Mini) {
         assert!(
             orphans.detail.contains(&format!("{plugin} (pid")),
             "no_orphans does not name {plugin} as adopted and reaped: {}",

@@ -5,6 +5,7 @@
 //! - `frame`: length-prefixed JSON frames over Unix stream sockets, with a size limit;
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
+//! - [`manifest`]: every plugin, declared once: its profiles, grants, confinement;
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
 //! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
@@ -21,12 +22,13 @@
 //! `frame`, `client`, `server`, `plugin` and `http` (and the `Client` re-export and
 //! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
 //! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
-//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `layout`,
+//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `manifest`, `layout`,
 //! `paths`, `tokens`, `control_key`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
 //! only; that is how the xtask depends on it (`default-features = false`), so `cargo xtask`
 //! never builds the async stack.
 //!
-//! It never spawns processes and never decides policy: the host owns the grant table.
+//! The [`manifest`] declares what each plugin may do; the host enforces it (its router, its
+//! confinement), so a plugin linking another version of this crate changes nothing.
 
 /// What `link --version` adds when the host was built with its test hooks (`link-cli`'s
 /// `test-hooks` feature), which a release must not be: the xtask refuses to qualify such a
@@ -60,6 +62,7 @@ pub mod frame;
 #[cfg(feature = "runtime")]
 pub mod http;
 pub mod layout;
+pub mod manifest;
 pub mod message;
 pub mod paths;
 pub mod pids;

@@ -15,7 +15,6 @@ use link_plugin_measure::{
     SampleRound, Status, StatusPoint,
 };
 use link_protocol::plugin::{Mode, Profile};
-use link_protocol::routes;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
@@ -369,7 +368,7 @@ impl<'a> Recorder<'a> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if routes::PLUGINS.contains(&base.as_str()) {
+        if link_protocol::manifest::find(&base).is_some() {
             return base;
         }
         if base == programs::HOST {
