@@ -1,37 +1,38 @@
 //! `cargo xtask runtime`: N interleaved Mini and full Link runs on the locked release programs
 //! (Mini, Link, Mini, Link, ...; every run's report kept under `target/runtime-runs/`), an
 //! optional separate strace pass, and the comparison under `target/`.
+//!
+//! One file each: `mod.rs` the invocation (its lock, the checks before anything runs, the
+//! order of the runs, cycles and benchmark, the outputs written); `files.rs` the names of what
+//! it writes; `runner.rs` driving the standalone runner; `summary.rs` the exit status and the
+//! printed table. The source's name is [`crate::source`]'s, the exit statuses
+//! [`crate::exit`]'s.
 
-use crate::baseline::{self, Verdict};
+use crate::baseline;
 use crate::bench_sandbox::{self, BenchStatus};
-use crate::compare::{self, status_word, Comparison, Inputs, Loaded, Noise, TimedRun};
+use crate::compare::{self, Comparison, Inputs, Loaded, Noise, TimedRun};
 use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
-use crate::{ci, state, svg, system};
+use crate::{ci, source, state, svg, system};
 use anyhow::{anyhow, bail, Context, Result};
-use link_report::{CheckName, Mode, Profile, Report, Status};
-use std::io::BufRead;
+use link_report::{Mode, Profile, Report, Status};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
-use xshell::{cmd, Shell};
+use std::time::Duration;
+
+mod files;
+mod runner;
+mod summary;
+
+pub use files::{comparison_files, files, run_file};
+use runner::{print_checks, remove_stale, timed_run, traced_run};
+use summary::print_summary;
+pub use summary::{summarize, Summary};
 
 /// Full scenario runs per side unless `--runs` says otherwise: the spec's reports and every
 /// check; the figures come from the paired timing cycles ([`crate::cycles`]).
 pub const DEFAULT_RUNS: u32 = 1;
 /// ROUNDS per run unless `--rounds` says otherwise: enough warm turns for a distribution.
 pub const DEFAULT_ROUNDS: u32 = 20;
-
-/// How often a long run reports that it is still going.
-const PROGRESS_EVERY: Duration = Duration::from_secs(30);
-
-/// Diagnostic outputs carry `-diagnostic` so they never overwrite confined ones.
-fn tag(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Confined => "",
-        Mode::Diagnostic => "-diagnostic",
-    }
-}
 
 /// What `runtime` was asked to do.
 #[derive(Debug, Clone)]
@@ -62,17 +63,6 @@ pub struct Options {
     pub against: Option<PathBuf>,
 }
 
-/// Exit status: both sides passed, and no significant regression against `--baseline`.
-pub const EXIT_PASSED: u8 = 0;
-/// Exit status: a side failed, the trace pass was unusable, a phase regressed significantly,
-/// or nothing could be compared (an error).
-pub const EXIT_FAILED: u8 = 1;
-/// Exit status: a side was skipped (0 with `--allow-skip`).
-pub const EXIT_SKIPPED: u8 = 2;
-/// Exit status: confined mode, and the sandbox probe says confinement is unavailable here;
-/// nothing was measured (`--allow-skip` does not change it).
-pub const EXIT_UNCONFINABLE: u8 = 3;
-
 /// Confined mode where the sandbox probe says confinement is unavailable: said once, with the
 /// probe's reason, before any run (or after the first run that skipped for it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,63 +91,6 @@ fn unconfinable_skip(mode: Mode, report: &Report) -> Option<Unconfinable> {
     (mode == Mode::Confined && report.outcome.status == Status::Skipped).then(|| Unconfinable {
         reason: rest.trim_start_matches([':', ' ']).to_string(),
     })
-}
-
-/// The files one profile's runs write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Files {
-    pub report: PathBuf,
-    pub traced: PathBuf,
-    pub trace: PathBuf,
-}
-
-pub fn files(target: &Path, profile: Profile, mode: Mode) -> Files {
-    let stem = format!("runtime-{profile}{}", tag(mode));
-    Files {
-        report: target.join(format!("{stem}.json")),
-        traced: target.join(format!("{stem}-traced.json")),
-        trace: target.join(format!("{stem}.trace")),
-    }
-}
-
-/// Run `index` (1-based) of one side: `target/runtime-runs[-diagnostic]/{mini,link}-{index}.json`.
-pub fn run_file(target: &Path, profile: Profile, mode: Mode, index: u32) -> PathBuf {
-    target
-        .join(format!("runtime-runs{}", tag(mode)))
-        .join(format!("{profile}-{index}.json"))
-}
-
-/// `runtime-comparison[-diagnostic].{json,md,svg}`.
-pub fn comparison_files(target: &Path, mode: Mode) -> [PathBuf; 3] {
-    let stem = format!("runtime-comparison{}", tag(mode));
-    ["json", "md", "svg"].map(|ext| target.join(format!("{stem}.{ext}")))
-}
-
-/// The result of a whole `runtime` invocation.
-#[derive(Debug)]
-pub struct Summary {
-    pub comparison: Comparison,
-    pub verdict: Option<Verdict>,
-    /// Reasons the run is not a success (failed sides, unusable traces, regressions).
-    pub failures: Vec<String>,
-    /// Skipped sides, with their reasons.
-    pub skips: Vec<String>,
-    /// Problems of the trace pass alone (also in `failures`), for the qualify checklist.
-    pub trace_problems: Vec<String>,
-    pub written: Vec<PathBuf>,
-}
-
-impl Summary {
-    /// 0 when both sides passed; 2 when the only problem is a skip; 1 otherwise.
-    pub fn exit_code(&self, allow_skip: bool) -> u8 {
-        if !self.failures.is_empty() {
-            EXIT_FAILED
-        } else if !self.skips.is_empty() && !allow_skip {
-            EXIT_SKIPPED
-        } else {
-            EXIT_PASSED
-        }
-    }
 }
 
 /// Runs everything and writes the comparison; errors only when nothing can be compared.
@@ -313,7 +246,7 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
     if let Some(dir) = &opts.against {
         require_against(ws, dir)?;
     }
-    let source = source(&ws.root)?;
+    let source = source::source(&ws.root)?;
     let mode = opts.mode;
     // Where confined mode cannot run, every run would skip: say so once and stop.
     if mode == Mode::Confined {
@@ -586,213 +519,6 @@ fn strace() -> Result<PathBuf> {
     })
 }
 
-/// `git rev-parse HEAD`, with `-dirty` when the work tree has changes.
-pub fn source(root: &Path) -> Result<String> {
-    let sh = Shell::new()?;
-    sh.change_dir(root);
-    let head = cmd!(sh, "git rev-parse HEAD")
-        .quiet()
-        .read()
-        .context("cannot name the source: `git rev-parse HEAD` failed (run from a git checkout)")?;
-    let status = cmd!(sh, "git status --porcelain")
-        .quiet()
-        .read()
-        .context("`git status --porcelain` failed")?;
-    Ok(with_dirty(head.trim(), &status))
-}
-
-fn with_dirty(head: &str, porcelain: &str) -> String {
-    if porcelain.trim().is_empty() {
-        head.to_string()
-    } else {
-        format!("{head}-dirty")
-    }
-}
-
-/// One timed run: `runtime PROGRAMS OUTPUT.json PROFILE MODE SOURCE ROUNDS`.
-#[allow(clippy::too_many_arguments)]
-fn timed_run(
-    ws: &Workspace,
-    opts: &Options,
-    rounds: u32,
-    profile: Profile,
-    source: &str,
-    state: &Path,
-    out: &Path,
-    step: &str,
-) -> Result<Loaded> {
-    remove_stale(out)?;
-    let sh = runner_shell(ws, state)?;
-    let (runner, programs, output) = (ws.show(&ws.runner()), ws.show(&ws.release()), ws.show(out));
-    let (side, mode) = (profile.as_str(), opts.mode.as_str());
-    let rounds = rounds.to_string();
-    let c = cmd!(
-        sh,
-        "{runner} {programs} {output} {side} {mode} {source} {rounds}"
-    );
-    let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
-    Ok(read_side(out, profile, opts.mode, source, status))
-}
-
-/// The strace pass of one profile, then `runtime report` on it.
-fn traced_run(
-    ws: &Workspace,
-    opts: &Options,
-    profile: Profile,
-    source: &str,
-    state: &Path,
-    strace: &Path,
-    step: &str,
-) -> Result<Loaded> {
-    let f = files(&ws.target, profile, opts.mode);
-    remove_stale(&f.traced)?;
-    remove_stale(&f.trace)?;
-    let sh = runner_shell(ws, state)?;
-    let (runner, programs) = (ws.show(&ws.runner()), ws.show(&ws.release()));
-    let (traced, trace) = (ws.show(&f.traced), ws.show(&f.trace));
-    let (side, mode) = (profile.as_str(), opts.mode.as_str());
-    let c = cmd!(
-        sh,
-        "{strace} -f -ttt -e trace=process -o {trace} {runner} {programs} {traced} {side} {mode} {source} 1 traced"
-    );
-    let status = run_with_progress(step, &c.to_string(), Command::from(c))?;
-    if f.traced.exists() {
-        let c = cmd!(sh, "{runner} report {traced} {trace}");
-        let (label, shown) = (format!("{step} report"), c.to_string());
-        let report = run_with_progress(&label, &shown, Command::from(c))?;
-        // 4: the counts are unavailable, which the report says and the verdict reads from it.
-        if !matches!(report.code(), Some(0 | 4)) {
-            bail!("`{shown}` could not add the trace to the report ({report})");
-        }
-    }
-    Ok(read_side(&f.traced, profile, opts.mode, source, status))
-}
-
-fn runner_shell(ws: &Workspace, state: &Path) -> Result<Shell> {
-    let sh = Shell::new()?;
-    sh.change_dir(&ws.root);
-    sh.set_var("LNK_TEST_STATE_DIR", state);
-    Ok(sh)
-}
-
-/// A report left from an earlier run must never pass for this one's.
-fn remove_stale(path: &Path) -> Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot remove the old {}", path.display())),
-    }
-}
-
-/// Runs a child with inherited output (the runner's phase lines go straight to the terminal)
-/// and says, now and then, that it is still going.
-///
-/// The runner's stderr passes through a filter that drops its per-run check list (`[mini]
-/// startup  Passed`): each side's checks are printed once, over all runs ([`print_checks`]).
-fn run_with_progress(step: &str, shown: &str, mut command: Command) -> Result<ExitStatus> {
-    link_protocol::errln!("xtask: {step}: $ {shown}");
-    let start = Instant::now();
-    let mut child = command
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start `{shown}`"))?;
-    let relay = child.stderr.take().map(|stderr| {
-        std::thread::spawn(move || {
-            let mut reader = std::io::BufReader::new(stderr);
-            let mut line = Vec::new();
-            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end_matches(['\n', '\r']);
-                if !is_check_line(text) {
-                    link_protocol::errln!("{text}");
-                }
-                line.clear();
-            }
-        })
-    });
-    let mut next = PROGRESS_EVERY;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if start.elapsed() >= next {
-            link_protocol::errln!("xtask: {step}: still running ({} s)", next.as_secs());
-            next += PROGRESS_EVERY;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    // A process the child left behind may hold its stderr open: wait a little, then go on.
-    if let Some(relay) = relay {
-        let until = Instant::now() + Duration::from_secs(5);
-        while !relay.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if relay.is_finished() {
-            let _ = relay.join();
-        }
-    }
-    link_protocol::errln!(
-        "xtask: {step}: finished in {:.1} s ({status})",
-        start.elapsed().as_secs_f64()
-    );
-    Ok(status)
-}
-
-/// `[mini] startup                     Passed` (or `[link diagnostic] ...`): one line of the
-/// runner's check list, which it prints after every run.
-fn is_check_line(line: &str) -> bool {
-    let Some(rest) = line.strip_prefix('[') else {
-        return false;
-    };
-    let Some((label, rest)) = rest.split_once("] ") else {
-        return false;
-    };
-    let side = label.strip_suffix(" diagnostic").unwrap_or(label);
-    let words: Vec<&str> = rest.split_whitespace().collect();
-    side.parse::<Profile>().is_ok()
-        && matches!(words[..], [name, "Passed" | "Failed" | "Skipped"] if name.parse::<CheckName>().is_ok())
-}
-
-/// One side's checks over all its timed runs, printed once.
-fn print_checks(profile: Profile, timed: &[TimedRun]) {
-    let runs: Vec<&TimedRun> = timed
-        .iter()
-        .filter(|t| t.loaded.report.profile == profile)
-        .collect();
-    let cases = ci::check_cases(&runs);
-    if cases.is_empty() {
-        return;
-    }
-    let mut out = format!("xtask: {profile} checks over {} run(s):\n", runs.len());
-    for c in &cases {
-        let word = match c.status {
-            Status::Passed => "passed".to_string(),
-            Status::Skipped => "SKIPPED".to_string(),
-            Status::Failed => "FAILED".to_string(),
-        };
-        let why = if c.message.is_empty() {
-            String::new()
-        } else {
-            format!(" — {}", c.message)
-        };
-        out.push_str(&format!("  {:<27} {word}{why}\n", c.name));
-    }
-    link_protocol::err!("{out}");
-}
-
-/// The report a run wrote; without one, a failed stand-in that says why.
-fn read_side(
-    path: &Path,
-    profile: Profile,
-    mode: Mode,
-    source: &str,
-    status: ExitStatus,
-) -> Loaded {
-    compare::load(path).unwrap_or_else(|e| {
-        Loaded::failed(profile, mode, source, path, format!("{e:#} ({status})"))
-    })
-}
-
 /// Sampling when no cycle ran.
 fn no_cycles(opts: &Options) -> compare::Sampling {
     compare::Sampling {
@@ -868,209 +594,9 @@ fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<Pa
     Ok(written)
 }
 
-/// Decides what counts against the exit status.
-pub fn summarize(
-    comparison: Comparison,
-    verdict: Option<Verdict>,
-    traced: bool,
-    written: Vec<PathBuf>,
-) -> Summary {
-    let mut failures = Vec::new();
-    let mut skips = Vec::new();
-    let mut trace_problems = Vec::new();
-    for s in [&comparison.mini, &comparison.link] {
-        let why = s.reason.as_deref().unwrap_or("no reason given");
-        match s.outcome {
-            Status::Passed => {}
-            Status::Skipped => skips.push(format!("{} skipped: {why}", s.profile)),
-            Status::Failed => failures.push(format!("{} failed: {why}", s.profile)),
-        }
-        if !traced {
-            continue;
-        }
-        match &s.traced {
-            None => trace_problems.push(format!("{}: no traced run", s.profile)),
-            Some(t) if t.outcome != Status::Passed => trace_problems.push(format!(
-                "{} traced run {}",
-                s.profile,
-                status_word(t.outcome)
-            )),
-            Some(t) if !t.available => trace_problems.push(format!(
-                "{} trace unavailable: {}",
-                s.profile,
-                t.reason.as_deref().unwrap_or("no reason given")
-            )),
-            Some(_) => {}
-        }
-    }
-    // A traced side that merely skipped like its timed twin is already counted as a skip.
-    let skipped_sides = [&comparison.mini, &comparison.link]
-        .iter()
-        .filter(|s| s.outcome == Status::Skipped)
-        .count();
-    if skipped_sides == 0 {
-        failures.extend(trace_problems.iter().cloned());
-    }
-    if let Some(ab) = &comparison.ab {
-        let worse: Vec<String> = ab.regressions().map(|r| r.describe(ab.tests)).collect();
-        if !worse.is_empty() {
-            failures.push(format!(
-                "against {}: {} figure(s) significantly slower by more than {:.0}%: {}",
-                ab.against,
-                worse.len(),
-                ab.max_regression,
-                worse.join("; ")
-            ));
-        }
-    }
-    if let Some(v) = verdict.as_ref().filter(|v| !v.passed()) {
-        let worst: Vec<String> = v.regressions().iter().map(|c| c.describe()).collect();
-        failures.push(format!(
-            "baseline: {} phase(s) significantly worse than the baseline by more than {:.0}%: {}",
-            worst.len(),
-            v.max_regression,
-            worst.join(", ")
-        ));
-    }
-    Summary {
-        comparison,
-        verdict,
-        failures,
-        skips,
-        trace_problems,
-        written,
-    }
-}
-
-fn print_summary(ws: &Workspace, s: &Summary, opts: &Options) {
-    let c = &s.comparison;
-    let mut out = format!(
-        "\nruntime comparison ({}, {} runs per side, ROUNDS {}; median run per side)\n\
-         {:<5} {:<8} {:<11} {:>16} {:>9} {:>10} {:>12} {:>7}\n",
-        c.mode,
-        c.runs_requested,
-        c.rounds,
-        "side",
-        "outcome",
-        "mode",
-        "ms without idle",
-        "processes",
-        "peak RSS",
-        "artifacts",
-        "execs"
-    );
-    for side in [&c.mini, &c.link] {
-        let execs: Option<u64> = side.traced.as_ref().filter(|t| t.available).map(|_| {
-            c.execs
-                .iter()
-                .filter(|r| link_report::PhaseName::in_total(&r.name))
-                .filter_map(|r| {
-                    match side.profile {
-                        Profile::Mini => &r.mini,
-                        Profile::Link => &r.link,
-                    }
-                    .as_ref()
-                })
-                .map(|t| t.execs)
-                .sum()
-        });
-        // A side that did not pass has no figures: dashes, never zeros.
-        let passed = side.outcome == Status::Passed;
-        let fig = |text: String| if passed { text } else { "—".into() };
-        out.push_str(&format!(
-            "{:<5} {:<8} {:<11} {:>16} {:>9} {:>10} {:>12} {:>7}\n",
-            side.profile,
-            status_word(side.outcome),
-            side.mode,
-            fig(compare::ms(side.work_phase_ns)),
-            fig(side.processes.to_string()),
-            fig(side
-                .peak_rss_bytes
-                .map(|b| format!("{:.1} MiB", b as f64 / 1048576.0))
-                .unwrap_or_else(|| "-".into())),
-            if side.artifacts == 0 {
-                "—".into()
-            } else {
-                format!("{:.1} MiB", side.artifact_bytes as f64 / 1048576.0)
-            },
-            execs.map(|e| e.to_string()).unwrap_or_else(|| "-".into()),
-        ));
-    }
-    out.push('\n');
-    out.push_str(&compare::stats_markdown(c));
-    for w in &c.warnings {
-        out.push_str(&format!("\nWARNING: {w}\n"));
-    }
-    if let Some(v) = &s.verdict {
-        out.push('\n');
-        out.push_str(&v.render());
-    }
-    out.push_str("\nwritten:\n");
-    for w in &s.written {
-        out.push_str(&format!("  {}\n", ws.show(w).display()));
-    }
-    for skip in &s.skips {
-        let note = if opts.allow_skip {
-            " (allowed by --allow-skip)"
-        } else {
-            ""
-        };
-        out.push_str(&format!("\n*** SKIPPED: {skip}{note} ***\n"));
-    }
-    for f in &s.failures {
-        out.push_str(&format!("\nFAILED: {f}\n"));
-    }
-    link_protocol::err!("{out}");
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::tests::sample;
-
-    #[test]
-    fn diagnostic_outputs_never_share_confined_names() {
-        let t = Path::new("/w/target");
-        let confined = files(t, Profile::Mini, Mode::Confined);
-        assert_eq!(confined.report, t.join("runtime-mini.json"));
-        assert_eq!(confined.traced, t.join("runtime-mini-traced.json"));
-        assert_eq!(confined.trace, t.join("runtime-mini.trace"));
-        let diag = files(t, Profile::Mini, Mode::Diagnostic);
-        assert_eq!(diag.report, t.join("runtime-mini-diagnostic.json"));
-        assert_eq!(diag.traced, t.join("runtime-mini-diagnostic-traced.json"));
-        assert_eq!(diag.trace, t.join("runtime-mini-diagnostic.trace"));
-        assert_eq!(
-            run_file(t, Profile::Link, Mode::Confined, 3),
-            t.join("runtime-runs/link-3.json")
-        );
-        assert_eq!(
-            run_file(t, Profile::Mini, Mode::Diagnostic, 1),
-            t.join("runtime-runs-diagnostic/mini-1.json")
-        );
-        let c = comparison_files(t, Mode::Confined);
-        let d = comparison_files(t, Mode::Diagnostic);
-        assert_eq!(c[0], t.join("runtime-comparison.json"));
-        for (c, d) in c.iter().zip(&d) {
-            assert_ne!(c, d);
-            assert!(d.to_string_lossy().contains("diagnostic"));
-        }
-    }
-
-    #[test]
-    fn only_the_runners_check_lines_are_dropped() {
-        assert!(is_check_line("[mini] startup                     Passed"));
-        assert!(is_check_line("[link diagnostic] no_orphans       Failed"));
-        assert!(is_check_line("[link] run_tool_confined           Skipped"));
-        assert!(!is_check_line("[link] SKIPPED — NOT a pass: no bwrap"));
-        assert!(!is_check_line("[mini] startup 120 ms"));
-        assert!(!is_check_line(
-            "[mini] capabilities: sandbox Available, native Available"
-        ));
-        assert!(!is_check_line("[other] startup Passed"));
-        assert!(!is_check_line(
-            "xtask: [run 1/5, 1/2] mini confined: $ runner"
-        ));
-    }
 
     #[test]
     fn confinement_unavailable_is_recognised_in_a_skip() {
@@ -1121,42 +647,5 @@ mod tests {
         // A cycle's report names no program: the xtask's own hashes stand for the cycles.
         let cycles = "the timing cycles";
         assert_eq!(different_programs(&bench.programs, &[], cycles), None);
-    }
-
-    #[test]
-    fn dirty_sources_are_marked() {
-        assert_eq!(with_dirty("abc", ""), "abc");
-        assert_eq!(with_dirty("abc", " M x.rs\n"), "abc-dirty");
-    }
-
-    #[test]
-    fn exit_status_follows_both_sides() {
-        let passed = summarize(sample(), None, true, vec![]);
-        assert!(passed.failures.is_empty(), "{:?}", passed.failures);
-        assert_eq!(passed.exit_code(false), 0);
-
-        let mut c = sample();
-        c.link.outcome = Status::Skipped;
-        c.link.reason = Some("no user namespaces".into());
-        let skipped = summarize(c, None, false, vec![]);
-        assert_eq!(skipped.skips, vec!["link skipped: no user namespaces"]);
-        assert_eq!(skipped.exit_code(false), 2);
-        assert_eq!(skipped.exit_code(true), 0);
-
-        let mut c = sample();
-        c.mini.outcome = Status::Failed;
-        c.mini.reason = Some("cold_turn timed out".into());
-        let failed = summarize(c, None, false, vec![]);
-        assert_eq!(failed.exit_code(true), 1);
-
-        let mut c = sample();
-        c.link.traced.as_mut().unwrap().available = false;
-        c.link.traced.as_mut().unwrap().reason = Some("trace is empty".into());
-        let untraced = summarize(c, None, true, vec![]);
-        assert_eq!(
-            untraced.failures,
-            vec!["link trace unavailable: trace is empty"]
-        );
-        assert_eq!(untraced.exit_code(true), 1);
     }
 }
