@@ -18,8 +18,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod inside;
+
 /// The namespaces the sandbox must not share with the host.
-pub const NAMESPACES: &[&str] = &["user", "pid", "net", "ipc", "uts", "mnt"];
+pub use inside::NAMESPACES;
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -392,7 +394,7 @@ fn production_run(
     };
     let outside_etc = Path::new("/etc").join(&dir.name);
     let connection_arrived = listener.set_nonblocking(true).is_ok() && listener.accept().is_ok();
-    let host_ns = crate::helper::namespace_ids();
+    let host_ns = inside::namespace_ids();
     for ns in NAMESPACES {
         let separate = inside["namespaces"][ns] != host_ns[ns] && inside["namespaces"][ns] != "";
         report.namespaces.insert((*ns).into(), separate);
