@@ -17,6 +17,8 @@ use std::time::Duration;
 
 pub const ENV_REQUIRE_SANDBOX: &str = "LNK_REQUIRE_SANDBOX";
 pub const ENV_REQUIRE_NATIVE: &str = "LNK_REQUIRE_NATIVE";
+/// Set to `1`, a runtime test that cannot start the runtime fails instead of skipping.
+pub const ENV_REQUIRE_RUNTIME: &str = "LNK_REQUIRE_RUNTIME";
 
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -93,6 +93,16 @@ pub fn artifact(path: &Path) -> std::io::Result<Artifact> {
     })
 }
 
+/// `target/<profile>/`, where cargo puts every program of the workspace: a test executable
+/// runs from its `deps/` directory.
+pub fn test_programs() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
