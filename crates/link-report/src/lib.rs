@@ -110,6 +110,7 @@ macro_rules! vocabulary {
 
 pub mod machine;
 pub mod records;
+pub mod runner;
 pub mod skip;
 
 pub use records::*;

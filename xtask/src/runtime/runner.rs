@@ -1,5 +1,6 @@
 //! Driving the standalone runner (`link-harness-conformance`'s `runtime` example): one timed
-//! run, one traced run and its `runtime report`, each a child whose progress is relayed.
+//! run, one traced run and its `runtime report`, each a child whose progress is relayed. What
+//! a run found is read from the report it wrote, never from its stderr.
 
 use super::files::files;
 use super::Options;
@@ -7,10 +8,9 @@ use crate::ci;
 use crate::compare::{self, Loaded, TimedRun};
 use crate::outputs::Workspace;
 use anyhow::{bail, Context, Result};
-use link_report::{CheckName, Mode, Profile, Status};
-use std::io::BufRead;
+use link_report::{runner, Mode, Profile, Status};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 use xshell::{cmd, Shell};
 
@@ -68,8 +68,9 @@ pub(super) fn traced_run(
         let c = cmd!(sh, "{runner} report {traced} {trace}");
         let (label, shown) = (format!("{step} report"), c.to_string());
         let report = run_with_progress(&label, &shown, Command::from(c))?;
-        // 4: the counts are unavailable, which the report says and the verdict reads from it.
-        if !matches!(report.code(), Some(0 | 4)) {
+        // Unavailable counts are in the report, which says so and why; the verdict reads it.
+        let counted = [runner::PASSED, runner::TRACE_UNAVAILABLE].map(i32::from);
+        if !report.code().is_some_and(|c| counted.contains(&c)) {
             bail!("`{shown}` could not add the trace to the report ({report})");
         }
     }
@@ -80,6 +81,7 @@ pub(super) fn runner_shell(ws: &Workspace, state: &Path) -> Result<Shell> {
     let sh = Shell::new()?;
     sh.change_dir(&ws.root);
     sh.set_var("LNK_TEST_STATE_DIR", state);
+    sh.set_var(runner::ENV_NO_CHECK_LIST, "1");
     Ok(sh)
 }
 
@@ -93,10 +95,9 @@ pub(super) fn remove_stale(path: &Path) -> Result<()> {
 }
 
 /// Runs a child with inherited output (the runner's phase lines go straight to the terminal)
-/// and says, now and then, that it is still going.
-///
-/// The runner's stderr passes through a filter that drops its per-run check list (`[mini]
-/// startup  Passed`): each side's checks are printed once, over all runs ([`print_checks`]).
+/// and says, now and then, that it is still going. The runner leaves its per-run check list
+/// off ([`runner::ENV_NO_CHECK_LIST`], set by [`runner_shell`]): each side's checks are printed
+/// once, over all runs, from the reports ([`print_checks`]).
 pub(super) fn run_with_progress(
     step: &str,
     shown: &str,
@@ -105,23 +106,8 @@ pub(super) fn run_with_progress(
     link_protocol::errln!("xtask: {step}: $ {shown}");
     let start = Instant::now();
     let mut child = command
-        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start `{shown}`"))?;
-    let relay = child.stderr.take().map(|stderr| {
-        std::thread::spawn(move || {
-            let mut reader = std::io::BufReader::new(stderr);
-            let mut line = Vec::new();
-            while reader.read_until(b'\n', &mut line).is_ok_and(|n| n > 0) {
-                let text = String::from_utf8_lossy(&line);
-                let text = text.trim_end_matches(['\n', '\r']);
-                if !is_check_line(text) {
-                    link_protocol::errln!("{text}");
-                }
-                line.clear();
-            }
-        })
-    });
     let mut next = PROGRESS_EVERY;
     let status = loop {
         if let Some(status) = child.try_wait()? {
@@ -133,36 +119,11 @@ pub(super) fn run_with_progress(
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    // A process the child left behind may hold its stderr open: wait a little, then go on.
-    if let Some(relay) = relay {
-        let until = Instant::now() + Duration::from_secs(5);
-        while !relay.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if relay.is_finished() {
-            let _ = relay.join();
-        }
-    }
     link_protocol::errln!(
         "xtask: {step}: finished in {:.1} s ({status})",
         start.elapsed().as_secs_f64()
     );
     Ok(status)
-}
-
-/// `[mini] startup                     Passed` (or `[link diagnostic] ...`): one line of the
-/// runner's check list, which it prints after every run.
-pub(super) fn is_check_line(line: &str) -> bool {
-    let Some(rest) = line.strip_prefix('[') else {
-        return false;
-    };
-    let Some((label, rest)) = rest.split_once("] ") else {
-        return false;
-    };
-    let side = label.strip_suffix(" diagnostic").unwrap_or(label);
-    let words: Vec<&str> = rest.split_whitespace().collect();
-    side.parse::<Profile>().is_ok()
-        && matches!(words[..], [name, "Passed" | "Failed" | "Skipped"] if name.parse::<CheckName>().is_ok())
 }
 
 /// One side's checks over all its timed runs, printed once.
@@ -203,25 +164,4 @@ pub(super) fn read_side(
     compare::load(path).unwrap_or_else(|e| {
         Loaded::failed(profile, mode, source, path, format!("{e:#} ({status})"))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_runners_check_lines_are_dropped() {
-        assert!(is_check_line("[mini] startup                     Passed"));
-        assert!(is_check_line("[link diagnostic] no_orphans       Failed"));
-        assert!(is_check_line("[link] run_tool_confined           Skipped"));
-        assert!(!is_check_line("[link] SKIPPED — NOT a pass: no bwrap"));
-        assert!(!is_check_line("[mini] startup 120 ms"));
-        assert!(!is_check_line(
-            "[mini] capabilities: sandbox Available, native Available"
-        ));
-        assert!(!is_check_line("[other] startup Passed"));
-        assert!(!is_check_line(
-            "xtask: [run 1/5, 1/2] mini confined: $ runner"
-        ));
-    }
 }
