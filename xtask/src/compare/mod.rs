@@ -25,7 +25,6 @@ use crate::stats::{Interval, Spread};
 use anyhow::{Context, Result};
 use link_report::{Mode, Phase, Profile, Report, Status, TracePhase};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::path::Path;
 
 /// Bumped whenever a field of the comparison changes meaning or disappears.
@@ -438,11 +437,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
         .with_context(|| format!("{} is not a runtime report", path.display()))?;
     Ok(Loaded {
         path: path.display().to_string(),
-        sha256: hex(&Sha256::digest(&bytes)),
+        sha256: link_protocol::digest::sha256_hex(&bytes),
         report,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
