@@ -109,6 +109,7 @@ macro_rules! vocabulary {
 }
 
 pub mod machine;
+pub mod probe;
 pub mod records;
 pub mod runner;
 pub mod skip;

@@ -265,7 +265,10 @@ fn unavailable(ws: &Workspace) -> Result<Option<String>> {
             "confinement unavailable: {reason} (`cargo xtask doctor` says what to install or \
              change)"
         ))),
-        doctor::Probe::Broken(reason) | doctor::Probe::NotRun(reason) => bail!(
+        doctor::Probe::Broken(reason)
+        | doctor::Probe::Unexpected(reason)
+        | doctor::Probe::NotBuilt(reason)
+        | doctor::Probe::NotRun(reason) => bail!(
             "the sandbox probe is broken: {reason}; nothing was measured (`cargo xtask doctor` \
              says more)"
         ),

@@ -3,8 +3,9 @@
 //! optional separate strace pass, and the comparison under `target/`.
 //!
 //! One file each: `mod.rs` the invocation (its lock, the checks before anything runs, the
-//! order of the runs, cycles and benchmark, the outputs written); `files.rs` the names of what
-//! it writes; `runner.rs` driving the standalone runner; `summary.rs` the exit status and the
+//! order of the runs, cycles and benchmark, the outputs written); `checks.rs` what it checks
+//! before it measures (and that the reports name the programs it hashed); `files.rs` the names
+//! of what it writes; `runner.rs` driving the standalone runner; `summary.rs` the exit status and the
 //! printed table. The source's name is [`crate::source`]'s, the exit statuses
 //! [`crate::exit`]'s.
 
@@ -15,14 +16,18 @@ use crate::doctor::{self, Probe};
 use crate::outputs::{self, Workspace};
 use crate::{ci, source, state, svg, system};
 use anyhow::{anyhow, bail, Context, Result};
+use link_report::probe::{SandboxProbe, SandboxStatus};
 use link_report::{Mode, Profile, Report, Status};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod checks;
 mod files;
 mod runner;
 mod summary;
 
+pub use checks::require_outputs;
+use checks::{different_programs, require_against, stale_outputs, strace};
 pub use files::{comparison_files, files, run_file};
 use runner::{print_checks, remove_stale, timed_run, traced_run};
 use summary::print_summary;
@@ -84,12 +89,15 @@ impl std::fmt::Display for Unconfinable {
 
 impl std::error::Error for Unconfinable {}
 
-/// A skip whose reason is the runner's own sandbox probe finding confinement unavailable.
+/// A confined run that skipped while the runner's own sandbox probe (kept in the report's
+/// `platform.sandbox`) found confinement unavailable; the probe's reason, as it gave it.
 fn unconfinable_skip(mode: Mode, report: &Report) -> Option<Unconfinable> {
-    let reason = report.outcome.reason.as_deref()?;
-    let rest = reason.strip_prefix("confinement unavailable")?;
-    (mode == Mode::Confined && report.outcome.status == Status::Skipped).then(|| Unconfinable {
-        reason: rest.trim_start_matches([':', ' ']).to_string(),
+    let probe = SandboxProbe::read(&report.platform.sandbox)?;
+    let skipped = mode == Mode::Confined && report.outcome.status == Status::Skipped;
+    (skipped && probe.status == SandboxStatus::Unavailable).then(|| Unconfinable {
+        reason: probe
+            .reason
+            .unwrap_or_else(|| "the sandbox probe gave no reason".into()),
     })
 }
 
@@ -253,7 +261,10 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
         match doctor::probe_sandbox(ws) {
             Probe::Enforced(_) => {}
             Probe::Unavailable(reason) => return Err(Unconfinable { reason }.into()),
-            Probe::Broken(reason) | Probe::NotRun(reason) => bail!(
+            Probe::Broken(reason)
+            | Probe::Unexpected(reason)
+            | Probe::NotBuilt(reason)
+            | Probe::NotRun(reason) => bail!(
                 "the sandbox probe is broken: {reason}; nothing was measured (`cargo xtask \
                  doctor` says more)"
             ),
@@ -455,70 +466,6 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
     Ok(summary)
 }
 
-/// Why `programs` (hashed by the xtask for the sandbox benchmark or the timing cycles) are not
-/// the ones the reports name, if they are not: a program with another sha256.
-fn different_programs(
-    programs: &[outputs::Program],
-    reports: &[Loaded],
-    what: &str,
-) -> Option<String> {
-    programs.iter().find_map(|p| {
-        let other = reports
-            .iter()
-            .flat_map(|l| &l.report.artifacts)
-            .find(|a| a.name == p.name && a.sha256 != p.sha256)?;
-        Some(format!(
-            "program `{}` changed between the runs and {what} (sha256 {} in the reports, {} in \
-             {what})",
-            p.name, other.sha256, p.sha256
-        ))
-    })
-}
-
-/// Fails with every missing or stale output listed and the exact build commands.
-pub fn require_outputs(ws: &Workspace) -> Result<()> {
-    let problems = outputs::verify(&ws.release(), &ws.root)?;
-    if problems.is_empty() {
-        return Ok(());
-    }
-    link_protocol::errln!("xtask: the locked release outputs are not ready:");
-    for p in &problems {
-        link_protocol::errln!("  {p}");
-    }
-    link_protocol::errln!("build them (from {}) with:", ws.root.display());
-    for c in outputs::build_commands() {
-        link_protocol::errln!("  {}", outputs::command_text(&c));
-    }
-    link_protocol::errln!("or run `cargo xtask runtime --build`");
-    bail!(
-        "{} of {} release outputs missing, stale or a test build; build them with the commands above",
-        problems.len(),
-        outputs::expected_outputs().len()
-    )
-}
-
-/// With `--allow-stale`: missing outputs still refuse; stale ones and a test build are
-/// listed and returned.
-fn stale_outputs(ws: &Workspace) -> Result<Vec<String>> {
-    let problems = outputs::verify(&ws.release(), &ws.root)?;
-    if problems.iter().any(|p| !p.measurable()) {
-        return require_outputs(ws).map(|()| Vec::new());
-    }
-    for p in &problems {
-        link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");
-    }
-    Ok(problems.iter().map(|p| p.to_string()).collect())
-}
-
-fn strace() -> Result<PathBuf> {
-    which::which("strace").map_err(|_| {
-        anyhow!(
-            "--trace needs strace, which is not on PATH: {} (or pass --install, or drop --trace)",
-            system::install_hint(&[system::STRACE])
-        )
-    })
-}
-
 /// Sampling when no cycle ran.
 fn no_cycles(opts: &Options) -> compare::Sampling {
     compare::Sampling {
@@ -528,37 +475,6 @@ fn no_cycles(opts: &Options) -> compare::Sampling {
         min_pairs: crate::paired::MIN_PAIRS as u32,
         not_reached: Vec::new(),
     }
-}
-
-/// `--against DIR` must hold every release output, none a test build; older than the sources
-/// it may be (it is the other build).
-fn require_against(ws: &Workspace, dir: &Path) -> Result<()> {
-    if !dir.is_dir() {
-        bail!(
-            "--against {}: no such directory; build the programs to compare with into it \
-             (README: `cargo xtask runtime --against`)",
-            dir.display()
-        );
-    }
-    if std::fs::canonicalize(dir)? == std::fs::canonicalize(ws.release()).unwrap_or_default() {
-        link_protocol::errln!(
-            "xtask: --against {} is target/release itself: an A/A comparison (every change \
-             found is noise)",
-            dir.display()
-        );
-    }
-    let problems: Vec<_> = outputs::verify(dir, &ws.root)?
-        .into_iter()
-        .filter(|p| !matches!(p, outputs::Problem::Stale { .. }))
-        .collect();
-    if let Some(p) = problems.first() {
-        bail!(
-            "--against {}: {p} ({} problem(s)); it must hold every release output of `cargo xtask build`, none built with test hooks",
-            dir.display(),
-            problems.len()
-        );
-    }
-    Ok(())
 }
 
 fn write_comparison(ws: &Workspace, mode: Mode, c: &Comparison) -> Result<Vec<PathBuf>> {
@@ -612,40 +528,21 @@ mod tests {
             status: Status::Skipped,
             reason: Some("confinement unavailable: bwrap: no user namespaces".into()),
         };
+        r.platform.sandbox = serde_json::json!({
+            "status": "unavailable",
+            "reason": "bwrap: no user namespaces",
+            "landlock_abi": 6,
+        });
         let u = unconfinable_skip(Mode::Confined, &r).unwrap();
         assert_eq!(u.reason, "bwrap: no user namespaces");
         assert!(u.to_string().contains("nothing was measured"), "{u}");
+        assert_eq!(unconfinable_skip(Mode::Diagnostic, &r), None);
+        // A skip for another reason while the probe found confinement enforced.
         r.outcome.reason = Some("pidfd_open is not supported".into());
+        r.platform.sandbox = serde_json::json!({"status": "enforced"});
         assert_eq!(unconfinable_skip(Mode::Confined, &r), None);
-    }
-
-    #[test]
-    fn a_benchmark_of_other_programs_is_not_recorded_as_theirs() {
-        let bench = crate::bench_sandbox::tests::measured();
-        let report = |sha: &str| Loaded {
-            path: "r.json".into(),
-            sha256: String::new(),
-            report: Report {
-                artifacts: vec![link_report::Artifact {
-                    name: "link".into(),
-                    sha256: sha.into(),
-                    ..Default::default()
-                }],
-                ..Report::new(Profile::Link, Mode::Confined)
-            },
-        };
-        let what = "the sandbox benchmark";
-        assert_eq!(
-            different_programs(&bench.programs, &[report("aa")], what),
-            None
-        );
-        let why = different_programs(&bench.programs, &[report("bb")], what).unwrap();
-        assert!(
-            why.contains("program `link` changed between the runs and the sandbox"),
-            "{why}"
-        );
-        // A cycle's report names no program: the xtask's own hashes stand for the cycles.
-        let cycles = "the timing cycles";
-        assert_eq!(different_programs(&bench.programs, &[], cycles), None);
+        // No probe answer at all (it could not run): not this case either.
+        r.platform.sandbox = serde_json::Value::Null;
+        assert_eq!(unconfinable_skip(Mode::Confined, &r), None);
     }
 }
