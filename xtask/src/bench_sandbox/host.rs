@@ -88,16 +88,10 @@ pub(super) fn sweep(ws: &Workspace, fixture: &Path) {
     }
 }
 
-/// A process `pid` exists and is not a zombie waiting to be reaped.
+/// A process `pid` exists and is not a zombie waiting to be reaped: it has a start time, read
+/// by the one `/proc/PID/stat` reader the host's pid records use.
 pub(super) fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // `pid (comm) S ...`: the state follows the last `)`, comm may hold anything.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| !matches!(state, "Z" | "X")),
-        Err(_) => false,
-    }
+    i32::try_from(pid).is_ok_and(|pid| link_protocol::pids::start_time(pid).is_some())
 }
 
 /// The pid in `bs<pid>` / `bw<pid>`.
