@@ -110,21 +110,16 @@ pub struct Program {
 
 /// Every program of the first build command in `dir`, by name, with its sha256.
 pub fn hash_programs(dir: &Path) -> Result<Vec<Program>> {
-    use sha2::{Digest, Sha256};
     packages()
         .iter()
         .map(|p| {
             let name = binary_name(p);
             let path = dir.join(name);
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let sha256 = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let digest = link_protocol::digest::sha256_file(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
             Ok(Program {
                 name: name.into(),
-                sha256,
+                sha256: digest.sha256,
             })
         })
         .collect()

@@ -4,8 +4,6 @@
 use link_plugin_measure::Artifact;
 use link_protocol::manifest;
 use link_protocol::plugin::Profile;
-use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The host program.
@@ -69,28 +67,26 @@ fn is_executable(path: &Path) -> bool {
 
 /// Size and sha256 of one program.
 pub fn artifact(path: &Path) -> std::io::Result<Artifact> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut bytes = 0u64;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        bytes += n as u64;
-        hasher.update(&buf[..n]);
-    }
-    let digest = hasher.finalize();
+    let digest = link_protocol::digest::sha256_file(path)?;
     Ok(Artifact {
         name: path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         path: path.display().to_string(),
-        bytes,
-        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        bytes: digest.bytes,
+        sha256: digest.sha256,
     })
+}
+
+/// `target/<profile>/`, where cargo puts every program of the workspace: a test executable
+/// runs from its `deps/` directory.
+pub fn test_programs() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@
 //! - `server` and `client`: serving and calling routes over the frames;
 //! - `http`: a small HTTP/1.1 client over a Unix socket;
 //! - [`files`]: replacing a file atomically (temp file, fsync, rename, fsync of the directory);
+//! - [`digest`]: the sha256 a program or report is named by;
 //! - [`text`]: cutting text on a character boundary;
 //! - [`clock`]: milliseconds since the Unix epoch.
 //!
@@ -22,8 +23,9 @@
 //! `frame`, `client`, `server`, `plugin` and `http` (and the `Client` re-export and
 //! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
 //! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
-//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `manifest`, `layout`,
-//! `paths`, `tokens`, `control_key`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
+//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `manifest`,
+//! `layout`, `paths`, `tokens`, `control_key`, `files`, `digest`, `clock` and [`Error`] — on
+//! serde, sha2, subtle and getrandom
 //! only; that is how the xtask depends on it (`default-features = false`), so `cargo xtask`
 //! never builds the async stack.
 //!
@@ -54,6 +56,7 @@ pub mod agent;
 pub mod client;
 pub mod clock;
 pub mod control_key;
+pub mod digest;
 #[cfg(feature = "runtime")]
 pub mod exit;
 pub mod files;

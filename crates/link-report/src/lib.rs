@@ -109,7 +109,9 @@ macro_rules! vocabulary {
 }
 
 pub mod machine;
+pub mod probe;
 pub mod records;
+pub mod runner;
 pub mod skip;
 
 pub use records::*;

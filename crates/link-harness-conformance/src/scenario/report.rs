@@ -181,10 +181,10 @@ impl<'a> Recorder<'a> {
 
     /// A phase timer that also measures the runtime's CPU time: every thread of the host and
     /// its live descendants but the sandbox probe, as the last [`Recorder::observe`] found
-    /// them ([`super::startup::runtime_processes`]), read before the clock starts and after it
+    /// them ([`super::cpu::runtime_processes`]), read before the clock starts and after it
     /// stops, so reading costs the phase nothing.
     pub(super) fn timer(&mut self) -> Timer {
-        self.cpu_start = super::startup::cpu_of(&self.runtime);
+        self.cpu_start = super::cpu::cpu_of(&self.runtime);
         Timer {
             cpu: !self.cpu_start.is_empty(),
             ..Timer::start()
@@ -319,7 +319,7 @@ impl<'a> Recorder<'a> {
         let phase = phase.as_str();
         let snapshot = self.scope.snapshot();
         if let Some(host) = self.host_pid {
-            self.runtime = super::startup::runtime_processes(&snapshot, host);
+            self.runtime = super::cpu::runtime_processes(&snapshot, host);
         }
         for p in snapshot {
             let key = (p.pid, p.start_time_ticks);
