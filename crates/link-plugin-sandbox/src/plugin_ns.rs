@@ -115,6 +115,12 @@ pub enum PluginNamespaceError {
          directories beneath {2}"
     )]
     NotReal(PathBuf, PathBuf, PathBuf),
+    #[error(
+        "{0} cannot be mounted idmapped ({1}): as root, the sandbox plugin reaches what it \
+         serves through idmapped mounts; put the state root on a filesystem that supports them \
+         (ext4, xfs, btrfs; tmpfs from Linux 6.3) on Linux 5.12 or later"
+    )]
+    NoIdmap(PathBuf, io::Error),
     #[error("the sandbox plugin's view: {0}")]
     Io(#[from] io::Error),
 }
@@ -156,6 +162,19 @@ impl PluginNamespace {
             return Err(
                 io::Error::other("too many directories for the sandbox plugin's view").into(),
             );
+        }
+        // Each idmapped copy made once here, where a refusal can be named (a filesystem
+        // without idmapped mounts: NFS, say), rather than as a bare errno from the child.
+        if let Some(ns) = &ns {
+            for (dir, _) in trees.iter().filter(|(_, idmapped)| *idmapped) {
+                let mut fd = -1;
+                let made = clone_tree(&c_path(dir)?, Some(ns.as_raw_fd()), &mut fd);
+                if fd >= 0 {
+                    // SAFETY: the descriptor clone_tree opened; its detached copy goes with it.
+                    unsafe { libc::close(fd) };
+                }
+                made.map_err(|e| PluginNamespaceError::NoIdmap(dir.clone(), e))?;
+            }
         }
         let mut skeleton: Vec<PathBuf> = Vec::new();
         for (path, _) in &trees {
@@ -204,31 +223,8 @@ impl PluginNamespace {
 
     fn build_with(&self, fds: &mut [libc::c_int; MAX_TREES]) -> io::Result<()> {
         for (tree, fd) in self.trees.iter().zip(fds.iter_mut()) {
-            let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
-            // SAFETY: a NUL-terminated path and flags.
-            let opened =
-                unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, tree.path.as_ptr(), flags) };
-            check(opened)?;
-            *fd = opened as libc::c_int;
-            if let (true, Some(ns)) = (tree.idmapped, &self.ns) {
-                let attr = MountAttr {
-                    attr_set: MOUNT_ATTR_IDMAP,
-                    attr_clr: 0,
-                    propagation: 0,
-                    userns_fd: ns.as_raw_fd() as u64,
-                };
-                // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
-                check(unsafe {
-                    libc::syscall(
-                        SYS_MOUNT_SETATTR,
-                        *fd,
-                        c"".as_ptr(),
-                        libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-                        &attr as *const MountAttr,
-                        std::mem::size_of::<MountAttr>(),
-                    )
-                })?;
-            }
+            let idmap = self.ns.as_ref().filter(|_| tree.idmapped);
+            clone_tree(&tree.path, idmap.map(|ns| ns.as_raw_fd()), fd)?;
         }
         // SAFETY: NUL-terminated strings.
         check(unsafe {
@@ -289,6 +285,38 @@ impl PluginNamespace {
         // armed it before (`plugin dies with its host`): armed again, the parent checked again.
         crate::run::die_with_parent(self.parent)
     }
+}
+
+/// A detached copy of the mounts at `path` and below, in `fd`, idmapped through `userns` if
+/// given. System calls only (the view's child calls it between fork and exec).
+fn clone_tree(
+    path: &std::ffi::CStr,
+    userns: Option<libc::c_int>,
+    fd: &mut libc::c_int,
+) -> io::Result<()> {
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a NUL-terminated path and flags.
+    let opened = unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, path.as_ptr(), flags) };
+    check(opened)?;
+    *fd = opened as libc::c_int;
+    let Some(userns) = userns else { return Ok(()) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
+    check(unsafe {
+        libc::syscall(
+            SYS_MOUNT_SETATTR,
+            *fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
 }
 
 /// What is covered: the first directory, from `/` down to the one holding every served
