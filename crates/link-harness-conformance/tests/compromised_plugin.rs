@@ -39,7 +39,10 @@ impl Programs {
     fn new(built: &Path, role: Role) -> Programs {
         // Beside the build, so hard links work: a copy's write descriptor can leak into a
         // process another test forks, and exec of it then fails with ETXTBSY.
-        let dir = built.join(format!("lnk-impostor-{}-{role:?}", std::process::id()));
+        // One each: two tests of one role run at once, and each removes its own on drop.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = built.join(format!("lnk-impostor-{}-{role:?}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let replaced = match role {
