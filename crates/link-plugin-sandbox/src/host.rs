@@ -208,6 +208,8 @@ impl PluginRuleset {
 ///   the host; it hands the workspace to the agent's uid and
 ///   clears setuid bits there (`CHOWN`, `FOWNER`, `DAC_OVERRIDE`). No `CAP_SYS_ADMIN`: it
 ///   would pass Landlock's ptrace bound and let the plugin read any process's environment.
+///   Each is over its own user namespace only, whose root is an unprivileged uid on the host
+///   ([`crate::plugin_ns`]): none applies to a file or process of the machine.
 /// - The file store reads and writes workspaces the agents' uids own (`DAC_OVERRIDE`,
 ///   `FOWNER`), and removes them on delete whatever modes their commands left.
 /// - The agent plugin removes the homes the agents' uids own on delete, whatever modes their
