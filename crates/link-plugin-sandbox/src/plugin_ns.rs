@@ -143,7 +143,10 @@ impl PluginNamespace {
             }
             false => None,
         };
-        let cover = cover(served)?;
+        // An ordinary user's plugin is that user: its first own directory on the way (its
+        // home, say) is covered too, so no other file of that user there is in its view.
+        let mine = (!root).then(|| rustix::process::geteuid().as_raw());
+        let cover = cover(served, mine)?;
         let mut trees = Vec::new();
         for dir in served {
             let real = dir.canonicalize()?;
@@ -320,9 +323,9 @@ fn clone_tree(
 }
 
 /// What is covered: the first directory, from `/` down to the one holding every served
-/// directory, that others may not search (root's 0700 home, or the 0700 state root), or that
-/// directory itself.
-fn cover(served: &[PathBuf]) -> io::Result<PathBuf> {
+/// directory, that others may not search (root's 0700 home, or the 0700 state root) or that
+/// `mine` owns (an ordinary user's home), or that directory itself.
+fn cover(served: &[PathBuf], mine: Option<u32>) -> io::Result<PathBuf> {
     let mut common: Option<PathBuf> = None;
     for dir in served {
         let dir = dir.canonicalize()?;
@@ -340,6 +343,21 @@ fn cover(served: &[PathBuf]) -> io::Result<PathBuf> {
         return Err(io::Error::other(
             "the sandbox plugin's directories share no directory but /",
         ));
+    }
+    if let Some(uid) = mine {
+        use std::os::unix::fs::MetadataExt;
+        for a in common
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .skip(1)
+        {
+            let meta = std::fs::metadata(a)?;
+            if meta.uid() == uid || meta.mode() & 0o001 == 0 {
+                return Ok(a.to_path_buf());
+            }
+        }
     }
     Ok(unsearchable(&common)?.map_or(common, |(dir, _)| dir))
 }
@@ -398,11 +416,18 @@ mod tests {
         mode(&top.join("open/state"), 0o755).unwrap();
         let top = top.canonicalize().unwrap();
         assert_eq!(
-            cover(&[a.clone(), b.clone()]).unwrap(),
+            cover(&[a.clone(), b.clone()], None).unwrap(),
             top.join("open/state")
         );
+        if rustix::process::geteuid().is_root() {
+            // An ordinary user's: its own directory on the way (no other owns 4242's).
+            let stranger = Some(rustix::fs::Uid::from_raw(4242));
+            rustix::fs::chown(top.join("open"), stranger, None).unwrap();
+            let mine = cover(&[a.clone(), b.clone()], Some(4242)).unwrap();
+            assert_eq!(mine, top.join("open"));
+        }
         mode(&top.join("open"), 0o700).unwrap();
-        assert_eq!(cover(&[a, b]).unwrap(), top.join("open"));
+        assert_eq!(cover(&[a, b], None).unwrap(), top.join("open"));
         std::fs::remove_dir_all(&top).unwrap();
     }
 }
