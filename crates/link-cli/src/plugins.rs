@@ -199,8 +199,8 @@ impl Launch<'_> {
     /// Refuses a confined start in which a plugin's Landlock rules would reach `dir`, the
     /// host's control directory (a state root under a system path plugins read, or under the
     /// programs directory), so no plugin can read the control key. The sandbox plugin handles
-    /// no filesystem right and reaches everything: the host refuses its descendants the key's
-    /// use instead (`crate::caller`).
+    /// no filesystem right: its view covers the state root and shows only what it serves, and
+    /// the host refuses its descendants the key's use besides (`crate::caller`).
     pub fn refuse_reachable(&self, dir: &Path) -> Result<()> {
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
         let confined = start_order(self.profile).filter(|p| p.confinement == Confinement::Landlock);

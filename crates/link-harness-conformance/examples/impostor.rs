@@ -270,6 +270,10 @@ impl Impostor {
         self.record("read_tokens", outcome(std::fs::read(layout.tokens_file())));
         let secret = layout.data(programs::SECRET).join("secrets/planted");
         self.record("read_secret_store", outcome(std::fs::read(secret)));
+        // Another runtime's file beside the state root: `<root>.other/secret`.
+        let mut other = layout.root().as_os_str().to_owned();
+        other.push(".other/secret");
+        self.record("read_other_runtime", outcome(std::fs::read(other)));
         let conversation = layout.agent_conversation(VICTIM);
         self.record("read_conversation", outcome(std::fs::read(conversation)));
         let link = std::fs::read_link("/proc/self/ns/user");

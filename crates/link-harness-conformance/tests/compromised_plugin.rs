@@ -39,7 +39,10 @@ impl Programs {
     fn new(built: &Path, role: Role) -> Programs {
         // Beside the build, so hard links work: a copy's write descriptor can leak into a
         // process another test forks, and exec of it then fails with ETXTBSY.
-        let dir = built.join(format!("lnk-impostor-{}-{role:?}", std::process::id()));
+        // One each: two tests of one role run at once, and each removes its own on drop.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = built.join(format!("lnk-impostor-{}-{role:?}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let replaced = match role {
@@ -335,7 +338,8 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
 /// maps no host root (`link_plugin_sandbox::plugin_ns`); as either, it sees of the state root
 /// only what it serves. A stand-in in its place, as root and as an ordinary user: writing
 /// `core_pattern` is refused (and the host's is unchanged), reading `/etc/shadow` (`EACCES`)
-/// and the tokens and a stored secret (not in its view: `ENOENT`) too; the twins: reading
+/// and the tokens, a stored secret, the control key and another runtime's file beside the
+/// state root (not in its view: `ENOENT`) too; the twins: reading
 /// `core_pattern` and `/etc/passwd`, writing its data area and the agents' workspaces, and the
 /// real plugin's confined command after. It is not in the host's user namespace, and its uid
 /// map maps no host uid 0. Not yet closed: an agent's conversation, which lies beside the
@@ -360,6 +364,10 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     link_protocol::tokens::create(&layout.tokens_file()).unwrap();
     planted(layout.data(programs::SECRET).join("secrets/planted"));
     planted(layout.agent_conversation("victim"));
+    let mut other = root.path().as_os_str().to_owned();
+    other.push(".other");
+    let other = PathBuf::from(other);
+    planted(other.join("secret"));
     let core = std::path::Path::new("/proc/sys/kernel/core_pattern");
     let core_before = std::fs::read(core).unwrap();
     let programs = Programs::new(&built, Role::Sandbox);
@@ -375,6 +383,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         ("read_tokens", "ENOENT"),
         ("read_secret_store", "ENOENT"),
         ("read_control_key", "ENOENT"),
+        ("read_other_runtime", "ENOENT"),
         ("own_data_file", "ok"),
         ("workspaces_file", "ok"),
     ] {
@@ -422,6 +431,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
     assert!(reply.to_string().contains("confined-42"), "{reply}");
     rt.down();
+    std::fs::remove_dir_all(&other).unwrap();
 }
 
 /// The three tests above, run again as an ordinary user made for the test (as root; an

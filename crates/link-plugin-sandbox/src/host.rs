@@ -201,7 +201,9 @@ impl PluginRuleset {
 
 /// The capabilities a plugin keeps when Link runs as root ([`Plugin::capabilities`], where
 /// each says why); every other one is dropped from all its sets, the bounding set included,
-/// before it starts.
+/// before it starts. The sandbox plugin's are over its own user namespace only, whose root is
+/// an unprivileged uid on the host ([`crate::plugin_ns`]): none applies to a file or process of
+/// the machine.
 pub fn kept_capabilities(plugin: &Plugin) -> CapabilitySet {
     plugin
         .capabilities

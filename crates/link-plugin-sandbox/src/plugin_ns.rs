@@ -115,6 +115,12 @@ pub enum PluginNamespaceError {
          directories beneath {2}"
     )]
     NotReal(PathBuf, PathBuf, PathBuf),
+    #[error(
+        "{0} cannot be mounted idmapped ({1}): as root, the sandbox plugin reaches what it \
+         serves through idmapped mounts; put the state root on a filesystem that supports them \
+         (ext4, xfs, btrfs; tmpfs from Linux 6.3) on Linux 5.12 or later"
+    )]
+    NoIdmap(PathBuf, io::Error),
     #[error("the sandbox plugin's view: {0}")]
     Io(#[from] io::Error),
 }
@@ -137,7 +143,10 @@ impl PluginNamespace {
             }
             false => None,
         };
-        let cover = cover(served)?;
+        // An ordinary user's plugin is that user: its first own directory on the way (its
+        // home, say) is covered too, so no other file of that user there is in its view.
+        let mine = (!root).then(|| rustix::process::geteuid().as_raw());
+        let cover = cover(served, mine)?;
         let mut trees = Vec::new();
         for dir in served {
             let real = dir.canonicalize()?;
@@ -156,6 +165,19 @@ impl PluginNamespace {
             return Err(
                 io::Error::other("too many directories for the sandbox plugin's view").into(),
             );
+        }
+        // Each idmapped copy made once here, where a refusal can be named (a filesystem
+        // without idmapped mounts: NFS, say), rather than as a bare errno from the child.
+        if let Some(ns) = &ns {
+            for (dir, _) in trees.iter().filter(|(_, idmapped)| *idmapped) {
+                let mut fd = -1;
+                let made = clone_tree(&c_path(dir)?, Some(ns.as_raw_fd()), &mut fd);
+                if fd >= 0 {
+                    // SAFETY: the descriptor clone_tree opened; its detached copy goes with it.
+                    unsafe { libc::close(fd) };
+                }
+                made.map_err(|e| PluginNamespaceError::NoIdmap(dir.clone(), e))?;
+            }
         }
         let mut skeleton: Vec<PathBuf> = Vec::new();
         for (path, _) in &trees {
@@ -204,31 +226,8 @@ impl PluginNamespace {
 
     fn build_with(&self, fds: &mut [libc::c_int; MAX_TREES]) -> io::Result<()> {
         for (tree, fd) in self.trees.iter().zip(fds.iter_mut()) {
-            let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
-            // SAFETY: a NUL-terminated path and flags.
-            let opened =
-                unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, tree.path.as_ptr(), flags) };
-            check(opened)?;
-            *fd = opened as libc::c_int;
-            if let (true, Some(ns)) = (tree.idmapped, &self.ns) {
-                let attr = MountAttr {
-                    attr_set: MOUNT_ATTR_IDMAP,
-                    attr_clr: 0,
-                    propagation: 0,
-                    userns_fd: ns.as_raw_fd() as u64,
-                };
-                // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
-                check(unsafe {
-                    libc::syscall(
-                        SYS_MOUNT_SETATTR,
-                        *fd,
-                        c"".as_ptr(),
-                        libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-                        &attr as *const MountAttr,
-                        std::mem::size_of::<MountAttr>(),
-                    )
-                })?;
-            }
+            let idmap = self.ns.as_ref().filter(|_| tree.idmapped);
+            clone_tree(&tree.path, idmap.map(|ns| ns.as_raw_fd()), fd)?;
         }
         // SAFETY: NUL-terminated strings.
         check(unsafe {
@@ -291,10 +290,42 @@ impl PluginNamespace {
     }
 }
 
+/// A detached copy of the mounts at `path` and below, in `fd`, idmapped through `userns` if
+/// given. System calls only (the view's child calls it between fork and exec).
+fn clone_tree(
+    path: &std::ffi::CStr,
+    userns: Option<libc::c_int>,
+    fd: &mut libc::c_int,
+) -> io::Result<()> {
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a NUL-terminated path and flags.
+    let opened = unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, path.as_ptr(), flags) };
+    check(opened)?;
+    *fd = opened as libc::c_int;
+    let Some(userns) = userns else { return Ok(()) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
+    check(unsafe {
+        libc::syscall(
+            SYS_MOUNT_SETATTR,
+            *fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
 /// What is covered: the first directory, from `/` down to the one holding every served
-/// directory, that others may not search (root's 0700 home, or the 0700 state root), or that
-/// directory itself.
-fn cover(served: &[PathBuf]) -> io::Result<PathBuf> {
+/// directory, that others may not search (root's 0700 home, or the 0700 state root) or that
+/// `mine` owns (an ordinary user's home), or that directory itself.
+fn cover(served: &[PathBuf], mine: Option<u32>) -> io::Result<PathBuf> {
     let mut common: Option<PathBuf> = None;
     for dir in served {
         let dir = dir.canonicalize()?;
@@ -312,6 +343,21 @@ fn cover(served: &[PathBuf]) -> io::Result<PathBuf> {
         return Err(io::Error::other(
             "the sandbox plugin's directories share no directory but /",
         ));
+    }
+    if let Some(uid) = mine {
+        use std::os::unix::fs::MetadataExt;
+        for a in common
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .skip(1)
+        {
+            let meta = std::fs::metadata(a)?;
+            if meta.uid() == uid || meta.mode() & 0o001 == 0 {
+                return Ok(a.to_path_buf());
+            }
+        }
     }
     Ok(unsearchable(&common)?.map_or(common, |(dir, _)| dir))
 }
@@ -370,11 +416,18 @@ mod tests {
         mode(&top.join("open/state"), 0o755).unwrap();
         let top = top.canonicalize().unwrap();
         assert_eq!(
-            cover(&[a.clone(), b.clone()]).unwrap(),
+            cover(&[a.clone(), b.clone()], None).unwrap(),
             top.join("open/state")
         );
+        if rustix::process::geteuid().is_root() {
+            // An ordinary user's: its own directory on the way (no other owns 4242's).
+            let stranger = Some(rustix::fs::Uid::from_raw(4242));
+            rustix::fs::chown(top.join("open"), stranger, None).unwrap();
+            let mine = cover(&[a.clone(), b.clone()], Some(4242)).unwrap();
+            assert_eq!(mine, top.join("open"));
+        }
         mode(&top.join("open"), 0o700).unwrap();
-        assert_eq!(cover(&[a, b]).unwrap(), top.join("open"));
+        assert_eq!(cover(&[a, b], None).unwrap(), top.join("open"));
         std::fs::remove_dir_all(&top).unwrap();
     }
 }
