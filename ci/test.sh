@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test command README.md gives: check formatting, build every program and example in
-# release (cargo test alone builds a package's binaries only for that package's own
+# The test command README.md gives: check formatting, build every program and example in the
+# `checked` profile (the release's code with debug assertions and overflow checks on, without
+# fat LTO; cargo test alone builds a package's binaries only for that package's own
 # integration tests), lint every target, then run every test of the workspace on them, so the
-# confined runtime tests find the programs they drive in target/release.
+# confined runtime tests find the programs they drive in target/checked.
 #
 # The host is built with its test hooks (`--features link-cli/test-hooks`, the same for all
 # three commands so nothing is built twice); `cargo xtask build` builds the release without
@@ -26,6 +27,7 @@ report_skips() {
 }
 trap report_skips EXIT
 cargo fmt --all -- --check
-cargo build --locked --release --workspace --bins --examples "${hooks[@]}"
-cargo clippy --locked --workspace --all-targets --release "${hooks[@]}" -- -D warnings
-cargo test --locked --release --workspace "${hooks[@]}"
+profile=(--profile checked)
+cargo build --locked "${profile[@]}" --workspace --bins --examples "${hooks[@]}"
+cargo clippy --locked --workspace --all-targets "${profile[@]}" "${hooks[@]}" -- -D warnings
+cargo test --locked "${profile[@]}" --workspace "${hooks[@]}"

@@ -3,6 +3,7 @@
 use crate::outputs::{self, Workspace};
 use crate::state;
 use crate::system::{self, Package};
+use link_report::probe::SandboxProbe;
 use std::process::Command;
 
 /// One finding: fine, or a problem with what to do.
@@ -112,9 +113,13 @@ pub enum Probe {
     Enforced(String),
     /// Exit 2, with the probe's reason.
     Unavailable(String),
-    /// Exit 1, or an answer the probe never gives.
+    /// Exit 1, with the probe's reason.
     Broken(String),
-    /// The program is not built or cannot be started.
+    /// An exit status the probe never gives (or a signal): the probe itself misbehaved.
+    Unexpected(String),
+    /// `link-plugin-sandbox` is not built.
+    NotBuilt(String),
+    /// The program cannot be started.
     NotRun(String),
 }
 
@@ -122,7 +127,7 @@ pub enum Probe {
 pub fn probe_sandbox(ws: &Workspace) -> Probe {
     let bin = ws.release().join("link-plugin-sandbox");
     if !bin.exists() {
-        return Probe::NotRun(format!("{} is not built", ws.show(&bin).display()));
+        return Probe::NotBuilt(format!("{} is not built", ws.show(&bin).display()));
     }
     let out = match Command::new(&bin).arg("probe").output() {
         Ok(o) => o,
@@ -130,13 +135,17 @@ pub fn probe_sandbox(ws: &Workspace) -> Probe {
     };
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let (status, reason) = probe_fields(&stdout);
-    let reason = reason.unwrap_or_else(|| first_line(&stderr));
+    let probe = SandboxProbe::parse(&stdout);
+    let status = probe.as_ref().map(|p| p.status);
+    let reason = probe
+        .as_ref()
+        .and_then(|p| p.reason.clone())
+        .unwrap_or_else(|| first_line(&stderr));
     match out.status.code() {
-        Some(0) => Probe::Enforced(summary(&stdout)),
+        Some(0) => Probe::Enforced(probe.map_or_else(|| first_line(&stdout), |p| summary(&p))),
         Some(2) => Probe::Unavailable(reason),
         Some(1) => Probe::Broken(reason),
-        other => Probe::Broken(format!(
+        other => Probe::Unexpected(format!(
             "the probe ended unexpectedly ({}), status {status:?}: {reason}",
             other.map_or("killed".into(), |c| format!("exit {c}"))
         )),
@@ -146,15 +155,10 @@ pub fn probe_sandbox(ws: &Workspace) -> Probe {
 /// This machine, with the sandbox probe's bubblewrap version and Landlock ABI where the probe
 /// can run (its JSON carries them whether or not confinement is available).
 pub fn machine(ws: &Workspace) -> link_report::machine::Machine {
-    #[derive(serde::Deserialize)]
-    struct ProbeFacts {
-        bwrap_version: Option<String>,
-        landlock_abi: Option<u32>,
-    }
     let mut m = link_report::machine::Machine::detect();
     let bin = ws.release().join("link-plugin-sandbox");
     if let Ok(out) = Command::new(&bin).arg("probe").output() {
-        if let Ok(f) = serde_json::from_slice::<ProbeFacts>(&out.stdout) {
+        if let Some(f) = SandboxProbe::parse(&String::from_utf8_lossy(&out.stdout)) {
             m.bwrap_version = f.bwrap_version;
             m.landlock_abi = f.landlock_abi;
         }
@@ -170,9 +174,7 @@ fn sandbox_probe(ws: &Workspace) -> Finding {
             let fixes = hints(&reason);
             Finding::fix(what, format!("unavailable: {reason}"), fixes)
         }
-        Probe::Broken(reason) if reason.starts_with("the probe ended unexpectedly") => {
-            Finding::fix(what, reason, vec![])
-        }
+        Probe::Unexpected(reason) => Finding::fix(what, reason, vec![]),
         Probe::Broken(reason) => Finding::fix(
             what,
             format!("the probe is broken: {reason}"),
@@ -180,32 +182,24 @@ fn sandbox_probe(ws: &Workspace) -> Finding {
                 "rebuild with `cargo xtask build`; if it persists, report the probe output".into(),
             ],
         ),
-        Probe::NotRun(why) if why.ends_with("is not built") => {
-            Finding::fix(what, why, vec!["cargo xtask build".into()])
-        }
+        Probe::NotBuilt(why) => Finding::fix(what, why, vec!["cargo xtask build".into()]),
         Probe::NotRun(why) => Finding::fix(what, why, vec![]),
     }
 }
 
-/// The probe's `status` and `reason`, when its stdout is the JSON it promises.
-pub fn probe_fields(stdout: &str) -> (Option<String>, Option<String>) {
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(stdout.trim()) else {
-        return (None, None);
-    };
-    let text = |k: &str| v.get(k).and_then(|x| x.as_str()).map(String::from);
-    (text("status"), text("reason"))
-}
-
-fn summary(stdout: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(stdout.trim()) {
-        Ok(serde_json::Value::Object(m)) => m
-            .iter()
-            .filter(|(k, v)| *k != "reason" && (v.is_string() || v.is_number() || v.is_boolean()))
-            .map(|(k, v)| format!("{k}={}", v.to_string().trim_matches('"')))
-            .collect::<Vec<_>>()
-            .join(", "),
-        _ => first_line(stdout),
+/// The enforced probe's figures, for the doctor's line.
+fn summary(p: &SandboxProbe) -> String {
+    let mut parts = vec!["status=enforced".to_string()];
+    if let Some(abi) = p.landlock_abi {
+        parts.push(format!("landlock_abi={abi}"));
     }
+    if let Some(pinned) = p.landlock_abi_pinned {
+        parts.push(format!("landlock_abi_pinned={pinned}"));
+    }
+    if let Some(v) = &p.bwrap_version {
+        parts.push(format!("bwrap_version={v}"));
+    }
+    parts.join(", ")
 }
 
 fn first_line(s: &str) -> String {
@@ -329,16 +323,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn probe_json_is_read() {
-        let (s, r) = probe_fields(
-            r#"{"status":"unavailable","reason":"bwrap: setting up uid map: Permission denied","landlock_abi":6}"#,
-        );
-        assert_eq!(s.as_deref(), Some("unavailable"));
+    fn an_enforced_probe_is_summed_up_by_its_figures() {
+        let p = SandboxProbe::parse(
+            r#"{"status":"enforced","reason":null,"landlock_abi":7,"landlock_abi_pinned":7,"bwrap_version":"0.11.0"}"#,
+        )
+        .unwrap();
         assert_eq!(
-            r.as_deref(),
-            Some("bwrap: setting up uid map: Permission denied")
+            summary(&p),
+            "status=enforced, landlock_abi=7, landlock_abi_pinned=7, bwrap_version=0.11.0"
         );
-        assert_eq!(probe_fields("not json"), (None, None));
     }
 
     #[test]

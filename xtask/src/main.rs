@@ -13,12 +13,15 @@ mod ci;
 mod compare;
 mod cycles;
 mod doctor;
+mod exit;
 mod fleet;
+mod noise;
 mod outputs;
 mod paired;
 mod qualify;
 mod runtime;
 mod schemas;
+mod source;
 mod state;
 mod stats;
 mod svg;
@@ -237,7 +240,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 Err(e) => match e.downcast_ref::<runtime::Unconfinable>() {
                     Some(u) => {
                         link_protocol::errln!("xtask: {u}");
-                        Ok(runtime::EXIT_UNCONFINABLE)
+                        Ok(exit::UNCONFINABLE)
                     }
                     None => Err(e),
                 },
@@ -268,7 +271,7 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 Ok(t) => t,
                 Err(e) => {
                     link_protocol::errln!("error: {e:#}");
-                    return Ok(2);
+                    return Ok(exit::USAGE);
                 }
             };
             let out = a.out.unwrap_or_else(|| ws.target.clone());
@@ -280,13 +283,13 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 .machines
                 .iter()
                 .any(|m| m.outcome == link_report::Status::Failed);
-            Ok(u8::from(failed))
+            Ok(exit::from_ok(!failed))
         }
         Cmd::Schemas => {
             for path in schemas::write(&ws.root.join("schemas"))? {
                 link_protocol::errln!("xtask: wrote {}", ws.show(&path).display());
             }
-            Ok(0)
+            Ok(exit::PASSED)
         }
         Cmd::Build => {
             outputs::build(&ws)?;
@@ -295,20 +298,20 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
                 "xtask: all {} release outputs are built",
                 outputs::expected_outputs().len()
             );
-            Ok(0)
+            Ok(exit::PASSED)
         }
-        Cmd::Qualify(b) => Ok(if qualify::run(&ws, b.baseline, b.max_regression) {
-            0
-        } else {
-            1
-        }),
-        Cmd::Doctor => Ok(if doctor::run(&ws) { 0 } else { 1 }),
+        Cmd::Qualify(b) => Ok(exit::from_ok(qualify::run(
+            &ws,
+            b.baseline,
+            b.max_regression,
+        ))),
+        Cmd::Doctor => Ok(exit::from_ok(doctor::run(&ws))),
         Cmd::Install => {
             system::install_missing(true)?;
             link_protocol::errln!(
                 "xtask: bubblewrap, strace and libseccomp's development package are installed"
             );
-            Ok(0)
+            Ok(exit::PASSED)
         }
     }
 }

@@ -42,24 +42,11 @@ impl Workspace {
     }
 }
 
-/// The packages of the first locked build command, in the spec's order.
-pub const PACKAGES: [&str; 15] = [
-    "link-cli",
-    "link-plugin-agent",
-    "link-plugin-sandbox",
-    "link-plugin-measure",
-    "link-plugin-model",
-    "link-plugin-secret",
-    "link-plugin-auth",
-    "link-plugin-file-store",
-    "link-mini-harness",
-    "link-mini-connection",
-    "link-plugin-link-harness",
-    "link-plugin-link-run",
-    "link-plugin-file-tool",
-    "link-plugin-link-code",
-    "link-plugin-link-scheduler",
-];
+/// The packages of the first locked build command: the host's, then every plugin's, in the
+/// manifest's order (`link_protocol::manifest::packages`); the spec lists the same set.
+pub fn packages() -> Vec<&'static str> {
+    link_protocol::manifest::packages().collect()
+}
 
 /// The runner example's path under the release directory.
 pub const RUNNER: &str = "examples/runtime";
@@ -69,7 +56,7 @@ pub fn build_commands() -> Vec<Vec<String>> {
     let mut programs: Vec<String> = ["build", "--locked", "--release"]
         .map(String::from)
         .to_vec();
-    for p in PACKAGES {
+    for p in packages() {
         programs.push("-p".into());
         programs.push(p.into());
     }
@@ -92,10 +79,11 @@ pub fn command_text(args: &[String]) -> String {
     format!("cargo {}", args.join(" "))
 }
 
-/// Binary names equal package names, except `link-cli`, whose binary is `link`.
+/// Binary names equal package names, except the host's (`link-cli`), whose binary is `link`.
 pub fn binary_name(package: &str) -> &str {
-    if package == "link-cli" {
-        "link"
+    let host = link_protocol::manifest::HOST;
+    if package == host.package {
+        host.program
     } else {
         package
     }
@@ -103,7 +91,7 @@ pub fn binary_name(package: &str) -> &str {
 
 /// Every output of the two build commands, relative to the release directory.
 pub fn expected_outputs() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = PACKAGES
+    let mut all: Vec<PathBuf> = packages()
         .iter()
         .map(|p| PathBuf::from(binary_name(p)))
         .collect();
@@ -122,21 +110,16 @@ pub struct Program {
 
 /// Every program of the first build command in `dir`, by name, with its sha256.
 pub fn hash_programs(dir: &Path) -> Result<Vec<Program>> {
-    use sha2::{Digest, Sha256};
-    PACKAGES
+    packages()
         .iter()
         .map(|p| {
             let name = binary_name(p);
             let path = dir.join(name);
-            let bytes =
-                std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
-            let sha256 = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let digest = link_protocol::digest::sha256_file(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
             Ok(Program {
                 name: name.into(),
-                sha256,
+                sha256: digest.sha256,
             })
         })
         .collect()
@@ -255,7 +238,7 @@ pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
             problems.push(Problem::Stale { output, newer });
         }
     }
-    let host = release.join(binary_name(PACKAGES[0]));
+    let host = release.join(link_protocol::manifest::HOST.program);
     // Only the host is asked: it passes `LNK_TEST_HOOKS` to no plugin unless it has them.
     let hooks = host
         .is_file()
@@ -485,25 +468,35 @@ mod tests {
     }
 
     #[test]
+    /// The first command builds the spec's packages (the manifest's, in its order), the
+    /// second the runner.
     fn commands_match_the_spec_text() {
-        let cmds = build_commands();
-        assert_eq!(
-            command_text(&cmds[0]),
-            "cargo build --locked --release -p link-cli -p link-plugin-agent -p \
+        let spec = "cargo build --locked --release -p link-cli -p link-plugin-agent -p \
              link-plugin-sandbox -p link-plugin-measure -p link-plugin-model -p \
              link-plugin-secret -p link-plugin-auth -p link-plugin-file-store -p \
              link-mini-harness -p link-mini-connection -p link-plugin-link-harness -p \
              link-plugin-link-run -p link-plugin-file-tool -p link-plugin-link-code -p \
-             link-plugin-link-scheduler"
+             link-plugin-link-scheduler";
+        let cmds = build_commands();
+        let words = |text: &str| {
+            let mut words: Vec<String> = text.split_whitespace().map(String::from).collect();
+            words.sort();
+            words
+        };
+        let text = command_text(&cmds[0]);
+        assert!(
+            text.starts_with("cargo build --locked --release -p link-cli -p "),
+            "{text}"
         );
+        assert_eq!(words(&text), words(spec), "{text}");
         assert_eq!(
             command_text(&cmds[1]),
             "cargo build --locked --release -p link-harness-conformance --example runtime"
         );
         let outputs = expected_outputs();
-        assert_eq!(outputs.len(), 16);
+        assert_eq!(outputs.len(), link_protocol::manifest::ALL.len() + 2);
         assert_eq!(outputs[0], PathBuf::from("link"));
-        assert_eq!(outputs[15], PathBuf::from("examples/runtime"));
+        assert_eq!(outputs.last(), Some(&PathBuf::from("examples/runtime")));
     }
 
     #[test]
@@ -541,8 +534,8 @@ mod tests {
         .unwrap();
         let problems = verify(&release, &root).unwrap();
         let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-        // 2 missing, 2 stale by their dep-info, 12 stale by the fallback.
-        assert_eq!(problems.len(), 16, "{text:#?}");
+        // 2 missing, 2 stale by their dep-info, every other one stale by the fallback.
+        assert_eq!(problems.len(), expected_outputs().len(), "{text:#?}");
         assert!(problems.contains(&Problem::Missing {
             output: release.join("link-plugin-auth")
         }));

@@ -21,7 +21,9 @@ pub fn generated() -> Vec<(&'static str, String)> {
         ),
         (
             "bench-sandbox.schema.json",
-            pretty(schemars::schema_for!(crate::bench_sandbox::SandboxBench)),
+            pretty(schemars::schema_for!(
+                crate::bench_sandbox::report::SandboxBench
+            )),
         ),
         (
             "fleet.schema.json",

@@ -339,11 +339,15 @@ fn short(source: &str) -> &str {
     &source[..end]
 }
 
-/// Escapes text and attribute values.
+/// Escapes text and attribute values. A control character XML 1.0 does not allow (all but
+/// tab, newline and carriage return; a reason may carry one from a program's output) becomes
+/// U+FFFD, so the page still parses.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 => out.push('\u{FFFD}'),
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -359,6 +363,23 @@ pub fn esc(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::compare::tests::sample;
+
+    /// Whatever a reason holds, the escaped text parses as XML and reads back the same but
+    /// for the control characters XML cannot carry.
+    #[test]
+    fn escaped_text_is_always_well_formed_xml() {
+        let text = "a<b>&\"c'\u{1b}[31m\u{0}\tend\n";
+        let doc = format!("<t a=\"{}\">{}</t>", esc(text), esc(text));
+        let parsed = roxmltree::Document::parse(&doc).expect("well-formed");
+        let root = parsed.root_element();
+        let want = "a<b>&\"c'\u{FFFD}[31m\u{FFFD}\tend\n";
+        assert_eq!(root.text(), Some(want));
+        // Attribute values are normalised (tab and newline read back as spaces).
+        assert_eq!(
+            root.attribute("a"),
+            Some(&want.replace(['\t', '\n'], " ")[..])
+        );
+    }
 
     /// A start or end tag: name, attributes, and whether it closes itself.
     #[derive(Debug)]

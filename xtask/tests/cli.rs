@@ -2,6 +2,11 @@
 
 use std::process::Command;
 
+// The xtask's own exit statuses, the one set its commands return.
+#[path = "../src/exit.rs"]
+#[allow(dead_code)]
+mod exit;
+
 fn xtask() -> Command {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
 }
@@ -40,7 +45,7 @@ fn runtime_without_programs_names_them_and_the_build_commands() {
     std::fs::remove_dir_all(&target).unwrap();
     assert!(state.is_dir(), "the fixture dir is prepared first");
     std::fs::remove_dir(&state).unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(out.stderr).unwrap();
     let release = target.join("release");
     assert!(
@@ -53,10 +58,12 @@ fn runtime_without_programs_names_them_and_the_build_commands() {
     )));
     assert!(err
         .contains("cargo build --locked --release -p link-harness-conformance --example runtime"));
-    assert!(err.contains("cargo build --locked --release -p link-cli -p link-plugin-agent"));
+    assert!(err.contains("cargo build --locked --release -p link-cli -p link-plugin-measure"));
     let last = err.lines().last().unwrap();
+    // The host, every plugin of the manifest, and the runner.
+    let n = link_protocol::manifest::ALL.len() + 2;
     assert!(
-        last.starts_with("error: 16 of 16 release outputs missing"),
+        last.starts_with(&format!("error: {n} of {n} release outputs missing")),
         "{last}"
     );
 }
@@ -81,7 +88,7 @@ fn a_temporary_state_dir_is_refused_before_anything_starts() {
         .env("LNK_TEST_STATE_DIR", "/tmp/lnk-xtask-never")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(out.stderr).unwrap();
     let last = err.lines().last().unwrap_or_default();
     assert!(last.starts_with("error: LNK_TEST_STATE_DIR /tmp/lnk-xtask-never cannot be used"));
@@ -151,7 +158,7 @@ fn trace_without_strace_names_the_install_command() {
     let untraced = runtime(&[]);
     std::fs::remove_dir_all(&bin).unwrap();
     let _ = std::fs::remove_dir(&state);
-    assert_eq!(traced.status.code(), Some(1));
+    assert_eq!(traced.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(traced.stderr).unwrap();
     assert!(
         err.contains("--trace needs strace, which is not on PATH"),
@@ -194,7 +201,7 @@ fn a_second_runtime_on_the_same_target_is_refused() {
         .unwrap();
     let kept = std::fs::read_to_string(&theirs);
     std::fs::remove_dir_all(&target).unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("another `cargo xtask runtime` (pid 4242) is running"),
@@ -211,15 +218,14 @@ fn state_dir(tag: &str) -> std::path::PathBuf {
         .join(format!("xc{tag}{}", std::process::id()))
 }
 
-/// `target/release` of this workspace: where `cargo xtask build` leaves the programs.
+/// The programs built with this test (`target/checked` under `ci/test.sh`, `target/release`
+/// under `cargo test --release`): the test executable's profile directory.
 fn release_dir() -> std::path::PathBuf {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    match std::env::var_os("CARGO_TARGET_DIR").filter(|t| !t.is_empty()) {
-        Some(t) => root.join(t).join("release"),
-        None => root.join("target/release"),
-    }
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(std::path::Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
 }
 
 /// A target directory of the test's own whose `release/` links to the built programs, so the
@@ -267,17 +273,17 @@ fn bench_sandbox_refuses_bad_options() {
         .args(["bench-sandbox", "--rounds", "0"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2), "a usage error");
+    assert_eq!(out.status.code(), Some(exit::USAGE.into()), "a usage error");
     let out = xtask()
         .args(["bench-sandbox", "--rounds", "many"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(exit::USAGE.into()));
     let out = xtask()
         .args(["bench-sandbox", "--rounds", "3", "--turn-rounds", "4"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
         err.contains("--turn-rounds 4 cannot exceed --rounds 3"),
@@ -305,7 +311,7 @@ fn bench_sandbox_without_programs_names_them_and_the_build_command() {
     let wrote = target.join("bench-sandbox.json").exists();
     std::fs::remove_dir_all(&target).unwrap();
     let _ = std::fs::remove_dir(&state);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(exit::FAILED.into()));
     let err = String::from_utf8(out.stderr).unwrap();
     let release = target.join("release");
     assert!(
@@ -347,7 +353,11 @@ fn bench_sandbox_without_bwrap_is_skipped_with_the_reason() {
     let _ = std::fs::remove_dir_all(&target);
     let _ = std::fs::remove_dir(&state);
     let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(exit::UNCONFINABLE.into()),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("SKIPPED, nothing measured: bwrap is not on PATH"),
         "{stdout}"
@@ -401,7 +411,7 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
         "the benchmark left {left:?} in its fixture dir"
     );
     let v: serde_json::Value = serde_json::from_str(&json.expect("bench-sandbox.json")).unwrap();
-    if out.status.code() == Some(3) {
+    if out.status.code() == Some(exit::UNCONFINABLE.into()) {
         assert_eq!(v["status"], "skipped", "{v}");
         let reason = v["reason"].as_str().unwrap_or_default();
         assert!(reason.contains("confinement unavailable"), "{reason}");
@@ -412,7 +422,11 @@ fn a_tiny_sandbox_benchmark_has_every_variant_with_intervals() {
         link_report::skip::skipped(&format!("SKIPPED: {reason}"));
         return;
     }
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(exit::PASSED.into()),
+        "{stdout}\n{stderr}"
+    );
     assert_eq!(v["status"], "measured");
     assert_eq!(
         (v["rounds"].as_u64(), v["turn_rounds"].as_u64()),
@@ -522,7 +536,11 @@ fn bench_sandbox_where_confinement_is_unavailable_is_skipped_with_the_reason() {
     std::fs::remove_dir_all(&target).unwrap();
     let _ = std::fs::remove_dir_all(&state);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{stdout}");
+    assert_eq!(
+        out.status.code(),
+        Some(exit::UNCONFINABLE.into()),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("SKIPPED, nothing measured: confinement unavailable"),
         "{stdout}"
@@ -551,14 +569,18 @@ fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     let wrote = out_dir.exists();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(exit::USAGE.into()), "{err}");
     assert!(
         err.contains("machine-a holds no runtime-comparison.json"),
         "{err}"
     );
     assert!(!wrote, "nothing may be written on bad input");
     let none = xtask().arg("fleet").output().unwrap();
-    assert_eq!(none.status.code(), Some(2), "clap's usage error");
+    assert_eq!(
+        none.status.code(),
+        Some(exit::USAGE.into()),
+        "clap's usage error"
+    );
 }
 
 #[test]

@@ -305,6 +305,9 @@ pub fn token_create(state: &Path) -> Result<i32> {
     }
     // A token is valid until revoked: it is stored only once it was written out whole, so
     // none is left valid that nobody received.
+    // A store that cannot take it (a damaged line, say) is refused before a token is shown.
+    tokens::check_writable(&layout.tokens_file())
+        .map_err(|e| anyhow::anyhow!("{e}; no token was created"))?;
     let token = tokens::generate().context("generating a token")?;
     hand_over(&token)?;
     tokens::store(&layout.tokens_file(), &token).with_context(|| {

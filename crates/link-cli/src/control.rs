@@ -4,6 +4,7 @@
 use crate::caller::{self, Caller};
 use crate::host::Shared;
 use link_protocol::control_key::ControlKey;
+use link_protocol::manifest;
 use link_protocol::plugin::Profile;
 use link_protocol::routes::host::{
     self, DebugCallBody, DebugCallReply, PluginDebugBody, PLUGIN_DEBUG_CALL,
@@ -201,9 +202,6 @@ async fn secret_call<R: Route>(
     crate::router::call(shared, crate::router::HOST, req).await
 }
 
-/// Plugins that serve HTTP on their socket instead of link-protocol routes.
-const HTTP_PLUGINS: &[&str] = &["link-plugin-model", "link-mini-connection"];
-
 /// Makes a plugin call a route through the router as itself, so tests can check grants
 /// with real callers.
 async fn debug_call(
@@ -212,18 +210,19 @@ async fn debug_call(
     req: DebugCallBody,
 ) -> Result<DebugCallReply, RemoteError> {
     let plugin = req.plugin.as_str();
-    if !shared
+    let running = shared
         .plugins
         .lock()
         .expect("lock")
         .iter()
-        .any(|p| p.name == plugin)
-    {
+        .any(|p| p.name == plugin);
+    // The name comes from the caller; the entry says what it serves.
+    let Some(spec) = manifest::find(plugin).filter(|_| running) else {
         return Err(RemoteError::not_found(format!(
             "no plugin {plugin:?} is running"
         )));
-    }
-    if HTTP_PLUGINS.contains(&plugin) {
+    };
+    if spec.serves == manifest::Serves::Http {
         return Err(RemoteError::bad_request(format!(
             "{plugin} serves HTTP, not routes; it has no debug hook"
         )));

@@ -226,7 +226,7 @@ async fn run(
         launch.refuse_reachable(&layout.control_dir())?;
     }
     // Made before the socket is bound, so whoever finds the socket finds this run's key.
-    let key = ControlKey::create(&layout).with_context(|| {
+    let key = ControlKey::create(&layout.control_key_file()).with_context(|| {
         format!(
             "writing the control key {}",
             layout.control_key_file().display()
@@ -308,19 +308,19 @@ async fn start_all(
     // is prepared here while the spawner threads fork the ones before (`crate::spawner`).
     let mut prepared: Result<()> = Ok(());
     let mut forking = Vec::new();
-    for &name in plugins::start_order(launch.profile) {
-        match launch.command(name) {
-            Ok((cmd, forker)) => forking.push((name, crate::spawner::spawn(cmd, forker))),
+    for spec in plugins::start_order(launch.profile) {
+        match launch.command(spec) {
+            Ok((cmd, forker)) => forking.push((spec, crate::spawner::spawn(cmd, forker))),
             Err(e) => {
                 prepared = Err(e);
                 break;
             }
         }
     }
-    for (name, child) in forking {
-        match launch.adopt(name, child.wait(), died_tx.clone()) {
+    for (spec, child) in forking {
+        match launch.adopt(spec, child.wait(), died_tx.clone()) {
             Ok(plugin) => {
-                shared.router.admit(name, plugin.pid);
+                shared.router.admit(spec, plugin.pid);
                 // From here the plugin is in `started` on every way out, so a failure stops
                 // it in order (SIGTERM, grace) with the rest.
                 started.push(plugin);
@@ -365,7 +365,7 @@ fn register(launch: &Launch<'_>, shared: &Shared, plugin: &Plugin) -> Result<()>
         let socket = launch.layout.plugin_socket(plugin.name);
         if let Err(e) = shared
             .router
-            .register(plugin.name, plugin.pid, &plugin.routes, socket)
+            .register(plugin.spec, plugin.pid, &plugin.routes, socket)
         {
             bail!(
                 "{e}; refusing to start (is {} the program of this release?)",
@@ -871,16 +871,16 @@ impl Allowance<'_> {
 /// can be written, with a network namespace without interfaces (`link_plugin_sandbox::view`).
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
-    name: &str,
+    plugin: &link_protocol::manifest::Plugin,
     allow: Allowance<'_>,
 ) -> Result<crate::spawner::Forker> {
     use link_plugin_sandbox::host;
-    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(name, allow.network)?);
+    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(plugin, allow.network)?);
     let forker = match shedding.filter() {
         host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
-    let sandbox = name == link_protocol::routes::programs::SANDBOX;
+    let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
     if sandbox {
         // First: it needs the capabilities the next step sheds.
         let mut dirs = allow.writable.clone();

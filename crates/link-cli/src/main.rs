@@ -3,7 +3,7 @@
 //! `link up` is the host: it takes the state root's lock, starts the profile's plugins all at
 //! once (each with an isolated HOME under the state root, confined in `confined` mode),
 //! waits for every one to be ready, serves control requests on `run/host.sock`, and for full Link
-//! runs the router (`run/router.sock`, grant table in [`router`]) and the HTTP endpoint. It
+//! runs the router (`run/router.sock`, grants from `link_protocol::manifest`, enforced in [`router`]) and the HTTP endpoint. It
 //! stops everything in reverse order on `link down`, SIGTERM, SIGINT or when a plugin dies.
 //! The other verbs are small clients of the host and of the connection service.
 

@@ -3,8 +3,8 @@
 use crate::spawner::Forker;
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
+use link_protocol::manifest::{self, Confinement};
 use link_protocol::plugin::{self, Mode, Profile, Ready};
-use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
@@ -15,45 +15,36 @@ use tokio::sync::watch;
 /// How long a plugin may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Start order; the host stops them in reverse.
-pub fn start_order(profile: Profile) -> &'static [&'static str] {
-    profile.plugins()
+/// Start order (the manifest's); the host stops them in reverse.
+pub fn start_order(profile: Profile) -> impl Iterator<Item = &'static manifest::Plugin> {
+    manifest::of(profile)
 }
 
 /// Directories a confined plugin may write besides its own (`plugin::own_dirs`) and its
-/// socket directory. The sandbox plugin's are the roots of the agents' workspaces and homes
-/// it binds into commands: read-only mounts, not Landlock, keep it to them
-/// (`link_plugin_sandbox::view`), so they must exist before it starts.
-fn extra_writable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
-    match name {
-        "link-plugin-auth" => vec![layout.auth_dir()],
-        programs::SANDBOX => vec![layout.agents_dir(), layout.agent_homes_dir()],
-        _ => vec![],
-    }
+/// socket directory ([`manifest::Plugin::writes`]).
+fn extra_writable(layout: &StateLayout, plugin: &manifest::Plugin) -> Vec<PathBuf> {
+    plugin.writes.iter().map(|&a| layout.area(a)).collect()
 }
 
-/// Directories a confined plugin may read besides system paths and the programs.
-fn extra_readable(layout: &StateLayout, name: &str) -> Vec<PathBuf> {
-    match name {
-        "link-mini-connection" => vec![layout.auth_dir()],
-        // Its callers are checked against the host's pids file (`run/pids.json`).
-        "link-plugin-model" => vec![layout.run_dir()],
-        _ => vec![],
-    }
+/// Directories a confined plugin may read besides system paths and the programs
+/// ([`manifest::Plugin::reads`]).
+fn extra_readable(layout: &StateLayout, plugin: &manifest::Plugin) -> Vec<PathBuf> {
+    plugin.reads.iter().map(|&a| layout.area(a)).collect()
 }
 
 /// The programs a profile needs that are missing from `dir`.
 pub fn missing_programs(dir: &Path, profile: Profile) -> Vec<String> {
     start_order(profile)
-        .iter()
-        .filter(|p| !dir.join(p).is_file())
-        .map(|p| p.to_string())
+        .filter(|p| !dir.join(p.program).is_file())
+        .map(|p| p.program.to_string())
         .collect()
 }
 
 /// A started plugin.
 pub struct Plugin {
     pub name: &'static str,
+    /// Its manifest entry.
+    pub spec: &'static manifest::Plugin,
     pub pid: i32,
     pub routes: Vec<String>,
     /// `Some(status)` once it has exited and been reaped.
@@ -85,14 +76,15 @@ impl Plugin {
 }
 
 impl Launch<'_> {
-    /// The plugin `name` from its `spawned` child (of [`Launch::command`]), not waited for
+    /// The plugin `spec` from its `spawned` child (of [`Launch::command`]), not waited for
     /// (its routes are known once it is [`ready`](Plugin::ready)); `died` hears of its exit.
     pub fn adopt(
         &self,
-        name: &'static str,
+        spec: &'static manifest::Plugin,
         spawned: std::io::Result<tokio::process::Child>,
         died: tokio::sync::mpsc::UnboundedSender<(&'static str, ExitStatus)>,
     ) -> Result<Plugin> {
+        let name = spec.program;
         let mut child =
             spawned.with_context(|| format!("starting {}", self.programs.join(name).display()))?;
         let pid = child.id().context("plugin exited at once")? as i32;
@@ -106,6 +98,7 @@ impl Launch<'_> {
         });
         Ok(Plugin {
             name,
+            spec,
             pid,
             routes: Vec::new(),
             exited,
@@ -149,13 +142,13 @@ impl Launch<'_> {
         })
     }
 
-    /// The command that starts `name`: its directories made, its log opened, its environment
-    /// and (confined) its Landlock ruleset, capabilities and seccomp filter prepared; and the
-    /// thread to fork it on.
-    pub fn command(&self, name: &str) -> Result<(Command, Forker)> {
-        let layout = self.layout;
+    /// The command that starts `plugin`: its directories made, its log opened, its
+    /// environment and (confined) its Landlock ruleset, capabilities and seccomp filter
+    /// prepared; and the thread to fork it on.
+    pub fn command(&self, plugin: &manifest::Plugin) -> Result<(Command, Forker)> {
+        let (layout, name) = (self.layout, plugin.program);
         let contract = plugin::Contract {
-            name,
+            plugin,
             layout,
             programs: self.programs,
             profile: self.profile,
@@ -178,50 +171,49 @@ impl Launch<'_> {
         // Confined or diagnostic, a plugin never outlives the host.
         crate::host::die_with_host(&mut cmd);
         let forker = match self.mode {
-            Mode::Confined => self.confine(&mut cmd, name)?,
+            Mode::Confined => self.confine(&mut cmd, plugin)?,
             Mode::Diagnostic => Forker::Runtime,
         };
         Ok((cmd, forker))
     }
 
-    fn confine(&self, cmd: &mut Command, name: &str) -> Result<Forker> {
-        for dir in extra_writable(self.layout, name) {
+    fn confine(&self, cmd: &mut Command, plugin: &manifest::Plugin) -> Result<Forker> {
+        for dir in extra_writable(self.layout, plugin) {
             plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        crate::host::confine_command(cmd, name, self.allowance(name))
-            .with_context(|| format!("confining {name}"))
+        crate::host::confine_command(cmd, plugin, self.allowance(plugin))
+            .with_context(|| format!("confining {}", plugin.program))
     }
 
-    /// What `name` may touch when confined, besides system paths.
-    fn allowance(&self, name: &str) -> crate::host::Allowance<'_> {
+    /// What `plugin` may touch when confined, besides system paths.
+    fn allowance(&self, plugin: &manifest::Plugin) -> crate::host::Allowance<'_> {
         let layout = self.layout;
-        let mut writable = plugin::own_dirs(layout, name);
-        writable.extend(extra_writable(layout, name));
+        let mut writable = plugin::own_dirs(layout, plugin);
+        writable.extend(extra_writable(layout, plugin));
         crate::host::Allowance {
             programs: self.programs,
-            readable: extra_readable(layout, name),
+            readable: extra_readable(layout, plugin),
             writable,
-            sockets: vec![layout.plugin_run_dir(name)],
-            network: link_plugin_sandbox::host::Network::of(name, plugin::model_forwards()),
+            sockets: vec![layout.plugin_run_dir(plugin.program)],
+            network: link_plugin_sandbox::host::Network::of(plugin, plugin::model_forwards()),
         }
     }
 
     /// Refuses a confined start in which a plugin's Landlock rules would reach `dir`, the
     /// host's control directory (a state root under a system path plugins read, or under the
     /// programs directory), so no plugin can read the control key. The sandbox plugin handles
-    /// no filesystem right and reaches everything: the host refuses its descendants the key's
-    /// use instead (`crate::caller`).
+    /// no filesystem right: its view covers the state root and shows only what it serves, and
+    /// the host refuses its descendants the key's use besides (`crate::caller`).
     pub fn refuse_reachable(&self, dir: &Path) -> Result<()> {
         let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
-        let confined = start_order(self.profile)
-            .iter()
-            .filter(|name| **name != programs::SANDBOX);
-        for name in confined {
-            if let Some(rule) = self.allowance(name).rules().reaching(&dir) {
+        let confined = start_order(self.profile).filter(|p| p.confinement == Confinement::Landlock);
+        for plugin in confined {
+            if let Some(rule) = self.allowance(plugin).rules().reaching(&dir) {
                 bail!(
-                    "{name} may read beneath {}, where the host's control directory {} lies: \
+                    "{} may read beneath {}, where the host's control directory {} lies: \
                      it could read the control key; choose a state root outside {} and outside \
                      the programs directory; nothing was started",
+                    plugin.program,
                     rule.display(),
                     dir.display(),
                     rule.display()

@@ -265,3 +265,39 @@ fn token_create_stores_nothing_when_its_output_cannot_be_written() {
     assert!(link_protocol::tokens::verify(&state.join("auth/tokens"), token).unwrap());
     assert_eq!(token_lines(state).len(), 1);
 }
+
+/// A tokens file with a damaged line (here not even UTF-8): before, every request was a 500
+/// and `token create` failed "writing" the file. Now the damaged line is never valid, the good
+/// token still works on Mini and on full Link (whose auth plugin reads the same store), and
+/// `token create` refuses before it shows a token, naming the line; the file is unchanged.
+#[test]
+fn a_damaged_tokens_line_costs_no_good_token_and_token_create_names_it() {
+    for profile in ["mini", "link"] {
+        let root = state_root();
+        let state = root.path();
+        let mut rt = support::up(&root, profile);
+        let out = link(&["token", "create", "--state"], state, None);
+        assert!(out.status.success(), "token create: {}", text(&out.stderr));
+        let token = text(&out.stdout).trim().to_owned();
+        let file = state.join("auth/tokens");
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes.extend_from_slice(b"\xff\xfe\n");
+        std::fs::write(&file, &bytes).unwrap();
+
+        let out = link(&["agent", "list", "--state"], state, Some(&token));
+        assert!(out.status.success(), "{profile}: {}", text(&out.stderr));
+        let out = link(&["agent", "list", "--state"], state, Some("lnk_not-stored"));
+        assert!(!out.status.success(), "{profile}: a wrong token was let in");
+
+        let out = link(&["token", "create", "--state"], state, None);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{profile}: {err}");
+        assert!(
+            err.contains("line(s) 2 are damaged") && err.contains("no token was created"),
+            "{profile}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{profile}: showed a token");
+        assert_eq!(std::fs::read(&file).unwrap(), bytes, "{profile}: changed");
+        rt.down();
+    }
+}

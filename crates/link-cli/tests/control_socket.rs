@@ -69,7 +69,8 @@ fn a_connection_whose_maker_was_reaped_never_gets_the_full_handler() {
             keyless += 1;
         }
     }
-    let key = ControlKey::read(&layout).expect("the test runs as the runtime's user");
+    let key =
+        ControlKey::read(&layout.control_key_file()).expect("the test runs as the runtime's user");
     let host = Pid::from_raw(rt.host_pid()).unwrap();
     for _ in 0..STOPPED_RACES {
         kill_process(host, Signal::STOP).unwrap();
@@ -146,7 +147,7 @@ fn a_caller_without_the_control_key_gets_the_status_only() {
         }
         other => panic!("the key did not open the full handler: {other:?}"),
     }
-    let previous = ControlKey::read(&layout).unwrap();
+    let previous = ControlKey::read(&layout.control_key_file()).unwrap();
     rt.restart();
     let stale = block_on(|| async {
         let mut plain = Client::connect(&socket).await?;
@@ -168,7 +169,7 @@ fn the_control_socket_tests_hold_for_an_ordinary_user() {
     let Some(user) = TestUser::or_skip("lnk-ctl") else {
         return;
     };
-    let mut copied: Vec<&str> = Profile::Mini.plugins().to_vec();
+    let mut copied: Vec<&str> = link_protocol::manifest::programs_of(Profile::Mini).to_vec();
     copied.push(link_protocol::routes::programs::HOST);
     user.rerun(
         "lnk-control",

@@ -224,7 +224,11 @@ fn an_agent_is_deletable_by_an_ordinary_user_after_chmod_000() {
     let bin = parent.0.join("bin");
     std::fs::create_dir(&bin).unwrap();
     let from = test_programs();
-    for name in Profile::Link.plugins().iter().copied().chain(["link"]) {
+    for name in link_protocol::manifest::programs_of(Profile::Link)
+        .iter()
+        .copied()
+        .chain(["link"])
+    {
         let to = bin.join(name);
         std::fs::copy(from.join(name), &to).unwrap();
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -46,7 +46,11 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     let bin = parent.0.join("bin");
     std::fs::create_dir(&bin).unwrap();
     let from = test_programs();
-    for name in Profile::Link.plugins().iter().copied().chain(["link"]) {
+    for name in link_protocol::manifest::programs_of(Profile::Link)
+        .iter()
+        .copied()
+        .chain(["link"])
+    {
         let to = bin.join(name);
         std::fs::copy(from.join(name), &to).unwrap();
         std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -148,8 +152,8 @@ fn assert_plugins_non_dumpable(user: &TestUser, link: &Path) {
     let (code, _, err) = environ(host[0].0);
     assert_eq!(code, 0, "the host's environ: {err}");
     assert_eq!(owner(host[0].0), user.uid);
-    let plugins = Profile::Link.plugins();
-    for name in plugins {
+    let plugins = link_protocol::manifest::programs_of(Profile::Link);
+    for name in &plugins {
         let pid = running
             .iter()
             .find(|(_, n)| n == name)

@@ -41,6 +41,7 @@ fn status_field(pid: i32, key: &str) -> String {
 /// `cmd` with the capabilities `plugin` keeps (as root; an ordinary user has none) and no
 /// Landlock domain: what a process of the plugin's uid and rights, but outside its domain, is.
 fn shed_like<'a>(plugin: &str, cmd: &'a mut Command) -> &'a mut Command {
+    let plugin = link_protocol::manifest::find(plugin).expect("a declared plugin");
     let network = link_plugin_sandbox::host::Network::of(plugin, false);
     let shedding = Shedding::for_plugin(plugin, network).unwrap();
     // SAFETY: drop_capabilities only makes system calls, with what was prepared before fork.
@@ -106,7 +107,7 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
         let eff = u64::from_str_radix(&status_field(*pid, "CapEff"), 16).unwrap();
         let bnd = u64::from_str_radix(&status_field(*pid, "CapBnd"), 16).unwrap();
         let kept = if root_user {
-            kept_capabilities(name).bits()
+            kept_capabilities(link_protocol::manifest::find(name).unwrap()).bits()
         } else {
             0
         };
@@ -139,8 +140,14 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
     }
     // Allowed twin of the empty sets: the two exceptions really keep something as root.
     if root_user {
-        assert_ne!(kept_capabilities(programs::SANDBOX).bits(), 0);
-        assert_ne!(kept_capabilities(programs::FILE_STORE).bits(), 0);
+        assert_ne!(
+            kept_capabilities(&link_protocol::manifest::SANDBOX).bits(),
+            0
+        );
+        assert_ne!(
+            kept_capabilities(&link_protocol::manifest::FILE_STORE).bits(),
+            0
+        );
     }
 
     // `link status` names who tool commands run as, the filter and the limits.

@@ -220,9 +220,10 @@ fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
         .up_in(root.path())
         .unwrap_or_else(|f| panic!("{f}"));
     // A data area only for the plugins that keep one (the others may make none).
-    for plugin in Profile::Link.plugins() {
+    for plugin in link_protocol::manifest::programs_of(Profile::Link) {
         let made = layout.data(plugin).is_dir();
-        assert_eq!(made, link_protocol::plugin::keeps_data(plugin), "{plugin}");
+        let keeps = link_protocol::manifest::find(plugin).unwrap().data;
+        assert_eq!(made, keeps, "{plugin}");
     }
     let (code, _, err) = model_key("set", root.path(), &format!("{secret}\n"));
     assert_eq!(code, 0, "{err}");
@@ -235,7 +236,11 @@ fn the_remote_model_key_is_kept_by_the_secret_plugin_and_in_no_environment() {
     assert!(std::fs::read_to_string(&stored).unwrap().contains(secret));
     // In no plugin's environment and no log.
     let plugins = rt.plugin_pids();
-    assert_eq!(plugins.len(), Profile::Link.plugins().len(), "{plugins:?}");
+    assert_eq!(
+        plugins.len(),
+        link_protocol::manifest::programs_of(Profile::Link).len(),
+        "{plugins:?}"
+    );
     for (name, pid) in &plugins {
         assert!(!environ_holds(name, *pid, secret), "{name} has the key");
     }
@@ -267,9 +272,10 @@ fn mini_keeps_no_remote_model_key_and_says_so() {
     let mut rt = support::up(&root, "mini");
     // Of Mini's plugins only its harness keeps data.
     let layout = link_protocol::layout::StateLayout::new(root.path());
-    for plugin in Profile::Mini.plugins() {
+    for plugin in link_protocol::manifest::programs_of(Profile::Mini) {
         let made = layout.data(plugin).is_dir();
-        assert_eq!(made, link_protocol::plugin::keeps_data(plugin), "{plugin}");
+        let keeps = link_protocol::manifest::find(plugin).unwrap().data;
+        assert_eq!(made, keeps, "{plugin}");
     }
     let (code, _, err) = model_key("set", root.path(), "sk-mini\n");
     assert_eq!(code, 1, "{err}");

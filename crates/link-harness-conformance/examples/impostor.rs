@@ -24,7 +24,9 @@
 //! in its data area and the agents' workspaces, its own socket directory, `/dev/null`, a
 //! mount in that namespace); to read the control key (it can: no filesystem rules) and stop
 //! the runtime with it, directly and from a connection whose maker exited and was reaped
-//! before the host looked; writes what it got, and then execs the real sandbox plugin
+//! before the host looked; to write a sysctl and read the password hashes, the tokens, a
+//! stored secret and an agent's conversation (twins: read the sysctl and `/etc/passwd`);
+//! writes what it got, and then execs the real sandbox plugin
 //! (`link-plugin-sandbox.real`), so the runtime works.
 //!
 //! With a file `impostor.net` beside it (the kit's `tests/off_network.rs`, which puts it in
@@ -139,7 +141,9 @@ impl Impostor {
     fn file_store_socket(&self) -> PathBuf {
         let socket = self.env.layout().plugin_socket(programs::FILE_STORE);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while serving(&socket).is_none() && std::time::Instant::now() < deadline {
+        // Outside the sandbox plugin's view its directory is not there: nothing to wait for.
+        let visible = || socket.parent().is_some_and(Path::exists);
+        while visible() && serving(&socket).is_none() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
         socket
@@ -210,8 +214,9 @@ impl Impostor {
     /// What the sandbox plugin's domain refuses: reading the host's or a sibling's
     /// environment, signalling the host, TCP; the twins: its own environment and its own child.
     fn as_sandbox_at_start(&self) {
+        self.beyond_its_domain();
         let store_socket = self.file_store_socket();
-        let host = self.read_environs(&store_socket);
+        let host = self.read_environs_of_siblings();
         self.record("signal_host", outcome(signal(host)));
         let child = std::process::Command::new("/bin/sleep").arg("30").spawn();
         let own_child = child.and_then(|mut c| {
@@ -234,6 +239,80 @@ impl Impostor {
         );
         self.in_read_only_view(&store_socket);
         self.control_socket_as_sandbox();
+    }
+
+    /// What the machine's root may do and read, which the sandbox plugin, root in a user
+    /// namespace of its own, may not (issue 42): write a sysctl (the value it has, so nothing
+    /// changes where the write is allowed), read the password hashes, the tokens, a stored
+    /// secret and the conversation of an agent it serves (the last three planted by the
+    /// test). The twins: read that sysctl and a world-readable file of `/etc`. What it is: its
+    /// user namespace and uid map, for the test to compare with the host's.
+    fn beyond_its_domain(&self) {
+        use std::io::Write;
+        let layout = self.env.layout();
+        let core = Path::new("/proc/sys/kernel/core_pattern");
+        let current = std::fs::read(core);
+        self.record(
+            "read_core_pattern",
+            outcome(current.as_ref().map(drop).map_err(|e| {
+                std::io::Error::from_raw_os_error(e.raw_os_error().unwrap_or(libc::EIO))
+            })),
+        );
+        let write = current.and_then(|value| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(core)?
+                .write_all(&value)
+        });
+        self.record("write_core_pattern", outcome(write));
+        self.record("read_shadow", outcome(std::fs::read("/etc/shadow")));
+        self.record("read_passwd", outcome(std::fs::read("/etc/passwd")));
+        self.record("read_tokens", outcome(std::fs::read(layout.tokens_file())));
+        let secret = layout.data(programs::SECRET).join("secrets/planted");
+        self.record("read_secret_store", outcome(std::fs::read(secret)));
+        // Another runtime's file beside the state root: `<root>.other/secret`.
+        let mut other = layout.root().as_os_str().to_owned();
+        other.push(".other/secret");
+        self.record("read_other_runtime", outcome(std::fs::read(other)));
+        let conversation = layout.agent_conversation(VICTIM);
+        self.record("read_conversation", outcome(std::fs::read(conversation)));
+        let link = std::fs::read_link("/proc/self/ns/user");
+        self.record(
+            "user_namespace",
+            link.map_or_else(|e| e.to_string(), |l| l.display().to_string())
+                .into(),
+        );
+        let map = std::fs::read_to_string("/proc/self/uid_map");
+        self.record("uid_map", map.unwrap_or_else(|e| e.to_string()).into());
+    }
+
+    /// Reads the environment of the host and of a sibling plugin (another child of the host:
+    /// their sockets are outside its view), and its own; → the host's pid.
+    fn read_environs_of_siblings(&self) -> i32 {
+        let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+        self.record("host_environ", outcome(read_environ(host)));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let sibling = loop {
+            match child_of(host, std::process::id() as i32) {
+                Some(pid) => break Some(pid),
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2))
+                }
+                None => break None,
+            }
+        };
+        self.record(
+            "sibling_environ",
+            match sibling {
+                Some(pid) => outcome(read_environ(pid)),
+                None => "no sibling found".into(),
+            },
+        );
+        self.record(
+            "own_environ",
+            outcome(read_environ(std::process::id() as i32)),
+        );
+        host
     }
 
     /// What its read-only view refuses, each beside what it may write.
@@ -309,7 +388,7 @@ impl Impostor {
         });
         self.record("host_unlock_with_key", remote_outcome(&with_key));
         let raced = rt.block_on(async {
-            let key = link_protocol::control_key::ControlKey::read(&layout)?;
+            let key = link_protocol::control_key::ControlKey::read(&layout.control_key_file())?;
             let stream = syscalls::connect_in_reaped_child(&layout.host_socket())?;
             stream.set_nonblocking(true)?;
             let mut raced = client::Client::over(tokio::net::UnixStream::from_std(stream)?);
@@ -475,6 +554,26 @@ fn signal(pid: i32) -> std::io::Result<()> {
 
 fn read_environ(pid: i32) -> std::io::Result<Vec<u8>> {
     std::fs::read(PathBuf::from(format!("/proc/{pid}/environ")))
+}
+
+/// A child of `parent` other than `not`, from `/proc`.
+fn child_of(parent: i32, not: i32) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // The fields after the command name, which may hold spaces: state, then ppid.
+            let ppid: i32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == parent && pid != not).then_some(pid)
+        })
 }
 
 /// The pid serving `socket` (a sibling plugin), from the connection's credentials.

@@ -18,11 +18,9 @@ use link_harness_conformance::{
     interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig,
 };
 use link_plugin_measure::Status;
+use link_report::runner;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// `report`'s exit status when the trace gave no counts.
-const TRACE_UNAVAILABLE: u8 = 4;
 
 const USAGE: &str = "usage: runtime PROGRAMS OUTPUT.json mini|link confined|diagnostic SOURCE [ROUNDS] [traced|cycle] | runtime report REPORT.json TRACE";
 
@@ -38,7 +36,7 @@ fn main() -> ExitCode {
     };
     result.unwrap_or_else(|message| {
         link_protocol::errln!("runtime: {message}");
-        ExitCode::from(2)
+        ExitCode::from(runner::BAD_INPUT)
     })
 }
 
@@ -104,12 +102,15 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         return Ok(ExitCode::from(128 + sig as u8));
     }
     let label = config.label();
-    for check in &report.checks {
-        link_protocol::errln!("[{label}] {:<27} {:?}", check.name, check.outcome);
+    // A caller that reads the report (`cargo xtask runtime`) prints the checks itself.
+    if std::env::var(runner::ENV_NO_CHECK_LIST).as_deref() != Ok("1") {
+        for check in &report.checks {
+            link_protocol::errln!("[{label}] {:<27} {}", check.name, check.outcome);
+        }
     }
     Ok(match report.outcome.status {
-        Status::Passed => ExitCode::SUCCESS,
-        Status::Failed => ExitCode::from(1),
+        Status::Passed => ExitCode::from(runner::PASSED),
+        Status::Failed => ExitCode::from(runner::FAILED),
         Status::Skipped => {
             link_protocol::errln!(
                 "[{label}] SKIPPED — NOT a pass: {}",
@@ -119,7 +120,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     .as_deref()
                     .unwrap_or("no reason given")
             );
-            ExitCode::from(3)
+            ExitCode::from(runner::SKIPPED)
         }
     })
 }
@@ -142,11 +143,11 @@ fn report(args: &[String]) -> Result<ExitCode, String> {
     write_report(&path, &report).map_err(|e| format!("cannot rewrite {}: {e}", path.display()))?;
     link_protocol::out!("{}", trace::render_table(&section));
     if section.available {
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(runner::PASSED));
     }
     link_protocol::errln!(
         "runtime: trace counts UNAVAILABLE (not zero): {}",
         section.reason.as_deref().unwrap_or("no reason given")
     );
-    Ok(ExitCode::from(TRACE_UNAVAILABLE))
+    Ok(ExitCode::from(runner::TRACE_UNAVAILABLE))
 }

@@ -449,7 +449,7 @@ impl TestUser {
 
     /// Runs `tests` (exact names) of this test executable again as this user, one at a time,
     /// and asserts they all pass and leave none of its processes: the executable and
-    /// `programs` (paths under [`test_programs`](crate::runtime_process::test_programs)) copied
+    /// `programs` (paths under [`test_programs`](crate::programs::test_programs)) copied
     /// into an [`OpenParent`] made with `prefix`, where the user can reach them, its state roots
     /// in a directory there it owns. The `LNK_REQUIRE_*` variables are passed on.
     pub fn rerun(&self, prefix: &str, programs: &[&str], tests: &[&str]) {
@@ -458,7 +458,7 @@ impl TestUser {
         let exe = std::env::current_exe().unwrap();
         // test_programs() is the executable's directory's parent, as in target/release/deps.
         let test_exe = dir.join("deps").join(exe.file_name().unwrap());
-        let built = crate::runtime_process::test_programs();
+        let built = crate::programs::test_programs();
         let mut copies: Vec<(PathBuf, PathBuf)> = programs
             .iter()
             .map(|p| (built.join(p), dir.join(p)))
@@ -480,7 +480,7 @@ impl TestUser {
             format!("{}={}", ENV_TEST_STATE_DIR, state.display()).into(),
         ];
         for name in [
-            crate::runtime_process::ENV_REQUIRE_RUNTIME,
+            crate::probe::ENV_REQUIRE_RUNTIME,
             crate::probe::ENV_REQUIRE_SANDBOX,
             crate::probe::ENV_REQUIRE_NATIVE,
         ] {

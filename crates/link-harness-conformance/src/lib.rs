@@ -9,6 +9,8 @@
 //!   and identifies processes by pid and start time;
 //! - [`programs`]: the built programs a profile needs, their sizes and hashes;
 //! - [`client`]: the HTTP connection service and the host's control socket;
+//! - `child`: a started child's first line, wait with a timeout, signal and kill, for both
+//!   the plugin and the runtime processes;
 //! - [`plugin_process`]: one plugin binary started as the host would, the test its parent;
 //! - [`runtime_process`]: the one way to start `link up` (integration tests, the scenario,
 //!   the `link-cli` bench), with HOME isolated inside the state root, and its clients; and the
@@ -24,6 +26,7 @@
 //! The example `runtime` is the standalone runner; the `runtime::` tests of
 //! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
 
+mod child;
 pub mod client;
 pub mod fixture;
 pub mod interrupt;

@@ -6,15 +6,15 @@
 //! never meets EPIPE), stderr goes to the plugin's log file. It is killed and reaped on drop;
 //! the state root goes when the last plugin started in it is dropped.
 
+use crate::child::{first_line, kill_and_reap, signal, wait_timeout};
 use crate::fixture::StateRoot;
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{self, Mode, Profile, Ready};
 use link_protocol::{Client, ErrorCode, Request};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a plugin may take to print its ready line, and to exit after SIGTERM: generous,
@@ -78,8 +78,14 @@ impl PluginSpec {
     /// stdout piped; makes the directories the host makes. For runs that expect no ready line.
     pub fn command(&self, layout: &StateLayout) -> Command {
         let programs = self.exe.parent().unwrap_or(Path::new("/"));
+        let declared = link_protocol::manifest::find(&self.name);
         let contract = plugin::Contract {
-            name: &self.name,
+            plugin: declared.unwrap_or_else(|| {
+                panic!(
+                    "{} is no plugin of link_protocol::manifest: name the plugin by its program",
+                    self.name
+                )
+            }),
             layout,
             programs,
             profile: self.profile,
@@ -319,42 +325,6 @@ impl PluginProcess {
 impl Drop for PluginProcess {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-/// The first line `out` gives (empty at end of input); the rest is drained in the background
-/// so the writer never meets a closed pipe.
-pub(crate) fn first_line(out: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(out);
-        let mut line = String::new();
-        let _ = reader.read_line(&mut line);
-        let _ = tx.send(line);
-        let mut sink = Vec::new();
-        let _ = reader.read_to_end(&mut sink);
-    });
-    rx
-}
-
-/// Polls for the child's exit for up to `timeout`.
-pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    crate::reaper::wait_child(child, timeout).expect("waiting for a child")
-}
-
-/// Sends `sig` unless the child has already been reaped (its pid may be reused).
-pub(crate) fn signal(child: &mut Child, sig: rustix::process::Signal) {
-    if matches!(child.try_wait(), Ok(None)) {
-        let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("child pid");
-        let _ = rustix::process::kill_process(pid, sig);
-    }
-}
-
-/// SIGKILLs the child if it still runs, and reaps it.
-pub(crate) fn kill_and_reap(child: &mut Child) {
-    if matches!(child.try_wait(), Ok(None)) {
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 

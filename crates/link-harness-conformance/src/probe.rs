@@ -10,6 +10,7 @@
 //! `LNK_REQUIRE_NATIVE=1` make it a failure. There is no unconfined fallback.
 
 use crate::reaper;
+use link_report::probe::{SandboxProbe, SandboxStatus};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
@@ -17,6 +18,8 @@ use std::time::Duration;
 
 pub const ENV_REQUIRE_SANDBOX: &str = "LNK_REQUIRE_SANDBOX";
 pub const ENV_REQUIRE_NATIVE: &str = "LNK_REQUIRE_NATIVE";
+/// Set to `1`, a runtime test that cannot start the runtime fails instead of skipping.
+pub const ENV_REQUIRE_RUNTIME: &str = "LNK_REQUIRE_RUNTIME";
 
 /// What a probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +66,8 @@ pub fn sandbox_probe(programs: &Path, isolate: impl FnOnce(&mut Command)) -> Cap
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let report: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    let said = report["reason"]
-        .as_str()
-        .map(str::to_owned)
+    let said = SandboxProbe::read(&report)
+        .and_then(|p| p.reason)
         .or_else(|| last_line(&stderr));
     match out.status.code() {
         Some(0) => Capability {
@@ -74,14 +76,21 @@ pub fn sandbox_probe(programs: &Path, isolate: impl FnOnce(&mut Command)) -> Cap
             reason: None,
             evidence: report,
         },
-        Some(2) => sandbox_result(
-            ProbeStatus::Unavailable,
-            format!(
-                "confinement unavailable: {}",
-                said.unwrap_or_else(|| "the sandbox probe gave no reason".into())
-            ),
-            report,
-        ),
+        Some(2) => {
+            let said = said.unwrap_or_else(|| "the sandbox probe gave no reason".into());
+            // Without the probe's own JSON, the report keeps one of the same shape, so its
+            // readers ([`SandboxProbe`]) find the verdict and the probe's reason as it gave it.
+            let report = if report.is_null() {
+                json!({"status": SandboxStatus::Unavailable, "reason": said})
+            } else {
+                report
+            };
+            sandbox_result(
+                ProbeStatus::Unavailable,
+                format!("confinement unavailable: {said}"),
+                report,
+            )
+        }
         other => sandbox_result(
             ProbeStatus::Broken,
             format!(
@@ -96,7 +105,7 @@ pub fn sandbox_probe(programs: &Path, isolate: impl FnOnce(&mut Command)) -> Cap
 
 fn sandbox_result(status: ProbeStatus, reason: String, report: Value) -> Capability {
     let evidence = if report.is_null() {
-        json!({"status": format!("{status:?}").to_lowercase(), "reason": reason})
+        json!({"status": SandboxStatus::Broken, "reason": reason})
     } else {
         report
     };

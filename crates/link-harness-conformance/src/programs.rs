@@ -2,28 +2,26 @@
 //! The kit never builds or downloads them; it names every missing one and the build command.
 
 use link_plugin_measure::Artifact;
+use link_protocol::manifest;
 use link_protocol::plugin::Profile;
-use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// The host program.
 pub const HOST: &str = "link";
 
 /// The spec's build command for every program both profiles use.
-pub const BUILD_COMMAND: &str = "cargo build --locked --release -p link-cli -p link-plugin-agent \
-     -p link-plugin-sandbox -p link-plugin-measure -p link-plugin-model -p link-plugin-secret \
-     -p link-plugin-auth -p link-plugin-file-store -p link-mini-harness -p link-mini-connection \
-     -p link-plugin-link-harness -p link-plugin-link-run -p link-plugin-file-tool \
-     -p link-plugin-link-code -p link-plugin-link-scheduler";
+pub fn build_command() -> String {
+    let packages: Vec<String> = manifest::packages().map(|p| format!("-p {p}")).collect();
+    format!("cargo build --locked --release {}", packages.join(" "))
+}
 
 /// Every program a run of `profile` needs: the host, its plugins, and the sandbox (whose
 /// probe the runner runs in both profiles).
 pub fn required(profile: Profile) -> Vec<&'static str> {
     let mut names = vec![HOST];
-    names.extend(profile.plugins());
-    if !names.contains(&"link-plugin-sandbox") {
-        names.push("link-plugin-sandbox");
+    names.extend(manifest::programs_of(profile));
+    if !names.contains(&manifest::SANDBOX.program) {
+        names.push(manifest::SANDBOX.program);
     }
     names
 }
@@ -31,9 +29,9 @@ pub fn required(profile: Profile) -> Vec<&'static str> {
 /// Programs that are not there.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProgramsError {
-    #[error("programs directory {0} does not exist: build the programs with `{BUILD_COMMAND}` and pass target/release")]
+    #[error("programs directory {} does not exist: build the programs with `{}` and pass target/release", .0.display(), build_command())]
     NoDirectory(PathBuf),
-    #[error("programs missing from {dir}: {}; build them with `{BUILD_COMMAND}`", names.join(", "))]
+    #[error("programs missing from {dir}: {}; build them with `{}`", names.join(", "), build_command())]
     Missing { dir: PathBuf, names: Vec<String> },
 }
 
@@ -69,28 +67,26 @@ fn is_executable(path: &Path) -> bool {
 
 /// Size and sha256 of one program.
 pub fn artifact(path: &Path) -> std::io::Result<Artifact> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut bytes = 0u64;
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        bytes += n as u64;
-        hasher.update(&buf[..n]);
-    }
-    let digest = hasher.finalize();
+    let digest = link_protocol::digest::sha256_file(path)?;
     Ok(Artifact {
         name: path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default(),
         path: path.display().to_string(),
-        bytes,
-        sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+        bytes: digest.bytes,
+        sha256: digest.sha256,
     })
+}
+
+/// `target/<profile>/`, where cargo puts every program of the workspace: a test executable
+/// runs from its `deps/` directory.
+pub fn test_programs() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target profile directory")
+        .to_path_buf()
 }
 
 #[cfg(test)]

@@ -39,14 +39,18 @@ impl Programs {
     fn new(built: &Path, role: Role) -> Programs {
         // Beside the build, so hard links work: a copy's write descriptor can leak into a
         // process another test forks, and exec of it then fails with ETXTBSY.
-        let dir = built.join(format!("lnk-impostor-{}-{role:?}", std::process::id()));
+        // One each: two tests of one role run at once, and each removes its own on drop.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = built.join(format!("lnk-impostor-{}-{role:?}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let replaced = match role {
             Role::FileTool | Role::ClaimingFileTool => programs::FILE_TOOL,
             Role::Sandbox => programs::SANDBOX,
         };
-        let names = Profile::Link.plugins().iter().chain(&[programs::HOST]);
+        let plugins = link_protocol::manifest::programs_of(Profile::Link);
+        let names = plugins.iter().chain(&[programs::HOST]);
         for name in names {
             let from = if *name == replaced {
                 built.join("examples/impostor")
@@ -269,10 +273,11 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         // Its seccomp filter, as root too.
         ("keyring", "EPERM"),
         ("read_own_memory", "EPERM"),
-        // Its read-only view, as root (which keeps DAC_OVERRIDE) too.
+        // Its read-only view, as root (which keeps DAC_OVERRIDE in its own namespace) too.
+        // `run/` holds only its own socket directory there: the other plugins' are not there.
         ("write_pids_file", "EROFS"),
         ("bind_in_run", "EROFS"),
-        ("rename_other_socket", "EROFS"),
+        ("rename_other_socket", "ENOENT"),
         ("write_state_root", "EROFS"),
         ("write_device", "EACCES"),
         ("write_null", "ok"),
@@ -281,23 +286,17 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
         ("own_socket_dir", "ok"),
         ("mount_in_own_namespace", "ok"),
         ("clear_read_only", "EPERM"),
-        // No filesystem rules: it reads the control key (the host's refusals below hold).
-        ("read_control_key", "ok"),
+        // The control directory is not in its view (`plugin_ns`): no key to read, so neither
+        // the full handler nor the raced connection is reached. (Were it read, the host
+        // refuses its own descendants the full handler: `control_socket.rs`.)
+        ("read_control_key", "ENOENT"),
     ] {
         assert_eq!(got[attempt], want, "{attempt}: {got}");
     }
-    // With the key, the host still refuses its own descendant the full handler, and a
-    // connection whose maker exited and was reaped: as a caller it cannot tell when it looked
-    // after the reaping, as its descendant when before. The runtime runs on (the turn below).
-    assert_runtime_refused(&got, "host_unlock_with_key");
-    let raced = &got["host_down_raced"];
-    assert_eq!(raced["code"], "forbidden", "{got}");
-    let message = raced["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains("host.unlock refused: the process that connected had exited")
-            || message.contains("the runtime's own processes"),
-        "{got}"
-    );
+    for attempt in ["host_unlock_with_key", "host_down_raced"] {
+        let message = got[attempt].as_str().unwrap_or_default();
+        assert!(message.contains("No such file"), "{attempt}: {got}");
+    }
     assert!(
         syscalls::keyring().is_ok(),
         "the twin: keyctl works outside"
@@ -337,6 +336,107 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
     rt.down();
 }
 
+/// Issue 42: the sandbox plugin holds no privilege over the machine. As root it is root only
+/// in a user namespace of its own, whose root is an unprivileged uid on the host and which
+/// maps no host root (`link_plugin_sandbox::plugin_ns`); as either, it sees of the state root
+/// only what it serves. A stand-in in its place, as root and as an ordinary user: writing
+/// `core_pattern` is refused (and the host's is unchanged), reading `/etc/shadow` (`EACCES`)
+/// and the tokens, a stored secret, the control key and another runtime's file beside the
+/// state root (not in its view: `ENOENT`) too; the twins: reading
+/// `core_pattern` and `/etc/passwd`, writing its data area and the agents' workspaces, and the
+/// real plugin's confined command after. It is not in the host's user namespace, and its uid
+/// map maps no host uid 0. Not yet closed: an agent's conversation, which lies beside the
+/// workspace the plugin serves (recorded, not asserted).
+#[test]
+fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
+    let Some(built) = built() else { return };
+    let root = StateRoot::create().unwrap();
+    let layout = StateLayout::new(root.path());
+    let planted = |path: PathBuf| {
+        use std::os::unix::fs::OpenOptionsExt;
+        link_protocol::plugin::private_dir_all(path.parent().unwrap()).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"planted\n").unwrap();
+    };
+    link_protocol::plugin::private_dir_all(&layout.auth_dir()).unwrap();
+    link_protocol::tokens::create(&layout.tokens_file()).unwrap();
+    planted(layout.data(programs::SECRET).join("secrets/planted"));
+    planted(layout.agent_conversation("victim"));
+    let mut other = root.path().as_os_str().to_owned();
+    other.push(".other");
+    let other = PathBuf::from(other);
+    planted(other.join("secret"));
+    let core = std::path::Path::new("/proc/sys/kernel/core_pattern");
+    let core_before = std::fs::read(core).unwrap();
+    let programs = Programs::new(&built, Role::Sandbox);
+    let mut rt = spec(&programs)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let got = attempts(root.path(), programs::SANDBOX);
+    for (attempt, want) in [
+        ("write_core_pattern", "EACCES"),
+        ("read_core_pattern", "ok"),
+        ("read_shadow", "EACCES"),
+        ("read_passwd", "ok"),
+        ("read_tokens", "ENOENT"),
+        ("read_secret_store", "ENOENT"),
+        ("read_control_key", "ENOENT"),
+        ("read_other_runtime", "ENOENT"),
+        ("own_data_file", "ok"),
+        ("workspaces_file", "ok"),
+    ] {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
+    assert_eq!(
+        std::fs::read(core).unwrap(),
+        core_before,
+        "core_pattern changed"
+    );
+    let host_ns = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let its_ns = got["user_namespace"].as_str().unwrap_or_default();
+    assert!(its_ns.starts_with("user:["), "{got}");
+    assert_ne!(
+        its_ns,
+        host_ns.display().to_string(),
+        "in the host's user namespace: {got}"
+    );
+    // No line of its map reaches host uid 0 (outside start, host start, count).
+    let map = got["uid_map"].as_str().unwrap_or_default();
+    assert!(!map.trim().is_empty(), "{got}");
+    for line in map.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(f[1] != 0, "its namespace maps host root: {map}");
+    }
+    if rustix::process::geteuid().is_root() {
+        // Its root is an unprivileged uid of the dedicated range (`identity::PLUGIN_SLOT`).
+        let first: Vec<u64> = map
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(first[0] == 0 && first[1] >= 1000 && first[2] == 1, "{map}");
+    }
+    rt.create_agent("alpha");
+    let reply = rt.turn(
+        "alpha",
+        "run: echo confined-$((6*7)) > out && cat out && id -u",
+    );
+    assert_eq!(reply["tool_calls"][0]["ok"], true, "{reply}");
+    assert!(reply.to_string().contains("confined-42"), "{reply}");
+    rt.down();
+    std::fs::remove_dir_all(&other).unwrap();
+}
+
 /// The three tests above, run again as an ordinary user made for the test (as root; an
 /// ordinary user runs them as itself already): this test's executable, the programs and the
 /// impostor copied where that user can reach them, the state in a directory it owns.
@@ -348,7 +448,7 @@ fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
     let Some(user) = TestUser::or_skip("lnk-cpu") else {
         return;
     };
-    let mut copied: Vec<&str> = Profile::Link.plugins().to_vec();
+    let mut copied: Vec<&str> = link_protocol::manifest::programs_of(Profile::Link).to_vec();
     copied.extend([programs::HOST, "examples/impostor"]);
     user.rerun(
         "lnk-compromised",
@@ -357,6 +457,7 @@ fn the_compromised_plugin_tests_hold_for_an_ordinary_user() {
             "a_plugin_claiming_a_foreign_route_stops_start_up",
             "a_compromised_plugin_is_refused_everything_outside_its_own_domain",
             "a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain",
+            "a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine",
         ],
     );
 }

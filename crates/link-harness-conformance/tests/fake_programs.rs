@@ -40,11 +40,18 @@ fn fake_programs(sandbox_exit: i32) -> PathBuf {
         write_script(&dir, name, "exit 1");
     }
     write_script(&dir, "link", FAKE_LINK);
+    // The probe's JSON as `link-plugin-sandbox probe` writes it: the verdict its exit status
+    // says, and a reason.
+    let status = match sandbox_exit {
+        0 => "enforced",
+        2 => "unavailable",
+        _ => "broken",
+    };
     write_script(
         &dir,
         "link-plugin-sandbox",
         &format!(
-            "echo '{{\"status\":\"x\",\"reason\":\"user namespaces are blocked (fake)\"}}'; exit {sandbox_exit}"
+            "echo '{{\"status\":\"{status}\",\"reason\":\"user namespaces are blocked (fake)\"}}'; exit {sandbox_exit}"
         ),
     );
     dir

@@ -68,6 +68,10 @@ impl Targets {
         udp.set_nonblocking(true).unwrap();
         let hands = dir.join("hands-tcp.sock");
         let unix = std::os::unix::net::UnixListener::bind(&hands).unwrap();
+        // Any uid may connect (a connect needs write permission on the socket): as root, the
+        // sandbox plugin is an unprivileged uid of its own on the host (`plugin_ns`).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hands, std::fs::Permissions::from_mode(0o777)).unwrap();
         unix.set_nonblocking(true).unwrap();
         let (handed, stop) = (
             Arc::new(AtomicUsize::new(0)),
@@ -174,7 +178,7 @@ impl Programs {
         let dir = built.join(format!("lnk-offnet-{}-{label}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for name in Profile::Link.plugins() {
+        for name in link_protocol::manifest::programs_of(Profile::Link) {
             let link = |from: PathBuf, to: String| {
                 std::fs::hard_link(&from, dir.join(to))
                     .unwrap_or_else(|e| panic!("linking {}: {e}", from.display()));
@@ -216,8 +220,7 @@ fn run(built: &Path, forwarding: bool) -> Run {
     }
     let mut rt = spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"));
     let layout = StateLayout::new(root.path());
-    let got = Profile::Link
-        .plugins()
+    let got = link_protocol::manifest::programs_of(Profile::Link)
         .iter()
         .map(|name| {
             let path = layout.home(name).join("network.json");
@@ -343,7 +346,7 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
     assert_eq!(run.udp, [model], "who reached the UDP socket");
     assert_eq!(
         run.handed,
-        Profile::Link.plugins().len(),
+        link_protocol::manifest::programs_of(Profile::Link).len(),
         "Unix connections"
     );
     // The twins outside every plugin: this test lists /etc, reads /etc/passwd and, as root,
@@ -374,7 +377,7 @@ fn the_model_is_off_the_network_unless_it_forwards() {
     assert!(run.udp.is_empty(), "reached the UDP socket: {:?}", run.udp);
     assert_eq!(
         run.handed,
-        Profile::Link.plugins().len(),
+        link_protocol::manifest::programs_of(Profile::Link).len(),
         "Unix connections"
     );
 }
@@ -388,7 +391,7 @@ fn plugins_are_off_the_network_for_an_ordinary_user_too() {
     let Some(user) = TestUser::or_skip("lnk-onu") else {
         return;
     };
-    let mut copied: Vec<&str> = Profile::Link.plugins().to_vec();
+    let mut copied: Vec<&str> = link_protocol::manifest::programs_of(Profile::Link).to_vec();
     copied.extend([programs::HOST, "examples/impostor"]);
     user.rerun(
         "lnk-offnet",

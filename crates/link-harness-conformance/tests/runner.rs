@@ -22,6 +22,7 @@ use link_harness_conformance::runtime_process::{test_programs, ENV_REQUIRE_RUNTI
 use link_harness_conformance::{programs, read_report, write_report};
 use link_plugin_measure::{CheckName, Mode, Phase, Report, Status};
 use link_protocol::plugin::Profile;
+use link_report::runner;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -178,7 +179,7 @@ fn a_runner_whose_output_is_closed_still_cleans_up() {
         status.signal()
     );
     assert!(
-        status.code() == Some(0),
+        status.code() == Some(runner::PASSED.into()),
         "the runner exited {status:?} (101 is a panic; 1 a failed run) when its output was \
          closed; its report's outcome: {}",
         report_text
@@ -249,11 +250,11 @@ fn a_host_killed_mid_run_leaves_nothing_to_a_non_reaping_init() {
     );
     assert_eq!(
         status.code(),
-        Some(1),
+        Some(runner::FAILED.into()),
         "the run must fail once its host is killed"
     );
     assert_eq!(orphans.outcome, Status::Passed, "{}", orphans.detail);
-    for plugin in Profile::Mini.plugins() {
+    for plugin in link_protocol::manifest::programs_of(Profile::Mini) {
         assert!(
             orphans.detail.contains(&format!("{plugin} (pid")),
             "no_orphans does not name {plugin} as adopted and reaped: {}",
@@ -296,7 +297,11 @@ fn a_plugin_killed_mid_run_is_named_as_the_first_cause() {
 
     killed.unwrap_or_else(|e| panic!("{e}; the runner said: {said:#?}"));
     let written = written.expect("the runner's report");
-    assert_eq!(status.code(), Some(1), "the run must fail: {said:#?}");
+    assert_eq!(
+        status.code(),
+        Some(runner::FAILED.into()),
+        "the run must fail: {said:#?}"
+    );
     assert_eq!(written.outcome.status, Status::Failed);
     let reason = written.outcome.reason.unwrap_or_default();
     let stopped = reason
@@ -438,7 +443,11 @@ fn runtime_report_exits_by_whether_the_trace_gave_counts() {
     let trace_of = |path: &Path| read_report(path).unwrap().trace.expect("a trace section");
 
     let counted = report_cmd(&data.join("pipeline.trace"));
-    assert_eq!(counted.status.code(), Some(0), "{counted:?}");
+    assert_eq!(
+        counted.status.code(),
+        Some(runner::PASSED.into()),
+        "{counted:?}"
+    );
     let section = trace_of(&path);
     assert!(section.available, "{:?}", section.reason);
     assert_eq!(section.phases[1].execs, 2);
@@ -446,7 +455,11 @@ fn runtime_report_exits_by_whether_the_trace_gave_counts() {
     let garbage = dir.join("garbage.trace");
     std::fs::write(&garbage, "this is not an strace -ttt recording\n").unwrap();
     let unavailable = report_cmd(&garbage);
-    assert_eq!(unavailable.status.code(), Some(4), "{unavailable:?}");
+    assert_eq!(
+        unavailable.status.code(),
+        Some(runner::TRACE_UNAVAILABLE.into()),
+        "{unavailable:?}"
+    );
     let stderr = String::from_utf8_lossy(&unavailable.stderr);
     assert!(stderr.contains("UNAVAILABLE (not zero)"), "{stderr}");
     let section = trace_of(&path);
@@ -456,7 +469,11 @@ fn runtime_report_exits_by_whether_the_trace_gave_counts() {
     // Bad input: a trace that does not exist leaves the report as it was.
     let before = std::fs::read(&path).unwrap();
     let missing = report_cmd(&dir.join("no-such.trace"));
-    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+    assert_eq!(
+        missing.status.code(),
+        Some(runner::BAD_INPUT.into()),
+        "{missing:?}"
+    );
     assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
     assert_eq!(std::fs::read(&path).unwrap(), before);
     std::fs::remove_dir_all(&dir).unwrap();

@@ -17,7 +17,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 
 fn programs() -> PathBuf {
     let dir = runtime_process::test_programs();
-    let plugins = Profile::Link.plugins();
+    let plugins = link_protocol::manifest::programs_of(Profile::Link);
     let missing: Vec<&str> = std::iter::once(programs::HOST)
         .chain(plugins.iter().copied())
         .filter(|p| !dir.join(p).is_file())

@@ -18,6 +18,7 @@
 use crate::rules::Rules;
 use crate::SandboxError;
 use landlock::{CompatLevel, RulesetCreated, RulesetStatus};
+use link_protocol::manifest::{Capability, Confinement, NetworkRule, Plugin};
 use rustix::thread::CapabilitySet;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -44,9 +45,9 @@ pub const NAME_LOOKUP_FILES: &[&str] = &[
 /// Read-only, no execute: process and system information.
 const SYSTEM_READ: &[&str] = &["/proc", "/sys", "/dev/urandom", "/dev/random"];
 
-/// Whether a plugin reaches the network. [`Network::of`] is the one place that decides; the
-/// host's Landlock rules ([`plugin_rules`]) and seccomp filter ([`Shedding::for_plugin`]) both
-/// follow it.
+/// Whether a plugin reaches the network. [`Network::of`] is the one place that decides, from
+/// the plugin's manifest entry ([`Plugin::network`]); the host's Landlock rules
+/// ([`plugin_rules`]) and seccomp filter ([`Shedding::for_plugin`]) both follow it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Network {
     /// No TCP bind or connect (Landlock) and no socket but a Unix one (seccomp,
@@ -58,15 +59,14 @@ pub enum Network {
 }
 
 impl Network {
-    /// Every plugin is off the network but the model when it forwards (`forwarding`:
-    /// `LNK_MODEL_REMOTE_URL` is set for it, [`link_protocol::plugin::model_forwards`]). The
-    /// sandbox plugin, off too, is also kept in a network namespace without interfaces
-    /// ([`crate::view`]).
-    pub fn of(plugin: &str, forwarding: bool) -> Network {
-        if plugin == link_protocol::routes::programs::MODEL && forwarding {
-            Network::On
-        } else {
-            Network::Off
+    /// Every plugin is off the network but one of [`NetworkRule::WhenForwarding`] (the
+    /// model) when the model forwards (`forwarding`: `LNK_MODEL_REMOTE_URL` is set for it,
+    /// [`link_protocol::plugin::model_forwards`]). The sandbox plugin, off too, is also kept
+    /// in a network namespace without interfaces ([`crate::view`]).
+    pub fn of(plugin: &Plugin, forwarding: bool) -> Network {
+        match plugin.network {
+            NetworkRule::WhenForwarding if forwarding => Network::On,
+            NetworkRule::WhenForwarding | NetworkRule::Off => Network::Off,
         }
     }
 }
@@ -199,34 +199,25 @@ impl PluginRuleset {
     }
 }
 
-/// The capabilities a plugin keeps when Link runs as root; every other one is dropped from
-/// all its sets, the bounding set included, before it starts.
-///
-/// - The sandbox plugin writes the id maps of the user namespace each command's bwrap runs in
-///   (`SETUID`, `SETGID`, and `SETFCAP`, which the kernel asks of whoever maps root:
-///   [`crate::identity::user_namespace`]), so bwrap's mounts and namespaces need nothing on
-///   the host; it hands the workspace to the agent's uid and
-///   clears setuid bits there (`CHOWN`, `FOWNER`, `DAC_OVERRIDE`). No `CAP_SYS_ADMIN`: it
-///   would pass Landlock's ptrace bound and let the plugin read any process's environment.
-/// - The file store reads and writes workspaces the agents' uids own (`DAC_OVERRIDE`,
-///   `FOWNER`), and removes them on delete whatever modes their commands left.
-/// - The agent plugin removes the homes the agents' uids own on delete, whatever modes their
-///   commands left (`DAC_OVERRIDE`, `FOWNER`; issue 42: as root an agent that ran one command
-///   could never be deleted). Its Landlock rules keep both to its own data area's writes.
-pub fn kept_capabilities(plugin: &str) -> CapabilitySet {
-    use link_protocol::routes::programs;
-    let files = CapabilitySet::DAC_OVERRIDE | CapabilitySet::FOWNER;
-    match plugin {
-        programs::SANDBOX => {
-            files
-                | CapabilitySet::SETUID
-                | CapabilitySet::SETGID
-                | CapabilitySet::SETFCAP
-                | CapabilitySet::CHOWN
-        }
-        programs::FILE_STORE | programs::AGENT => files,
-        _ => CapabilitySet::empty(),
-    }
+/// The capabilities a plugin keeps when Link runs as root ([`Plugin::capabilities`], where
+/// each says why); every other one is dropped from all its sets, the bounding set included,
+/// before it starts. The sandbox plugin's are over its own user namespace only, whose root is
+/// an unprivileged uid on the host ([`crate::plugin_ns`]): none applies to a file or process of
+/// the machine.
+pub fn kept_capabilities(plugin: &Plugin) -> CapabilitySet {
+    plugin
+        .capabilities
+        .iter()
+        .fold(CapabilitySet::empty(), |set, cap| {
+            set | match cap {
+                Capability::Chown => CapabilitySet::CHOWN,
+                Capability::DacOverride => CapabilitySet::DAC_OVERRIDE,
+                Capability::Fowner => CapabilitySet::FOWNER,
+                Capability::Setgid => CapabilitySet::SETGID,
+                Capability::Setuid => CapabilitySet::SETUID,
+                Capability::Setfcap => CapabilitySet::SETFCAP,
+            }
+        })
 }
 
 /// Drops every capability but `keep` from the bounding set (which needs `SETPCAP`): what
@@ -305,8 +296,8 @@ fn load(program: &seccompiler::BpfProgram) -> io::Result<()> {
 
 impl Shedding {
     /// What `plugin` sheds, on the `network` or off it ([`Network::of`]).
-    pub fn for_plugin(plugin: &str, network: Network) -> Result<Shedding, SandboxError> {
-        let filter = if plugin == link_protocol::routes::programs::SANDBOX {
+    pub fn for_plugin(plugin: &Plugin, network: Network) -> Result<Shedding, SandboxError> {
+        let filter = if plugin.confinement == Confinement::Mounting {
             PluginFilter::Load(&crate::seccomp::sandbox_plugin_filter().bpf)
         } else if network == Network::On {
             PluginFilter::Load(&crate::seccomp::filter().bpf)

@@ -31,6 +31,9 @@ pub const DEFAULT_BASE: u32 = 0x6C6E_0000;
 pub const ENV_BASE: &str = link_protocol::plugin::ENV_SANDBOX_UID_BASE;
 /// Slots per base: agents beyond it are refused rather than made to share.
 pub const SLOTS: u32 = 65_536;
+/// The last slot is no agent's: it is the sandbox plugin's own identity as root
+/// ([`crate::plugin_ns`]), so no agent's command ever shares its uid.
+pub const PLUGIN_SLOT: u32 = SLOTS - 1;
 
 /// The identity a confined command has on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +76,8 @@ impl Identity {
     }
 }
 
-fn base() -> Result<u32, String> {
+/// The first uid of the dedicated range: [`DEFAULT_BASE`] or `LNK_SANDBOX_UID_BASE`.
+pub fn base() -> Result<u32, String> {
     let Some(v) = std::env::var_os(ENV_BASE) else {
         return Ok(DEFAULT_BASE);
     };
@@ -115,7 +119,7 @@ impl Slots {
             return Ok(s);
         }
         let next = self.slots.values().max().map_or(1, |m| m + 1);
-        if next >= SLOTS {
+        if next >= PLUGIN_SLOT {
             return Err(format!(
                 "every one of the {SLOTS} sandbox identities is taken"
             ));
@@ -166,22 +170,44 @@ impl Slots {
 /// it then lives in, and this one is multi-threaded); the child waits on a pipe while the
 /// maps are written and its namespace opened, then exits.
 pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError> {
+    let uid_map = format!("0 0 1\n{uid} {uid} 1\n");
+    let gid_map = format!("0 0 1\n{gid} {gid} 1\n");
+    user_namespace_mapped(&uid_map, &gid_map, None)
+}
+
+/// A user namespace with these id maps (`/proc/PID/uid_map` lines), as a descriptor: the one
+/// way this crate makes one for another process to join ([`user_namespace`] for a command's
+/// bwrap, [`crate::plugin_ns`] for the sandbox plugin itself). Its owner is this process's
+/// euid; the maps are written from here, so they may name any id this process's namespace
+/// maps and it has `CAP_SETUID`/`CAP_SETGID` over. With an `owner`, the namespace is made by
+/// a child that first becomes that uid and gid, so it is the namespace's owner: a process of
+/// this one's euid but without capabilities then holds none in it (the owner of a namespace
+/// holds every capability in it, and a root-owned namespace's processes could be traced by
+/// any uid-0 process, non-dumpable or not).
+pub fn user_namespace_mapped(
+    uid_map: &str,
+    gid_map: &str,
+    owner: Option<u32>,
+) -> Result<OwnedFd, UserNamespaceError> {
     // One at a time: a child holds a copy of every descriptor of this process until it exits,
     // and two children each holding the other's release pipe would wait for each other.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let uid_map = format!("0 0 1\n{uid} {uid} 1\n");
-    let gid_map = format!("0 0 1\n{gid} {gid} 1\n");
     let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
     let io = |e: rustix::io::Errno| UserNamespaceError::Io(e.into());
     let (ready_r, ready_w) = pipe().map_err(io)?;
     let (release_r, release_w) = pipe().map_err(io)?;
     // SAFETY: clone without CLONE_VM is fork; the child only makes raw system calls on
     // descriptors it owns and exits, never returning into Rust code of this process.
+    let new_user = if owner.is_some() {
+        0
+    } else {
+        libc::CLONE_NEWUSER
+    };
     let pid = unsafe {
         libc::syscall(
             libc::SYS_clone,
-            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            (new_user | libc::SIGCHLD) as libc::c_ulong,
             0usize,
             0usize,
             0usize,
@@ -191,6 +217,14 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
     if pid == 0 {
         // SAFETY: raw system calls on descriptors this child holds copies of.
         unsafe {
+            if let Some(id) = owner {
+                let own = libc::syscall(libc::SYS_setresgid, id, id, id) == 0
+                    && libc::syscall(libc::SYS_setresuid, id, id, id) == 0
+                    && libc::unshare(libc::CLONE_NEWUSER) == 0;
+                if !own {
+                    libc::_exit(1);
+                }
+            }
             namespace_child(
                 ready_r.as_raw_fd(),
                 ready_w.as_raw_fd(),
@@ -210,7 +244,7 @@ pub fn user_namespace(uid: u32, gid: u32) -> Result<OwnedFd, UserNamespaceError>
     }
     drop((ready_w, release_r));
     let pid = rustix::process::Pid::from_raw(pid as i32).expect("clone returned a pid");
-    let opened = map_and_open(pid, &ready_r, &uid_map, &gid_map);
+    let opened = map_and_open(pid, &ready_r, uid_map, gid_map);
     drop(release_w);
     let reaped = loop {
         match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {

@@ -25,7 +25,9 @@
 //!   found by their owner's tag (bwrap's `argv[0]`) and killed;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
 //! - [`service`]: the `sandbox.exec` route of the plugin;
-//! - [`view`]: the plugin's own mount namespace, read-only but what it must write.
+//! - [`view`]: the plugin's own mount namespace, read-only but what it must write;
+//! - [`plugin_ns`]: as root, the plugin's own user namespace (its root an unprivileged uid on
+//!   the host) and the tree it sees: only what it serves.
 //!
 //! The binary is the plugin, the `probe` and `exec` commands for people, and the probe's
 //! inside checks (`probe-inside`). There is never an unconfined fallback.
@@ -35,6 +37,7 @@ pub mod host;
 pub mod identity;
 pub mod leftovers;
 pub mod limits;
+pub mod plugin_ns;
 pub mod policy;
 pub mod probe;
 pub mod rules;

@@ -57,7 +57,9 @@ fn main() -> anyhow::Result<()> {
     }
     let cli = Cli::parse_from(args);
     match cli.cmd {
-        Some(Cmd::ProbeInside { port, name }) => helper::probe_inside(port, &name),
+        Some(Cmd::ProbeInside { port, name }) => {
+            link_plugin_sandbox::probe::inside::probe_inside(port, &name)
+        }
         Some(Cmd::Probe) => probe(),
         Some(Cmd::Exec {
             workspace,

@@ -200,3 +200,27 @@ pub fn abi_number(abi: ABI) -> u32 {
         .position(|a| *a == abi)
         .map_or(0, |i| i as u32 + 1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host's rulesets (the `landlock` crate) and the helper's inside ruleset (its own
+    /// constants, no crate) are pinned at one ABI and handle the same rights: a change to one
+    /// that the other does not follow fails here, not on a kernel in the field.
+    #[test]
+    fn the_host_and_the_helper_pin_one_abi_and_one_rights_set() {
+        assert_eq!(
+            PINNED_ABI,
+            ABI::from(PINNED_ABI_NUMBER as i32),
+            "the helper's PINNED_ABI is not the host's"
+        );
+        let host = (
+            AccessFs::from_all(PINNED_ABI).bits(),
+            AccessNet::from_all(PINNED_ABI).bits(),
+            Scope::from_all(PINNED_ABI).bits(),
+        );
+        let (fs, net, scope) = link_sandbox_helper::landlock::HANDLED;
+        assert_eq!(host, (fs, net, scope));
+    }
+}

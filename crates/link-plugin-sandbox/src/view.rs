@@ -13,7 +13,11 @@
 //! `/proc` stays writable: the plugin writes the id maps of its commands' user namespaces
 //! there, and a mount over part of it (`/proc/sys`) would keep bwrap from mounting the
 //! commands' own `/proc` (the kernel mounts a new procfs in a user namespace only where an
-//! existing one is fully visible). As root, the plugin can therefore still write sysctls.
+//! existing one is fully visible). What keeps a sysctl from it is who it is: as root, the
+//! view ends by joining the plugin's own user namespace ([`crate::plugin_ns`]), whose root is
+//! an unprivileged uid on the host; before that, it covers the state root (or its first
+//! ancestor others may not search) so that only what the plugin serves is there, as root and
+//! as an ordinary user.
 //!
 //! An ordinary user needs a user namespace of its own to make the mount namespace. It does
 //! not undo the plugin's non-dumpable: `exec` gives the plugin's memory the nearest user
@@ -89,6 +93,9 @@ pub struct PluginView {
     /// An ordinary user needs a user namespace to own a mount namespace: its own uid and gid
     /// mapped to themselves, so the plugin is who it was.
     maps: Option<IdMaps>,
+    /// The tree the plugin sees and, as root, its own user namespace, joined last
+    /// ([`crate::plugin_ns`]).
+    own: crate::plugin_ns::PluginNamespace,
 }
 
 #[derive(Debug)]
@@ -107,6 +114,8 @@ impl PluginView {
             .chain([program])
             .collect();
         let shed = sheddable(UNUSED, &needed)?;
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program)
+            .map_err(|e| io::Error::other(e.to_string()))?;
         let writable = writable
             .iter()
             .map(|dir| {
@@ -137,6 +146,7 @@ impl PluginView {
             devices,
             shed,
             maps,
+            own,
         })
     }
 
@@ -159,6 +169,7 @@ impl PluginView {
             }
         }
         make_private()?;
+        self.own.build_tree()?;
         for device in &self.devices {
             bind(device)?;
         }
@@ -169,10 +180,13 @@ impl PluginView {
         }
         set_attr(c"/proc", 0, 0, MOUNT_ATTR_RDONLY)?;
         for dir in &self.writable {
-            bind(dir)?;
+            if !self.own.attached(dir) {
+                bind(dir)?;
+            }
             set_attr(dir, AT_RECURSIVE, 0, MOUNT_ATTR_RDONLY)?;
         }
-        self.shed.iter().try_for_each(|path| detach_all(path))
+        self.shed.iter().try_for_each(|path| detach_all(path))?;
+        self.own.join()
     }
 }
 

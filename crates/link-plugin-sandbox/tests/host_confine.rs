@@ -162,8 +162,7 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
     // A process outside the domain, of the same uid and with no capability (shed as the host
     // sheds a plugin's): no capability check stands between it and the child, only the domain.
     let shedding =
-        host::Shedding::for_plugin(link_protocol::routes::programs::AUTH, host::Network::Off)
-            .unwrap();
+        host::Shedding::for_plugin(&link_protocol::manifest::AUTH, host::Network::Off).unwrap();
     let mut bare = Command::new("/bin/sleep");
     bare.arg("30");
     unsafe { bare.pre_exec(move || shedding.drop_capabilities()) };
@@ -203,8 +202,7 @@ fn sandbox_domain_attempts() -> Option<serde_json::Value> {
     );
     // As root it keeps what it needs for its commands' user namespaces and workspaces.
     let shedding =
-        host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX, host::Network::Off)
-            .unwrap();
+        host::Shedding::for_plugin(&link_protocol::manifest::SANDBOX, host::Network::Off).unwrap();
     let mut cmd = Command::new(PYTHON);
     cmd.args(["-I", "-S", "-c", &script]);
     unsafe {
@@ -328,7 +326,7 @@ fn seccomp_child(shedding: std::sync::Arc<host::Shedding>) -> std::io::Result<se
 #[test]
 fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere() {
     let shedding = std::sync::Arc::new(
-        host::Shedding::for_plugin("link-plugin-auth", host::Network::Off).unwrap(),
+        host::Shedding::for_plugin(&link_protocol::manifest::AUTH, host::Network::Off).unwrap(),
     );
     assert_eq!(shedding.filter(), host::PluginFilter::Inherited);
     let refused = seccomp_child(shedding.clone()).expect_err("forked where no filter is");
@@ -375,16 +373,15 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     );
     // The sandbox plugin loads a filter of its own, so it is forked by the runtime's thread.
     let sandbox =
-        host::Shedding::for_plugin(link_protocol::routes::programs::SANDBOX, host::Network::Off)
-            .unwrap();
+        host::Shedding::for_plugin(&link_protocol::manifest::SANDBOX, host::Network::Off).unwrap();
     let own = &link_plugin_sandbox::seccomp::sandbox_plugin_filter().bpf;
     assert!(matches!(sandbox.filter(), host::PluginFilter::Load(p) if p == own));
     // So is a plugin on the network, which loads the commands' filter (AF_INET allowed).
-    let model = link_protocol::routes::programs::MODEL;
+    let model = &link_protocol::manifest::MODEL;
     assert_eq!(host::Network::of(model, false), host::Network::Off);
     assert_eq!(host::Network::of(model, true), host::Network::On);
     assert_eq!(
-        host::Network::of("link-plugin-auth", true),
+        host::Network::of(&link_protocol::manifest::AUTH, true),
         host::Network::Off
     );
     let online = host::Shedding::for_plugin(model, host::Network::On).unwrap();

@@ -187,7 +187,7 @@ pub async fn request_once_to<R: Route>(
 /// `host.model_key.*`, `monitor.*` and the test hooks; without it the host answers
 /// `host.status` only.
 pub async fn control(layout: &crate::layout::StateLayout, peer: Peer) -> Result<Client, Error> {
-    let key = crate::control_key::ControlKey::read(layout)?;
+    let key = crate::control_key::ControlKey::read(&layout.control_key_file())?;
     let mut client = Client::connect_to(&layout.host_socket(), peer).await?;
     client
         .request::<crate::routes::host::Unlock>(None, &key)

@@ -10,10 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use subtle::ConstantTimeEq;
-
-use crate::layout::StateLayout;
 
 /// One runtime's control key; also the body of `host.unlock` (`{"key": "<hex>"}`).
 #[derive(Clone, Serialize, Deserialize)]
@@ -32,13 +30,11 @@ impl std::fmt::Debug for ControlKey {
 #[derive(Debug, thiserror::Error)]
 #[error(
     "cannot read the runtime's control key {}: {source}; run this as the user who started \
-     `link up --state {}`, while that runtime runs",
-    path.display(),
-    root.display()
+     the `link up` of that state root, while that runtime runs",
+    path.display()
 )]
 pub struct ControlKeyError {
     pub path: PathBuf,
-    pub root: PathBuf,
     #[source]
     pub source: io::Error,
 }
@@ -53,25 +49,25 @@ impl ControlKey {
         })
     }
 
-    /// Makes a new key and writes it to `layout`'s key file, owner-only, replacing the one of
-    /// an earlier runtime (whose callers must not reach this one). The directory must exist.
-    pub fn create(layout: &StateLayout) -> io::Result<ControlKey> {
+    /// Makes a new key and writes it to `file` (a state root's
+    /// `StateLayout::control_key_file`), owner-only, replacing the one of an earlier runtime
+    /// (whose callers must not reach this one). The directory must exist.
+    pub fn create(file: &Path) -> io::Result<ControlKey> {
         let key = ControlKey::generate()?;
-        let temp = layout.control_dir().join(".key.tmp");
-        crate::files::write_atomic(&layout.control_key_file(), &temp, key.key.as_bytes(), 0o600)?;
+        let temp = file.with_file_name(".key.tmp");
+        crate::files::write_atomic(file, &temp, key.key.as_bytes(), 0o600)?;
         Ok(key)
     }
 
-    /// The key of the runtime on `layout`, as its `link up` wrote it.
-    pub fn read(layout: &StateLayout) -> Result<ControlKey, ControlKeyError> {
-        let path = layout.control_key_file();
-        match std::fs::read_to_string(&path) {
+    /// The key in `file` (a state root's `StateLayout::control_key_file`), as the runtime's
+    /// `link up` wrote it.
+    pub fn read(file: &Path) -> Result<ControlKey, ControlKeyError> {
+        match std::fs::read_to_string(file) {
             Ok(key) => Ok(ControlKey {
                 key: key.trim_end().to_owned(),
             }),
             Err(source) => Err(ControlKeyError {
-                path,
-                root: layout.root().to_owned(),
+                path: file.to_owned(),
                 source,
             }),
         }
@@ -95,15 +91,12 @@ mod tests {
         let home = std::env::var("HOME").unwrap();
         let root =
             PathBuf::from(home).join(format!(".cache/lnk-t/control-key-{}", std::process::id()));
-        let layout = StateLayout::new(&root);
-        std::fs::create_dir_all(layout.control_dir()).unwrap();
-        let made = ControlKey::create(&layout).unwrap();
-        let mode = std::fs::metadata(layout.control_key_file())
-            .unwrap()
-            .permissions()
-            .mode();
+        let file = root.join("control/key");
+        std::fs::create_dir_all(root.join("control")).unwrap();
+        let made = ControlKey::create(&file).unwrap();
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let read = ControlKey::read(&layout).unwrap();
+        let read = ControlKey::read(&file).unwrap();
         assert!(made.matches(&read));
         let other = ControlKey::generate().unwrap();
         assert!(!made.matches(&other));
@@ -113,12 +106,12 @@ mod tests {
             key: format!("{}0", made.key),
         };
         assert!(!made.matches(&longer));
-        let again = ControlKey::create(&layout).unwrap();
-        assert!(!made.matches(&ControlKey::read(&layout).unwrap()));
-        assert!(again.matches(&ControlKey::read(&layout).unwrap()));
+        let again = ControlKey::create(&file).unwrap();
+        assert!(!made.matches(&ControlKey::read(&file).unwrap()));
+        assert!(again.matches(&ControlKey::read(&file).unwrap()));
         assert_eq!(format!("{again:?}"), "ControlKey(<redacted>)");
         std::fs::remove_dir_all(&root).unwrap();
-        let gone = ControlKey::read(&layout).unwrap_err().to_string();
+        let gone = ControlKey::read(&file).unwrap_err().to_string();
         assert!(gone.contains("run this as the user who started"), "{gone}");
     }
 }

@@ -7,14 +7,15 @@
 //! <root>/run/<p>/<p>.sock  each plugin's socket, in a directory only it may change
 //! <root>/log/<p>.log     each plugin's stderr
 //! <root>/home/<p>/       each plugin's isolated HOME and XDG_* dirs
-//! <root>/data/<p>/       the state area of a plugin that keeps one (`plugin::KEEPS_DATA`)
+//! <root>/data/<p>/       the state area of a plugin that keeps one (`manifest::Plugin::data`)
 //! <root>/auth/tokens     bearer-token hashes shared by both connection services
 //! <root>/control/key     the running host's control key (no plugin's rules reach it)
 //! <root>/data/file-store/agents/<id>/{workspace/,conversation.jsonl}   full Link agents
 //! <root>/data/agent/homes/<id>/                                     their isolated homes
 //! ```
 
-use crate::routes::{short_name, PLUGINS};
+use crate::manifest::{self, Area};
+use crate::routes::programs;
 use std::path::{Path, PathBuf};
 
 /// `sun_path` holds 108 bytes including the terminating NUL.
@@ -109,7 +110,7 @@ impl StateLayout {
     }
     /// Full Link: every agent's files, owned by the file store.
     pub fn agents_dir(&self) -> PathBuf {
-        self.data("link-plugin-file-store").join("agents")
+        self.data(programs::FILE_STORE).join("agents")
     }
     /// Full Link: an agent's files, owned by the file store.
     pub fn agent_dir(&self, agent: &str) -> PathBuf {
@@ -129,7 +130,18 @@ impl StateLayout {
     }
     /// Every agent's isolated home; owned by the agent plugin.
     pub fn agent_homes_dir(&self) -> PathBuf {
-        self.data("link-plugin-agent").join("homes")
+        self.data(programs::AGENT).join("homes")
+    }
+
+    /// A directory a plugin may reach besides its own ([`manifest::Plugin::writes`],
+    /// [`manifest::Plugin::reads`]).
+    pub fn area(&self, area: Area) -> PathBuf {
+        match area {
+            Area::Auth => self.auth_dir(),
+            Area::Run => self.run_dir(),
+            Area::AgentWorkspaces => self.agents_dir(),
+            Area::AgentHomes => self.agent_homes_dir(),
+        }
     }
 
     /// Every socket path this root will hold.
@@ -139,7 +151,7 @@ impl StateLayout {
             self.router_socket(),
             self.connection_socket(),
         ];
-        all.extend(PLUGINS.iter().map(|p| self.plugin_socket(p)));
+        all.extend(manifest::ALL.iter().map(|p| self.plugin_socket(p.program)));
         all
     }
 
@@ -166,6 +178,14 @@ impl StateLayout {
         }
         Ok(())
     }
+}
+
+/// The short name a plugin's socket, log, home and data area are named after.
+pub fn short_name(plugin: &str) -> &str {
+    plugin
+        .strip_prefix("link-plugin-")
+        .or_else(|| plugin.strip_prefix("link-"))
+        .unwrap_or(plugin)
 }
 
 /// The temporary folders a state root may not live under.

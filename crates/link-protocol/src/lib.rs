@@ -6,6 +6,7 @@
 //! - [`message`]: requests and responses with ids, and the typed [`message::ErrorCode`];
 //! - [`routes`]: the names of every internal route;
 //! - [`model`]: the model an agent runs on, and the model service's one client;
+//! - [`manifest`]: every plugin, declared once: its profiles, grants, confinement;
 //! - [`layout`]: where things live under a state root, and the socket-length rule;
 //! - [`paths`]: the lexical rules for paths an agent names inside its workspace;
 //! - [`tokens`]: the bearer-token store (only sha256 hashes are written);
@@ -14,6 +15,7 @@
 //! - `server` and `client`: serving and calling routes over the frames;
 //! - `http`: a small HTTP/1.1 client over a Unix socket;
 //! - [`files`]: replacing a file atomically (temp file, fsync, rename, fsync of the directory);
+//! - [`digest`]: the sha256 a program or report is named by;
 //! - [`text`]: cutting text on a character boundary;
 //! - [`clock`]: milliseconds since the Unix epoch.
 //!
@@ -22,12 +24,14 @@
 //! `frame`, `client`, `server`, `plugin` and `http` (and the `Client` re-export and
 //! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
 //! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
-//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `layout`,
-//! `paths`, `tokens`, `control_key`, `files`, `clock` and [`Error`] — on serde, sha2, subtle and getrandom
+//! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `manifest`,
+//! `layout`, `paths`, `tokens`, `control_key`, `files`, `digest`, `clock` and [`Error`] — on
+//! serde, sha2, subtle and getrandom
 //! only; that is how the xtask depends on it (`default-features = false`), so `cargo xtask`
 //! never builds the async stack.
 //!
-//! It never spawns processes and never decides policy: the host owns the grant table.
+//! The [`manifest`] declares what each plugin may do; the host enforces it (its router, its
+//! confinement), so a plugin linking another version of this crate changes nothing.
 
 /// What `link --version` adds when the host was built with its test hooks (`link-cli`'s
 /// `test-hooks` feature), which a release must not be: the xtask refuses to qualify such a
@@ -53,6 +57,7 @@ pub mod agent;
 pub mod client;
 pub mod clock;
 pub mod control_key;
+pub mod digest;
 #[cfg(feature = "runtime")]
 pub mod exit;
 pub mod files;
@@ -61,6 +66,7 @@ pub mod frame;
 #[cfg(feature = "runtime")]
 pub mod http;
 pub mod layout;
+pub mod manifest;
 pub mod message;
 pub mod model;
 pub mod paths;

@@ -5,7 +5,7 @@
 //! stdout, `ready {"routes": [...]}`, and never writes to stdout again; logs go to stderr.
 //! SIGTERM asks it to stop its helpers and exit.
 
-use crate::routes::programs;
+use crate::manifest::{Plugin, Session};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -84,7 +84,7 @@ impl PluginEnv {
 }
 
 /// Variables that pass from the host's environment to every plugin; everything else is
-/// dropped, except what [`PLUGIN_PASSTHROUGH`] gives one plugin.
+/// dropped, except what a plugin's manifest entry gives it ([`Plugin::env`]).
 pub const PASSTHROUGH: &[&str] = &[
     "PATH",
     "LANG",
@@ -94,15 +94,14 @@ pub const PASSTHROUGH: &[&str] = &[
     ENV_TEST_HOOKS,
 ];
 
-/// The first uid of the sandbox's dedicated identities (as root): only the sandbox plugin
-/// reads it.
-pub const ENV_SANDBOX_UID_BASE: &str = "LNK_SANDBOX_UID_BASE";
-
-/// The remote model's address: only the model plugin gets it.
-pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
+/// The variables that pass to one plugin only, declared with it in the manifest.
+pub use crate::manifest::{
+    ENV_MODEL_REMOTE_URL, ENV_SANDBOX_UID_BASE, ENV_TEST_HEADER_TIMEOUT_MS,
+    ENV_TEST_MAX_CONNECTIONS, ENV_TEST_MODEL_TIMEOUT_MS,
+};
 
 /// Whether the model forwards: [`ENV_MODEL_REMOTE_URL`] set and not empty in this (the
-/// host's) environment, which passes it to the model alone ([`PLUGIN_PASSTHROUGH`]) and which
+/// host's) environment, which passes it to the model alone ([`Plugin::env`]) and which
 /// the model reads the same way. Only then is the model on the network.
 pub fn model_forwards() -> bool {
     std::env::var_os(ENV_MODEL_REMOTE_URL).is_some_and(|url| !url.is_empty())
@@ -111,65 +110,24 @@ pub fn model_forwards() -> bool {
 /// refuses to start while it is set, so it reaches no plugin's environment.
 pub const ENV_MODEL_REMOTE_KEY: &str = "LNK_MODEL_REMOTE_KEY";
 
-/// Test hooks only: the connection endpoint's header-read timeout (ms) and connection cap.
-pub const ENV_TEST_HEADER_TIMEOUT_MS: &str = "LNK_TEST_HEADER_TIMEOUT_MS";
-pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
-/// Test hooks only: how long the model waits for the remote (ms), so a test of the deadline
-/// need not wait minutes.
-pub const ENV_TEST_MODEL_TIMEOUT_MS: &str = "LNK_TEST_MODEL_TIMEOUT_MS";
-
-/// Variables that pass from the host's environment to one plugin only, on top of
-/// [`PASSTHROUGH`]: (plugin, its extra variables). The one place a plugin is given more.
-pub const PLUGIN_PASSTHROUGH: &[(&str, &[&str])] = &[
-    (
-        "link-plugin-model",
-        &[ENV_MODEL_REMOTE_URL, ENV_TEST_MODEL_TIMEOUT_MS],
-    ),
-    (
-        "link-mini-connection",
-        &[ENV_TEST_HEADER_TIMEOUT_MS, ENV_TEST_MAX_CONNECTIONS],
-    ),
-    ("link-plugin-sandbox", &[ENV_SANDBOX_UID_BASE]),
-];
-
-/// Every variable that passes from the host's environment to `plugin`, the
-/// [`TEST_VARIABLES`] only when `test_hooks`.
-pub fn passthrough_for(plugin: &str, test_hooks: bool) -> impl Iterator<Item = &'static str> + '_ {
-    let own = PLUGIN_PASSTHROUGH
-        .iter()
-        .filter(move |(p, _)| *p == plugin)
-        .flat_map(|(_, vars)| vars.iter());
+/// Every variable that passes from the host's environment to `plugin`: [`PASSTHROUGH`] and
+/// its own ([`Plugin::env`]), the [`TEST_VARIABLES`] only when `test_hooks`.
+pub fn passthrough_for(plugin: &Plugin, test_hooks: bool) -> impl Iterator<Item = &'static str> {
     PASSTHROUGH
         .iter()
-        .chain(own)
+        .chain(plugin.env)
         .copied()
         .filter(move |k| test_hooks || !TEST_VARIABLES.contains(k))
 }
 
-/// The plugins that keep state in their data area (`LNK_DATA`). Only they get one made and
-/// writable; every other plugin's is named, not made, and its Landlock domain lets it make
-/// none (least privilege, and seven fewer directories on every start of full Link on a fresh
-/// state root, three of Mini). The one place that decides.
-pub const KEEPS_DATA: &[&str] = &[
-    programs::AGENT,
-    programs::FILE_STORE,
-    programs::SECRET,
-    programs::SANDBOX,
-    programs::SCHEDULER,
-    programs::MINI_HARNESS,
-];
-
-/// Whether `plugin` keeps state in its data area ([`KEEPS_DATA`]).
-pub fn keeps_data(plugin: &str) -> bool {
-    KEEPS_DATA.contains(&plugin)
-}
-
-/// The private directories `plugin` may write: its home, and its data area if it keeps one.
-/// The host makes them ([`Contract::create_dirs`]) and grants them (its Landlock rules).
-pub fn own_dirs(layout: &crate::layout::StateLayout, plugin: &str) -> Vec<PathBuf> {
-    let mut dirs = vec![layout.home(plugin)];
-    if keeps_data(plugin) {
-        dirs.push(layout.data(plugin));
+/// The private directories `plugin` may write: its home, and its data area if it keeps one
+/// ([`Plugin::data`]: only then is it made and writable; every other plugin's is named, not
+/// made, and its Landlock domain lets it make none). The host makes them
+/// ([`Contract::create_dirs`]) and grants them (its Landlock rules).
+pub fn own_dirs(layout: &crate::layout::StateLayout, plugin: &Plugin) -> Vec<PathBuf> {
+    let mut dirs = vec![layout.home(plugin.program)];
+    if plugin.data {
+        dirs.push(layout.data(plugin.program));
     }
     dirs
 }
@@ -198,7 +156,7 @@ pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
 /// host, the testing kit and the bench all start plugins through [`Contract::apply`].
 #[derive(Debug, Clone)]
 pub struct Contract<'a> {
-    pub name: &'a str,
+    pub plugin: &'a Plugin,
     pub layout: &'a crate::layout::StateLayout,
     pub programs: &'a Path,
     pub profile: Profile,
@@ -213,13 +171,13 @@ pub struct Contract<'a> {
 
 impl Contract<'_> {
     /// Makes the plugin's home, run and log directories, and its data area if it keeps one
-    /// ([`keeps_data`]).
+    /// ([`Plugin::data`]).
     pub fn create_dirs(&self) -> std::io::Result<()> {
         // The XDG directories inside the home are named, not made: a program makes the ones
         // it uses, as the XDG spec expects, and five fewer directories per plugin is a
         // measurable part of start-up on a fresh state root.
-        let mut dirs = own_dirs(self.layout, self.name);
-        dirs.push(self.layout.plugin_run_dir(self.name));
+        let mut dirs = own_dirs(self.layout, self.plugin);
+        dirs.push(self.layout.plugin_run_dir(self.plugin.program));
         dirs.push(self.layout.log_dir());
         for dir in &dirs {
             private_dir_all(dir).map_err(|e| {
@@ -230,11 +188,11 @@ impl Contract<'_> {
     }
 
     /// Sets `cmd` up as the plugin: a cleared environment with [`PASSTHROUGH`] (and the
-    /// plugin's own [`PLUGIN_PASSTHROUGH`] variables), `HOME`/`XDG_*`
+    /// plugin's own [`Plugin::env`] variables), `HOME`/`XDG_*`
     /// inside its own home, the `LNK_*` variables; stdin closed, stdout piped for the ready
     /// line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
-    /// plugins in order); for the plugins [`leads_own_session`] names, a session of its own
-    /// (whose one group it leads). The caller sets stderr (the plugin's log) and confinement.
+    /// plugins in order); for a plugin of [`Session::Own`], a session of its own (whose one
+    /// group it leads). The caller sets stderr (the plugin's log) and confinement.
     pub fn apply(&self, cmd: &mut std::process::Command) {
         self.apply_from(cmd, |k| std::env::var_os(k));
     }
@@ -246,16 +204,16 @@ impl Contract<'_> {
         var: impl Fn(&str) -> Option<std::ffi::OsString>,
     ) {
         use std::os::unix::process::CommandExt;
-        let layout = self.layout;
+        let (layout, name) = (self.layout, self.plugin.program);
         let passthrough =
-            passthrough_for(self.name, self.test_hooks).filter_map(|k| var(k).map(|v| (k, v)));
+            passthrough_for(self.plugin, self.test_hooks).filter_map(|k| var(k).map(|v| (k, v)));
         cmd.env_clear()
             .envs(passthrough)
-            .envs(home_env(&layout.home(self.name)))
-            .env(ENV_PLUGIN, self.name)
+            .envs(home_env(&layout.home(name)))
+            .env(ENV_PLUGIN, name)
             .env(ENV_STATE, layout.root())
-            .env(ENV_SOCKET, layout.plugin_socket(self.name))
-            .env(ENV_DATA, layout.data(self.name))
+            .env(ENV_SOCKET, layout.plugin_socket(name))
+            .env(ENV_DATA, layout.data(name))
             .env(ENV_MODE, self.mode.as_str())
             .env(ENV_PROFILE, self.profile.as_str())
             .env(ENV_PROGRAMS, self.programs)
@@ -263,7 +221,7 @@ impl Contract<'_> {
             .env(ENV_MODEL_DEFAULT, self.default_model.as_str())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped());
-        if leads_own_session(self.name) {
+        if self.plugin.session == Session::Own {
             // SAFETY: setsid(2) only, between fork and exec. The child of a fork never leads
             // a process group, so it cannot fail with EPERM; any failure stops the start.
             unsafe { cmd.pre_exec(|| Ok(rustix::process::setsid().map(drop)?)) };
@@ -271,14 +229,6 @@ impl Contract<'_> {
             cmd.process_group(0);
         }
     }
-}
-
-/// Whether `plugin` is started as the leader of a session of its own, with no controlling
-/// terminal: the sandbox plugin, so the commands it confines share a session with no terminal
-/// to push input into (`TIOCSTI`) and bubblewrap need not start one per command
-/// (`--new-session`: a `setsid` and a scheduler autogroup each). The one place that decides.
-pub fn leads_own_session(plugin: &str) -> bool {
-    plugin == crate::routes::programs::SANDBOX
 }
 
 /// The ready line's payload.
@@ -491,7 +441,7 @@ mod tests {
     fn started_env_with(plugin: &str, test_hooks: bool) -> BTreeMap<String, Option<String>> {
         let layout = crate::layout::StateLayout::new("/lnk-state");
         let contract = Contract {
-            name: plugin,
+            plugin: crate::manifest::find(plugin).expect("a declared plugin"),
             layout: &layout,
             programs: Path::new("/programs"),
             profile: Profile::Mini,
@@ -563,7 +513,7 @@ mod tests {
     fn started_ids(plugin: &str) -> (u32, u32, u32) {
         let layout = crate::layout::StateLayout::new("/lnk-state");
         let contract = Contract {
-            name: plugin,
+            plugin: crate::manifest::find(plugin).expect("a declared plugin"),
             layout: &layout,
             programs: Path::new("/programs"),
             profile: Profile::Link,
@@ -591,7 +541,7 @@ mod tests {
 
     #[test]
     fn only_the_sandbox_plugin_leads_a_session_and_every_plugin_a_group() {
-        let (pid, group, session) = started_ids(crate::routes::programs::SANDBOX);
+        let (pid, group, session) = started_ids(crate::manifest::SANDBOX.program);
         assert_eq!((group, session), (pid, pid));
         let ours = rustix::process::getsid(None)
             .unwrap()
@@ -602,17 +552,13 @@ mod tests {
     }
 
     #[test]
-    fn every_extra_variable_belongs_to_a_known_plugin_and_is_not_shared() {
-        for (plugin, vars) in PLUGIN_PASSTHROUGH {
-            assert!(
-                Profile::Link.plugins().contains(plugin)
-                    || Profile::Mini.plugins().contains(plugin),
-                "{plugin} is not a plugin"
-            );
-            for v in *vars {
+    fn no_plugin_of_its_own_gets_a_variable_every_plugin_gets() {
+        for plugin in crate::manifest::ALL {
+            for v in plugin.env {
                 assert!(
                     !PASSTHROUGH.contains(v),
-                    "{v} is also passed to every plugin"
+                    "{v}, {}'s own, is also passed to every plugin",
+                    plugin.program
                 );
             }
         }

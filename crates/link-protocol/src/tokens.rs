@@ -4,6 +4,10 @@
 //! replace the file atomically ([`crate::files::write_atomic`]) under an exclusive lock on
 //! `<file>.lock`, so two writers (`link token create` and the auth plugin, or two of either)
 //! never lose each other's token; comparisons are constant-time.
+//!
+//! A damaged line (not UTF-8, or not `<hex> active|revoked`) is never a valid token, and it
+//! costs no other token its validity: verifying reads past it. Writing refuses while the file
+//! has one ([`Damaged`]), naming the lines, so a rewrite never drops what someone must look at.
 
 use sha2::{Digest, Sha256};
 use std::io;
@@ -45,23 +49,29 @@ pub fn create(file: &Path) -> io::Result<String> {
 /// first hand the token over (`link token create` writes it out whole, then stores it).
 pub fn store(file: &Path, token: &str) -> io::Result<()> {
     let _lock = lock(file)?;
-    let mut lines = read_lines(file)?;
-    lines.push(format!("{} active", hash(token)));
-    write_atomic(file, &lines)
+    let mut entries = read_for_writing(file)?;
+    entries.push(Entry {
+        hash: hash(token),
+        state: State::Active,
+    });
+    write_atomic(file, &entries)
+}
+
+/// Whether the store can take a token now: `Err` ([`Damaged`] as `InvalidData`) when a line of
+/// it is damaged, so a caller can refuse before it hands a token over.
+pub fn check_writable(file: &Path) -> io::Result<()> {
+    read_for_writing(file).map(drop)
 }
 
 /// True when `token` matches an active stored hash.
 pub fn verify(file: &Path, token: &str) -> io::Result<bool> {
     let want = hash(token);
     let mut found = false;
-    for line in read_lines(file)? {
-        let mut parts = line.split_whitespace();
-        let (Some(stored), Some(state)) = (parts.next(), parts.next()) else {
-            continue;
-        };
+    for line in read(file)? {
+        let Line::Entry(entry) = line else { continue };
         // Compare every line so timing does not reveal which one matched.
-        let same: bool = stored.as_bytes().ct_eq(want.as_bytes()).into();
-        found |= same && state == "active";
+        let same: bool = entry.hash.as_bytes().ct_eq(want.as_bytes()).into();
+        found |= same && entry.state == State::Active;
     }
     Ok(found)
 }
@@ -69,22 +79,116 @@ pub fn verify(file: &Path, token: &str) -> io::Result<bool> {
 /// Marks the token as revoked; returns false when it was not stored.
 pub fn revoke(file: &Path, token: &str) -> io::Result<bool> {
     let want = hash(token);
-    let mut hit = false;
     let _lock = lock(file)?;
-    let lines = read_lines(file)?
-        .into_iter()
-        .map(|line| match line.split_whitespace().next() {
-            Some(stored) if bool::from(stored.as_bytes().ct_eq(want.as_bytes())) => {
-                hit = true;
-                format!("{stored} revoked")
-            }
-            _ => line,
-        })
-        .collect::<Vec<_>>();
+    let mut entries = read_for_writing(file)?;
+    let mut hit = false;
+    for entry in &mut entries {
+        if bool::from(entry.hash.as_bytes().ct_eq(want.as_bytes())) {
+            hit = true;
+            entry.state = State::Revoked;
+        }
+    }
     if hit {
-        write_atomic(file, &lines)?;
+        write_atomic(file, &entries)?;
     }
     Ok(hit)
+}
+
+/// One stored token: the hex sha256 and whether it is valid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    hash: String,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Active,
+    Revoked,
+}
+
+/// A line of the store as read; blank lines are neither.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Line {
+    Entry(Entry),
+    /// Its 1-based line number.
+    Damaged(usize),
+}
+
+/// The store has lines that are not `<sha256 hex> active|revoked`: nothing is written until
+/// someone fixes or removes them.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{file}: line(s) {} are damaged (each line is `<sha256 hex> active|revoked`); fix or \
+     remove them, then retry; nothing was changed",
+    lines.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+)]
+pub struct Damaged {
+    pub file: String,
+    pub lines: Vec<usize>,
+}
+
+fn parse(number: usize, raw: &[u8]) -> Option<Line> {
+    let Ok(text) = std::str::from_utf8(raw) else {
+        return Some(Line::Damaged(number));
+    };
+    let mut parts = text.split_whitespace();
+    let line = match (parts.next(), parts.next(), parts.next()) {
+        (None, ..) => return None,
+        (Some(h), Some(state), None) if is_hash(h) => match state {
+            "active" => Line::Entry(Entry {
+                hash: h.to_owned(),
+                state: State::Active,
+            }),
+            "revoked" => Line::Entry(Entry {
+                hash: h.to_owned(),
+                state: State::Revoked,
+            }),
+            _ => Line::Damaged(number),
+        },
+        _ => Line::Damaged(number),
+    };
+    Some(line)
+}
+
+fn is_hash(h: &str) -> bool {
+    h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn read(file: &Path) -> io::Result<Vec<Line>> {
+    let bytes = match std::fs::read(file) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(bytes
+        .split(|b| *b == b'\n')
+        .enumerate()
+        .filter_map(|(i, raw)| parse(i + 1, raw))
+        .collect())
+}
+
+/// The entries, or [`Damaged`] when a line is.
+fn read_for_writing(file: &Path) -> io::Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    let mut damaged = Vec::new();
+    for line in read(file)? {
+        match line {
+            Line::Entry(e) => entries.push(e),
+            Line::Damaged(n) => damaged.push(n),
+        }
+    }
+    if damaged.is_empty() {
+        Ok(entries)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            Damaged {
+                file: file.display().to_string(),
+                lines: damaged,
+            },
+        ))
+    }
 }
 
 /// Holds `<file>.lock` exclusively until dropped (the read-modify-write of one writer).
@@ -103,19 +207,20 @@ fn lock(file: &Path) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
-fn read_lines(file: &Path) -> io::Result<Vec<String>> {
-    match std::fs::read_to_string(file) {
-        Ok(text) => Ok(text.lines().map(str::to_owned).collect()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
-    }
-}
-
-fn write_atomic(file: &Path, lines: &[String]) -> io::Result<()> {
+fn write_atomic(file: &Path, entries: &[Entry]) -> io::Result<()> {
     // The directory exists: `lock` made it, and every write holds the lock.
     let dir = file.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".tokens.{}.tmp", std::process::id()));
-    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    let text: String = entries
+        .iter()
+        .map(|e| {
+            let state = match e.state {
+                State::Active => "active",
+                State::Revoked => "revoked",
+            };
+            format!("{} {state}\n", e.hash)
+        })
+        .collect();
     crate::files::write_atomic(file, &tmp, text.as_bytes(), 0o600)
 }
 
@@ -160,6 +265,44 @@ mod tests {
         assert!(super::revoke(&file, &a).unwrap());
         assert!(!super::verify(&file, &a).unwrap());
         assert!(super::verify(&file, &b).unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A damaged line (not UTF-8, or not a hash and a state) is never valid and costs the
+    /// other tokens nothing; a write refuses, naming the line, and changes nothing.
+    #[test]
+    fn a_damaged_line_is_never_valid_costs_no_other_token_and_blocks_writes_by_name() {
+        let dir = std::env::temp_dir().join(format!("lnk-tok-bad-{}", std::process::id()));
+        let file = dir.join("tokens");
+        let good = super::create(&file).unwrap();
+        let revoked = super::create(&file).unwrap();
+        assert!(super::revoke(&file, &revoked).unwrap());
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes.extend_from_slice(b"\xff\xfe not text\n\n");
+        bytes.extend_from_slice(format!("{} maybe\n", super::hash("lnk_x")).as_bytes());
+        std::fs::write(&file, &bytes).unwrap();
+
+        assert!(
+            super::verify(&file, &good).unwrap(),
+            "the good token still works"
+        );
+        assert!(!super::verify(&file, &revoked).unwrap());
+        assert!(
+            !super::verify(&file, "lnk_x").unwrap(),
+            "a damaged line is not valid"
+        );
+
+        for refused in [
+            super::store(&file, "lnk_new").unwrap_err(),
+            super::revoke(&file, &good).unwrap_err(),
+            super::check_writable(&file).unwrap_err(),
+        ] {
+            assert_eq!(refused.kind(), std::io::ErrorKind::InvalidData);
+            let said = refused.to_string();
+            assert!(said.contains("line(s) 3, 5 are damaged"), "{said}");
+            assert!(said.contains("fix or remove them"), "{said}");
+        }
+        assert_eq!(std::fs::read(&file).unwrap(), bytes, "nothing was changed");
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -109,7 +109,9 @@ macro_rules! vocabulary {
 }
 
 pub mod machine;
+pub mod probe;
 pub mod records;
+pub mod runner;
 pub mod skip;
 
 pub use records::*;
@@ -128,38 +130,10 @@ vocabulary! {
 
 vocabulary! {
     /// Which runtime: the minimal one or full Link. [`Profile::ALL`] is the order the
-    /// comparison runs them in.
+    /// comparison runs them in; the plugins each runs are `link_protocol::manifest`'s.
     pub enum Profile ("profile") {
         Mini = "mini",
         Link = "link",
-    }
-}
-
-impl Profile {
-    /// The plugins this profile runs, in the host's start order (it stops them in reverse).
-    pub const fn plugins(self) -> &'static [&'static str] {
-        match self {
-            Profile::Mini => &[
-                "link-plugin-measure",
-                "link-plugin-model",
-                "link-mini-harness",
-                "link-mini-connection",
-            ],
-            Profile::Link => &[
-                "link-plugin-measure",
-                "link-plugin-model",
-                "link-plugin-secret",
-                "link-plugin-auth",
-                "link-plugin-file-store",
-                "link-plugin-agent",
-                "link-plugin-sandbox",
-                "link-plugin-link-run",
-                "link-plugin-file-tool",
-                "link-plugin-link-code",
-                "link-plugin-link-harness",
-                "link-plugin-link-scheduler",
-            ],
-        }
     }
 }
 
@@ -176,26 +150,6 @@ pub fn one_of(words: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
-    /// Mini is the baseline the comparison divides by: no router-side plugin, no tool, no
-    /// sandbox, no store of full Link's; every one of its plugins is one full Link does not run
-    /// or one both share.
-    #[test]
-    fn mini_runs_no_tool_and_no_full_link_domain() {
-        let shared = ["link-plugin-measure", "link-plugin-model"];
-        for p in Profile::Mini.plugins() {
-            assert!(
-                shared.contains(p) || !Profile::Link.plugins().contains(p),
-                "Mini runs full Link's {p}"
-            );
-            assert!(
-                !p.contains("run") && !p.contains("tool") && !p.contains("code"),
-                "{p}"
-            );
-            assert!(!p.contains("sandbox") && !p.contains("store"), "{p}");
-        }
-        assert_eq!(Profile::Mini.plugins().len(), 4);
-    }
-
     use super::*;
     use serde::de::DeserializeOwned;
     use serde::Serialize;
@@ -241,7 +195,6 @@ mod tests {
             "x".parse::<Profile>().unwrap_err(),
             "unknown profile `x`: use `mini` or `link`"
         );
-        assert_eq!(Profile::Mini.plugins()[0], "link-plugin-measure");
     }
 
     #[test]

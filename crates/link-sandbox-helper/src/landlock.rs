@@ -39,6 +39,11 @@ const NET_ALL: u64 = 0b11;
 /// `LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL`.
 const SCOPE_ALL: u64 = 0b11;
 
+/// The rights every inside ruleset handles, as the host's rulesets (the `landlock` crate at the
+/// same ABI) must handle them too: a test of `link-plugin-sandbox` (`rules.rs`) pins the two
+/// sets together. Filesystem rights, TCP rights, scopes.
+pub const HANDLED: (u64, u64, u64) = (fs::ALL, NET_ALL, SCOPE_ALL);
+
 /// Files the command may read and write wherever else it may only read.
 const RW_FILES: [&CStr; 3] = [c"/dev/null", c"/dev/zero", c"/dev/full"];
 

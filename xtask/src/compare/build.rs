@@ -1,6 +1,7 @@
 //! The comparison from the runs: each side's median run, per-phase rows and statistics, exec
 //! counts from the traced runs, caveats and warnings.
 
+use super::order::{merge_order, phase_names, Key};
 use super::pairs::{self, Clock};
 use super::runs::work_ns;
 use super::{
@@ -239,22 +240,6 @@ pub fn run_record(r: &TimedRun) -> RunRecord {
         startup_cpu: rep.startup_cpu,
         cycle: r.cycle,
     }
-}
-
-/// Phase names in run order over every run of both sides.
-pub(super) fn phase_names(runs: &[RunRecord]) -> Vec<String> {
-    let mut order: Vec<Key> = Vec::new();
-    for r in runs {
-        let mut keys: Vec<Key> = Vec::new();
-        for p in &r.phases {
-            let k = (p.name.clone(), 0);
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        order = merge_order(&order, &keys);
-    }
-    order.into_iter().map(|(n, _)| n).collect()
 }
 
 /// Side `p`'s passed runs.
@@ -553,8 +538,6 @@ fn side(loaded: &Loaded, traced: Option<&Loaded>) -> Side {
     }
 }
 
-type Key = (String, u32);
-
 /// Rows in run order: Mini's phases, with Link-only ones placed after their predecessor.
 fn phase_rows(mini: &[Phase], link: &[Phase]) -> Vec<PhaseRow> {
     let key = |p: &Phase| (p.name.clone(), p.round);
@@ -578,30 +561,6 @@ fn phase_rows(mini: &[Phase], link: &[Phase]) -> Vec<PhaseRow> {
             }
         })
         .collect()
-}
-
-pub(super) fn merge_order(first: &[Key], second: &[Key]) -> Vec<Key> {
-    let mut out: Vec<Key> = Vec::new();
-    for k in first {
-        if !out.contains(k) {
-            out.push(k.clone());
-        }
-    }
-    for (i, k) in second.iter().enumerate() {
-        if out.contains(k) {
-            continue;
-        }
-        let at = match i
-            .checked_sub(1)
-            .and_then(|p| out.iter().position(|o| *o == second[p]))
-        {
-            Some(prev) => prev + 1,
-            None if i == 0 => 0,
-            None => out.len(),
-        };
-        out.insert(at, k.clone());
-    }
-    out
 }
 
 pub(super) fn ratio(mini: Option<u128>, link: Option<u128>) -> Option<f64> {

@@ -151,7 +151,7 @@ pub fn markdown(c: &Comparison) -> String {
     md.push_str(&noise_markdown(c));
     md.push_str(&execs_markdown(c));
     if let Some(b) = &c.sandbox_bench {
-        md.push_str(&crate::bench_sandbox::markdown(b));
+        md.push_str(&crate::bench_sandbox::report::markdown(b));
     }
     for s in [&c.mini, &c.link] {
         if !s.checks_not_passed.is_empty() {

@@ -1,30 +1,30 @@
 //! The Mini ↔ full Link comparison: built from N interleaved runs of each side (and the traced
 //! twins), written as `runtime-comparison.json` and `.md`. Per phase: each side's median,
 //! spread and sample count, and the Link/Mini ratio with a 95% bootstrap interval
-//! ([`crate::stats`]); the machine's load around every run, and warnings when it was noisy.
+//! ([`crate::stats`]); the machine's load around every run ([`crate::noise`]), and warnings
+//! when it was noisy.
 //!
-//! Modules: [`noise`] (the machine's load before a run), [`runs`] (checking the runs share
+//! Modules: [`runs`] (checking the runs share
 //! their programs, choosing each side's median run), [`build`] (the comparison from the
 //! runs) and [`markdown`] (the page).
 
 mod build;
 mod markdown;
-mod noise;
+mod order;
 pub mod pairs;
 mod runs;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use crate::noise::{CpuTicks, Noise, WIDE_INTERVAL};
 pub use build::{build, run_record, Inputs};
 pub use markdown::{cell, markdown, ms, stats_markdown, status_word};
-pub use noise::{CpuTicks, Noise};
 pub use runs::{representative, same_programs};
 
 use crate::stats::{Interval, Spread};
 use anyhow::{Context, Result};
 use link_report::{Mode, Phase, Profile, Report, Status, TracePhase};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::path::Path;
 
 /// Bumped whenever a field of the comparison changes meaning or disappears.
@@ -37,13 +37,6 @@ use std::path::Path;
 pub const SCHEMA_VERSION: u32 = 4;
 /// The oldest comparison a `--baseline` may be: 3 keeps the raw cycles a baseline needs.
 pub const MIN_BASELINE_SCHEMA: u32 = 3;
-
-/// A ratio interval wider than this (upper / lower) is called out.
-pub const WIDE_INTERVAL: f64 = 1.5;
-/// A one-minute load average above this many per CPU is called out.
-pub const HIGH_LOAD_PER_CPU: f64 = 1.0;
-/// A `/proc/pressure/cpu` `some avg10` above this (percent) is called out.
-pub const HIGH_CPU_PRESSURE: f64 = 10.0;
 
 /// One comparison of a Mini run and a full Link run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -90,7 +83,7 @@ pub struct Comparison {
     /// `cargo xtask runtime --bench-sandbox`: the sandbox benchmark, as in
     /// `bench-sandbox.json`; absent without the flag.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox_bench: Option<crate::bench_sandbox::SandboxBench>,
+    pub sandbox_bench: Option<crate::bench_sandbox::report::SandboxBench>,
     /// Start-up's CPU time on each side; absent when no passed run measured it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub startup_cpu: Option<StartupCpuStats>,
@@ -444,11 +437,7 @@ pub fn load(path: &Path) -> Result<Loaded> {
         .with_context(|| format!("{} is not a runtime report", path.display()))?;
     Ok(Loaded {
         path: path.display().to_string(),
-        sha256: hex(&Sha256::digest(&bytes)),
+        sha256: link_protocol::digest::sha256_hex(&bytes),
         report,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

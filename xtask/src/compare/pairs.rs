@@ -171,7 +171,7 @@ pub fn precise(m: &LogMean, pct: f64) -> bool {
 /// each shared phase's Link/Mini ratio, each Link-only phase's Link time, and with
 /// `--against` each side's new/old per phase.
 pub fn not_precise(cycles: &[RunRecord], against: bool, pct: f64) -> Vec<String> {
-    let names = super::build::phase_names(cycles);
+    let names = super::order::phase_names(cycles);
     let mut out = Vec::new();
     let mut check = |label: String, m: Option<LogMean>| match m {
         Some(m) if precise(&m, pct) => {}

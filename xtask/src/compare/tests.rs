@@ -1,9 +1,9 @@
 //! Comparisons built from the recorded reports under `tests/data`; shared with the other
 //! modules' tests.
 
-use super::build::merge_order;
-use super::noise::{parse_loadavg, parse_pressure};
+use super::order::merge_order;
 use super::*;
+use crate::noise::{parse_loadavg, parse_pressure};
 use crate::stats;
 use std::path::PathBuf;
 

@@ -53,7 +53,7 @@ pub fn up_refused(root: &Path, profile: &str) -> std::process::Output {
 
 fn programs() -> PathBuf {
     let dir = runtime_process::test_programs();
-    for p in Profile::Mini.plugins() {
+    for p in link_protocol::manifest::programs_of(Profile::Mini) {
         assert!(
             dir.join(p).is_file(),
             "{p} is not built in {}: run `cargo build --workspace` (or test with --workspace)",
@@ -214,7 +214,10 @@ impl Wrapped {
         let dir = built.join(format!("lnk-wrapped-{}-{}", plugin, std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        for name in Profile::Link.plugins().iter().chain(&[programs::HOST]) {
+        for name in link_protocol::manifest::programs_of(Profile::Link)
+            .iter()
+            .chain(&[programs::HOST])
+        {
             let to = match *name {
                 n if n == plugin => format!("{n}.real"),
                 other => other.to_owned(),

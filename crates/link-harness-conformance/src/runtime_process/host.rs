@@ -4,7 +4,7 @@
 //! that never got ready says ([`UpFailure`], [`NotReady`]).
 
 use super::{lock, RuntimeSpec};
-use crate::plugin_process::{kill_and_reap, signal, wait_timeout};
+use crate::child::{kill_and_reap, signal, wait_timeout};
 use crate::programs::HOST;
 use crate::reaper::{self, Owned};
 use link_protocol::layout::StateLayout;

@@ -27,7 +27,10 @@ mod skip;
 pub use exclusive::{exclusive, shared, Exclusive, Shared};
 pub use host::{NotReady, UpFailure};
 pub use process::RuntimeProcess;
-pub use skip::{test_programs, up_or_skip, ENV_REQUIRE_RUNTIME};
+pub use skip::up_or_skip;
+// Where every runtime test finds them; re-exported here, where the tests start the runtime.
+pub use crate::probe::ENV_REQUIRE_RUNTIME;
+pub use crate::programs::test_programs;
 
 use crate::fixture::StateRoot;
 use crate::programs::HOST;

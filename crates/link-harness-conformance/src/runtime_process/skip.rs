@@ -2,23 +2,10 @@
 //! skip when they are not all built, unless [`ENV_REQUIRE_RUNTIME`] makes that a failure.
 
 use super::{RuntimeProcess, RuntimeSpec};
-use crate::programs::HOST;
+use crate::probe::ENV_REQUIRE_RUNTIME;
+use crate::programs::{test_programs, HOST};
 use link_protocol::plugin::{Mode, Profile};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// Set to `1`, a runtime test that cannot start the runtime fails instead of skipping.
-pub const ENV_REQUIRE_RUNTIME: &str = "LNK_REQUIRE_RUNTIME";
-
-/// `target/<profile>/`, where cargo puts every program of the workspace: a test executable
-/// runs from its `deps/` directory.
-pub fn test_programs() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target profile directory")
-        .to_path_buf()
-}
 
 /// Full Link in `mode` for a plugin's runtime test, with test hooks on and the programs
 /// beside the test. `None` (skipped loudly) when it cannot come up because a program is

@@ -80,11 +80,8 @@ pub(super) fn startup(s: &Startup<'_>) -> Result<String, String> {
         .filter(|p| p["state"] == "ready")
         .map(|p| p["name"].as_str().unwrap_or_default().to_owned())
         .collect();
-    let missing: Vec<&str> = s
-        .profile
-        .plugins()
-        .iter()
-        .copied()
+    let missing: Vec<&str> = link_protocol::manifest::programs_of(s.profile)
+        .into_iter()
         .filter(|n| !ready.iter().any(|r| r == n))
         .collect();
     if !missing.is_empty() {

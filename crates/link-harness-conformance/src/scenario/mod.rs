@@ -14,9 +14,10 @@
 //! turn (see [`crate::runtime_process::exclusive`]) and considers only the processes it
 //! started. Each phase hands the next what it needs ([`session::Session`] after start-up,
 //! [`turns::Alpha`] after the cold turn). [`plan`] says which phases and skips a run has,
-//! [`judge`] decides each check from what a phase observed, and [`report`] is the one place
-//! records are written.
+//! [`judge`] decides each check from what a phase observed, [`report`] is the one place
+//! records are written, and [`cpu`] finds the runtime's own processes and their CPU time.
 
+mod cpu;
 mod idle;
 mod judge;
 mod plan;

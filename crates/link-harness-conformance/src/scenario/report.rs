@@ -15,7 +15,6 @@ use link_plugin_measure::{
     SampleRound, Status, StatusPoint,
 };
 use link_protocol::plugin::{Mode, Profile};
-use link_protocol::routes;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
@@ -182,10 +181,10 @@ impl<'a> Recorder<'a> {
 
     /// A phase timer that also measures the runtime's CPU time: every thread of the host and
     /// its live descendants but the sandbox probe, as the last [`Recorder::observe`] found
-    /// them ([`super::startup::runtime_processes`]), read before the clock starts and after it
+    /// them ([`super::cpu::runtime_processes`]), read before the clock starts and after it
     /// stops, so reading costs the phase nothing.
     pub(super) fn timer(&mut self) -> Timer {
-        self.cpu_start = super::startup::cpu_of(&self.runtime);
+        self.cpu_start = super::cpu::cpu_of(&self.runtime);
         Timer {
             cpu: !self.cpu_start.is_empty(),
             ..Timer::start()
@@ -320,7 +319,7 @@ impl<'a> Recorder<'a> {
         let phase = phase.as_str();
         let snapshot = self.scope.snapshot();
         if let Some(host) = self.host_pid {
-            self.runtime = super::startup::runtime_processes(&snapshot, host);
+            self.runtime = super::cpu::runtime_processes(&snapshot, host);
         }
         for p in snapshot {
             let key = (p.pid, p.start_time_ticks);
@@ -369,7 +368,7 @@ impl<'a> Recorder<'a> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if routes::PLUGINS.contains(&base.as_str()) {
+        if link_protocol::manifest::find(&base).is_some() {
             return base;
         }
         if base == programs::HOST {

@@ -4,7 +4,7 @@ use super::{programs, route, Empty};
 use serde::{Deserialize, Serialize};
 
 /// The remote model's bearer key: stored by the host for `link model-key set`, read by the
-/// model when it forwards. The router lets no other caller name it (its `SECRETS` table).
+/// model when it forwards. The router lets no other caller name it (`manifest::Plugin::secrets`).
 pub const MODEL_REMOTE_KEY: &str = "model.remote-key";
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -44,8 +44,7 @@ fn tool_call_finds_the_tool_or_names_the_calls_made() {
 }
 
 fn mini_status(state: &str, mode: &str) -> Value {
-    let plugins: Vec<Value> = Profile::Mini
-        .plugins()
+    let plugins: Vec<Value> = link_protocol::manifest::programs_of(Profile::Mini)
         .iter()
         .enumerate()
         .map(|(i, n)| json!({"name": n, "pid": 100 + i, "state": state}))

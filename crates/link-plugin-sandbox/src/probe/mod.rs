@@ -18,8 +18,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod inside;
+
 /// The namespaces the sandbox must not share with the host.
-pub const NAMESPACES: &[&str] = &["user", "pid", "net", "ipc", "uts", "mnt"];
+pub use inside::NAMESPACES;
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -392,7 +394,7 @@ fn production_run(
     };
     let outside_etc = Path::new("/etc").join(&dir.name);
     let connection_arrived = listener.set_nonblocking(true).is_ok() && listener.accept().is_ok();
-    let host_ns = crate::helper::namespace_ids();
+    let host_ns = inside::namespace_ids();
     for ns in NAMESPACES {
         let separate = inside["namespaces"][ns] != host_ns[ns] && inside["namespaces"][ns] != "";
         report.namespaces.insert((*ns).into(), separate);
@@ -601,6 +603,36 @@ pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every reader of the probe (the kit, the xtask) reads its JSON as
+    /// `link_report::probe::SandboxProbe`: whatever this report writes, they read the same
+    /// verdict, reason and figures.
+    #[test]
+    fn every_reader_reads_the_report_the_probe_writes() {
+        use link_report::probe::{SandboxProbe, SandboxStatus};
+        for (status, want) in [
+            (ProbeStatus::Enforced, SandboxStatus::Enforced),
+            (ProbeStatus::Unavailable, SandboxStatus::Unavailable),
+            (ProbeStatus::Broken, SandboxStatus::Broken),
+        ] {
+            let mut report = ProbeReport::new().fail(status, "bwrap: no user namespaces");
+            report.landlock_abi = Some(7);
+            report.bwrap_version = Some("0.11.0".into());
+            let json = serde_json::to_string(&report).unwrap();
+            let read = SandboxProbe::parse(&json).expect("a reader reads the probe's JSON");
+            assert_eq!(
+                read,
+                SandboxProbe {
+                    status: want,
+                    reason: report.reason.clone(),
+                    landlock_abi: Some(7),
+                    landlock_abi_pinned: Some(crate::rules::PINNED_ABI_NUMBER),
+                    bwrap_version: Some("0.11.0".into()),
+                }
+            );
+            assert_eq!(status.as_str(), serde_json::to_value(want).unwrap());
+        }
+    }
 
     #[test]
     fn the_scratch_dirs_of_dead_probes_are_swept_and_only_those() {

@@ -1,7 +1,14 @@
-//! The machine's load just before a run, and when it counts as busy.
+//! The machine's load just before a run, and when it counts as busy: one leaf both the
+//! comparison and the sandbox benchmark read.
 
-use super::{HIGH_CPU_PRESSURE, HIGH_LOAD_PER_CPU};
 use serde::{Deserialize, Serialize};
+
+/// A ratio interval wider than this (upper / lower) is called out.
+pub const WIDE_INTERVAL: f64 = 1.5;
+/// A one-minute load average above this many per CPU is called out.
+pub const HIGH_LOAD_PER_CPU: f64 = 1.0;
+/// A `/proc/pressure/cpu` `some avg10` above this (percent) is called out.
+pub const HIGH_CPU_PRESSURE: f64 = 10.0;
 
 /// The machine's load just before a run (`None`: the kernel does not say).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

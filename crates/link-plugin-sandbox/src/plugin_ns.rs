@@ -1,0 +1,433 @@
+//! The sandbox plugin's own user namespace, as root (issue 42: a compromised sandbox plugin
+//! was root on the machine: it wrote `/proc/sys/kernel/core_pattern` and read every file).
+//!
+//! The plugin cannot take Landlock filesystem rules (its bwrap mounts), so what bounds it is
+//! who it is. As root the host makes it a user namespace ([`identity::user_namespace_mapped`],
+//! the same maker as its commands' namespaces) mapping only two things: the namespace's root to
+//! the plugin's own unprivileged uid and gid on the host ([`identity::PLUGIN_SLOT`] of the
+//! dedicated range), and the agents' range to itself. The plugin joins it between fork and
+//! exec and becomes that root ([`PluginNamespace::join`]). Every capability it keeps is then
+//! over that namespace only: it still makes its commands' nested namespaces (`CAP_SETUID`,
+//! `CAP_SETGID`, `CAP_SETFCAP` there) and hands workspaces to agents' uids (`CAP_CHOWN`,
+//! `CAP_FOWNER`, `CAP_DAC_OVERRIDE`), but on the host it is an ordinary uid: a sysctl or a file
+//! of root or of another user is refused by the owner bits (`EACCES`), and no capability
+//! applies to an inode whose owner the namespace does not map.
+//!
+//! What it must reach is mounted for it in its view ([`crate::view`]), at the same paths,
+//! before it joins: the state root (or its first ancestor the plugin's uid may not search,
+//! such as root's 0700 home) is covered with an empty read-only tmpfs in which only the
+//! directories it serves are attached again — its home, data area and socket directory and the
+//! roots of the agents' workspaces and homes, each an idmapped mount through the plugin's
+//! namespace (files on disk of host root show as the plugin's own root, so it and its bwrap
+//! reach them by owner bits, and what they create is root's on disk as before) — and the
+//! programs directory if it lies beneath. The secret store, the tokens, the control key, the
+//! pids file and the other plugins' sockets are not even there.
+//!
+//! What still needs the initial namespace is done by the host before the plugin joins: the
+//! mount namespace and its read-only, device and shed mounts, the network namespace without
+//! interfaces, the idmapped mounts. Nothing of the plugin's work does (no cgroup, quota or
+//! device is touched by it: limits are rlimits set by the helper inside each command).
+//!
+//! As an ordinary user the plugin is that user, in a namespace mapping only itself
+//! ([`crate::view`]): it joins no other, and its trees are not idmapped, but it sees the same
+//! covered tree, so it reads none of that user's files outside what it serves (the secret
+//! store, the tokens, the control key, the rest of that user's home).
+
+use crate::identity::{self, UserNamespaceError, PLUGIN_SLOT, SLOTS};
+use rustix::fd::{AsRawFd, OwnedFd};
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Trees attached in the cover at most (the plugin's own three, the two roots it serves,
+/// the programs).
+const MAX_TREES: usize = 8;
+
+const SYS_OPEN_TREE: libc::c_long = 428;
+const SYS_MOVE_MOUNT: libc::c_long = 429;
+const SYS_MOUNT_SETATTR: libc::c_long = 442;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+
+/// `struct mount_attr`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// The plugin's identity on the host as root: the last slot of the dedicated range.
+pub fn plugin_id() -> Result<u32, String> {
+    identity::base().map(|base| base + PLUGIN_SLOT)
+}
+
+/// The namespace's maps: its root to the plugin's id, the agents' slots (1 up to the
+/// plugin's) to themselves. Slot 0 (the probe and `exec`, run by the host) is not mapped.
+fn map(base: u32) -> String {
+    let plugin = base + PLUGIN_SLOT;
+    let first = base + 1;
+    format!("0 {plugin} 1\n{first} {first} {}\n", SLOTS - 2)
+}
+
+/// A directory attached again in the cover, at its own path.
+#[derive(Debug)]
+struct Tree {
+    path: CString,
+    /// Through the plugin's namespace: what it serves; the programs are not.
+    idmapped: bool,
+}
+
+/// The plugin's namespace and the tree it sees, prepared in the parent; built and joined in
+/// the child between fork and exec, with system calls only.
+#[derive(Debug)]
+pub struct PluginNamespace {
+    /// As root: the namespace to join. An ordinary user's view makes its own.
+    ns: Option<OwnedFd>,
+    /// Covered with an empty tmpfs.
+    cover: CString,
+    /// Made in the cover, parents first.
+    skeleton: Vec<CString>,
+    trees: Vec<Tree>,
+    /// The process preparing it, the plugin's parent: a change of credentials disarms the
+    /// parent-death signal, which [`PluginNamespace::join`] arms again.
+    parent: rustix::process::Pid,
+}
+
+/// Why the plugin's namespace could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginNamespaceError {
+    #[error("the sandbox plugin's identity: {0}")]
+    Identity(String),
+    #[error("the sandbox plugin's user namespace: {0}")]
+    Namespace(#[from] UserNamespaceError),
+    #[error(
+        "{0} is not searchable by others (mode {1:o}), so the sandbox plugin's uid cannot reach \
+         its programs: put the programs where every directory on the way is searchable"
+    )]
+    Unreachable(PathBuf, u32),
+    #[error(
+        "{0} must be named by its real path ({1}): the sandbox plugin sees only the real \
+         directories beneath {2}"
+    )]
+    NotReal(PathBuf, PathBuf, PathBuf),
+    #[error(
+        "{0} cannot be mounted idmapped ({1}): as root, the sandbox plugin reaches what it \
+         serves through idmapped mounts; put the state root on a filesystem that supports them \
+         (ext4, xfs, btrfs; tmpfs from Linux 6.3) on Linux 5.12 or later"
+    )]
+    NoIdmap(PathBuf, io::Error),
+    #[error("the sandbox plugin's view: {0}")]
+    Io(#[from] io::Error),
+}
+
+impl PluginNamespace {
+    /// The tree in which `served` (the plugin's own directories and the roots it serves; each
+    /// must exist) and the directory of `program` are reachable, and as root the namespace.
+    pub fn prepare(
+        served: &[PathBuf],
+        program: &Path,
+    ) -> Result<PluginNamespace, PluginNamespaceError> {
+        let root = rustix::process::geteuid().is_root();
+        let ns = match root {
+            true => {
+                let base = identity::base().map_err(PluginNamespaceError::Identity)?;
+                let map = map(base);
+                // Owned by the plugin's own uid, not root (see `user_namespace_mapped`).
+                let owner = Some(base + PLUGIN_SLOT);
+                Some(identity::user_namespace_mapped(&map, &map, owner)?)
+            }
+            false => None,
+        };
+        // An ordinary user's plugin is that user: its first own directory on the way (its
+        // home, say) is covered too, so no other file of that user there is in its view.
+        let mine = (!root).then(|| rustix::process::geteuid().as_raw());
+        let cover = cover(served, mine)?;
+        let mut trees = Vec::new();
+        for dir in served {
+            let real = dir.canonicalize()?;
+            if &real != dir {
+                return Err(PluginNamespaceError::NotReal(dir.clone(), real, cover));
+            }
+            trees.push((real, root));
+        }
+        let programs = program.parent().unwrap_or(Path::new("/")).canonicalize()?;
+        if programs.starts_with(&cover) {
+            trees.push((programs, false));
+        } else if let Some((dir, mode)) = unsearchable(&programs)?.filter(|_| root) {
+            return Err(PluginNamespaceError::Unreachable(dir, mode));
+        }
+        if trees.len() > MAX_TREES {
+            return Err(
+                io::Error::other("too many directories for the sandbox plugin's view").into(),
+            );
+        }
+        // Each idmapped copy made once here, where a refusal can be named (a filesystem
+        // without idmapped mounts: NFS, say), rather than as a bare errno from the child.
+        if let Some(ns) = &ns {
+            for (dir, _) in trees.iter().filter(|(_, idmapped)| *idmapped) {
+                let mut fd = -1;
+                let made = clone_tree(&c_path(dir)?, Some(ns.as_raw_fd()), &mut fd);
+                if fd >= 0 {
+                    // SAFETY: the descriptor clone_tree opened; its detached copy goes with it.
+                    unsafe { libc::close(fd) };
+                }
+                made.map_err(|e| PluginNamespaceError::NoIdmap(dir.clone(), e))?;
+            }
+        }
+        let mut skeleton: Vec<PathBuf> = Vec::new();
+        for (path, _) in &trees {
+            for dir in path
+                .ancestors()
+                .filter(|a| a.starts_with(&cover) && *a != cover)
+            {
+                skeleton.push(dir.to_path_buf());
+            }
+        }
+        skeleton.sort_by_key(|p| p.components().count());
+        skeleton.dedup();
+        Ok(PluginNamespace {
+            parent: rustix::process::getpid(),
+            ns,
+            cover: c_path(&cover)?,
+            skeleton: skeleton
+                .iter()
+                .map(|p| c_path(p))
+                .collect::<io::Result<_>>()?,
+            trees: trees
+                .iter()
+                .map(|(p, idmapped)| {
+                    Ok(Tree {
+                        path: c_path(p)?,
+                        idmapped: *idmapped,
+                    })
+                })
+                .collect::<io::Result<_>>()?,
+        })
+    }
+
+    /// In the view's new mount namespace, still as the host's root: clones each tree (idmapped
+    /// through the plugin's namespace where it serves it), covers the cover with an empty
+    /// tmpfs, makes the way down to each tree and attaches it there. The view's read-only
+    /// step, after, applies to all of it.
+    pub fn build_tree(&self) -> io::Result<()> {
+        let mut fds = [-1; MAX_TREES];
+        let result = self.build_with(&mut fds);
+        for fd in fds.into_iter().filter(|fd| *fd >= 0) {
+            // SAFETY: descriptors this function opened.
+            unsafe { libc::close(fd) };
+        }
+        result
+    }
+
+    fn build_with(&self, fds: &mut [libc::c_int; MAX_TREES]) -> io::Result<()> {
+        for (tree, fd) in self.trees.iter().zip(fds.iter_mut()) {
+            let idmap = self.ns.as_ref().filter(|_| tree.idmapped);
+            clone_tree(&tree.path, idmap.map(|ns| ns.as_raw_fd()), fd)?;
+        }
+        // SAFETY: NUL-terminated strings.
+        check(unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                self.cover.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0755,size=64k".as_ptr().cast(),
+            ) as libc::c_long
+        })?;
+        for dir in &self.skeleton {
+            // SAFETY: a NUL-terminated path. Searchable by the plugin's uid whatever the umask.
+            unsafe {
+                check(libc::mkdir(dir.as_ptr(), 0o755) as libc::c_long)?;
+                check(libc::chmod(dir.as_ptr(), 0o755) as libc::c_long)?;
+            }
+        }
+        for (tree, fd) in self.trees.iter().zip(fds.iter()) {
+            // SAFETY: a descriptor, an empty path and a NUL-terminated target.
+            check(unsafe {
+                libc::syscall(
+                    SYS_MOVE_MOUNT,
+                    *fd,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    tree.path.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Whether `dir` is one of the trees the view attached (a mount of its own already).
+    pub fn attached(&self, dir: &std::ffi::CStr) -> bool {
+        self.trees.iter().any(|t| t.path.as_c_str() == dir)
+    }
+
+    /// Joins the namespace and becomes its root: no supplementary group (root's would still
+    /// count on the host), gid and uid 0 there, the plugin's own on the host. The last step of
+    /// the view; the capabilities are shed after it, in the namespace.
+    pub fn join(&self) -> io::Result<()> {
+        let Some(ns) = &self.ns else { return Ok(()) };
+        // SAFETY: setns on a descriptor this value owns, then raw id calls (not libc's
+        // wrappers, which signal every thread: the child has one).
+        unsafe {
+            check(libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) as libc::c_long)?;
+            check(libc::syscall(
+                libc::SYS_setgroups,
+                0,
+                std::ptr::null::<libc::gid_t>(),
+            ))?;
+            check(libc::syscall(libc::SYS_setresgid, 0, 0, 0))?;
+            check(libc::syscall(libc::SYS_setresuid, 0, 0, 0))?;
+        }
+        // The kernel clears the parent-death signal when the credentials change, and the host
+        // armed it before (`plugin dies with its host`): armed again, the parent checked again.
+        crate::run::die_with_parent(self.parent)
+    }
+}
+
+/// A detached copy of the mounts at `path` and below, in `fd`, idmapped through `userns` if
+/// given. System calls only (the view's child calls it between fork and exec).
+fn clone_tree(
+    path: &std::ffi::CStr,
+    userns: Option<libc::c_int>,
+    fd: &mut libc::c_int,
+) -> io::Result<()> {
+    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a NUL-terminated path and flags.
+    let opened = unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, path.as_ptr(), flags) };
+    check(opened)?;
+    *fd = opened as libc::c_int;
+    let Some(userns) = userns else { return Ok(()) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
+    check(unsafe {
+        libc::syscall(
+            SYS_MOUNT_SETATTR,
+            *fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// What is covered: the first directory, from `/` down to the one holding every served
+/// directory, that others may not search (root's 0700 home, or the 0700 state root) or that
+/// `mine` owns (an ordinary user's home), or that directory itself.
+fn cover(served: &[PathBuf], mine: Option<u32>) -> io::Result<PathBuf> {
+    let mut common: Option<PathBuf> = None;
+    for dir in served {
+        let dir = dir.canonicalize()?;
+        common = Some(match common {
+            None => dir,
+            Some(c) => c
+                .ancestors()
+                .find(|a| dir.starts_with(a))
+                .unwrap_or(Path::new("/"))
+                .to_path_buf(),
+        });
+    }
+    let common = common.ok_or_else(|| io::Error::other("the sandbox plugin serves nothing"))?;
+    if common == Path::new("/") {
+        return Err(io::Error::other(
+            "the sandbox plugin's directories share no directory but /",
+        ));
+    }
+    if let Some(uid) = mine {
+        use std::os::unix::fs::MetadataExt;
+        for a in common
+            .ancestors()
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .skip(1)
+        {
+            let meta = std::fs::metadata(a)?;
+            if meta.uid() == uid || meta.mode() & 0o001 == 0 {
+                return Ok(a.to_path_buf());
+            }
+        }
+    }
+    Ok(unsearchable(&common)?.map_or(common, |(dir, _)| dir))
+}
+
+/// The first directory from `/` down to `dir` (included) that others may not search.
+fn unsearchable(dir: &Path) -> io::Result<Option<(PathBuf, u32)>> {
+    use std::os::unix::fs::PermissionsExt;
+    let ancestors: Vec<&Path> = dir.ancestors().collect();
+    for a in ancestors.into_iter().rev().skip(1) {
+        let mode = std::fs::metadata(a)?.permissions().mode();
+        if mode & 0o001 == 0 {
+            return Ok(Some((a.to_path_buf(), mode & 0o7777)));
+        }
+    }
+    Ok(None)
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path holds a NUL byte"))
+}
+
+fn check(ret: libc::c_long) -> io::Result<()> {
+    if ret >= 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_maps_itself_as_root_and_the_agents_to_themselves() {
+        let base = identity::DEFAULT_BASE;
+        assert_eq!(
+            map(base),
+            format!("0 {} 1\n{} {} 65534\n", base + 65535, base + 1, base + 1)
+        );
+        // The two ranges do not meet on the host: the plugin's id lies just past the agents'.
+        assert_eq!(base + 1 + (SLOTS - 2), base + PLUGIN_SLOT);
+    }
+
+    #[test]
+    fn the_cover_is_the_first_directory_others_may_not_search() {
+        use std::os::unix::fs::PermissionsExt;
+        let top = std::env::temp_dir().join(format!("lnk-cover-{}", std::process::id()));
+        let (a, b) = (top.join("open/state/data/x"), top.join("open/state/run/y"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        let mode = |p: &Path, m| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+        mode(&top, 0o755).unwrap();
+        mode(&top.join("open"), 0o755).unwrap();
+        mode(&top.join("open/state"), 0o755).unwrap();
+        let top = top.canonicalize().unwrap();
+        assert_eq!(
+            cover(&[a.clone(), b.clone()], None).unwrap(),
+            top.join("open/state")
+        );
+        if rustix::process::geteuid().is_root() {
+            // An ordinary user's: its own directory on the way (no other owns 4242's).
+            let stranger = Some(rustix::fs::Uid::from_raw(4242));
+            rustix::fs::chown(top.join("open"), stranger, None).unwrap();
+            let mine = cover(&[a.clone(), b.clone()], Some(4242)).unwrap();
+            assert_eq!(mine, top.join("open"));
+        }
+        mode(&top.join("open"), 0o700).unwrap();
+        assert_eq!(cover(&[a, b], None).unwrap(), top.join("open"));
+        std::fs::remove_dir_all(&top).unwrap();
+    }
+}

@@ -1,0 +1,74 @@
+//! The sandbox probe's answer (`link-plugin-sandbox probe`'s JSON, which a run report keeps
+//! verbatim in `platform.sandbox`) as every reader reads it: the kit, the xtask's `doctor`,
+//! `runtime` and `bench-sandbox`. The probe writes its full `ProbeReport`
+//! (`link-plugin-sandbox`); this is the part its readers decide on, typed, so none of them
+//! looks a field up by name. `link-plugin-sandbox`'s
+//! `probe::tests::every_reader_reads_the_report_the_probe_writes` pins the two together.
+
+use serde::{Deserialize, Serialize};
+
+/// The probe's verdict: its exit status 0, 2 and 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxStatus {
+    /// Every check passed: commands can run confined.
+    Enforced,
+    /// A capability is missing (named in `reason`, with its fix).
+    Unavailable,
+    /// The sandbox ran but a check failed, or failed in an unknown way.
+    Broken,
+}
+
+/// What the sandbox probe found, as its readers need it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxProbe {
+    pub status: SandboxStatus,
+    /// Why it is not `enforced`, with the fix.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The Landlock ABI the kernel offers.
+    #[serde(default)]
+    pub landlock_abi: Option<u32>,
+    /// The ABI whose rights every ruleset handles.
+    #[serde(default)]
+    pub landlock_abi_pinned: Option<u32>,
+    #[serde(default)]
+    pub bwrap_version: Option<String>,
+}
+
+impl SandboxProbe {
+    /// The probe's stdout, when it is the JSON the probe promises.
+    pub fn parse(stdout: &str) -> Option<SandboxProbe> {
+        serde_json::from_str(stdout.trim()).ok()
+    }
+
+    /// A report's `platform.sandbox`, when it holds the probe's answer.
+    pub fn read(value: &serde_json::Value) -> Option<SandboxProbe> {
+        SandboxProbe::deserialize(value).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probes_json_reads_and_anything_else_does_not() {
+        let p = SandboxProbe::parse(
+            r#"{"status":"unavailable","reason":"bwrap: setting up uid map: Permission denied","landlock_abi":6,"checks":{}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.status, SandboxStatus::Unavailable);
+        assert_eq!(
+            p.reason.as_deref(),
+            Some("bwrap: setting up uid map: Permission denied")
+        );
+        assert_eq!(p.landlock_abi, Some(6));
+        assert_eq!(SandboxProbe::parse("not json"), None);
+        assert_eq!(SandboxProbe::read(&serde_json::Value::Null), None);
+        assert_eq!(
+            SandboxProbe::read(&serde_json::json!({"status": "maybe"})),
+            None
+        );
+    }
+}
