@@ -15,19 +15,11 @@ use std::path::Path;
 use std::time::Duration;
 
 fn runtime(rt_state: &Path) -> Result<(StateLayout, tokio::runtime::Runtime)> {
-    let layout = StateLayout::new(absolute(rt_state)?);
+    let layout = StateLayout::new(link_protocol::layout::absolute(rt_state)?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     Ok((layout, rt))
-}
-
-pub fn absolute(p: &Path) -> Result<std::path::PathBuf> {
-    Ok(if p.is_absolute() {
-        p.to_owned()
-    } else {
-        std::env::current_dir()?.join(p)
-    })
 }
 
 /// How long the host may take over a call it answers itself (`status`, `down`): at once,
@@ -198,7 +190,7 @@ fn clean_after_dead_host(layout: &StateLayout) -> Result<bool> {
     if host.is_none() && !layout.all_sockets().iter().any(|s| s.exists()) {
         return Ok(false);
     }
-    crate::host::clean_after_dead_host(layout)?;
+    crate::leftovers::clean_after_dead_host(layout)?;
     let host = host.map(|pid| format!(" (pid {pid})")).unwrap_or_default();
     link_protocol::errln!(
         "link: no runtime was running on {}: its host{host} died without stopping; what it left \
@@ -274,7 +266,7 @@ fn parse_key(text: &str) -> Result<String> {
              `link model-key set --state DIR < keyfile`; nothing was stored"
         );
     }
-    if !valid_key(key) {
+    if !link_protocol::routes::host::valid_key(key) {
         bail!(
             "the key on standard input is not one line of visible ASCII characters (it is \
              sent as an HTTP header); nothing was stored"
@@ -283,14 +275,8 @@ fn parse_key(text: &str) -> Result<String> {
     Ok(key.to_owned())
 }
 
-/// The one rule for a remote model key, on both sides of `host.sock`: it travels as an HTTP
-/// header, so one non-empty line of visible ASCII characters.
-pub fn valid_key(key: &str) -> bool {
-    !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())
-}
-
 pub fn token_create(state: &Path) -> Result<i32> {
-    let layout = StateLayout::new(absolute(state)?);
+    let layout = StateLayout::new(link_protocol::layout::absolute(state)?);
     // Only a root `link up` has prepared gets a token: anywhere else the token would be
     // written where no connection service reads it.
     if !layout.run_dir().is_dir() {
@@ -344,7 +330,7 @@ fn hand_over(token: &str) -> Result<()> {
 }
 
 pub fn token_revoke(state: &Path, token: &str) -> Result<i32> {
-    let layout = StateLayout::new(absolute(state)?);
+    let layout = StateLayout::new(link_protocol::layout::absolute(state)?);
     if !tokens::revoke(&layout.tokens_file(), token)? {
         bail!(
             "that token is not in {}; nothing revoked",

@@ -2,7 +2,7 @@
 //! test hooks; every route but status behind the runtime's control key.
 
 use crate::caller::{self, Caller};
-use crate::host::Shared;
+use crate::shared::Shared;
 use link_protocol::control_key::ControlKey;
 use link_protocol::manifest;
 use link_protocol::plugin::Profile;
@@ -67,7 +67,7 @@ fn full_handler(shared: Arc<Shared>) -> Handler {
         .on::<host::MonitorStop, _, _>(|shared, _, _| forward::<host::MonitorStop>(shared))
         .on::<host::MonitorSamples, _, _>(|shared, _, _| forward::<host::MonitorSamples>(shared))
         .on::<host::ModelKeySet, _, _>(|shared, _, key| async move {
-            if !crate::commands::valid_key(&key.value) {
+            if !link_protocol::routes::host::valid_key(&key.value) {
                 return Err(RemoteError::bad_request(
                     "the key is not one line of visible ASCII characters; nothing was stored",
                 ));
@@ -199,7 +199,7 @@ async fn secret_call<R: Route>(
         caller: None,
         body,
     };
-    crate::router::call(shared, crate::router::HOST, req).await
+    crate::routing::call(shared, crate::router::HOST, req).await
 }
 
 /// Makes a plugin call a route through the router as itself, so tests can check grants

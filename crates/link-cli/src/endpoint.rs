@@ -2,8 +2,8 @@
 //! verification delegated to the auth plugin (its answers remembered while the token store
 //! is unchanged: [`crate::verified`]).
 
-use crate::host::Shared;
 use crate::router::HOST;
+use crate::shared::Shared;
 use crate::verified::{Lookup, Verified};
 use link_connection_api::{Backend, BackendFuture};
 use link_protocol::routes::{agent, auth, schedule, store, Empty, Route};
@@ -36,7 +36,7 @@ impl Link {
         };
         let mut stopping = self.shared.stopping.subscribe();
         tokio::select! {
-            result = crate::router::call(&self.shared, HOST, req) => result,
+            result = crate::routing::call(&self.shared, HOST, req) => result,
             reason = stopping.wait_for(Option::is_some) => {
                 let reason = reason.ok().and_then(|r| r.clone()).unwrap_or_default();
                 Err(RemoteError::new(ErrorCode::Unavailable, format!("the runtime is stopping: {reason}")))

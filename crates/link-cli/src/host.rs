@@ -1,6 +1,10 @@
 //! `link up`: the host's life — lock, start, serve, supervise, stop, reap.
 
+use crate::confine::check_confinement;
+use crate::leftovers::clean_after_dead_host;
 use crate::plugins::{self, describe, Launch, Plugin};
+use crate::shared::{HostState, PluginState, PluginStatus, SandboxStatus, Shared};
+use crate::start_probe::Probe;
 use crate::UpArgs;
 use anyhow::{bail, Context, Result};
 use link_protocol::control_key::ControlKey;
@@ -8,7 +12,7 @@ use link_protocol::layout::StateLayout;
 use link_protocol::pids::{start_time, PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,67 +21,8 @@ use tokio::sync::{mpsc, Notify};
 /// Grace between SIGTERM and SIGKILL when stopping a plugin.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// How long `up` waits for a previous run's surviving plugins to die once SIGKILLed.
-const SURVIVOR_WAIT: Duration = Duration::from_secs(10);
 /// The sandbox probe answers in tens of milliseconds; this bounds one that is stuck.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
-
-pub use link_protocol::routes::host::{HostStatus, PluginStatus, SandboxStatus};
-
-/// State shared by the control socket, the router and the supervisor.
-pub struct Shared {
-    pub layout: StateLayout,
-    pub profile: Profile,
-    pub mode: Mode,
-    pub plugins: Mutex<Vec<PluginStatus>>,
-    pub phase: Mutex<&'static str>,
-    pub stop: Notify,
-    /// Set, with the reason, when the runtime starts stopping.
-    pub stopping: tokio::sync::watch::Sender<Option<String>>,
-    pub router: crate::router::Router,
-    /// Set once the sandbox probe proved confinement.
-    pub sandbox: Mutex<Option<SandboxStatus>>,
-}
-
-impl Shared {
-    /// Who must serve `plugin`'s socket: the pid the host started for it.
-    pub fn peer_of(&self, plugin: &str) -> link_protocol::client::Peer {
-        let plugins = self.plugins.lock().expect("lock");
-        match plugins.iter().find(|p| p.name == plugin) {
-            Some(p) => link_protocol::client::Peer::Pid(p.pid),
-            // Not started (yet): no process may answer for it.
-            None => link_protocol::client::Peer::Pid(0),
-        }
-    }
-
-    pub fn status(&self) -> HostStatus {
-        HostStatus {
-            profile: self.profile,
-            mode: self.mode,
-            pid: std::process::id(),
-            state: (*self.phase.lock().expect("lock")).to_owned(),
-            confinement: confinement_summary(self.mode).to_owned(),
-            plugins: self.plugins.lock().expect("lock").clone(),
-            sandbox: self.sandbox.lock().expect("lock").clone(),
-        }
-    }
-
-    pub fn status_json(&self) -> serde_json::Value {
-        serde_json::to_value(self.status()).expect("a status serializes")
-    }
-
-    fn set_plugin_state(&self, name: &str, state: &str) {
-        for p in self
-            .plugins
-            .lock()
-            .expect("lock")
-            .iter_mut()
-            .filter(|p| p.name == name)
-        {
-            p.state = state.to_owned();
-        }
-    }
-}
 
 /// The state root and its top directories, owner-only (0700): made so, or made so again if
 /// an earlier run or another program left them open, so nothing beneath them is reachable by
@@ -92,13 +37,6 @@ fn make_private_dirs(layout: &StateLayout) -> Result<()> {
             .with_context(|| format!("making {} owner-only", dir.display()))?;
     }
     Ok(())
-}
-
-fn confinement_summary(mode: Mode) -> &'static str {
-    match mode {
-        Mode::Confined => "plugins under Landlock, no_new_privs and seccomp (the sandbox plugin: a Landlock domain without filesystem rules and its own seccomp filter; its commands: bubblewrap + Landlock + the full filter)",
-        Mode::Diagnostic => "diagnostic: plugins unconfined; run and file tools disabled; not evidence of confinement",
-    }
 }
 
 /// The remote model key once came from the environment, where every plugin started with it
@@ -151,14 +89,14 @@ pub fn up(args: UpArgs) -> Result<i32> {
     // State is private: everything the host and the plugins it starts (which inherit the
     // umask) create is owner-only, whatever umask `link up` was started with.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
-    let root = crate::commands::absolute(&args.state)?;
+    let root = link_protocol::layout::absolute(&args.state)?;
     let layout = StateLayout::new(root);
     layout.check()?;
     refuse_key_in_environment()?;
     refuse_unreachable_default_model(&args.model)?;
     say_test_hooks_are_ignored();
     let programs = match &args.programs {
-        Some(p) => crate::commands::absolute(p)?,
+        Some(p) => link_protocol::layout::absolute(p)?,
         None => std::env::current_exe()?
             .parent()
             .context("link has no directory")?
@@ -208,7 +146,7 @@ async fn run(
         profile: args.profile,
         mode: args.mode,
         plugins: Mutex::new(Vec::new()),
-        phase: Mutex::new("starting"),
+        phase: Mutex::new(HostState::Starting),
         stop: Notify::new(),
         stopping: tokio::sync::watch::channel(None).0,
         router: crate::router::Router::default(),
@@ -239,7 +177,7 @@ async fn run(
     ));
     if args.profile == Profile::Link {
         let listener = link_protocol::plugin::bind(&layout.router_socket())?;
-        tokio::spawn(crate::router::serve(shared.clone(), listener));
+        tokio::spawn(crate::routing::serve(shared.clone(), listener));
     }
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
@@ -272,13 +210,13 @@ async fn run(
                 let listener = link_protocol::plugin::bind(&layout.connection_socket())?;
                 tokio::spawn(crate::endpoint::serve(shared.clone(), listener));
             }
-            *shared.phase.lock().expect("lock") = "ready";
+            shared.set_phase(HostState::Ready);
             link_protocol::outln!("ready {}", layout.connection_socket().display());
             supervise(&shared, &mut died, &mut signals, probe.as_mut()).await
         }
     };
     shared.stopping.send_replace(Some(reason));
-    *shared.phase.lock().expect("lock") = "stopping";
+    shared.set_phase(HostState::Stopping);
     // Before `reap_strays`, while the probe's process is still this host's unreaped child
     // (after that its pid could name another process).
     if let Some(probe) = probe.as_mut() {
@@ -358,7 +296,7 @@ fn register(launch: &Launch<'_>, shared: &Shared, plugin: &Plugin) -> Result<()>
     shared.plugins.lock().expect("lock").push(PluginStatus {
         name: plugin.name.into(),
         pid: plugin.pid,
-        state: "ready".into(),
+        state: PluginState::Ready,
     });
     // Only full Link routes calls; Mini's harness serves the agent routes itself.
     if launch.profile == Profile::Link {
@@ -442,7 +380,7 @@ async fn supervise(
         _ = signals.recv() => (0, "stopped by a signal".into()),
         _ = shared.stop.notified() => (0, "stopped by `link down`".into()),
         Some((name, status)) = died.recv() => {
-            shared.set_plugin_state(name, "exited");
+            shared.set_plugin_state(name, PluginState::Exited);
             let reason = format!("plugin {name} exited unexpectedly ({})", describe(Some(&status)));
             link_protocol::errln!("link: {reason}; stopping the runtime");
             (1, reason)
@@ -453,7 +391,7 @@ async fn supervise(
 /// Stops plugins in reverse start order: SIGTERM, grace, SIGKILL; each is reaped.
 async fn stop_all(shared: &Shared, started: &mut Vec<Plugin>) {
     while let Some(mut plugin) = started.pop() {
-        shared.set_plugin_state(plugin.name, "stopping");
+        shared.set_plugin_state(plugin.name, PluginState::Stopping);
         if plugin.exited.borrow().is_none() {
             let pid = rustix::process::Pid::from_raw(plugin.pid).expect("pid");
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -469,7 +407,7 @@ async fn stop_all(shared: &Shared, started: &mut Vec<Plugin>) {
                 let _ = plugin.exited.wait_for(Option::is_some).await;
             }
         }
-        shared.set_plugin_state(plugin.name, "exited");
+        shared.set_plugin_state(plugin.name, PluginState::Exited);
     }
 }
 
@@ -503,16 +441,6 @@ fn has_children() -> bool {
     !matches!(waitid(WaitId::All, any), Err(rustix::io::Errno::CHILD))
 }
 
-/// What a host that died left on `layout`: its plugins still running (ended first, as they
-/// may serve the sockets), its sandboxes, its pids file and sockets. `up` clears them before
-/// it starts, `down` when no host answers; the caller holds the lock (`state_lock`).
-pub(crate) fn clean_after_dead_host(layout: &StateLayout) -> Result<()> {
-    kill_survivors(layout)?;
-    // The dead host's key opens nothing now; `up` writes a new one anyway.
-    let _ = std::fs::remove_file(layout.control_key_file());
-    remove_stale_sockets(layout)
-}
-
 /// Rewrites the pids file with every plugin started so far.
 fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
     let file = PidsFile {
@@ -532,379 +460,4 @@ fn record_pids(layout: &StateLayout, started: &[Plugin]) -> Result<()> {
     let bytes = serde_json::to_vec_pretty(&file)?;
     link_protocol::files::write_atomic(&path, &path.with_extension("json.tmp"), &bytes, 0o600)
         .with_context(|| format!("writing {}", path.display()))
-}
-
-/// Plugins a killed host left running, from its pids file: each whose start time still
-/// matches (a reused pid is never touched) is SIGKILLed, and so is every bwrap naming this
-/// state root (a sandbox the host's death left behind, `link_plugin_sandbox::leftovers`);
-/// `up` waits until all are gone. Called with the lock held, so the host that wrote the file
-/// is dead.
-fn kill_survivors(layout: &StateLayout) -> Result<()> {
-    let path = layout.pids_file();
-    let recorded = PidsFile::read(layout)
-        .with_context(|| format!("reading {}; remove it if it is damaged", path.display()))?;
-    let Some(recorded) = recorded else {
-        return Ok(());
-    };
-    let me = std::process::id() as i32;
-    let mut survivors: Vec<_> = recorded
-        .plugins
-        .iter()
-        .filter(|p| p.pid > 1 && p.pid != me && start_time(p.pid) == Some(p.start_time))
-        .map(|p| (p.name.clone(), p.pid, p.start_time))
-        .collect();
-    for (name, pid, _) in &survivors {
-        link_protocol::errln!(
-            "link: killing {name} (pid {pid}), left running by the previous `link up` (pid {}) on this state",
-            recorded.host
-        );
-        if let Some(pid) = rustix::process::Pid::from_raw(*pid) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    }
-    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_of(layout.root()) {
-        link_protocol::errln!(
-            "link: killing bwrap (pid {pid}), a sandbox of the previous `link up` (pid {}) on this state",
-            recorded.host
-        );
-        survivors.push(("bwrap".to_owned(), pid, start));
-    }
-    let deadline = std::time::Instant::now() + SURVIVOR_WAIT;
-    loop {
-        let alive: Vec<_> = survivors
-            .iter()
-            .filter(|(_, pid, start)| start_time(*pid) == Some(*start))
-            .map(|(name, pid, _)| format!("{name} (pid {pid})"))
-            .collect();
-        if alive.is_empty() {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            bail!(
-                "a previous run's plugins survive SIGKILL for {SURVIVOR_WAIT:?}: {}; not starting a second set on this state",
-                alive.join(", ")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
-}
-
-/// Sockets left by a crashed run: nobody holds the lock, so nobody serves them.
-fn remove_stale_sockets(layout: &StateLayout) -> Result<()> {
-    for socket in layout.all_sockets() {
-        if socket.exists() {
-            link_protocol::errln!(
-                "link: removing stale socket {} from a previous run",
-                socket.display()
-            );
-            std::fs::remove_file(&socket)
-                .with_context(|| format!("removing {}", socket.display()))?;
-        }
-    }
-    Ok(())
-}
-
-/// The sandbox probe of one start: the kept answer when [`probe_cache`] has one for this
-/// machine as it is now (the probe then still runs, and is awaited after `ready`), else the
-/// probe's own answer, awaited before `ready`.
-struct Probe {
-    /// `None` once it finished: a finished future must not be polled again.
-    run: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<SandboxStatus>> + Send>>>,
-    /// Asks the probe process to stop ([`Probe::stop`]).
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    programs: PathBuf,
-    key: Option<crate::probe_cache::Key>,
-    cached: Option<SandboxStatus>,
-}
-
-impl Probe {
-    fn start(programs: &Path) -> Probe {
-        let key = crate::probe_cache::Key::now(programs);
-        let cached = key
-            .as_ref()
-            .and_then(|k| crate::probe_cache::lookup(programs, k));
-        let (stop, stopped) = tokio::sync::oneshot::channel();
-        // Behind a kept answer the probe starts once the runtime is ready (first poll), so it
-        // takes no CPU from the start itself; else it runs while the plugins start.
-        // It then also runs at the lowest priority (nice 19, which bwrap and the helper
-        // inherit): it confirms what start-up already went on with, and must not slow the
-        // first turns while it does.
-        let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
-            Some(_) => {
-                let programs = programs.to_owned();
-                Box::pin(async move {
-                    let mut stopped = stopped;
-                    if stopped.try_recv().is_ok() {
-                        bail!("stopped before the sandbox probe started");
-                    }
-                    let child = spawn_probe(&programs, Priority::Background);
-                    sandbox_probe(child, stopped).await
-                })
-            }
-            None => Box::pin(sandbox_probe(
-                spawn_probe(programs, Priority::Normal),
-                stopped,
-            )),
-        };
-        Probe {
-            run: Some(run),
-            stop: Some(stop),
-            programs: programs.to_owned(),
-            key,
-            cached,
-        }
-    }
-
-    /// The probe's own answer, once; pending forever after that.
-    async fn finish(&mut self) -> Result<SandboxStatus> {
-        let Some(run) = self.run.as_mut() else {
-            return std::future::pending().await;
-        };
-        let found = run.await;
-        self.run = None;
-        found
-    }
-
-    /// What start-up goes on with: the kept answer, or the probe's (kept for next time).
-    async fn answer(&mut self) -> Result<SandboxStatus> {
-        if let Some(cached) = &self.cached {
-            return Ok(SandboxStatus {
-                probe: "cached".into(),
-                ..cached.clone()
-            });
-        }
-        let found = self.finish().await?;
-        if let Some(key) = &self.key {
-            crate::probe_cache::keep(&self.programs, key, &found);
-        }
-        Ok(found)
-    }
-
-    /// Resolves only when the probe that ran behind a kept answer disagrees with it: the
-    /// reason to stop. A confirmed answer says so in `link status`.
-    async fn confirm(&mut self, shared: &Shared) -> String {
-        if self.cached.is_none() {
-            return std::future::pending().await;
-        }
-        match self.finish().await {
-            Ok(found) => {
-                *shared.sandbox.lock().expect("lock") = Some(SandboxStatus {
-                    probe: "cached, confirmed".into(),
-                    ..found
-                });
-                std::future::pending().await
-            }
-            Err(e) => {
-                if let Some(key) = &self.key {
-                    crate::probe_cache::forget(&self.programs, key);
-                }
-                format!("{e:#}; the kept probe answer no longer holds (it was removed)")
-            }
-        }
-    }
-
-    /// Stops a probe still running and waits until its process is gone: it ends and reaps
-    /// its own sandbox on SIGTERM, so nothing of it is left to the host (past
-    /// [`STOP_GRACE`] it is killed, and what it leaves is the host's to reap).
-    async fn stop(&mut self) {
-        let Some(run) = self.run.take() else {
-            return;
-        };
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = run.await;
-    }
-}
-
-/// How the probe competes for the CPU.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Priority {
-    /// Start-up waits for it.
-    Normal,
-    /// Nobody waits for it: nice 19.
-    Background,
-}
-
-/// Starts `link-plugin-sandbox probe`.
-fn spawn_probe(programs: &Path, priority: Priority) -> Result<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
-    cmd.arg("probe")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true);
-    die_with_host(&mut cmd);
-    if priority == Priority::Background {
-        // SAFETY: one system call on this child alone; nothing is allocated.
-        unsafe {
-            cmd.pre_exec(|| Ok(rustix::process::setpriority_process(None, 19)?));
-        }
-    }
-    cmd.spawn().context("running link-plugin-sandbox probe")
-}
-
-/// The answer of the probe `child`; an answer other than `enforced` refuses confined mode
-/// with the probe's reason. Returns what `link status` shows of it. Once `stop` fires, the
-/// probe is stopped instead ([`stop_probe`]).
-async fn sandbox_probe(
-    child: Result<tokio::process::Child>,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> Result<SandboxStatus> {
-    let mut child = child?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let finished = {
-        let read = async {
-            let mut out = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut stdout, &mut out)
-                .await
-                .map(|_| out)
-        };
-        let exited = async { tokio::join!(read, child.wait()) };
-        tokio::select! {
-            done = exited => Some(done),
-            _ = &mut stop => None,
-        }
-    };
-    let Some((out, status)) = finished else {
-        stop_probe(&mut child).await;
-        bail!("the sandbox probe was stopped");
-    };
-    let (out, status) = (
-        out.context("reading the sandbox probe's answer")?,
-        status.context("waiting for the sandbox probe")?,
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out).unwrap_or_default();
-    if status.success() {
-        return Ok(SandboxStatus {
-            identity: report["identity"].clone(),
-            seccomp: report["seccomp"].clone(),
-            limits: report["limits"].clone(),
-            probe: "ran".into(),
-        });
-    }
-    bail!(
-        "confined mode is unavailable: the sandbox probe says {} ({}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic",
-        report["status"].as_str().unwrap_or("broken"),
-        report["reason"].as_str().unwrap_or("no reason given")
-    )
-}
-
-/// SIGTERM, then [`STOP_GRACE`] for the probe to end and reap its sandbox, then SIGKILL.
-async fn stop_probe(child: &mut tokio::process::Child) {
-    // Not yet waited for, so the pid is still the probe's.
-    if let Some(pid) = child
-        .id()
-        .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-    {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    if tokio::time::timeout(STOP_GRACE, child.wait())
-        .await
-        .is_err()
-    {
-        link_protocol::errln!(
-            "link: the sandbox probe did not stop within {STOP_GRACE:?}; killing it"
-        );
-        let _ = child.kill().await;
-    }
-}
-
-/// Refuses confined mode where the kernel cannot confine the plugins.
-fn check_confinement() -> Result<()> {
-    use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
-    prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], Network::Off)
-        .map(drop)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "confined mode is unavailable: {e}; `--mode diagnostic` runs unconfined, explicitly"
-            )
-        })
-}
-
-/// Every process the host starts dies with it: `PR_SET_PDEATHSIG` SIGKILL between fork and
-/// exec, then a check that the host (whose pid is taken here, before the fork) is still the
-/// parent, for a host killed before the signal was armed. The signal follows the thread that
-/// forked: the host spawns from its runtime thread and its spawner threads
-/// (`crate::spawner`), all of which live as long as the host.
-pub fn die_with_host(cmd: &mut tokio::process::Command) {
-    let host = rustix::process::getpid();
-    // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
-    unsafe { cmd.pre_exec(move || link_plugin_sandbox::run::die_with_parent(host)) };
-}
-
-/// What a confined plugin may touch besides system paths.
-pub struct Allowance<'a> {
-    pub programs: &'a Path,
-    pub readable: Vec<PathBuf>,
-    pub writable: Vec<PathBuf>,
-    pub sockets: Vec<PathBuf>,
-    /// Whether it reaches the network (`host::Network::of`, the one place that decides).
-    pub network: link_plugin_sandbox::host::Network,
-}
-
-impl Allowance<'_> {
-    /// The Landlock rules of a plugin other than the sandbox plugin: the one place they are
-    /// made, for confining it and for checking what it could reach.
-    pub fn rules(&self) -> link_plugin_sandbox::Rules {
-        use link_plugin_sandbox::host;
-        let mut rules = host::plugin_rules(
-            self.programs.to_owned(),
-            &self.writable,
-            &self.sockets,
-            self.network,
-        );
-        rules.read_only.extend(self.readable.iter().cloned());
-        rules
-    }
-}
-
-/// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
-/// no_new_privs and the seccomp filter (the offline one, Unix sockets only, but for a plugin
-/// on the network: `allow.network`), applied between fork and exec so the plugin never runs a
-/// single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
-/// and namespaces, gets a Landlock domain without filesystem rules instead
-/// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
-/// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
-/// and a mount namespace of its own in which only `allow.writable` and its socket directory
-/// can be written, with a network namespace without interfaces (`link_plugin_sandbox::view`).
-pub fn confine_command(
-    cmd: &mut tokio::process::Command,
-    plugin: &link_protocol::manifest::Plugin,
-    allow: Allowance<'_>,
-) -> Result<crate::spawner::Forker> {
-    use link_plugin_sandbox::host;
-    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(plugin, allow.network)?);
-    let forker = match shedding.filter() {
-        host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
-        host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
-    };
-    let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
-    if sandbox {
-        // First: it needs the capabilities the next step sheds.
-        let mut dirs = allow.writable.clone();
-        dirs.extend(allow.sockets.iter().cloned());
-        let program = std::path::Path::new(cmd.as_std().get_program());
-        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs, program)
-            .context("preparing the sandbox plugin's read-only view")?;
-        // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
-        // allocated.
-        unsafe { cmd.pre_exec(move || view.enter()) };
-    }
-    let caps = shedding.clone();
-    // SAFETY: prctl and capset calls only; nothing is allocated.
-    unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
-    let rules = if sandbox {
-        host::sandbox_plugin_rules()
-    } else {
-        allow.rules()
-    };
-    let mut ruleset = host::prepare(&rules)?;
-    // SAFETY: restrict_child makes two system calls and allocates nothing on success.
-    unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
-    // SAFETY: a seccomp(2) call on a program decoded before the fork, or a socket(2) call;
-    // nothing is allocated.
-    unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
-    Ok(forker)
 }

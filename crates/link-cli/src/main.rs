@@ -9,13 +9,18 @@
 
 mod caller;
 mod commands;
+mod confine;
 mod control;
 mod endpoint;
 mod host;
+mod leftovers;
 mod plugins;
 mod probe_cache;
 mod router;
+mod routing;
+mod shared;
 mod spawner;
+mod start_probe;
 mod state_lock;
 mod verified;
 

@@ -169,7 +169,7 @@ impl Launch<'_> {
         let mut cmd = Command::from(cmd);
         cmd.kill_on_drop(true);
         // Confined or diagnostic, a plugin never outlives the host.
-        crate::host::die_with_host(&mut cmd);
+        crate::confine::die_with_host(&mut cmd);
         let forker = match self.mode {
             Mode::Confined => self.confine(&mut cmd, plugin)?,
             Mode::Diagnostic => Forker::Runtime,
@@ -181,16 +181,16 @@ impl Launch<'_> {
         for dir in extra_writable(self.layout, plugin) {
             plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        crate::host::confine_command(cmd, plugin, self.allowance(plugin))
+        crate::confine::confine_command(cmd, plugin, self.allowance(plugin))
             .with_context(|| format!("confining {}", plugin.program))
     }
 
     /// What `plugin` may touch when confined, besides system paths.
-    fn allowance(&self, plugin: &manifest::Plugin) -> crate::host::Allowance<'_> {
+    fn allowance(&self, plugin: &manifest::Plugin) -> crate::confine::Allowance<'_> {
         let layout = self.layout;
         let mut writable = plugin::own_dirs(layout, plugin);
         writable.extend(extra_writable(layout, plugin));
-        crate::host::Allowance {
+        crate::confine::Allowance {
             programs: self.programs,
             readable: extra_readable(layout, plugin),
             writable,

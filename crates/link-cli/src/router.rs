@@ -16,7 +16,6 @@
 //! time (stopped, wedged) gets `timeout` for that call, its connection is dropped, and it is
 //! shown `unresponsive` in the host's status until it answers a later call.
 
-use crate::host::Shared;
 use link_protocol::client::Pool;
 use link_protocol::manifest::{self, Plugin, UNROUTED};
 use link_protocol::message::Outcome;
@@ -25,9 +24,8 @@ use link_protocol::{RemoteError, Request};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-use tokio::net::UnixStream;
 
 /// Who calls through the router, as a holder of grants: the host itself (its HTTP endpoint,
 /// the model key) or a plugin it started. What each may call is its manifest entry's
@@ -164,33 +162,11 @@ fn say(d: Duration) -> String {
 
 /// What a call showed of its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Heard {
+pub enum Heard {
     /// It answered, with a result or an error.
     Answered,
     /// It did not answer within the deadline.
     Silent,
-}
-
-/// Checks and forwards one call made by `caller`, and records in the host's plugin status
-/// whether the owner answered: `unresponsive` after a missed deadline, `ready` again after
-/// an answer. States other than these two (`exited`, `stopping`) are left alone.
-pub async fn call(shared: &Shared, caller: Grantee, req: Request) -> Result<Value, RemoteError> {
-    let (result, heard) = shared.router.call(caller, req).await;
-    if let Some((plugin, heard)) = heard {
-        let (from, to) = match heard {
-            Heard::Answered => ("unresponsive", "ready"),
-            Heard::Silent => ("ready", "unresponsive"),
-        };
-        let mut plugins = shared.plugins.lock().expect("lock");
-        for p in plugins
-            .iter_mut()
-            .filter(|p| p.name == plugin && p.state == from)
-        {
-            p.state = to.to_owned();
-            link_protocol::errln!("link: {plugin} is {to}");
-        }
-    }
-    result
 }
 
 #[derive(Default)]
@@ -273,14 +249,14 @@ impl Router {
         self.table.lock().expect("lock").by_pid.insert(pid, plugin);
     }
 
-    fn caller_of(&self, pid: Option<i32>) -> Option<Grantee> {
+    pub fn caller_of(&self, pid: Option<i32>) -> Option<Grantee> {
         let table = self.table.lock().expect("lock");
         pid.and_then(|p| table.by_pid.get(&p).map(|plugin| Grantee::Plugin(plugin)))
     }
 
     /// Checks and forwards one call made by `caller`; → the result, and the owner if the
     /// call reached it, with whether it answered.
-    async fn call(
+    pub async fn call(
         &self,
         caller: Grantee,
         mut req: Request,
@@ -421,34 +397,6 @@ impl Drop for Lease<'_> {
 fn refuse(message: String) -> RemoteError {
     link_protocol::errln!("link: router refused: {message}");
     RemoteError::forbidden(message)
-}
-
-/// Accepts plugin connections on `run/router.sock`.
-pub async fn serve(shared: Arc<Shared>, listener: tokio::net::UnixListener) {
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let pid = stream.peer_cred().ok().and_then(|c| c.pid());
-        let Some(caller) = shared.router.caller_of(pid) else {
-            link_protocol::errln!(
-                "link: router refused a connection from pid {pid:?}, which the host did not start"
-            );
-            continue;
-        };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let _ = serve_caller(&shared, caller, stream).await;
-        });
-    }
-}
-
-async fn serve_caller(
-    shared: &Shared,
-    caller: Grantee,
-    stream: UnixStream,
-) -> Result<(), link_protocol::Error> {
-    link_protocol::server::serve_connection(stream, |req| call(shared, caller, req)).await
 }
 
 /// Every route `plugin` claims is one the route table gives it.

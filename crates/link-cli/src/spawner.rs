@@ -10,7 +10,7 @@
 //! and starts the second, which inherits it: one load of the filter, not two.
 //!
 //! The spawner threads live as long as the host and never return: a plugin's parent-death
-//! signal (`crate::host::die_with_host`) follows the thread that forked it, not the process,
+//! signal (`crate::confine::die_with_host`) follows the thread that forked it, not the process,
 //! so a thread that ended would take its plugins with it.
 
 use std::io;

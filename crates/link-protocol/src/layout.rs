@@ -181,6 +181,16 @@ impl StateLayout {
 }
 
 /// The short name a plugin's socket, log, home and data area are named after.
+/// `p` made absolute against the working directory, as a state root or programs directory
+/// given on the command line is taken.
+pub fn absolute(p: &Path) -> std::io::Result<PathBuf> {
+    Ok(if p.is_absolute() {
+        p.to_owned()
+    } else {
+        std::env::current_dir()?.join(p)
+    })
+}
+
 pub fn short_name(plugin: &str) -> &str {
     plugin
         .strip_prefix("link-plugin-")

@@ -18,7 +18,41 @@ pub struct Samples {
 pub struct PluginStatus {
     pub name: String,
     pub pid: i32,
-    pub state: String,
+    pub state: PluginState,
+}
+
+/// A started plugin's state, as the host knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginState {
+    /// It printed its ready line, and answered the last call the router sent it in time.
+    Ready,
+    /// It missed a call's deadline; `ready` again once it answers one.
+    Unresponsive,
+    /// The host asked it to stop.
+    Stopping,
+    Exited,
+}
+
+/// The host's own phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostState {
+    /// Its plugins are starting (or the sandbox probe runs).
+    Starting,
+    Ready,
+    Stopping,
+}
+
+impl std::fmt::Display for PluginState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PluginState::Ready => "ready",
+            PluginState::Unresponsive => "unresponsive",
+            PluginState::Stopping => "stopping",
+            PluginState::Exited => "exited",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,7 +60,7 @@ pub struct HostStatus {
     pub profile: Profile,
     pub mode: Mode,
     pub pid: u32,
-    pub state: String,
+    pub state: HostState,
     pub confinement: String,
     pub plugins: Vec<PluginStatus>,
     /// What the sandbox probe proved at start-up (confined full Link only).
@@ -91,6 +125,12 @@ route!(Down = "host.down", owner programs::HOST, for_agent false, Empty => Empty
 #[derive(Clone, Serialize, Deserialize)]
 pub struct ModelKey {
     pub value: String,
+}
+
+/// The one rule for a remote model key, on both sides of `host.sock`: it travels as an HTTP
+/// header, so one non-empty line of visible ASCII characters.
+pub fn valid_key(key: &str) -> bool {
+    !key.is_empty() && key.bytes().all(|b| b.is_ascii_graphic())
 }
 
 impl std::fmt::Debug for ModelKey {

@@ -1,0 +1,104 @@
+//! How the host confines what it starts: every process dies with the host, and in confined
+//! mode each plugin's capabilities, Landlock domain, seccomp filter and (the sandbox plugin's)
+//! view are set between fork and exec, from its manifest entry.
+
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Refuses confined mode where the kernel cannot confine the plugins.
+pub fn check_confinement() -> Result<()> {
+    use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
+    prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], Network::Off)
+        .map(drop)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "confined mode is unavailable: {e}; `--mode diagnostic` runs unconfined, explicitly"
+            )
+        })
+}
+
+/// Every process the host starts dies with it: `PR_SET_PDEATHSIG` SIGKILL between fork and
+/// exec, then a check that the host (whose pid is taken here, before the fork) is still the
+/// parent, for a host killed before the signal was armed. The signal follows the thread that
+/// forked: the host spawns from its runtime thread and its spawner threads
+/// (`crate::spawner`), all of which live as long as the host.
+pub fn die_with_host(cmd: &mut tokio::process::Command) {
+    let host = rustix::process::getpid();
+    // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
+    unsafe { cmd.pre_exec(move || link_plugin_sandbox::run::die_with_parent(host)) };
+}
+
+/// What a confined plugin may touch besides system paths.
+pub struct Allowance<'a> {
+    pub programs: &'a Path,
+    pub readable: Vec<PathBuf>,
+    pub writable: Vec<PathBuf>,
+    pub sockets: Vec<PathBuf>,
+    /// Whether it reaches the network (`host::Network::of`, the one place that decides).
+    pub network: link_plugin_sandbox::host::Network,
+}
+
+impl Allowance<'_> {
+    /// The Landlock rules of a plugin other than the sandbox plugin: the one place they are
+    /// made, for confining it and for checking what it could reach.
+    pub fn rules(&self) -> link_plugin_sandbox::Rules {
+        use link_plugin_sandbox::host;
+        let mut rules = host::plugin_rules(
+            self.programs.to_owned(),
+            &self.writable,
+            &self.sockets,
+            self.network,
+        );
+        rules.read_only.extend(self.readable.iter().cloned());
+        rules
+    }
+}
+
+/// Confines a plugin command: its capabilities shed (as root), Landlock per `allow`,
+/// no_new_privs and the seccomp filter (the offline one, Unix sockets only, but for a plugin
+/// on the network: `allow.network`), applied between fork and exec so the plugin never runs a
+/// single instruction unconfined. The sandbox plugin, whose bwrap needs mounts
+/// and namespaces, gets a Landlock domain without filesystem rules instead
+/// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
+/// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
+/// and a mount namespace of its own in which only `allow.writable` and its socket directory
+/// can be written, with a network namespace without interfaces (`link_plugin_sandbox::view`).
+pub fn confine_command(
+    cmd: &mut tokio::process::Command,
+    plugin: &link_protocol::manifest::Plugin,
+    allow: Allowance<'_>,
+) -> Result<crate::spawner::Forker> {
+    use link_plugin_sandbox::host;
+    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(plugin, allow.network)?);
+    let forker = match shedding.filter() {
+        host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
+        host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
+    };
+    let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
+    if sandbox {
+        // First: it needs the capabilities the next step sheds.
+        let mut dirs = allow.writable.clone();
+        dirs.extend(allow.sockets.iter().cloned());
+        let program = std::path::Path::new(cmd.as_std().get_program());
+        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs, program)
+            .context("preparing the sandbox plugin's read-only view")?;
+        // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
+        // allocated.
+        unsafe { cmd.pre_exec(move || view.enter()) };
+    }
+    let caps = shedding.clone();
+    // SAFETY: prctl and capset calls only; nothing is allocated.
+    unsafe { cmd.pre_exec(move || caps.drop_capabilities()) };
+    let rules = if sandbox {
+        host::sandbox_plugin_rules()
+    } else {
+        allow.rules()
+    };
+    let mut ruleset = host::prepare(&rules)?;
+    // SAFETY: restrict_child makes two system calls and allocates nothing on success.
+    unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
+    // SAFETY: a seccomp(2) call on a program decoded before the fork, or a socket(2) call;
+    // nothing is allocated.
+    unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
+    Ok(forker)
+}
