@@ -16,7 +16,8 @@
 
 mod store;
 
-use link_protocol::model::{Model, ModelService};
+use link_protocol::model::Model;
+use link_protocol::model_service::ModelService;
 use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::agent::{
     AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, ReadBody, Turn, TurnBody,

@@ -14,7 +14,8 @@
 
 mod registry;
 
-use link_protocol::model::{Model, ModelService};
+use link_protocol::model::Model;
+use link_protocol::model_service::ModelService;
 use link_protocol::routes::agent::{AgentInfo, AgentList, Create, CreateBody, Delete, Get, List};
 use link_protocol::routes::programs;
 use link_protocol::routes::{schedule, store, Empty, Route};

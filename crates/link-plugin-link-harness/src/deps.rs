@@ -4,7 +4,8 @@
 //! a turn that ends because something died says what died.
 
 use link_protocol::client::Pool;
-use link_protocol::model::{Model, ModelService};
+use link_protocol::model::Model;
+use link_protocol::model_service::ModelService;
 use link_protocol::routes::store::{AppendBody, ConversationAppend};
 use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
 use link_protocol::{AgentId, ErrorCode, RemoteError};

@@ -21,7 +21,7 @@
 //!
 //! # The `runtime` feature
 //!
-//! `frame`, `client`, `server`, `plugin` and `http` (and the `Client` re-export and
+//! `frame`, `client`, `server`, `plugin`, `http` and `model_service` (and the `Client` re-export and
 //! `Error::FrameTooLarge`) exist only with the `runtime` feature, which is on by default and
 //! brings in tokio, hyper, hyper-util, http-body-util, rustix, tracing and tracing-subscriber.
 //! Without it the crate is the plain vocabulary — `agent`, `message`, `routes`, `manifest`,
@@ -69,6 +69,8 @@ pub mod layout;
 pub mod manifest;
 pub mod message;
 pub mod model;
+#[cfg(feature = "runtime")]
+pub mod model_service;
 pub mod paths;
 pub mod pids;
 #[cfg(feature = "runtime")]
