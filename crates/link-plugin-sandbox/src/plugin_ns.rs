@@ -40,26 +40,12 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// `AT_RECURSIVE`, as the mount API's flags take it (libc has it as a `c_int`).
+const RECURSIVE: libc::c_uint = libc::AT_RECURSIVE as libc::c_uint;
+
 /// Trees attached in the cover at most (the plugin's own three, the two roots it serves,
 /// the programs).
 const MAX_TREES: usize = 8;
-
-const SYS_OPEN_TREE: libc::c_long = 428;
-const SYS_MOVE_MOUNT: libc::c_long = 429;
-const SYS_MOUNT_SETATTR: libc::c_long = 442;
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-
-/// `struct mount_attr`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// The plugin's identity on the host as root: the last slot of the dedicated range.
 pub fn plugin_id() -> Result<u32, String> {
@@ -250,12 +236,12 @@ impl PluginNamespace {
             // SAFETY: a descriptor, an empty path and a NUL-terminated target.
             check(unsafe {
                 libc::syscall(
-                    SYS_MOVE_MOUNT,
+                    libc::SYS_move_mount,
                     *fd,
                     c"".as_ptr(),
                     libc::AT_FDCWD,
                     tree.path.as_ptr(),
-                    MOVE_MOUNT_F_EMPTY_PATH,
+                    libc::MOVE_MOUNT_F_EMPTY_PATH,
                 )
             })?;
         }
@@ -297,14 +283,15 @@ fn clone_tree(
     userns: Option<libc::c_int>,
     fd: &mut libc::c_int,
 ) -> io::Result<()> {
-    let flags = OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
+    let flags = libc::OPEN_TREE_CLONE | RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
     // SAFETY: a NUL-terminated path and flags.
-    let opened = unsafe { libc::syscall(SYS_OPEN_TREE, libc::AT_FDCWD, path.as_ptr(), flags) };
+    let opened =
+        unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
     check(opened)?;
     *fd = opened as libc::c_int;
     let Some(userns) = userns else { return Ok(()) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP,
+    let attr = libc::mount_attr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns as u64,
@@ -312,12 +299,12 @@ fn clone_tree(
     // SAFETY: a descriptor, an empty path and a mount_attr of the size passed.
     check(unsafe {
         libc::syscall(
-            SYS_MOUNT_SETATTR,
+            libc::SYS_mount_setattr,
             *fd,
             c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            libc::AT_EMPTY_PATH as libc::c_uint | RECURSIVE,
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
         )
     })
 }

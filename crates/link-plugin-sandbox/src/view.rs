@@ -38,6 +38,9 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// `AT_RECURSIVE`, as the mount API's flags take it (libc has it as a `c_int`).
+const RECURSIVE: libc::c_uint = libc::AT_RECURSIVE as libc::c_uint;
+
 /// The device nodes a command may use (bwrap's `--dev` binds these from the plugin's `/dev`).
 const DEVICES: &[&str] = &[
     "/dev/null",
@@ -67,21 +70,6 @@ pub const UNUSED_BY_EXEC: &[&str] = &["/sys"];
 
 /// At most this many mounts are detached at one path (they may be stacked).
 const MAX_STACKED: usize = 32;
-
-/// `mount_setattr(2)` (Linux 5.12), the same number on every architecture.
-const SYS_MOUNT_SETATTR: libc::c_long = 442;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-
-/// `struct mount_attr`.
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
 
 /// A prepared view, entered by the child between fork and exec.
 #[derive(Debug)]
@@ -173,17 +161,17 @@ impl PluginView {
         for device in &self.devices {
             bind(device)?;
         }
-        set_attr(c"/", AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0)?;
-        set_attr(c"/dev", AT_RECURSIVE, MOUNT_ATTR_NODEV, 0)?;
+        set_attr(c"/", RECURSIVE, libc::MOUNT_ATTR_RDONLY, 0)?;
+        set_attr(c"/dev", RECURSIVE, libc::MOUNT_ATTR_NODEV, 0)?;
         for device in &self.devices {
-            set_attr(device, 0, 0, MOUNT_ATTR_NODEV)?;
+            set_attr(device, 0, 0, libc::MOUNT_ATTR_NODEV)?;
         }
-        set_attr(c"/proc", 0, 0, MOUNT_ATTR_RDONLY)?;
+        set_attr(c"/proc", 0, 0, libc::MOUNT_ATTR_RDONLY)?;
         for dir in &self.writable {
             if !self.own.attached(dir) {
                 bind(dir)?;
             }
-            set_attr(dir, AT_RECURSIVE, 0, MOUNT_ATTR_RDONLY)?;
+            set_attr(dir, RECURSIVE, 0, libc::MOUNT_ATTR_RDONLY)?;
         }
         self.shed.iter().try_for_each(|path| detach_all(path))?;
         self.own.join()
@@ -296,7 +284,7 @@ fn bind(path: &std::ffi::CStr) -> io::Result<()> {
 
 /// `mount_setattr(AT_FDCWD, path, flags, {set, clr})`.
 fn set_attr(path: &std::ffi::CStr, flags: libc::c_uint, set: u64, clr: u64) -> io::Result<()> {
-    let attr = MountAttr {
+    let attr = libc::mount_attr {
         attr_set: set,
         attr_clr: clr,
         propagation: 0,
@@ -305,12 +293,12 @@ fn set_attr(path: &std::ffi::CStr, flags: libc::c_uint, set: u64, clr: u64) -> i
     // SAFETY: a NUL-terminated path and a mount_attr of the size passed.
     let ret = unsafe {
         libc::syscall(
-            SYS_MOUNT_SETATTR,
+            libc::SYS_mount_setattr,
             libc::AT_FDCWD,
             path.as_ptr(),
             flags,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
+            &attr as *const libc::mount_attr,
+            std::mem::size_of::<libc::mount_attr>(),
         )
     };
     check(ret as libc::c_int)
