@@ -26,15 +26,14 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The state root and its top directories, owner-only (0700): made so, or made so again if
 /// an earlier run or another program left them open, so nothing beneath them is reachable by
-/// another local user whatever its own mode.
+/// another local user whatever its own mode. Made through the root's descriptor, so a link
+/// in place of one of them is refused, never followed and chmodded (`safe_root`).
 fn make_private_dirs(layout: &StateLayout) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let root = layout.root();
-    let top = ["run", "log", "auth", "home", "data", "control"].map(|d| root.join(d));
-    for dir in std::iter::once(root.to_path_buf()).chain(top) {
-        link_protocol::plugin::private_dir_all(&dir)
-            .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
-            .with_context(|| format!("making {} owner-only", dir.display()))?;
+    let root = link_protocol::safe_root::RootDir::open(layout.root())
+        .with_context(|| format!("opening the state root {}", layout.root().display()))?;
+    for dir in ["", "run", "log", "auth", "home", "data", "control"] {
+        root.private_dir(Path::new(dir))
+            .with_context(|| format!("making {} owner-only", layout.root().join(dir).display()))?;
     }
     Ok(())
 }
@@ -92,6 +91,8 @@ pub fn up(args: UpArgs) -> Result<i32> {
     let root = link_protocol::layout::absolute(&args.state)?;
     let layout = StateLayout::new(root);
     layout.check()?;
+    // Before anything is made or opened there: nobody else may be able to swap it.
+    link_protocol::safe_root::check(layout.root())?;
     refuse_key_in_environment()?;
     refuse_unreachable_default_model(&args.model)?;
     say_test_hooks_are_ignored();

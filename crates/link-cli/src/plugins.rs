@@ -158,10 +158,9 @@ impl Launch<'_> {
             test_hooks: crate::test_hooks_on(),
         };
         contract.create_dirs()?;
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(layout.log_file(name))
+        // Opened at each start: never through a link planted in its place (`safe_root`).
+        let log = link_protocol::safe_root::RootDir::open(layout.root())
+            .and_then(|root| root.append(&layout.log_file(name), 0o600))
             .with_context(|| format!("opening {}", layout.log_file(name).display()))?;
         let mut cmd = std::process::Command::new(self.programs.join(name));
         contract.apply(&mut cmd);
@@ -178,8 +177,12 @@ impl Launch<'_> {
     }
 
     fn confine(&self, cmd: &mut Command, plugin: &manifest::Plugin) -> Result<Forker> {
+        // Areas of other plugins (the file store's agents): made without following a link
+        // that plugin may have put in their place (`safe_root`).
+        let root = link_protocol::safe_root::RootDir::open(self.layout.root())?;
         for dir in extra_writable(self.layout, plugin) {
-            plugin::private_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            root.dir_all(&dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
         }
         crate::confine::confine_command(cmd, plugin, self.allowance(plugin))
             .with_context(|| format!("confining {}", plugin.program))

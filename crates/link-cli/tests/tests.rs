@@ -21,5 +21,6 @@ mod ordinary_user;
 mod plugin_kills;
 mod plugin_privileges;
 mod private_state;
+mod safe_roots;
 mod shortened_logs;
 mod support;

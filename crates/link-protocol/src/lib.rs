@@ -76,6 +76,8 @@ pub mod pids;
 #[cfg(feature = "runtime")]
 pub mod plugin;
 pub mod routes;
+#[cfg(feature = "runtime")]
+pub mod safe_root;
 pub mod say;
 #[cfg(feature = "runtime")]
 pub mod server;

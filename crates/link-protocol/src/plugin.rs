@@ -176,11 +176,14 @@ impl Contract<'_> {
         // The XDG directories inside the home are named, not made: a program makes the ones
         // it uses, as the XDG spec expects, and five fewer directories per plugin is a
         // measurable part of start-up on a fresh state root.
+        // Through the root's descriptor, never following a link: a plugin may plant one in
+        // its own area, and the host may be root (`safe_root`).
+        let root = crate::safe_root::RootDir::open(self.layout.root())?;
         let mut dirs = own_dirs(self.layout, self.plugin);
         dirs.push(self.layout.plugin_run_dir(self.plugin.program));
         dirs.push(self.layout.log_dir());
         for dir in &dirs {
-            private_dir_all(dir).map_err(|e| {
+            root.dir_all(dir).map_err(|e| {
                 std::io::Error::new(e.kind(), format!("creating {}: {e}", dir.display()))
             })?;
         }

@@ -197,12 +197,13 @@ fn lock(file: &Path) -> io::Result<std::fs::File> {
     std::fs::create_dir_all(file.parent().unwrap_or(Path::new(".")))?;
     let mut name = file.as_os_str().to_owned();
     name.push(".lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(name)?;
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).truncate(false).write(true).mode(0o600);
+    // Never through a link the auth plugin, which may write `auth/`, put in its place: `link
+    // token create` as root would create or open its target (`safe_root`, issue 42).
+    #[cfg(feature = "runtime")]
+    open.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    let f = open.open(name)?;
     f.lock()?;
     Ok(f)
 }
@@ -251,6 +252,25 @@ mod tests {
             assert!(super::verify(&file, t).unwrap(), "a token was lost");
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn a_lock_planted_as_a_link_is_refused_not_followed() {
+        let dir = std::env::temp_dir().join(format!("lnk-tok-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, target) = (dir.join("tokens"), dir.join("elsewhere"));
+        std::os::unix::fs::symlink(&target, dir.join("tokens.lock")).unwrap();
+        let err = super::create(&file).unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::LOOP.raw_os_error())
+        );
+        assert!(!target.exists() && !file.exists());
+        std::fs::remove_file(dir.join("tokens.lock")).unwrap();
+        let token = super::create(&file).unwrap();
+        assert!(super::verify(&file, &token).unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

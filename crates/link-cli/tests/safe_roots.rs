@@ -1,0 +1,225 @@
+//! Issue 42: `link up` as root on a state root another user made followed that user's
+//! symlinks (root made log files where the user chose and appended a plugin's stderr to a
+//! root-owned file). Now it refuses a state root, or a directory on its path, that someone
+//! else controls, and follows no link beneath one (`link_protocol::safe_root`).
+
+use crate::support;
+use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
+use link_harness_conformance::runtime_process::test_programs;
+use link_protocol::layout::StateLayout;
+use link_protocol::manifest::programs_of;
+use link_protocol::plugin::Profile;
+use std::io::BufRead;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+const KEPT: &str = "root's own line\n";
+
+/// Root's own directory (0700) and file (0600) outside every state root: what the links
+/// planted below point at, and what must stay as it is.
+struct Targets {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl Targets {
+    fn make(parent: &Path) -> Targets {
+        let (dir, file) = (parent.join("root-dir"), parent.join("root-file"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(&file, KEPT).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Targets { dir, file }
+    }
+
+    fn assert_untouched(&self) {
+        assert_eq!(std::fs::read_to_string(&self.file).unwrap(), KEPT);
+        let made: Vec<_> = std::fs::read_dir(&self.dir).unwrap().collect();
+        assert!(made.is_empty(), "made in {}: {made:?}", self.dir.display());
+    }
+}
+
+/// The finding's plants, all the user's: `home` a link to root's directory, and a real `log/`
+/// whose every Mini plugin's log is a link to root's file.
+fn plant(user: &TestUser, state: &Path, to: &Targets) {
+    let layout = StateLayout::new(state);
+    let own = |p: &Path| std::os::unix::fs::lchown(p, Some(user.uid), Some(user.gid)).unwrap();
+    std::fs::create_dir(layout.log_dir()).unwrap();
+    own(&layout.log_dir());
+    for plugin in programs_of(Profile::Mini) {
+        std::os::unix::fs::symlink(&to.file, layout.log_file(plugin)).unwrap();
+        own(&layout.log_file(plugin));
+    }
+    std::os::unix::fs::symlink(&to.dir, state.join("home")).unwrap();
+    own(&state.join("home"));
+}
+
+/// `link up` on `state`, which must be refused within 30 s: one that follows the links instead
+/// comes up and runs until it is killed, which fails here rather than hangs.
+fn refused(state: &Path, profile: &str) -> std::process::Output {
+    let args = [
+        "up",
+        "--profile",
+        profile,
+        "--mode",
+        support::MODE,
+        "--state",
+    ];
+    let child = support::link(&args, state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let (exited, wait) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let timeout = std::time::Duration::from_secs(30);
+        let killed = wait.recv_timeout(timeout).is_err();
+        if killed {
+            support::kill(pid, 15);
+        }
+        killed
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = exited.send(());
+    let killed = watchdog.join().unwrap();
+    assert!(
+        !killed && !out.status.success(),
+        "link up on {} started (killed: {killed}): {}",
+        state.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn chown(path: &Path, user: &TestUser) {
+    std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).unwrap();
+}
+
+#[test]
+fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_of_its_links() {
+    let Some(user) = TestUser::or_skip("lnk-safe") else {
+        return;
+    };
+    let parent = OpenParent::create("lnk-safe").unwrap();
+    let to = Targets::make(&parent.0);
+
+    // The state root is the user's, planted as in the finding.
+    let state = parent.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    chown(&state, &user);
+    plant(&user, &state, &to);
+    let out = refused(&state, "mini");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} belongs to user {}",
+            state.display(),
+            user.name
+        )),
+        "{err}"
+    );
+    assert!(err.contains("run `link up` as"), "{err}");
+    to.assert_untouched();
+    assert!(!state.join("run").exists(), "made run/ in the user's root");
+
+    // Its twin: root made the state root, but in a directory the user owns (who could swap it).
+    let theirs = parent.0.join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    chown(&theirs, &user);
+    let inner = theirs.join("state");
+    std::fs::create_dir(&inner).unwrap();
+    let out = refused(&inner, "mini");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "{} belongs to user {}",
+            theirs.display(),
+            user.name
+        )),
+        "{err}"
+    );
+    assert!(
+        !inner.join("run").exists(),
+        "made run/ under the user's directory"
+    );
+
+    // Allowed: the same state root, rid of the plants, is the user's own runtime.
+    for plant in [state.join("log"), state.join("home")] {
+        let _ = std::fs::remove_dir_all(&plant);
+        let _ = std::fs::remove_file(&plant);
+    }
+    let bin = parent.0.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for name in programs_of(Profile::Mini).iter().copied().chain(["link"]) {
+        std::fs::copy(test_programs().join(name), bin.join(name)).unwrap();
+    }
+    let (link, state_s) = (bin.join("link"), state.to_str().unwrap());
+    let link_s = link.to_str().unwrap();
+    let mut up = user
+        .command(&[link_s, "up", "--profile", "mini", "--state", state_s])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(up.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    if !ready.starts_with("ready ") {
+        let _ = up.kill();
+        let out = up.wait_with_output().unwrap();
+        panic!("{ready:?} {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    assert!(up.wait().unwrap().success());
+    let log = StateLayout::new(&state).log_file(programs_of(Profile::Mini)[0]);
+    assert_eq!(std::fs::metadata(&log).unwrap().uid(), user.uid);
+
+    // Allowed: root's own state root under root's own directories.
+    let own = StateRoot::create_in(&parent.0).unwrap();
+    let mut rt = support::up(&own, "mini");
+    rt.down();
+    to.assert_untouched();
+}
+
+#[test]
+fn a_link_planted_in_a_root_owned_state_root_is_refused_not_followed() {
+    let parent = OpenParent::create("lnk-safe-in").unwrap();
+    let to = Targets::make(&parent.0);
+    let root = support::state_root();
+    let layout = StateLayout::new(root.path());
+    support::up(&root, "mini").down();
+    let plugin = programs_of(Profile::Mini)[0];
+
+    // A plugin's log, which the host appends to at each start, swapped for a link.
+    let log = layout.log_file(plugin);
+    std::fs::remove_file(&log).unwrap();
+    std::os::unix::fs::symlink(&to.file, &log).unwrap();
+    let out = refused(root.path(), "mini");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{} is a symlink", log.display())),
+        "{err}"
+    );
+    to.assert_untouched();
+    std::fs::remove_file(&log).unwrap();
+
+    // A plugin's home, which the host makes at each start, swapped for a link.
+    let home = layout.home(plugin);
+    std::fs::remove_dir_all(&home).unwrap();
+    std::os::unix::fs::symlink(&to.dir, &home).unwrap();
+    let out = refused(root.path(), "mini");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{} is a symlink", home.display())),
+        "{err}"
+    );
+    to.assert_untouched();
+    std::fs::remove_file(&home).unwrap();
+
+    // Allowed: rid of the links, the same root starts again.
+    support::up(&root, "mini").down();
+    to.assert_untouched();
+}
