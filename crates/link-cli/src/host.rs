@@ -12,7 +12,7 @@ use link_protocol::layout::StateLayout;
 use link_protocol::pids::{start_time, PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -354,7 +354,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     let layout = StateLayout::new(root.path());
     let planted = |path: PathBuf| {
         use std::os::unix::fs::OpenOptionsExt;
-        link_protocol::plugin::private_dir_all(path.parent().unwrap()).unwrap();
+        link_protocol::files::private_dir_all(path.parent().unwrap()).unwrap();
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -363,7 +363,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
             .unwrap();
         std::io::Write::write_all(&mut f, b"planted\n").unwrap();
     };
-    link_protocol::plugin::private_dir_all(&layout.auth_dir()).unwrap();
+    link_protocol::files::private_dir_all(&layout.auth_dir()).unwrap();
     link_protocol::tokens::create(&layout.tokens_file()).unwrap();
     planted(layout.data(programs::SECRET).join("secrets/planted"));
     planted(layout.agent_conversation("victim"));

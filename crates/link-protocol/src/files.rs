@@ -177,6 +177,15 @@ fn open_up(
     failed.map_or(Ok(()), Err)
 }
 
+/// Creates `dir` and its missing parents owner-only (0700), whatever the umask.
+pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -143,15 +143,6 @@ pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
     ]
 }
 
-/// Creates `dir` and its missing parents owner-only (0700), whatever the umask.
-pub fn private_dir_all(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-}
-
 /// The host's side of [`PluginEnv`]: what one plugin of one runtime is started with. The
 /// host, the testing kit and the bench all start plugins through [`Contract::apply`].
 #[derive(Debug, Clone)]

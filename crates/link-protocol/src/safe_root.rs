@@ -166,7 +166,7 @@ impl RootDir {
     /// Opens `root`, which must be a directory and not a link (its missing parents and itself
     /// are made owner-only first).
     pub fn open(root: &Path) -> io::Result<RootDir> {
-        crate::plugin::private_dir_all(root).map_err(|e| at(root, e))?;
+        crate::files::private_dir_all(root).map_err(|e| at(root, e))?;
         let fd =
             rustix::fs::open(root, dir_flags(), Mode::empty()).map_err(|e| at(root, e.into()))?;
         Ok(RootDir {

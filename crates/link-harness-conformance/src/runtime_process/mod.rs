@@ -208,7 +208,7 @@ impl RuntimeSpec {
             None => {
                 for (key, dir) in home_env(&StateLayout::new(root)) {
                     // Owner-only, like everything under a state root.
-                    link_protocol::plugin::private_dir_all(&dir)?;
+                    link_protocol::files::private_dir_all(&dir)?;
                     cmd.env(key, dir);
                 }
             }
