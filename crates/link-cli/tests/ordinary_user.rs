@@ -7,7 +7,6 @@ use link_harness_conformance::fixture::{OpenParent, TestUser};
 use link_harness_conformance::runtime_process::test_programs;
 use link_protocol::plugin::Profile;
 use serde_json::json;
-use std::io::BufRead;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
@@ -65,25 +64,7 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     .unwrap();
     let link = bin.join("link");
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
-    let mut up = user
-        .command(&[link_s, "up", "--profile", "link", "--state", state_s])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(up.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    if !ready.starts_with("ready ") {
-        let _ = up.kill();
-        let out = up.wait_with_output().unwrap();
-        panic!(
-            "link up as {}: {ready:?} {}",
-            user.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let mut up = user.up(&link, "link", &state);
     let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);
     assert_eq!(code, 0, "{err}");
     let token = token.trim();

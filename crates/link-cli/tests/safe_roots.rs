@@ -9,7 +9,6 @@ use link_harness_conformance::runtime_process::test_programs;
 use link_protocol::layout::StateLayout;
 use link_protocol::manifest::programs_of;
 use link_protocol::plugin::Profile;
-use std::io::BufRead;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -156,21 +155,7 @@ fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_o
     }
     let (link, state_s) = (bin.join("link"), state.to_str().unwrap());
     let link_s = link.to_str().unwrap();
-    let mut up = user
-        .command(&[link_s, "up", "--profile", "mini", "--state", state_s])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    std::io::BufReader::new(up.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .unwrap();
-    if !ready.starts_with("ready ") {
-        let _ = up.kill();
-        let out = up.wait_with_output().unwrap();
-        panic!("{ready:?} {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let mut up = user.up(&link, "mini", &state);
     let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
     assert_eq!(code, 0, "{err}");
     assert!(up.wait().unwrap().success());

@@ -447,6 +447,36 @@ impl TestUser {
         cmd
     }
 
+    /// `link up --profile PROFILE --state STATE` as this user, with `link` the host program
+    /// (somewhere this user can run it), once it printed its ready line; a start that fails
+    /// fails the test with the host's stderr. Stop it with `link down` as this user.
+    pub fn up(&self, link: &Path, profile: &str, state: &Path) -> std::process::Child {
+        use std::io::BufRead;
+        let mut up = self
+            .command(&[link.as_os_str(), "up".as_ref(), "--profile".as_ref()])
+            .arg(profile)
+            .arg("--state")
+            .arg(state)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runuser");
+        let mut ready = String::new();
+        std::io::BufReader::new(up.stdout.take().expect("piped"))
+            .read_line(&mut ready)
+            .expect("reading the ready line");
+        if !ready.starts_with("ready ") {
+            let _ = up.kill();
+            let out = up.wait_with_output().expect("waiting for link up");
+            panic!(
+                "link up as {}: {ready:?} {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        up
+    }
+
     /// Runs `tests` (exact names) of this test executable again as this user, one at a time,
     /// and asserts they all pass and leave none of its processes: the executable and
     /// `programs` (paths under [`test_programs`](crate::programs::test_programs)) copied
