@@ -6,7 +6,7 @@
 use crate::confine::die_with_host;
 use crate::shared::{SandboxStatus, Shared};
 use anyhow::{bail, Context, Result};
-use link_report::probe::SandboxProbe;
+use link_report::probe::{SandboxProbe, SandboxStatus as ProbeVerdict};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -197,13 +197,13 @@ async fn sandbox_probe(
     }
     let (said, reason) = match &answer {
         Some(a) => (
-            serde_json::to_value(a.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            a.status,
             a.reason.clone().unwrap_or_else(|| "no reason given".into()),
         ),
-        None => ("broken".into(), "its answer is not the probe's JSON".into()),
+        None => (
+            ProbeVerdict::Broken,
+            "its answer is not the probe's JSON".into(),
+        ),
     };
     bail!(
         "confined mode is unavailable: the sandbox probe says {said} ({reason}); fix that (`cargo xtask doctor`), or run unconfined, explicitly, with --mode diagnostic"

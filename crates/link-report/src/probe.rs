@@ -7,16 +7,16 @@
 
 use serde::{Deserialize, Serialize};
 
-/// The probe's verdict: its exit status 0, 2 and 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxStatus {
-    /// Every check passed: commands can run confined.
-    Enforced,
-    /// A capability is missing (named in `reason`, with its fix).
-    Unavailable,
-    /// The sandbox ran but a check failed, or failed in an unknown way.
-    Broken,
+vocabulary! {
+    /// The probe's verdict: its exit status 0, 2 and 1.
+    pub enum SandboxStatus ("sandbox status") {
+        /// Every check passed: commands can run confined.
+        Enforced = "enforced",
+        /// A capability is missing (named in `reason`, with its fix).
+        Unavailable = "unavailable",
+        /// The sandbox ran but a check failed, or failed in an unknown way.
+        Broken = "broken",
+    }
 }
 
 /// What the sandbox probe found, as its readers need it.
