@@ -29,21 +29,7 @@ fn turn(rt: &RuntimeProcess, agent: &str, message: &str) -> (u16, Value, f64) {
 
 /// `link ARGS --state ROOT` → (exit code, stdout).
 fn cli(rt: &RuntimeProcess, args: &[&str], stdin: &str) -> (i32, String) {
-    use std::io::Write;
-    let mut child = rt
-        .command(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = support::output_with_stdin(&mut rt.command(args), stdin);
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.code().unwrap_or(-1), text)

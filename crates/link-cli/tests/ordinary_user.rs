@@ -4,7 +4,6 @@
 
 use crate::support;
 use link_harness_conformance::fixture::{OpenParent, TestUser};
-use link_harness_conformance::runtime_process::test_programs;
 use link_protocol::plugin::Profile;
 use serde_json::json;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -42,27 +41,10 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     };
     // The programs where the user can reach them (the build may sit under a 0700 home).
     let parent = OpenParent::create("lnk-user-up").unwrap();
-    let bin = parent.0.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let from = test_programs();
-    for name in link_protocol::manifest::programs_of(Profile::Link)
-        .iter()
-        .copied()
-        .chain(["link"])
-    {
-        let to = bin.join(name);
-        std::fs::copy(from.join(name), &to).unwrap();
-        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let link = parent.programs(Profile::Link);
     let state = parent.0.join("state");
     std::fs::create_dir(&state).unwrap();
-    rustix::fs::chown(
-        &state,
-        Some(rustix::fs::Uid::from_raw(user.uid)),
-        Some(rustix::fs::Gid::from_raw(user.gid)),
-    )
-    .unwrap();
-    let link = bin.join("link");
+    user.chown(&state);
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
     let mut up = user.up(&link, "link", &state);
     let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);

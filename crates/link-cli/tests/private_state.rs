@@ -171,20 +171,8 @@ fn environ_holds(name: &str, pid: i32, needle: &str) -> bool {
 
 /// `link model-key VERB --state ROOT` with `stdin` → (exit code, stdout, stderr).
 fn model_key(verb: &str, root: &Path, stdin: &str) -> (i32, String, String) {
-    use std::io::Write;
-    let mut child = support::link(&["model-key", verb, "--state"], root)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut cmd = support::link(&["model-key", verb, "--state"], root);
+    let out = support::output_with_stdin(&mut cmd, stdin);
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     (
         out.status.code().unwrap_or(-1),

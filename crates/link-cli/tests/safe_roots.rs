@@ -5,7 +5,6 @@
 
 use crate::support;
 use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
-use link_harness_conformance::runtime_process::test_programs;
 use link_protocol::layout::StateLayout;
 use link_protocol::manifest::programs_of;
 use link_protocol::plugin::Profile;
@@ -91,10 +90,6 @@ fn refused(state: &Path, profile: &str) -> std::process::Output {
     out
 }
 
-fn chown(path: &Path, user: &TestUser) {
-    std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).unwrap();
-}
-
 #[test]
 fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_of_its_links() {
     let Some(user) = TestUser::or_skip("lnk-safe") else {
@@ -106,7 +101,7 @@ fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_o
     // The state root is the user's, planted as in the finding.
     let state = parent.0.join("state");
     std::fs::create_dir(&state).unwrap();
-    chown(&state, &user);
+    user.chown(&state);
     plant(&user, &state, &to);
     let out = refused(&state, "mini");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -125,7 +120,7 @@ fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_o
     // Its twin: root made the state root, but in a directory the user owns (who could swap it).
     let theirs = parent.0.join("theirs");
     std::fs::create_dir(&theirs).unwrap();
-    chown(&theirs, &user);
+    user.chown(&theirs);
     let inner = theirs.join("state");
     std::fs::create_dir(&inner).unwrap();
     let out = refused(&inner, "mini");
@@ -148,12 +143,8 @@ fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_o
         let _ = std::fs::remove_dir_all(&plant);
         let _ = std::fs::remove_file(&plant);
     }
-    let bin = parent.0.join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    for name in programs_of(Profile::Mini).iter().copied().chain(["link"]) {
-        std::fs::copy(test_programs().join(name), bin.join(name)).unwrap();
-    }
-    let (link, state_s) = (bin.join("link"), state.to_str().unwrap());
+    let link = parent.programs(Profile::Mini);
+    let state_s = state.to_str().unwrap();
     let link_s = link.to_str().unwrap();
     let mut up = user.up(&link, "mini", &state);
     let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);

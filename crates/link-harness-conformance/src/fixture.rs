@@ -537,7 +537,8 @@ impl TestUser {
         assert!(left.is_empty(), "processes of {} left: {left:?}", self.name);
     }
 
-    fn chown(&self, path: &Path) {
+    /// Gives `path` to this user (and its group).
+    pub fn chown(&self, path: &Path) {
         let (uid, gid) = (
             rustix::fs::Uid::from_raw(self.uid),
             rustix::fs::Gid::from_raw(self.gid),
@@ -591,6 +592,25 @@ impl OpenParent {
         std::fs::create_dir_all(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
         Ok(OpenParent(path))
+    }
+
+    /// `profile`'s programs and `link`, copied from
+    /// [`test_programs`](crate::programs::test_programs) into `bin/` here, mode 0755, so any
+    /// user can run them (the build may sit under a 0700 home); → the copied `link`.
+    pub fn programs(&self, profile: link_protocol::plugin::Profile) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let (from, bin) = (crate::programs::test_programs(), self.0.join("bin"));
+        std::fs::create_dir(&bin).unwrap();
+        for name in link_protocol::manifest::programs_of(profile)
+            .into_iter()
+            .chain([crate::programs::HOST])
+        {
+            let to = bin.join(name);
+            std::fs::copy(from.join(name), &to)
+                .unwrap_or_else(|e| panic!("copying {name} to {}: {e}", bin.display()));
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        bin.join(crate::programs::HOST)
     }
 }
 

@@ -38,6 +38,24 @@ pub fn link_ok(args: &[&str], state: &Path) -> std::process::Output {
     out
 }
 
+/// Runs `cmd` with `stdin` written to its standard input; its whole output.
+pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 /// Runs `link up --profile PROFILE --mode MODE --state ROOT` to its end: for a start that
 /// must be refused (one that is not would run until killed).
 pub fn up_refused(root: &Path, profile: &str) -> std::process::Output {
