@@ -149,14 +149,14 @@ impl Impostor {
         socket
     }
 
-    /// Reads the environment of the host and of the sibling serving `sibling` (refused) and
-    /// its own (the twin); → the host's pid.
-    fn read_environs(&self, sibling: &Path) -> i32 {
+    /// Reads the environment of the host and of the sibling `find_sibling` names given the
+    /// host's pid (both refused), and its own (the twin); → the host's pid.
+    fn read_environs(&self, find_sibling: impl FnOnce(i32) -> Option<i32>) -> i32 {
         let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
         self.record("host_environ", outcome(read_environ(host)));
         self.record(
             "sibling_environ",
-            match serving(sibling) {
+            match find_sibling(host) {
                 Some(pid) => outcome(read_environ(pid)),
                 None => "no sibling found".into(),
             },
@@ -188,7 +188,7 @@ impl Impostor {
             )),
         );
         self.record("own_socket_dir", own_socket_dir(&self.env.socket));
-        self.read_environs(&store_socket);
+        self.read_environs(|_| serving(&store_socket));
         self.record("keyring", outcome(syscalls::keyring()));
         self.record(
             "make_data_area",
@@ -286,33 +286,21 @@ impl Impostor {
         self.record("uid_map", map.unwrap_or_else(|e| e.to_string()).into());
     }
 
-    /// Reads the environment of the host and of a sibling plugin (another child of the host:
-    /// their sockets are outside its view), and its own; → the host's pid.
+    /// [`read_environs`](Self::read_environs) with a sibling plugin (another child of the
+    /// host: their sockets are outside its view).
     fn read_environs_of_siblings(&self) -> i32 {
-        let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
-        self.record("host_environ", outcome(read_environ(host)));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let sibling = loop {
-            match child_of(host, std::process::id() as i32) {
-                Some(pid) => break Some(pid),
-                None if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(2))
+        self.read_environs(|host| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                match child_of(host, std::process::id() as i32) {
+                    Some(pid) => break Some(pid),
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(2))
+                    }
+                    None => break None,
                 }
-                None => break None,
             }
-        };
-        self.record(
-            "sibling_environ",
-            match sibling {
-                Some(pid) => outcome(read_environ(pid)),
-                None => "no sibling found".into(),
-            },
-        );
-        self.record(
-            "own_environ",
-            outcome(read_environ(std::process::id() as i32)),
-        );
-        host
+        })
     }
 
     /// What its read-only view refuses, each beside what it may write.
