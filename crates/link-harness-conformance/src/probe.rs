@@ -117,11 +117,19 @@ fn sandbox_result(status: ProbeStatus, reason: String, report: Value) -> Capabil
     }
 }
 
+/// What a program said last on stderr; for a panic, where and what it was (the lines after
+/// it are only the backtrace's).
 fn last_line(text: &str) -> Option<String> {
-    text.lines()
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    if let Some(at) = lines.iter().position(|l| l.contains(" panicked at ")) {
+        let message = lines.get(at + 1).copied().unwrap_or_default();
+        return Some(format!("{} {message}", lines[at]).trim().to_owned());
+    }
+    lines
+        .iter()
         .rev()
-        .find(|l| !l.trim().is_empty())
-        .map(|l| l.trim().to_owned())
+        .find(|l| !l.is_empty())
+        .map(|l| (*l).to_owned())
 }
 
 /// The program the pidfd probe starts and kills (any long sleeper would do).
@@ -383,6 +391,17 @@ pub fn sandbox_or_skip(programs: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panicking_program_is_named_by_its_panic_not_the_backtrace_note() {
+        let stderr = "\nthread 'main' (7) panicked at src/x.rs:1:2:\nthe message\nstack backtrace:\n   0: f\nnote: Some details are omitted\n";
+        assert_eq!(
+            last_line(stderr).unwrap(),
+            "thread 'main' (7) panicked at src/x.rs:1:2: the message"
+        );
+        assert_eq!(last_line("one\ntwo\n\n").unwrap(), "two");
+        assert_eq!(last_line(" \n"), None);
+    }
 
     #[test]
     fn native_probe_uses_the_kernel_and_leaves_a_subreaper() {

@@ -126,6 +126,15 @@ fn self_exe() -> anyhow::Result<PathBuf> {
 }
 
 fn probe() -> anyhow::Result<()> {
+    // A panic is an answer too: `broken`, naming it, on stdout where the answer is read.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let report = link_plugin_sandbox::ProbeReport::panicked(info);
+        if let Ok(json) = serde_json::to_string_pretty(&report) {
+            link_protocol::outln!("{json}");
+        }
+        default_hook(info);
+    }));
     // The namespace's init outlives bwrap: as a subreaper, the probe reaps it itself.
     run::set_single_threaded();
     let _ = run::become_subreaper();

@@ -58,8 +58,7 @@ impl Session {
     /// What this process is now: a few system calls, made for each command so a terminal
     /// acquired since is still seen.
     pub fn current() -> Session {
-        let leads = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
-        Session::of(leads, has_controlling_terminal())
+        Session::of(leads_session(), has_controlling_terminal())
     }
 
     /// The decision itself: only a session leader with no controlling terminal may skip
@@ -71,6 +70,15 @@ impl Session {
             Session::NeedsNew
         }
     }
+}
+
+/// Whether this process leads its session. `getsid` answers 0 when the leader is outside this
+/// pid namespace (a CI runner that made one without a session of its own): no process here
+/// leads it, and rustix's `getsid`, whose `Pid` cannot be 0, must not be asked.
+fn leads_session() -> bool {
+    // SAFETY: getsid(0) only reads this process's session id.
+    let sid = unsafe { libc::getsid(0) };
+    sid > 0 && sid.unsigned_abs() == std::process::id()
 }
 
 /// `/dev/tty` is the caller's controlling terminal and opening it fails with `ENXIO` when
@@ -514,8 +522,7 @@ mod tests {
         assert_eq!(Session::of(false, false), Session::NeedsNew);
         assert_eq!(Session::of(false, true), Session::NeedsNew);
         // The test runner starts this process in its own session only if it was made so.
-        let leads = rustix::process::getsid(None).ok() == Some(rustix::process::getpid());
-        if !leads {
+        if !leads_session() {
             assert_eq!(Session::current(), Session::NeedsNew);
         }
     }

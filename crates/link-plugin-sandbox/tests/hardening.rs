@@ -565,3 +565,38 @@ fn the_identity_base_is_configurable_and_checked() {
         assert!(!ws.join("ran").exists(), "{bad}: the command ran");
     }
 }
+
+/// As a CI runner may start them: in a pid namespace whose session leader is outside it, so
+/// `getsid` answers 0 (rustix's `getsid` cannot hold that: in the checked build it panicked,
+/// and every confined test of a CI run failed with it). The probe answers `enforced` and a
+/// command runs there; the twin in the same namespace, the probe leading a session of its own
+/// (`setsid`, so `getsid` names it), answers `enforced` too.
+#[test]
+fn the_probe_and_a_command_run_where_the_session_leader_is_outside_the_pid_namespace() {
+    for_both(|who| {
+        let ws = who.workspace(&unique("lnk-pidns"));
+        let script = format!(
+            "python3 -c 'import os; print(os.getsid(0))'; {bin} probe >/dev/null; echo probe $?; \
+             {bin} exec --workspace {ws} -- /bin/echo ran; \
+             setsid -w {bin} probe >/dev/null; echo leader $?",
+            bin = who.bin.display(),
+            ws = ws.display(),
+        );
+        // Root makes the pid namespace; an ordinary user needs a user namespace for it, with
+        // its own uid mapped to itself so it stays itself.
+        let mut args = vec!["unshare"];
+        if !who.is_root() {
+            args.extend(["--user", "--map-current-user"]);
+        }
+        args.extend(["--pid", "--fork", "--mount-proc", "/bin/sh", "-c", &script]);
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        let out = who.command(&args).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            said.lines().collect::<Vec<_>>(),
+            ["0", "probe 0", "ran", "leader 0"],
+            "{said}\n{err}"
+        );
+    });
+}

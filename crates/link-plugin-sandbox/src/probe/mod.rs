@@ -126,6 +126,12 @@ impl ProbeReport {
             checks: Default::default(),
         }
     }
+    /// The answer of a probe that panicked: `broken`, with where and why, so whoever reads
+    /// the answer (the host's start, the kit, `doctor`) names the fault, not a backtrace note.
+    pub fn panicked(info: &std::panic::PanicHookInfo<'_>) -> Self {
+        ProbeReport::new().fail(ProbeStatus::Broken, format!("the probe panicked: {info}"))
+    }
+
     fn fail(mut self, status: ProbeStatus, reason: impl Into<String>) -> Self {
         self.status = status;
         self.reason = Some(reason.into());
