@@ -124,14 +124,22 @@ fn no_process_outlives_the_probe_exec_or_the_plugin() {
 /// once and left its sandbox to die on its own.
 fn stop_exec_with(signal: Signal, name: &str, ws: &std::path::Path, marker: &str) {
     let both = format!("sleep {marker} & sleep {marker}");
-    let child = Command::new(BIN)
-        .args(["exec", "--workspace"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["exec", "--workspace"])
         .arg(ws)
         .args(["--", "/bin/sh", "-c", &both])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run exec");
+        .stderr(Stdio::piped());
+    // As a terminal's foreground command, whose signals are at their defaults: a test run
+    // started as a shell's background job has SIGINT ignored, which `exec` rightly keeps.
+    // SAFETY: signal(2) in the child between fork and exec, async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            libc::signal(signal.as_raw(), libc::SIG_DFL);
+            Ok(())
+        })
+    };
+    let child = cmd.spawn().expect("run exec");
     // The sleeps themselves (bwrap's command line names the marker too).
     let sleeping = || {
         processes_with(marker)
