@@ -2,8 +2,10 @@
 //! machine's `target/runtime-*` outputs, e.g. a CI artifact). Per machine: what it is (kernel,
 //! distribution, architecture, bubblewrap, Landlock, the user-namespace sysctls), each side's
 //! outcome and the headline Link/Mini ratio with its interval; a machine whose side skipped or
-//! failed stands as such, never as a figure. Machines that measured different sources are
-//! refused unless `--allow-mixed`, and said either way.
+//! failed stands as such, never as a figure. Machines that measured different sources, or
+//! machines of one architecture that ran different builds of a program (another toolchain or
+//! flags: not the release being qualified), are refused unless `--allow-mixed`, and said
+//! either way. Builds of different architectures differ by nature and are not compared.
 
 use crate::compare::{cell, status_word, Comparison, Side};
 use crate::paired::LogMean;
@@ -12,9 +14,11 @@ use anyhow::{bail, Context, Result};
 use link_report::machine::Machine;
 use link_report::{Mode, PhaseName, Status};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `machines[].programs`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The fleet table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -41,6 +45,21 @@ pub struct Row {
     pub shared_ratio: Option<LogMean>,
     /// `passed` when both sides passed, else the worst side's status.
     pub outcome: Status,
+    /// The programs its runs used, by name, with their sha256 (from the sides' run reports);
+    /// `None` when no report could be read (said in the warnings).
+    pub programs: Option<Programs>,
+}
+
+/// Program name → sha256.
+pub type Programs = BTreeMap<String, String>;
+
+/// One machine's outputs as read: its name (the directory's), its comparison, and the
+/// programs its run reports name, or why they could not be read.
+pub struct Measured {
+    pub name: String,
+    pub path: PathBuf,
+    pub comparison: Comparison,
+    pub programs: Result<Programs, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -72,8 +91,8 @@ fn find_comparison(dir: &Path) -> Result<PathBuf> {
     )
 }
 
-/// Reads every machine's comparison (errors name the file).
-pub fn load(dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf, Comparison)>> {
+/// Reads every machine's comparison (errors name the file) and its run reports' programs.
+pub fn load(dirs: &[PathBuf]) -> Result<Vec<Measured>> {
     if dirs.is_empty() {
         bail!("no machine given: pass one directory of `target/runtime-*` outputs per machine");
     }
@@ -95,35 +114,56 @@ pub fn load(dirs: &[PathBuf]) -> Result<Vec<(String, PathBuf, Comparison)>> {
             .unwrap_or_else(|_| dir.clone())
             .file_name()
             .map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into());
-        out.push((name, path, c));
+        let programs = programs_of(&path, &c);
+        out.push(Measured {
+            name,
+            path,
+            comparison: c,
+            programs,
+        });
     }
     Ok(out)
 }
 
-/// The table; `Err` when the machines measured different sources and `allow_mixed` is off.
-pub fn build(machines: &[(String, PathBuf, Comparison)], allow_mixed: bool) -> Result<Fleet> {
-    let rows: Vec<Row> = machines.iter().map(|(n, p, c)| row(n, p, c)).collect();
-    let mut sources: Vec<&str> = rows
-        .iter()
-        .map(|r| r.source.as_str())
-        .filter(|s| *s != "(not measured)")
-        .collect();
-    sources.sort_unstable();
-    sources.dedup();
-    let mut warnings = Vec::new();
-    if sources.len() > 1 {
-        let said = format!(
-            "the machines measured different sources: {}",
-            rows.iter()
-                .map(|r| format!("{} {}", r.name, r.source))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        if !allow_mixed {
-            bail!("{said}; qualify one commit everywhere, or pass --allow-mixed to compare them");
+/// The programs the sides' run reports name; a side without a report (`(none)`: it failed
+/// before writing one) names none.
+fn programs_of(comparison: &Path, c: &Comparison) -> Result<Programs, String> {
+    let dir = comparison.parent().unwrap_or(Path::new("."));
+    let mut programs = Programs::new();
+    for side in [&c.mini, &c.link] {
+        if side.report == "(none)" {
+            continue;
         }
-        warnings.push(said);
+        let report = beside(dir, Path::new(&side.report));
+        let loaded = crate::compare::load(&report).map_err(|e| format!("{e:#}"))?;
+        for a in loaded.report.artifacts {
+            programs.insert(a.name, a.sha256);
+        }
     }
+    Ok(programs)
+}
+
+/// The table; `Err` when the machines measured different sources, or machines of one
+/// architecture ran different builds, and `allow_mixed` is off.
+pub fn build(machines: &[Measured], allow_mixed: bool) -> Result<Fleet> {
+    let rows: Vec<Row> = machines.iter().map(row).collect();
+    let mut warnings: Vec<String> = machines
+        .iter()
+        .filter_map(|m| {
+            let why = m.programs.as_ref().err()?;
+            Some(format!("{}: its programs are unknown ({why})", m.name))
+        })
+        .collect();
+    let mut mixed: Vec<String> = mixed_sources(&rows).into_iter().collect();
+    mixed.extend(mixed_builds(&rows));
+    if !mixed.is_empty() && !allow_mixed {
+        bail!(
+            "{}; qualify one commit, built once per architecture, everywhere, or pass \
+             --allow-mixed to compare them",
+            mixed.join("; ")
+        );
+    }
+    warnings.extend(mixed);
     Ok(Fleet {
         schema_version: SCHEMA_VERSION,
         machines: rows,
@@ -131,7 +171,79 @@ pub fn build(machines: &[(String, PathBuf, Comparison)], allow_mixed: bool) -> R
     })
 }
 
-fn row(name: &str, path: &Path, c: &Comparison) -> Row {
+/// Where a report the comparison names by the path it had on its machine is in this copy of
+/// that machine's outputs: under the comparison's directory as it was under the machine's
+/// (`runtime-runs/link-1.json`), else by its file name there, else where it was.
+fn beside(dir: &Path, recorded: &Path) -> PathBuf {
+    let tail: Vec<&std::ffi::OsStr> = recorded.iter().rev().take(2).collect();
+    let candidates = [
+        tail.iter().rev().fold(dir.to_path_buf(), |p, c| p.join(c)),
+        dir.join(tail.first().copied().unwrap_or_default()),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| recorded.to_path_buf())
+}
+
+/// Said when the machines measured more than one source.
+fn mixed_sources(rows: &[Row]) -> Option<String> {
+    let mut sources: Vec<&str> = rows
+        .iter()
+        .map(|r| r.source.as_str())
+        .filter(|s| *s != "(not measured)")
+        .collect();
+    sources.sort_unstable();
+    sources.dedup();
+    (sources.len() > 1).then(|| {
+        format!(
+            "the machines measured different sources: {}",
+            rows.iter()
+                .map(|r| format!("{} {}", r.name, r.source))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })
+}
+
+/// One line per program that machines of one architecture ran in more than one build.
+fn mixed_builds(rows: &[Row]) -> Vec<String> {
+    // (architecture, program) → sha256 → the machines that ran that build.
+    let mut builds: BTreeMap<(&str, &str), BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
+    for r in rows {
+        let arch = r.machine.as_ref().map_or("unknown", |m| m.arch.as_str());
+        for (program, sha) in r.programs.iter().flatten() {
+            builds
+                .entry((arch, program))
+                .or_default()
+                .entry(sha)
+                .or_default()
+                .push(&r.name);
+        }
+    }
+    builds
+        .into_iter()
+        .filter(|(_, by_sha)| by_sha.len() > 1)
+        .map(|((arch, program), by_sha)| {
+            let each: Vec<String> = by_sha
+                .iter()
+                .map(|(sha, names)| format!("{} on {}", short(sha), names.join(", ")))
+                .collect();
+            format!(
+                "machines of architecture {arch} ran different builds of `{program}`: {}",
+                each.join("; ")
+            )
+        })
+        .collect()
+}
+
+/// A sha256 as people compare it: its first 12 digits.
+fn short(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+fn row(m: &Measured) -> Row {
+    let (name, path, c) = (&m.name, &m.path, &m.comparison);
     let both = c.mini.outcome == Status::Passed && c.link.outcome == Status::Passed;
     let outcome = [c.mini.outcome, c.link.outcome]
         .into_iter()
@@ -151,6 +263,7 @@ fn row(name: &str, path: &Path, c: &Comparison) -> Row {
         link: side_row(c, &c.link),
         shared_ratio: c.shared_total.filter(|_| both),
         outcome,
+        programs: m.programs.as_ref().ok().cloned(),
     }
 }
 
@@ -363,10 +476,15 @@ mod tests {
         }
     }
 
-    fn fleet_of(cs: Vec<Comparison>) -> Vec<(String, PathBuf, Comparison)> {
+    fn fleet_of(cs: Vec<Comparison>) -> Vec<Measured> {
         cs.into_iter()
             .enumerate()
-            .map(|(i, c)| (format!("m{i}"), PathBuf::from(format!("m{i}/c.json")), c))
+            .map(|(i, c)| Measured {
+                name: format!("m{i}"),
+                path: PathBuf::from(format!("m{i}/c.json")),
+                comparison: c,
+                programs: Ok(Programs::new()),
+            })
             .collect()
     }
 
@@ -417,6 +535,102 @@ mod tests {
             out
         };
         assert_eq!(html.matches("<tr>").count(), 4, "{html}");
+    }
+
+    fn built(arch: &str) -> Comparison {
+        let mut c = comparison_of_cycles(12, 1.0, 1.0);
+        c.machine = Some(Machine {
+            arch: arch.into(),
+            ..machine("6.8.0-45-generic")
+        });
+        c
+    }
+
+    fn with_programs(mut machines: Vec<Measured>, shas: &[&str]) -> Vec<Measured> {
+        for (m, sha) in machines.iter_mut().zip(shas) {
+            m.programs = Ok(Programs::from([
+                ("link".to_string(), sha.to_string()),
+                ("link-plugin-model".to_string(), "f".repeat(64)),
+            ]));
+        }
+        machines
+    }
+
+    #[test]
+    fn one_architecture_running_two_builds_is_refused_unless_allowed_and_said() {
+        let machines = || fleet_of(vec![built("x86_64"), built("x86_64"), built("aarch64")]);
+        let a = "a".repeat(64);
+        let b = "b".repeat(64);
+        let c = "c".repeat(64);
+        let mixed = with_programs(machines(), &[&a, &b, &c]);
+        let refused = build(&mixed, false).unwrap_err().to_string();
+        assert!(
+            refused.contains("machines of architecture x86_64 ran different builds of `link`")
+                && refused.contains("aaaaaaaaaaaa on m0")
+                && refused.contains("bbbbbbbbbbbb on m1")
+                && refused.contains("--allow-mixed"),
+            "{refused}"
+        );
+        assert!(!refused.contains("aarch64"), "{refused}");
+        assert!(!refused.contains("link-plugin-model"), "{refused}");
+        let f = build(&mixed, true).unwrap();
+        assert_eq!(f.warnings.len(), 1, "{:?}", f.warnings);
+        assert!(markdown(&f).contains("ran different builds of `link`"));
+        // The twin: one build per architecture, the other architecture's own.
+        let same = with_programs(machines(), &[&a, &a, &c]);
+        let f = build(&same, false).unwrap();
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        assert_eq!(f.machines[2].programs.as_ref().unwrap()["link"], c);
+    }
+
+    #[test]
+    fn programs_are_read_from_the_reports_beside_the_comparison_or_said_unknown() {
+        let dir = std::env::temp_dir().join(format!("lnk-fleet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut c = comparison_of_cycles(12, 1.0, 1.0);
+        // As written on the machine that ran it: paths of that machine.
+        c.mini.report = "/elsewhere/target/runtime-mini.json".into();
+        c.link.report = "/elsewhere/target/runtime-runs/link-1.json".into();
+        let report = |profile, name: &str| {
+            let mut r = link_report::Report::new(profile, Mode::Confined);
+            r.artifacts.push(link_report::records::Artifact {
+                name: name.into(),
+                sha256: "d".repeat(64),
+                ..Default::default()
+            });
+            serde_json::to_vec(&r).unwrap()
+        };
+        let comparison = dir.join("runtime-comparison.json");
+        std::fs::write(&comparison, serde_json::to_vec(&c).unwrap()).unwrap();
+        std::fs::write(
+            dir.join("runtime-mini.json"),
+            report(link_report::Profile::Mini, "link-mini-harness"),
+        )
+        .unwrap();
+        let missing = load(std::slice::from_ref(&dir)).unwrap();
+        let f = build(&missing, false).unwrap();
+        assert!(
+            f.warnings[0].contains("its programs are unknown")
+                && f.warnings[0].contains("link-1.json"),
+            "{:?}",
+            f.warnings
+        );
+        assert_eq!(f.machines[0].programs, None);
+        std::fs::create_dir_all(dir.join("runtime-runs")).unwrap();
+        std::fs::write(
+            dir.join("runtime-runs/link-1.json"),
+            report(link_report::Profile::Link, "link"),
+        )
+        .unwrap();
+        let read = load(std::slice::from_ref(&dir)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = build(&read, false).unwrap();
+        assert!(f.warnings.is_empty(), "{:?}", f.warnings);
+        let programs = f.machines[0].programs.clone().unwrap();
+        assert_eq!(
+            programs.keys().collect::<Vec<_>>(),
+            ["link", "link-mini-harness"]
+        );
     }
 
     #[test]

@@ -104,10 +104,15 @@ mod tests {
             write("skipped.json", json(&skipped)),
             write("failed.json", json(&failed)),
         ];
-        let machines: Vec<(String, PathBuf, crate::compare::Comparison)> = [passed, skipped]
+        let machines: Vec<crate::fleet::Measured> = [passed, skipped]
             .into_iter()
             .enumerate()
-            .map(|(i, c)| (format!("m{i}"), PathBuf::from("x"), c))
+            .map(|(i, comparison)| crate::fleet::Measured {
+                name: format!("m{i}"),
+                path: PathBuf::from("x"),
+                comparison,
+                programs: Ok([("link".to_string(), "a".repeat(64))].into()),
+            })
             .collect();
         let fleet = vec![write(
             "fleet.json",
