@@ -41,11 +41,21 @@ pub struct CpuTicks {
 
 impl CpuTicks {
     pub fn now() -> Option<CpuTicks> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        use procfs::CurrentSI;
+        let cpu = procfs::KernelStats::current().ok()?.total;
+        let own = procfs::process::Process::myself().ok()?.stat().ok()?;
+        // Every CPU state but idle and iowait (guest time is inside user and nice).
+        let busy = [cpu.irq, cpu.softirq, cpu.steal]
+            .into_iter()
+            .flatten()
+            .sum::<u64>()
+            + cpu.user
+            + cpu.nice
+            + cpu.system;
+        let children = u64::try_from(own.cutime + own.cstime).ok()?;
         Some(CpuTicks {
-            machine_busy: parse_busy(&stat)?,
-            ours: parse_own(&own)?,
+            machine_busy: busy,
+            ours: own.utime + own.stime + children,
             at: std::time::Instant::now(),
         })
     }
@@ -60,41 +70,18 @@ impl CpuTicks {
     }
 }
 
-/// `/proc/stat`'s first line: every CPU state but idle and iowait, summed.
-fn parse_busy(stat: &str) -> Option<u64> {
-    let fields: Vec<u64> = stat
-        .lines()
-        .next()?
-        .strip_prefix("cpu ")?
-        .split_whitespace()
-        .map(|w| w.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal (guest time is inside user and nice).
-    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
-    Some(at(0) + at(1) + at(2) + at(5) + at(6) + at(7))
-}
-
-/// `/proc/self/stat`: utime + stime + cutime + cstime (fields 14 to 17).
-fn parse_own(stat: &str) -> Option<u64> {
-    let after = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // `after` starts at field 3 (state).
-    (11..=14).map(|i| fields.get(i)?.parse::<u64>().ok()).sum()
-}
-
 impl Noise {
     /// Reads `/proc/loadavg` and `/proc/pressure/cpu`.
     pub fn sample() -> Noise {
-        let read = |p: &str| std::fs::read_to_string(p).ok();
-        let (load1, load5, load15) = read("/proc/loadavg")
-            .map(|t| parse_loadavg(&t))
-            .unwrap_or_default();
+        use procfs::Current;
+        let load = procfs::LoadAverage::current().ok();
+        let pressure = procfs::CpuPressure::current().ok();
         Noise {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            load1,
-            load5,
-            load15,
-            cpu_pressure_some_avg10: read("/proc/pressure/cpu").and_then(|t| parse_pressure(&t)),
+            load1: load.as_ref().map(|l| hundredths(l.one)),
+            load5: load.as_ref().map(|l| hundredths(l.five)),
+            load15: load.as_ref().map(|l| hundredths(l.fifteen)),
+            cpu_pressure_some_avg10: pressure.map(|p| hundredths(p.some.avg10)),
             other_cpu_pct: None,
         }
     }
@@ -129,14 +116,8 @@ impl Noise {
     }
 }
 
-pub(super) fn parse_loadavg(text: &str) -> (Option<f64>, Option<f64>, Option<f64>) {
-    let mut f = text.split_whitespace().map(|w| w.parse::<f64>().ok());
-    (f.next().flatten(), f.next().flatten(), f.next().flatten())
-}
-
-pub(super) fn parse_pressure(text: &str) -> Option<f64> {
-    let line = text.lines().find(|l| l.starts_with("some "))?;
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix("avg10="))
-        .and_then(|v| v.parse().ok())
+/// The kernel's two-decimal figure (which procfs reads as an `f32`) as written, not as the
+/// nearest `f64` to that `f32` (0.52, not 0.5199999809265137).
+fn hundredths(x: f32) -> f64 {
+    (f64::from(x) * 100.0).round() / 100.0
 }
