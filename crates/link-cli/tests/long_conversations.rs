@@ -97,6 +97,7 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     let token = rt.create_token();
     let created = rt.post("/v1/agents", &token, json!({ "name": AGENT }));
     assert_eq!(created.status, 201, "{:?}", created.json());
+    let short = harness_resident_kib(&rt, profile);
     rt.down();
 
     let log = log(&root);
@@ -128,6 +129,18 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
 
     let after = timed_turn(&rt, &token, "hello after a long history", &label);
     assert_eq!(after, total + 2, "{label}");
+    // Mini's harness keeps no conversation in memory: it reads the pages and the tail a turn
+    // needs from the log. Against its own size with a short conversation, in the same run:
+    // keeping this one would cost more than the log's size.
+    if let (Some(short), Some(long)) = (short, harness_resident_kib(&rt, profile)) {
+        let grew_mib = long.saturating_sub(short) as f64 / 1024.0;
+        eprintln!("{label}: the harness's resident memory {short} KiB before, {long} KiB now");
+        assert!(
+            grew_mib < mib as f64 / 4.0,
+            "{label}: the harness grew by {grew_mib:.1} MiB ({short} → {long} KiB) with a \
+             {mib} MiB conversation"
+        );
+    }
 
     rt.down();
     let rt = support::up_in(&root, profile, mode);
@@ -138,6 +151,24 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     let after = timed_turn(&rt, &token, "a second turn, kept in memory", &label);
     assert_eq!(after, total + 6, "{label}");
     drop(rt);
+}
+
+/// The resident memory of Mini's harness (`VmRSS`), which serves the conversations itself;
+/// `None` for full Link, whose turn engine is not where its conversations are kept.
+fn harness_resident_kib(rt: &RuntimeProcess, profile: &str) -> Option<u64> {
+    if profile != "mini" {
+        return None;
+    }
+    let (_, pid) = rt
+        .plugin_pids()
+        .into_iter()
+        .find(|(name, _)| name == link_protocol::routes::programs::MINI_HARNESS)
+        .expect("Mini runs its harness");
+    let status = procfs::process::Process::new(pid)
+        .unwrap()
+        .status()
+        .unwrap();
+    Some(status.vmrss.expect("a live process has VmRSS"))
 }
 
 #[test]

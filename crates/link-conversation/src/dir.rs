@@ -103,6 +103,19 @@ pub struct Loaded {
 /// a damaged log is that agent's `Err` and never stops the others from loading. `Err` only
 /// when `dir` itself cannot be listed.
 pub fn load_dir(dir: &Path, file_name: &str) -> std::io::Result<Vec<Loaded>> {
+    Ok(agent_logs(dir, file_name)?
+        .into_iter()
+        .map(|(id, log)| {
+            let read = log.read();
+            Loaded { id, log, read }
+        })
+        .collect())
+}
+
+/// The log `<dir>/<id>/<file_name>` of every agent directory in `dir`, sorted by id, none
+/// read yet; names starting with `.` (temporary files) are skipped. `Err` only when `dir`
+/// itself cannot be listed.
+pub fn agent_logs(dir: &Path, file_name: &str) -> std::io::Result<Vec<(String, Log)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -110,10 +123,8 @@ pub fn load_dir(dir: &Path, file_name: &str) -> std::io::Result<Vec<Loaded>> {
         if id.starts_with('.') {
             continue;
         }
-        let log = Log::new(entry.path().join(file_name));
-        let read = log.read();
-        found.push(Loaded { id, log, read });
+        found.push((id, Log::new(entry.path().join(file_name))));
     }
-    found.sort_by(|a, b| a.id.cmp(&b.id));
+    found.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(found)
 }

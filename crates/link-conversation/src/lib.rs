@@ -46,8 +46,8 @@ mod dir;
 mod log;
 mod window;
 
-pub use dir::{create, load_dir, Loaded};
-pub use log::{check_entries, scan, Appended, Known, Log, PageRead, Repair, Scan};
+pub use dir::{agent_logs, create, load_dir, Loaded};
+pub use log::{check_entries, scan, Appended, Count, Known, Log, PageRead, Repair, Scan};
 pub use window::{
     context_window, entry_bytes, page, Page, PageRequest, CONTEXT_BYTES, CONTEXT_ENTRIES,
     MAX_PAGE_ENTRIES, PAGE_BYTES, PAGE_ENTRIES,

@@ -9,6 +9,13 @@ use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
+/// What [`Log::count`] found: the intact entries' number and a torn tail's description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Count {
+    pub entries: usize,
+    pub torn: Option<String>,
+}
+
 /// What a scan of the log found.
 #[derive(Debug, PartialEq)]
 pub struct Scan {
@@ -24,6 +31,14 @@ pub struct Scan {
 /// Splits the log into entries, finding a torn tail; `Err` names a corrupt inner line.
 pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
     let mut entries = Vec::new();
+    let walked = walk(bytes, |e| entries.push(e))?;
+    Ok(Scan { entries, ..walked })
+}
+
+/// [`scan`] giving each entry to `each` as it is parsed, so a caller that keeps none holds
+/// one line's entry at a time, whatever the log's length; the returned `entries` is empty.
+fn walk(bytes: &[u8], mut each: impl FnMut(Value)) -> Result<Scan, String> {
+    let entries = Vec::new();
     let mut pos = 0usize;
     let mut last_line = 0usize;
     let mut line_no = 0usize;
@@ -47,7 +62,7 @@ pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
             });
         };
         match parse_entry(&bytes[pos..nl]) {
-            Ok(entry) => entries.push(entry),
+            Ok(entry) => each(entry),
             Err(e) if nl + 1 == bytes.len() => {
                 let torn = format!(
                     "last line {line_no} ({} bytes at offset {pos}) is not a valid entry: {e}",
@@ -263,18 +278,44 @@ impl Log {
     /// Every intact entry, the torn tail's description if there is one, and what the caller
     /// may remember of an intact log. Changes nothing.
     pub fn read(&self) -> Result<(Scan, Option<Known>), Error> {
+        let mut entries = Vec::new();
+        let (scan, known) = self.read_with(|e| entries.push(e))?;
+        Ok((Scan { entries, ..scan }, known))
+    }
+
+    /// What [`Log::read`] finds, without keeping the entries: how many are intact (the
+    /// [`Count`]), the torn tail's description, and what the caller may remember. It holds one
+    /// line's entry at a time, so a caller that pages the log from disk ([`Log::read_page`])
+    /// keeps nothing of it in memory. Changes nothing.
+    pub fn count(&self) -> Result<(Count, Option<Known>), Error> {
+        let mut entries = 0;
+        let (scan, known) = self.read_with(|_| entries += 1)?;
+        let count = Count {
+            entries,
+            torn: scan.torn,
+        };
+        Ok((count, known))
+    }
+
+    /// The log scanned with every entry given to `each`; the returned scan holds none.
+    fn read_with(&self, mut each: impl FnMut(Value)) -> Result<(Scan, Option<Known>), Error> {
         let mut file = File::open(&self.path).map_err(|e| self.open_failed(e))?;
         let before = file.metadata().map_err(|e| self.io(e))?;
         let mut bytes = Vec::with_capacity(before.len() as usize);
         file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
-        let scan = scan(&bytes).map_err(|why| self.corrupt(why))?;
-        self.not_shortened(scan.entries.len())?;
+        let mut entries = 0;
+        let scan = walk(&bytes, |e| {
+            entries += 1;
+            each(e)
+        })
+        .map_err(|why| self.corrupt(why))?;
+        self.not_shortened(entries)?;
         let after = file.metadata().map_err(|e| self.io(e))?;
         let stamp = Stamp::of(&after);
         let unchanged = Stamp::of(&before) == stamp && stamp.len == bytes.len() as u64;
         let known = (unchanged && scan.torn.is_none()).then_some(Known {
             stamp,
-            entries: scan.entries.len(),
+            entries,
             last_line: scan.last_line,
         });
         Ok((scan, known))

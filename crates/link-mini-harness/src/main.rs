@@ -3,12 +3,13 @@
 //!
 //! Agents live under its data area, `agents/<id>/conversation.jsonl` and
 //! `agents/<id>/agent.json` (see [`store`]: the same conversation log and durability as full
-//! Link's file store, one `fdatasync` per turn); they are loaded at start, so conversations
-//! survive a restart of the runtime, and a damaged agent never stops the others from loading.
-//! A turn sends the conversation's context window (`link_conversation::context_window`, the
-//! same rule as full Link's: the last entries within a byte budget, starting at a user
-//! message) to the local model service and appends the user message and the reply together;
-//! `agent.get` answers one bounded page of the conversation (`link_conversation::page`).
+//! Link's file store, one `fdatasync` per turn); each log is checked and counted at start,
+//! so conversations survive a restart of the runtime, and a damaged agent never stops the
+//! others from loading. No conversation is kept in memory: a turn reads the tail page its
+//! context window needs (`link_conversation::context_window`, the same rule as full Link's:
+//! the last entries within a byte budget, starting at a user message) from the log, sends it
+//! to the model service and appends the user message and the reply together; `agent.get`
+//! reads one bounded page (`link_conversation::Log::read_page`).
 //!
 //! Each agent runs on the model it was created with (`agent.json`'s `model`, checked at
 //! create against the models the model service serves), else the runtime's default, which
@@ -142,19 +143,16 @@ impl Harness {
     /// The agent with one bounded page of its conversation, as the file store pages.
     async fn get(&self, id: &AgentId, body: ReadBody) -> Result<AgentInfo, RemoteError> {
         let slot = self.agent(id)?;
-        let agent = slot.agent.lock().await;
-        let (conversation, torn) = agent.conversation()?;
-        let page = link_conversation::page(
-            conversation,
-            link_conversation::PageRequest {
-                after: body.after,
-                limit: body.limit,
-                tail: body.tail,
-            },
-        );
+        let mut agent = slot.agent.lock().await;
+        let read = agent.page(link_conversation::PageRequest {
+            after: body.after,
+            limit: body.limit,
+            tail: body.tail,
+        })?;
+        let page = read.page;
         Ok(AgentInfo {
-            conversation: Some(conversation[page.start..page.end].to_vec()),
-            conversation_torn: torn.map(|t| t.to_string()),
+            conversation: Some(read.entries),
+            conversation_torn: read.torn,
             conversation_total: Some(page.total),
             conversation_start: Some(page.start),
             conversation_next: page.next,
@@ -177,17 +175,14 @@ impl Harness {
         let slot = self.agent(id)?;
         // Turns of one agent are serialised; different agents run concurrently.
         let mut agent = slot.agent.lock().await;
-        let (conversation, torn) = agent.conversation()?;
-        if torn.is_some() {
+        // The model's context window depends only on the last entries (the same rule as
+        // full Link's): only they are read from the log, once, then kept, so a turn costs the
+        // same at any length and no conversation stays in memory whole.
+        let mut recent = agent.recent()?;
+        if agent.torn().is_some() {
             return Err(agent.repair_torn());
         }
         let user = json!({ "role": "user", "content": message });
-        // The model's context window depends only on the last entries (the same rule as
-        // full Link's), so only they are copied: a turn costs the same at any length.
-        let recent = conversation
-            .len()
-            .saturating_sub(link_conversation::CONTEXT_ENTRIES);
-        let mut recent = conversation[recent..].to_vec();
         recent.push(user.clone());
         let reply = self
             .complete(

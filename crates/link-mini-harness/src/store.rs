@@ -9,7 +9,7 @@
 //! `agent.json`) is loaded as damaged, reported in the log, refused by `agent.get` and
 //! `turn.run` with what is wrong, and can be deleted; every other agent loads and runs.
 
-use link_conversation::{Error, Known, Log};
+use link_conversation::{Error, Known, Log, PageRead, PageRequest};
 use link_protocol::model::Model;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::{Deserialize, Serialize};
@@ -34,53 +34,80 @@ pub struct Stored {
     state: Result<Conversation, String>,
 }
 
-/// A conversation in memory, and what is known of the log it mirrors.
+/// What the harness keeps of a conversation: its log, read from disk a page at a time, what
+/// is known of it, and once a turn ran, the recent entries its context window is cut from.
+/// The harness's memory does not grow with the conversations it serves.
 struct Conversation {
     log: Log,
-    entries: Vec<Value>,
+    /// Intact entries in the log: where the next append must go.
+    total: usize,
     torn: Option<String>,
     known: Option<Known>,
+    /// A suffix of the log that gives the same context window as the whole log (a tail page,
+    /// then what was appended; at most [`RECENT_KEPT`] entries beyond
+    /// [`link_conversation::CONTEXT_ENTRIES`]); `None` until the first turn reads it.
+    recent: Option<Vec<Value>>,
+}
+
+/// How far the recent entries may outgrow the context window before the oldest go.
+const RECENT_KEPT: usize = link_conversation::CONTEXT_ENTRIES;
+
+impl Conversation {
+    /// The conversation of `log` as [`Log::count`] found it.
+    fn counted(log: Log, count: link_conversation::Count, known: Option<Known>) -> Self {
+        Conversation {
+            log,
+            total: count.entries,
+            torn: count.torn,
+            known,
+            recent: None,
+        }
+    }
+
+    /// Keeps `new`, just appended, with the recent entries; a suffix holding at least
+    /// `CONTEXT_ENTRIES` entries still gives the whole log's window.
+    fn appended(&mut self, new: &[Value]) {
+        self.total += new.len();
+        if let Some(recent) = &mut self.recent {
+            recent.extend_from_slice(new);
+            let keep = link_conversation::CONTEXT_ENTRIES;
+            if recent.len() > keep + RECENT_KEPT {
+                recent.drain(..recent.len() - keep);
+            }
+        }
+    }
 }
 
 /// Every agent under `agents_dir` (inside `state_root`), damaged ones included (each
-/// reported in the log). `Err` only when the directory itself cannot be read.
+/// reported in the log). `Err` only when the directory itself cannot be read. Each log is
+/// counted, not kept: one entry at a time is held while it is read.
 pub fn load(agents_dir: &Path, state_root: &Path) -> std::io::Result<Vec<Stored>> {
-    let loaded = link_conversation::load_dir(agents_dir, LOG)?;
-    let mut agents = Vec::with_capacity(loaded.len());
-    for l in loaded {
-        let dir = agents_dir.join(&l.id);
+    let logs = link_conversation::agent_logs(agents_dir, LOG)?;
+    let mut agents = Vec::with_capacity(logs.len());
+    for (id, log) in logs {
+        let dir = agents_dir.join(&id);
         let meta = read_meta(&dir);
         let (name, model) = match &meta {
             Ok(m) => (m.name.clone(), m.model.clone()),
-            Err(_) => (l.id.clone(), None),
+            Err(_) => (id.clone(), None),
         };
-        let state = match (meta, l.read) {
-            (Ok(_), Ok((scan, known))) => {
-                if let Some(reason) = &scan.torn {
-                    tracing::warn!(
-                        "the conversation log of agent {} has a torn tail ({reason}); its next \
-                         turn cuts it off and records it in conversation.repairs.jsonl",
-                        l.id
-                    );
-                }
-                Ok(Conversation {
-                    log: l.log,
-                    entries: scan.entries,
-                    torn: scan.torn,
-                    known,
-                })
+        let state = meta.and_then(|_| {
+            let (count, known) = log.count().map_err(|e| e.to_string())?;
+            if let Some(reason) = &count.torn {
+                tracing::warn!(
+                    "the conversation log of agent {id} has a torn tail ({reason}); its next \
+                     turn cuts it off and records it in conversation.repairs.jsonl"
+                );
             }
-            (Err(why), _) => Err(why),
-            (_, Err(e)) => Err(e.to_string()),
-        };
+            Ok(Conversation::counted(log, count, known))
+        });
         if let Err(why) = &state {
             tracing::error!(
-                "agent {} is damaged and was not loaded: {why}; the other agents are",
-                l.id
+                "agent {id} is damaged and was not loaded: {why}; the other agents are"
             );
         }
         agents.push(Stored {
-            id: l.id,
+            id,
             name,
             model,
             dir,
@@ -147,9 +174,10 @@ pub fn create(
         state_root: state_root.to_owned(),
         state: Ok(Conversation {
             log,
-            entries: Vec::new(),
+            total: 0,
             torn: None,
             known,
+            recent: Some(Vec::new()),
         }),
     })
 }
@@ -173,14 +201,54 @@ fn write_meta(dir: &Path, name: &str, model: &Model) -> std::io::Result<()> {
 }
 
 impl Stored {
-    /// The conversation so far and its torn tail if any; an error for a damaged agent.
-    pub fn conversation(&self) -> Result<(&[Value], Option<&str>), RemoteError> {
-        let c = self.loaded()?;
-        Ok((&c.entries, c.torn.as_deref()))
+    /// One page of the conversation, read from the log ([`Log::read_page`]: only the page's
+    /// lines while the log is as the harness left it), with its torn tail if any; an error
+    /// for a damaged agent.
+    pub fn page(&mut self, req: PageRequest) -> Result<PageRead, RemoteError> {
+        let id = self.id.clone();
+        let c = match &mut self.state {
+            Ok(c) => c,
+            Err(why) => return Err(damaged(&id, why)),
+        };
+        match c.log.read_page(req, c.known.take()) {
+            Ok((read, known)) => {
+                c.known = known;
+                c.torn.clone_from(&read.torn);
+                Ok(read)
+            }
+            Err(e) => {
+                let msg = format!("reading the conversation of agent {id}: {e}");
+                self.reload();
+                Err(RemoteError::internal(msg))
+            }
+        }
     }
 
-    fn loaded(&self) -> Result<&Conversation, RemoteError> {
-        self.state.as_ref().map_err(|why| damaged(&self.id, why))
+    /// The recent entries of the conversation, whose context window is the whole log's
+    /// (`link_conversation::context_window`): read once as a tail page, then kept up to date
+    /// by each append. A torn log is said by [`Stored::torn`] after this read.
+    pub fn recent(&mut self) -> Result<Vec<Value>, RemoteError> {
+        if let Ok(Conversation {
+            recent: Some(recent),
+            ..
+        }) = &self.state
+        {
+            return Ok(recent.clone());
+        }
+        let tail = self.page(PageRequest {
+            after: None,
+            limit: None,
+            tail: true,
+        })?;
+        if let Ok(c) = &mut self.state {
+            c.recent = c.torn.is_none().then(|| tail.entries.clone());
+        }
+        Ok(tail.entries)
+    }
+
+    /// Why the log is torn, as its last read found it.
+    pub fn torn(&self) -> Option<&str> {
+        self.state.as_ref().ok()?.torn.as_deref()
     }
 
     /// Cuts a torn tail off the log (recording it), as the next append would. A turn does
@@ -235,18 +303,18 @@ impl Stored {
         }
     }
 
-    /// Appends entries to the log and the conversation; durable when this returns. The log
-    /// must be exactly the conversation in memory (`expect_total`); when it is not, nothing
-    /// is written, the agent is loaded again from its log and the turn is refused.
+    /// Appends entries to the log; durable when this returns. The log must hold exactly the
+    /// entries the harness counted (`expect_total`); when it does not, nothing is written,
+    /// the agent is counted again from its log and the turn is refused.
     pub fn append(&mut self, new: Vec<Value>) -> Result<(), RemoteError> {
         let c = match &mut self.state {
             Ok(c) => c,
             Err(why) => return Err(damaged(&self.id, why)),
         };
-        match c.log.append(&new, Some(c.entries.len()), c.known.take()) {
+        match c.log.append(&new, Some(c.total), c.known.take()) {
             Ok(done) => {
                 c.known = done.known;
-                c.entries.extend(new);
+                c.appended(&new);
                 Ok(())
             }
             Err(e @ Error::Conflict { .. }) => {
@@ -271,16 +339,11 @@ impl Stored {
         }
     }
 
-    /// Loads the conversation again from the log (damaged if it cannot be).
+    /// Counts the conversation again from the log (damaged if it cannot be read).
     fn reload(&mut self) {
         let log = Log::new(self.dir.join(LOG));
-        self.state = match log.read() {
-            Ok((scan, known)) => Ok(Conversation {
-                log,
-                entries: scan.entries,
-                torn: scan.torn,
-                known,
-            }),
+        self.state = match log.count() {
+            Ok((count, known)) => Ok(Conversation::counted(log, count, known)),
             Err(e) => {
                 tracing::error!("agent {} is damaged: {e}", self.id);
                 Err(e.to_string())
@@ -320,6 +383,17 @@ mod tests {
         }
     }
 
+    /// The whole conversation as pages read it, with its torn tail if any.
+    fn all(s: &mut Stored) -> Result<(Vec<Value>, Option<String>), RemoteError> {
+        let req = PageRequest {
+            after: None,
+            limit: Some(link_conversation::MAX_PAGE_ENTRIES),
+            tail: false,
+        };
+        let read = s.page(req)?;
+        Ok((read.entries, read.torn))
+    }
+
     fn turn(text: &str) -> Vec<Value> {
         vec![
             json!({"role": "user", "content": text}),
@@ -339,14 +413,14 @@ mod tests {
         a.append(turn("two")).unwrap();
         let on_disk = std::fs::read_to_string(t.0.join("a/conversation.jsonl")).unwrap();
         assert_eq!(on_disk.lines().count(), 4, "durable when append returns");
-        let loaded = load(&t.0, &t.0).unwrap();
+        let mut loaded = load(&t.0, &t.0).unwrap();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0].model, Some(Model::local()));
         // An agent stored before agents had a model loads, with none (the default's).
         std::fs::write(t.0.join("a/agent.json"), r#"{"name":"a"}"#).unwrap();
         assert_eq!(load(&t.0, &t.0).unwrap()[0].model, None);
-        let (entries, torn) = loaded[0].conversation().unwrap();
-        assert_eq!((entries, torn), a.conversation().unwrap());
+        let (entries, torn) = all(&mut loaded[0]).unwrap();
+        assert_eq!((entries.clone(), torn), all(&mut a).unwrap());
         assert_eq!(entries[3]["content"], "re: two");
     }
 
@@ -373,8 +447,8 @@ mod tests {
         let mut loaded = load(&t.0, &t.0).unwrap();
         let ids: Vec<_> = loaded.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
-        assert_eq!(loaded[0].conversation().unwrap().0.len(), 2);
-        let e = loaded[1].conversation().unwrap_err();
+        assert_eq!(all(&mut loaded[0]).unwrap().0.len(), 2);
+        let e = all(&mut loaded[1]).unwrap_err();
         assert_eq!(e.code, ErrorCode::Internal);
         assert!(
             e.message.contains("damaged") && e.message.contains("line 1"),
@@ -382,14 +456,13 @@ mod tests {
         );
         assert!(loaded[1].append(turn("x")).is_err());
         assert_eq!(std::fs::read(&b_log).unwrap(), corrupt, "left as it is");
-        assert!(loaded[2]
-            .conversation()
+        assert!(all(&mut loaded[2])
             .unwrap_err()
             .message
             .contains("agent.json"));
 
         // A torn tail is reported, then cut and recorded by the next turn, which is refused.
-        let (entries, reason) = loaded[3].conversation().unwrap();
+        let (entries, reason) = all(&mut loaded[3]).unwrap();
         assert_eq!(entries.len(), 2);
         assert!(reason.unwrap().contains("no newline"));
         let e = loaded[3].repair_torn();
@@ -397,14 +470,46 @@ mod tests {
         assert!(e.message.contains("send the message again"), "{e}");
         assert_eq!(std::fs::read(&d_log).unwrap(), intact);
         assert!(t.0.join("d/conversation.repairs.jsonl").exists());
-        assert_eq!(loaded[3].conversation().unwrap().1, None);
+        assert_eq!(all(&mut loaded[3]).unwrap().1, None);
         loaded[3].append(turn("after")).unwrap();
 
         loaded[0].append(turn("more")).unwrap();
+        assert_eq!(all(&mut load(&t.0, &t.0).unwrap()[0]).unwrap().0.len(), 4);
+    }
+
+    /// What the harness keeps gives the model the same context window as the whole log, as
+    /// it grows past what is kept, and again once counted anew from disk.
+    #[test]
+    fn the_recent_entries_give_the_whole_logs_window() {
+        use link_conversation::context_window;
+        let t = Temp::new("recent");
+        let mut a = create(&t.0, &t.0, "a", &Model::local()).unwrap();
+        let batch = |n: usize| -> Vec<Value> {
+            (0..37)
+                .flat_map(|i| turn(&format!("{n}-{i} {}", "w ".repeat(i * 40))))
+                .collect()
+        };
+        for n in 0..20 {
+            a.append(batch(n)).unwrap();
+            let everything = read_all(&t.0.join("a/conversation.jsonl"));
+            let recent = a.recent().unwrap();
+            assert!(recent.len() <= link_conversation::CONTEXT_ENTRIES + RECENT_KEPT + 74);
+            assert_eq!(
+                context_window(&recent),
+                context_window(&everything),
+                "after batch {n}"
+            );
+        }
+        let mut again = load(&t.0, &t.0).unwrap();
+        let everything = read_all(&t.0.join("a/conversation.jsonl"));
         assert_eq!(
-            load(&t.0, &t.0).unwrap()[0].conversation().unwrap().0.len(),
-            4
+            context_window(&again[0].recent().unwrap()),
+            context_window(&everything)
         );
+    }
+
+    fn read_all(log: &Path) -> Vec<Value> {
+        Log::new(log.to_owned()).read().unwrap().0.entries
     }
 
     #[test]
@@ -421,11 +526,8 @@ mod tests {
         let e = a.append(turn("two")).unwrap_err();
         assert_eq!(e.code, ErrorCode::Conflict, "{e}");
         assert_eq!(std::fs::read(&log).unwrap(), before);
-        assert_eq!(a.conversation().unwrap().0.len(), 3, "loaded again");
+        assert_eq!(all(&mut a).unwrap().0.len(), 3, "loaded again");
         a.append(turn("two")).unwrap();
-        assert_eq!(
-            load(&t.0, &t.0).unwrap()[0].conversation().unwrap().0.len(),
-            5
-        );
+        assert_eq!(all(&mut load(&t.0, &t.0).unwrap()[0]).unwrap().0.len(), 5);
     }
 }
