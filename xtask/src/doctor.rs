@@ -3,7 +3,7 @@
 use crate::outputs::{self, Workspace};
 use crate::state;
 use crate::system::{self, Package};
-use link_report::probe::SandboxProbe;
+use link_report::probe::{Cause, SandboxProbe};
 use std::process::Command;
 
 /// One finding: fine, or a problem with what to do.
@@ -111,8 +111,9 @@ fn brief(problems: &[outputs::Problem]) -> String {
 pub enum Probe {
     /// Exit 0, with the probe's fields.
     Enforced(String),
-    /// Exit 2, with the probe's reason.
-    Unavailable(String),
+    /// Exit 2, with the probe's reason and its typed cause (`None` from a probe that gave
+    /// none: then no fix is guessed from its sentence).
+    Unavailable(String, Option<Cause>),
     /// Exit 1, with the probe's reason.
     Broken(String),
     /// An exit status the probe never gives (or a signal): the probe itself misbehaved.
@@ -143,7 +144,7 @@ pub fn probe_sandbox(ws: &Workspace) -> Probe {
         .unwrap_or_else(|| first_line(&stderr));
     match out.status.code() {
         Some(0) => Probe::Enforced(probe.map_or_else(|| first_line(&stdout), |p| summary(&p))),
-        Some(2) => Probe::Unavailable(reason),
+        Some(2) => Probe::Unavailable(reason, probe.and_then(|p| p.cause)),
         Some(1) => Probe::Broken(reason),
         other => Probe::Unexpected(format!(
             "the probe ended unexpectedly ({}), status {status:?}: {reason}",
@@ -170,9 +171,8 @@ fn sandbox_probe(ws: &Workspace) -> Finding {
     let what = "confinement (sandbox probe)";
     match probe_sandbox(ws) {
         Probe::Enforced(fields) => Finding::ok(what, format!("enforced ({fields})")),
-        Probe::Unavailable(reason) => {
-            let fixes = hints(&reason);
-            Finding::fix(what, format!("unavailable: {reason}"), fixes)
+        Probe::Unavailable(reason, cause) => {
+            Finding::fix(what, format!("unavailable: {reason}"), hints(cause))
         }
         Probe::Unexpected(reason) => Finding::fix(what, reason, vec![]),
         Probe::Broken(reason) => Finding::fix(
@@ -210,51 +210,36 @@ fn first_line(s: &str) -> String {
         .to_string()
 }
 
-/// What to install or change, from the probe's reason (which names its own fix too).
-pub fn hints(reason: &str) -> Vec<String> {
-    let r = reason.to_lowercase();
-    let mut out = Vec::new();
-    if r.contains("bwrap")
-        && (r.contains("not found") || r.contains("missing") || r.contains("no such file"))
-    {
-        out.push(system::install_hint(&[system::BUBBLEWRAP]));
-    }
-    if r.contains("apparmor") {
-        out.push(
-            "allow unprivileged user namespaces: sysctl -w kernel.apparmor_restrict_unprivileged_userns=0 \
-             (or install an AppArmor profile for bwrap)"
-                .into(),
-        );
-    }
-    if r.contains("seccomp") || r.contains("container") {
-        out.push(
-            "run the container with a seccomp profile that allows user namespaces \
-             (e.g. docker --security-opt seccomp=unconfined)"
-                .into(),
-        );
-    }
-    if r.contains("user namespace") && r.contains("max_user_namespaces") {
-        out.push("sysctl -w user.max_user_namespaces=15000".into());
-    }
-    if r.contains("landlock") {
-        out.push(
-            "boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y and landlock in the \
-             lsm= boot list; see /sys/kernel/security/lsm)"
-                .into(),
-        );
-    }
-    if r.contains("/proc") || r.contains("proc") && r.contains("mount") {
-        out.push(
-            "let the sandbox mount /proc (e.g. docker --security-opt systempaths=unconfined)"
-                .into(),
-        );
-    }
-    out.push(
-        "or run the comparison explicitly unconfined: cargo xtask runtime --mode diagnostic \
-         (never qualification)"
+/// What to install or change for what the probe found missing (its reason names its own fix
+/// too), then the explicit unconfined way.
+pub fn hints(cause: Option<Cause>) -> Vec<String> {
+    let fix = cause.map(|c| match c {
+        Cause::NoBubblewrap => system::install_hint(&[system::BUBBLEWRAP]),
+        Cause::UserNamespacesAppArmor => "allow unprivileged user namespaces: sysctl -w \
+             kernel.apparmor_restrict_unprivileged_userns=0 (or install an AppArmor profile for \
+             bwrap)"
             .into(),
-    );
-    out
+        Cause::UserNamespacesBlocked => "run the container with a seccomp profile that allows \
+             user namespaces (e.g. docker --security-opt seccomp=unconfined), or sysctl -w \
+             user.max_user_namespaces=15000"
+            .into(),
+        Cause::UserNamespacesUnmapped => "Link runs in a user namespace that does not map root \
+             and the sandbox's identities: set LNK_SANDBOX_UID_BASE to a range it maps"
+            .into(),
+        Cause::NoLandlock => "boot a kernel with Landlock enabled (CONFIG_SECURITY_LANDLOCK=y \
+             and landlock in the lsm= boot list; see /sys/kernel/security/lsm)"
+            .into(),
+        Cause::ProcNotMountable => "let the sandbox mount /proc (e.g. docker --security-opt \
+             systempaths=unconfined)"
+            .into(),
+    });
+    fix.into_iter()
+        .chain([
+            "or run the comparison explicitly unconfined: cargo xtask runtime --mode diagnostic \
+             (never qualification)"
+                .to_string(),
+        ])
+        .collect()
 }
 
 /// Where the package's program (or header) is, or the command that installs it here (for each
@@ -336,18 +321,24 @@ mod tests {
 
     #[test]
     fn hints_name_what_to_change() {
-        let h = hints(
-            "user namespaces blocked by AppArmor (kernel.apparmor_restrict_unprivileged_userns=1)",
-        );
-        assert!(
-            h[0].contains("apparmor_restrict_unprivileged_userns=0"),
-            "{h:?}"
-        );
-        let h = hints("bwrap not found on PATH");
-        assert!(h[0].contains("bubblewrap"), "{h:?}");
-        let h = hints("Landlock is not supported by the running kernel");
-        assert!(h.iter().any(|x| x.contains("CONFIG_SECURITY_LANDLOCK")));
-        assert!(h.last().unwrap().contains("--mode diagnostic"));
+        for (cause, fix) in [
+            (
+                Cause::UserNamespacesAppArmor,
+                "apparmor_restrict_unprivileged_userns=0",
+            ),
+            (Cause::NoBubblewrap, "bubblewrap"),
+            (Cause::NoLandlock, "CONFIG_SECURITY_LANDLOCK"),
+            (Cause::UserNamespacesBlocked, "seccomp"),
+            (Cause::UserNamespacesUnmapped, "LNK_SANDBOX_UID_BASE"),
+            (Cause::ProcNotMountable, "systempaths=unconfined"),
+        ] {
+            let h = hints(Some(cause));
+            assert_eq!(h.len(), 2, "{h:?}");
+            assert!(h[0].contains(fix), "{cause}: {h:?}");
+            assert!(h[1].contains("--mode diagnostic"));
+        }
+        // No cause, no guess: only the explicit unconfined way.
+        assert_eq!(hints(None).len(), 1);
     }
 
     #[test]

@@ -379,7 +379,17 @@ pub enum UserNamespaceError {
 impl UserNamespaceError {
     /// Whether this machine cannot do it (rather than something failing here).
     pub fn machine_cannot(&self) -> bool {
-        !matches!(self, UserNamespaceError::Io(_))
+        self.cause().is_some()
+    }
+
+    /// What the machine lacks, when it is the machine and not this process.
+    pub fn cause(&self) -> Option<link_report::probe::Cause> {
+        use link_report::probe::Cause;
+        match self {
+            UserNamespaceError::Refused(_) => Some(Cause::UserNamespacesBlocked),
+            UserNamespaceError::Unmapped(_) => Some(Cause::UserNamespacesUnmapped),
+            UserNamespaceError::Io(_) => None,
+        }
     }
 }
 

@@ -600,3 +600,36 @@ fn the_probe_and_a_command_run_where_the_session_leader_is_outside_the_pid_names
         );
     });
 }
+
+/// What the machine lacks is typed in the probe's answer, which `doctor` reads for its fix:
+/// without bubblewrap on PATH the probe is `unavailable` (exit 2) with the cause
+/// `no_bubblewrap`; its twin, in the same run, with bubblewrap found, is `enforced` with none.
+#[test]
+fn a_missing_capability_is_named_by_a_typed_cause() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let bare = std::env::temp_dir().join(unique("lnk-no-bwrap"));
+    std::fs::create_dir_all(&bare).unwrap();
+    let without = Command::new(BIN)
+        .arg("probe")
+        .env("PATH", &bare)
+        .output()
+        .unwrap();
+    std::fs::remove_dir(&bare).unwrap();
+    let read = |out: &Output| {
+        link_report::probe::SandboxProbe::parse(&String::from_utf8_lossy(&out.stdout))
+            .expect("the probe's JSON")
+    };
+    let lacking = read(&without);
+    assert_eq!(without.status.code(), Some(2));
+    assert_eq!(
+        lacking.cause,
+        Some(link_report::probe::Cause::NoBubblewrap),
+        "{lacking:?}"
+    );
+    let with = Command::new(BIN).arg("probe").output().unwrap();
+    let enforced = read(&with);
+    assert_eq!(with.status.code(), Some(0), "{enforced:?}");
+    assert_eq!(enforced.cause, None);
+}

@@ -19,6 +19,26 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// Why confinement is unavailable, as the probe found it: what `cargo xtask doctor`
+    /// names the fix for, without reading the probe's sentence.
+    pub enum Cause ("unavailable cause") {
+        /// bubblewrap (`bwrap`) is not on PATH.
+        NoBubblewrap = "no_bubblewrap",
+        /// The kernel enforces no Landlock (or not at the pinned ABI).
+        NoLandlock = "no_landlock",
+        /// AppArmor refuses unprivileged user namespaces (Ubuntu 24.04's default).
+        UserNamespacesAppArmor = "userns_apparmor",
+        /// The kernel or a container's seccomp profile refuses user namespaces, or
+        /// `user.max_user_namespaces` is 0.
+        UserNamespacesBlocked = "userns_blocked",
+        /// Link runs in a user namespace that does not map root and the dedicated range.
+        UserNamespacesUnmapped = "userns_unmapped",
+        /// `/proc` cannot be mounted (a container's masked paths).
+        ProcNotMountable = "proc_not_mountable",
+    }
+}
+
 /// What the sandbox probe found, as its readers need it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxProbe {
@@ -34,6 +54,9 @@ pub struct SandboxProbe {
     pub landlock_abi_pinned: Option<u32>,
     #[serde(default)]
     pub bwrap_version: Option<String>,
+    /// For `unavailable`: what is missing, typed.
+    #[serde(default)]
+    pub cause: Option<Cause>,
 }
 
 impl SandboxProbe {

@@ -261,7 +261,7 @@ fn unavailable(ws: &Workspace) -> Result<Option<String>> {
     }
     match doctor::probe_sandbox(ws) {
         doctor::Probe::Enforced(_) => Ok(None),
-        doctor::Probe::Unavailable(reason) => Ok(Some(format!(
+        doctor::Probe::Unavailable(reason, _) => Ok(Some(format!(
             "confinement unavailable: {reason} (`cargo xtask doctor` says what to install or \
              change)"
         ))),

@@ -260,7 +260,7 @@ fn measure(ws: &Workspace, opts: &Options, earlier: Option<Comparison>) -> Resul
     if mode == Mode::Confined {
         match doctor::probe_sandbox(ws) {
             Probe::Enforced(_) => {}
-            Probe::Unavailable(reason) => return Err(Unconfinable { reason }.into()),
+            Probe::Unavailable(reason, _) => return Err(Unconfinable { reason }.into()),
             Probe::Broken(reason)
             | Probe::Unexpected(reason)
             | Probe::NotBuilt(reason)

@@ -13,6 +13,7 @@ use crate::identity::Identity;
 use crate::limits::Limits;
 use crate::policy::Policy;
 use crate::run::{Output, RunError, Spec};
+use link_report::probe::Cause;
 use serde::{Deserialize, Serialize};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -78,6 +79,8 @@ pub struct ProbeReport {
     pub limits: Option<Limits>,
     /// Each check: name → `ok` or what was seen instead.
     pub checks: std::collections::BTreeMap<String, String>,
+    /// For `unavailable`: what the machine lacks, typed (`doctor` names its fix).
+    pub cause: Option<Cause>,
 }
 
 /// The seccomp filter, as a report names it.
@@ -124,6 +127,7 @@ impl ProbeReport {
             seccomp: None,
             limits: None,
             checks: Default::default(),
+            cause: None,
         }
     }
     /// The answer of a probe that panicked: `broken`, with where and why, so whoever reads
@@ -136,6 +140,19 @@ impl ProbeReport {
         self.status = status;
         self.reason = Some(reason.into());
         self
+    }
+
+    /// `unavailable` for `cause`, or `broken` when no cause is known: only a machine's
+    /// missing capability is unavailable.
+    fn lacking(self, cause: Option<Cause>, reason: impl Into<String>) -> Self {
+        let status = match cause {
+            Some(_) => ProbeStatus::Unavailable,
+            None => ProbeStatus::Broken,
+        };
+        ProbeReport {
+            cause,
+            ..self.fail(status, reason)
+        }
     }
 }
 
@@ -158,11 +175,11 @@ pub fn probe_blocking(program: &Path) -> ProbeReport {
             landlock_abi: Some(abi),
             ..report
         },
-        Err((status, reason)) => return report.fail(status, reason),
+        Err((cause, reason)) => return report.lacking(cause, reason),
     };
     let Ok(bwrap) = which::which("bwrap") else {
-        return report.fail(
-            ProbeStatus::Unavailable,
+        return report.lacking(
+            Some(Cause::NoBubblewrap),
             "bubblewrap (`bwrap`) is not on PATH: install it (Debian/Ubuntu: apt-get install \
              bubblewrap); confined runs never fall back to running unconfined",
         );
@@ -201,16 +218,12 @@ pub fn probe_blocking(program: &Path) -> ProbeReport {
 }
 
 /// Step 1: the helper applies the inside ruleset in a child, outside any namespace.
-fn landlock_in_child() -> Result<u32, (ProbeStatus, String)> {
+fn landlock_in_child() -> Result<u32, (Option<Cause>, String)> {
     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-        .map_err(|e| (ProbeStatus::Broken, format!("pipe: {e}")))?;
+        .map_err(|e| (None, format!("pipe: {e}")))?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&w);
-    let image = crate::helper::image().map_err(|e| {
-        (
-            ProbeStatus::Broken,
-            format!("the helper's memory file: {e}"),
-        )
-    })?;
+    let image =
+        crate::helper::image().map_err(|e| (None, format!("the helper's memory file: {e}")))?;
     // The kernel opens the program before it closes the close-on-exec descriptors.
     let helper = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&image));
     let mut cmd = std::process::Command::new(&helper);
@@ -229,17 +242,12 @@ fn landlock_in_child() -> Result<u32, (ProbeStatus, String)> {
             Ok(())
         })
     };
-    let cannot_run = |e: std::io::Error| {
-        (
-            ProbeStatus::Broken,
-            format!("cannot run the helper ({helper}): {e}"),
-        )
-    };
+    let cannot_run = |e: std::io::Error| (None, format!("cannot run the helper ({helper}): {e}"));
     let mut child = cmd.spawn().map_err(cannot_run)?;
     drop(w);
     match crate::run::wait_timeout(&mut child, STEP_TIMEOUT) {
         Ok(Some(_)) => {}
-        Ok(None) => return Err((ProbeStatus::Broken, "the Landlock check hung".into())),
+        Ok(None) => return Err((None, "the Landlock check hung".into())),
         Err(e) => return Err(cannot_run(e)),
     }
     let text = {
@@ -250,9 +258,9 @@ fn landlock_in_child() -> Result<u32, (ProbeStatus, String)> {
     };
     match Status::parse(&text) {
         (Some(abi), _) => Ok(abi),
-        (None, Some(Status::Refused(reason))) => Err((ProbeStatus::Unavailable, reason)),
+        (None, Some(Status::Refused(reason))) => Err((Some(Cause::NoLandlock), reason)),
         _ => Err((
-            ProbeStatus::Broken,
+            None,
             format!("the Landlock helper reported nothing (`{}`)", text.trim()),
         )),
     }
@@ -375,12 +383,12 @@ fn production_run(
     let outcome = match crate::run::run_blocking(&spec) {
         Ok(o) => o,
         Err(RunError::Bwrap { stderr, code }) => {
-            let (status, reason) = diagnose_bwrap(&stderr, code);
-            return report.fail(status, reason);
+            let (cause, reason) = diagnose_bwrap(&stderr, code);
+            return report.lacking(cause, reason);
         }
-        Err(RunError::Landlock(reason)) => return report.fail(ProbeStatus::Unavailable, reason),
+        Err(RunError::Landlock(reason)) => return report.lacking(Some(Cause::NoLandlock), reason),
         Err(RunError::UserNamespace { error, .. }) if error.machine_cannot() => {
-            return report.fail(ProbeStatus::Unavailable, error.to_string())
+            return report.lacking(error.cause(), error.to_string())
         }
         Err(e) => return report.fail(ProbeStatus::Broken, e.to_string()),
     };
@@ -573,36 +581,37 @@ fn check_value(report: &mut ProbeReport, name: &str, got: &serde_json::Value, wa
     report.checks.insert(name.into(), value);
 }
 
-/// Names the known causes of a bwrap failure with their fix.
-pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (ProbeStatus, String) {
+/// Names the known causes of a bwrap failure with their fix: a cause the machine lacks, or
+/// none (`broken`) with what bwrap said.
+pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (Option<Cause>, String) {
     let msg = stderr.trim();
-    let cause = if msg.contains("setting up uid map: Permission denied") {
-        Some(
+    let known = if msg.contains("setting up uid map: Permission denied") {
+        Some((
+            Cause::UserNamespacesAppArmor,
             "user namespaces are blocked by AppArmor (`setting up uid map: Permission denied`): \
              allow them with `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` or an \
              AppArmor profile granting `userns` to bwrap",
-        )
+        ))
     } else if msg.contains("new namespace") {
-        Some(
+        Some((
+            Cause::UserNamespacesBlocked,
             "user namespaces cannot be created (a container's seccomp profile, or \
              user.max_user_namespaces=0): run the container with a seccomp profile that allows \
              clone/unshare of user namespaces (e.g. docker --security-opt seccomp=unconfined) \
              or raise user.max_user_namespaces",
-        )
+        ))
     } else if msg.contains("Can't mount proc") {
-        Some(
+        Some((
+            Cause::ProcNotMountable,
             "/proc is not mountable in this container (masked /proc paths): run it with \
              --security-opt systempaths=unconfined, or on a host without masked /proc",
-        )
+        ))
     } else {
         None
     };
-    match cause {
-        Some(c) => (ProbeStatus::Unavailable, format!("{c}; bwrap said: {msg}")),
-        None => (
-            ProbeStatus::Broken,
-            format!("bubblewrap failed (exit {code:?}): {msg}"),
-        ),
+    match known {
+        Some((cause, why)) => (Some(cause), format!("{why}; bwrap said: {msg}")),
+        None => (None, format!("bubblewrap failed (exit {code:?}): {msg}")),
     }
 }
 
@@ -634,6 +643,7 @@ mod tests {
                     landlock_abi: Some(7),
                     landlock_abi_pinned: Some(crate::rules::PINNED_ABI_NUMBER),
                     bwrap_version: Some("0.11.0".into()),
+                    cause: None,
                 }
             );
             assert_eq!(status.as_str(), serde_json::to_value(want).unwrap());
@@ -688,28 +698,45 @@ mod tests {
     #[test]
     fn known_bwrap_failures_are_named_with_their_fix() {
         let cases = [
-            ("bwrap: setting up uid map: Permission denied", "AppArmor"),
+            (
+                "bwrap: setting up uid map: Permission denied",
+                Cause::UserNamespacesAppArmor,
+                "AppArmor",
+            ),
             (
                 "bwrap: No permissions to creating new namespace, likely because the kernel \
                  does not allow non-privileged user namespaces.",
+                Cause::UserNamespacesBlocked,
                 "seccomp",
             ),
             (
                 "bwrap: Creating new namespace failed: Operation not permitted",
+                Cause::UserNamespacesBlocked,
                 "seccomp",
             ),
             (
                 "bwrap: Can't mount proc on /newroot/proc: Operation not permitted",
+                Cause::ProcNotMountable,
                 "/proc",
             ),
         ];
-        for (stderr, cause) in cases {
-            let (status, reason) = diagnose_bwrap(stderr, Some(1));
-            assert_eq!(status, ProbeStatus::Unavailable, "{stderr}");
-            assert!(reason.contains(cause), "{reason}");
+        for (stderr, want, fix) in cases {
+            let (cause, reason) = diagnose_bwrap(stderr, Some(1));
+            assert_eq!(cause, Some(want), "{stderr}");
+            assert!(reason.contains(fix), "{reason}");
+            let report = ProbeReport::new().lacking(cause, reason);
+            assert_eq!(report.status, ProbeStatus::Unavailable);
+            let read =
+                link_report::probe::SandboxProbe::parse(&serde_json::to_string(&report).unwrap())
+                    .unwrap();
+            assert_eq!(read.cause, Some(want), "the readers read the cause");
         }
-        let (status, reason) = diagnose_bwrap("bwrap: something new", Some(1));
-        assert_eq!(status, ProbeStatus::Broken);
+        let (cause, reason) = diagnose_bwrap("bwrap: something new", Some(1));
+        assert_eq!(cause, None);
         assert!(reason.contains("something new"));
+        assert_eq!(
+            ProbeReport::new().lacking(cause, reason).status,
+            ProbeStatus::Broken
+        );
     }
 }
