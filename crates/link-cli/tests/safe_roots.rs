@@ -1,7 +1,8 @@
 //! Issue 42: `link up` as root on a state root another user made followed that user's
 //! symlinks (root made log files where the user chose and appended a plugin's stderr to a
 //! root-owned file). Now it refuses a state root, or a directory on its path, that someone
-//! else controls, and follows no link beneath one (`link_protocol::safe_root`).
+//! else controls, and follows no link beneath one (`link_protocol::safe_root`). Nor does the
+//! token store at `auth/tokens`.
 
 use crate::support;
 use link_harness_conformance::fixture::{OpenParent, StateRoot, TestUser};
@@ -198,4 +199,45 @@ fn a_link_planted_in_a_root_owned_state_root_is_refused_not_followed() {
     // Allowed: rid of the links, the same root starts again.
     support::up(&root, "mini").down();
     to.assert_untouched();
+}
+
+/// A link planted at `auth/tokens` (the auth plugin may write `auth/`) to a root-owned file
+/// outside: `token create` refuses, naming it and the fix, shows no token, and the file is
+/// byte for byte as it was. Before, the store read that file (here, one of the form of a
+/// token store, so the token printed was stored by replacing the link). The twin: rid of the
+/// link, `token create` works.
+#[test]
+fn token_create_refuses_a_link_planted_at_the_token_store_and_changes_nothing() {
+    let parent = OpenParent::create("lnk-safe-tok").unwrap();
+    let to = Targets::make(&parent.0);
+    let kept = format!("{} active\n", link_protocol::tokens::hash("lnk_root's"));
+    std::fs::write(&to.file, &kept).unwrap();
+    let root = support::state_root();
+    let mut rt = support::up(&root, "mini");
+    let tokens = root.layout().tokens_file();
+    std::fs::create_dir_all(root.layout().auth_dir()).unwrap();
+    let _ = std::fs::remove_file(&tokens);
+    std::os::unix::fs::symlink(&to.file, &tokens).unwrap();
+
+    let out = support::link(&["token", "create", "--state"], root.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{} is a symlink", tokens.display()))
+            && err.contains("remove it")
+            && err.contains("no token was created"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "showed a token");
+    assert_eq!(std::fs::read_to_string(&to.file).unwrap(), kept);
+    assert!(std::fs::symlink_metadata(&tokens).unwrap().is_symlink());
+
+    std::fs::remove_file(&tokens).unwrap();
+    let out = support::link_ok(&["token", "create", "--state"], root.path());
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(link_protocol::tokens::verify(&tokens, &token).unwrap());
+    assert_eq!(std::fs::read_to_string(&to.file).unwrap(), kept);
+    rt.down();
 }

@@ -264,7 +264,8 @@ fn at(path: &Path, e: io::Error) -> io::Error {
 
 /// What opening `path` without following links returned, said plainly when the reason is a
 /// link (`ELOOP` for the last component, `ENOTDIR` for a link to something not a directory).
-fn refused_link(path: &Path, e: rustix::io::Errno) -> io::Error {
+/// Also the token store's (`tokens`), so a link anywhere under a state root is named alike.
+pub(crate) fn refused_link(path: &Path, e: impl Into<io::Error>) -> io::Error {
     let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     if is_link {
         return io::Error::other(format!(
