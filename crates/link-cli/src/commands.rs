@@ -1,5 +1,6 @@
 //! The client verbs: `down`, `status`, `token create|revoke`, `model-key set|delete`,
-//! `agent create|list|delete`, `turn`.
+//! `agent create|list|delete`, `turn`. Each first takes its state root through
+//! [`trusted_layout`], which refuses one another user controls as `link up` does.
 //!
 //! The verbs that speak to the connection service take the bearer token from `--token` or
 //! `$LNK_TOKEN` and never mint one themselves: a token is permanent until revoked, so one
@@ -14,8 +15,19 @@ use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 
+/// The state root every client verb acts on, made absolute and checked as `link up` checks
+/// it (`safe_root::check`) before anything there is read, made or connected to: as root, a
+/// root another user controls would have `down` and `status` connect to a socket that user
+/// planted and read a control key from their directory, and `token create` write a token
+/// store where they chose.
+fn trusted_layout(state: &Path) -> Result<StateLayout> {
+    let layout = StateLayout::new(link_protocol::layout::absolute(state)?);
+    link_protocol::safe_root::check(layout.root())?;
+    Ok(layout)
+}
+
 fn runtime(rt_state: &Path) -> Result<(StateLayout, tokio::runtime::Runtime)> {
-    let layout = StateLayout::new(link_protocol::layout::absolute(rt_state)?);
+    let layout = trusted_layout(rt_state)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -276,7 +288,7 @@ fn parse_key(text: &str) -> Result<String> {
 }
 
 pub fn token_create(state: &Path) -> Result<i32> {
-    let layout = StateLayout::new(link_protocol::layout::absolute(state)?);
+    let layout = trusted_layout(state)?;
     // Only a root `link up` has prepared gets a token: anywhere else the token would be
     // written where no connection service reads it.
     if !layout.run_dir().is_dir() {
@@ -330,7 +342,7 @@ fn hand_over(token: &str) -> Result<()> {
 }
 
 pub fn token_revoke(state: &Path, token: &str) -> Result<i32> {
-    let layout = StateLayout::new(link_protocol::layout::absolute(state)?);
+    let layout = trusted_layout(state)?;
     if !tokens::revoke(&layout.tokens_file(), token)? {
         bail!(
             "that token is not in {}; nothing revoked",

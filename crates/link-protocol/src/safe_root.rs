@@ -7,7 +7,9 @@
 //! - [`check`]: every existing directory on the state root's path is owned by the caller or
 //!   root and writable by nobody else unless sticky (like `/tmp`), and the state root itself,
 //!   when it exists, is the caller's. Anyone else who could change one of them could swap what
-//!   the host is about to open.
+//!   the host is about to open, or, for the client verbs (`link down`, `status`, `token`...),
+//!   plant the socket they connect to, the control key they read or the token store they
+//!   write. `link up` and every client verb run it before anything else.
 //! - [`RootDir`]: what the host makes or opens under the state root it reaches from the
 //!   root's descriptor one component at a time, each opened `O_NOFOLLOW` (a relative path of
 //!   plain names only: no `..`, nothing absolute), so a symlink planted anywhere below the
@@ -22,13 +24,13 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-/// Why `link up` will not use a state root.
+/// Why `link` (`up` or any client verb) will not use a state root.
 #[derive(Debug, thiserror::Error)]
 pub enum UnsafeRoot {
     #[error(
         "state root {root}: {dir} belongs to {owner}, not to {trusted}, so that user could \
-         put what `link up` opens there anywhere; choose a state root whose directories are \
-         yours (for example $HOME/lnk), or run `link up` as that user"
+         put what `link` opens there anywhere; choose a state root whose directories are \
+         yours (for example $HOME/lnk), or run `link` as that user"
     )]
     OwnedByOther {
         root: PathBuf,
@@ -39,7 +41,7 @@ pub enum UnsafeRoot {
     },
     #[error(
         "state root {root}: {dir} (mode {mode:04o}) may be changed by users other than its \
-         owner, who could swap what `link up` opens there; run `chmod go-w {dir}` or choose \
+         owner, who could swap what `link` opens there; run `chmod go-w {dir}` or choose \
          another state root"
     )]
     WritableByOthers {
@@ -264,7 +266,8 @@ fn at(path: &Path, e: io::Error) -> io::Error {
 
 /// What opening `path` without following links returned, said plainly when the reason is a
 /// link (`ELOOP` for the last component, `ENOTDIR` for a link to something not a directory).
-fn refused_link(path: &Path, e: rustix::io::Errno) -> io::Error {
+/// Also the token store's (`tokens`), so a link anywhere under a state root is named alike.
+pub(crate) fn refused_link(path: &Path, e: impl Into<io::Error>) -> io::Error {
     let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
     if is_link {
         return io::Error::other(format!(

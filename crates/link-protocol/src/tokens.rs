@@ -156,7 +156,7 @@ fn is_hash(h: &str) -> bool {
 }
 
 fn read(file: &Path) -> io::Result<Vec<Line>> {
-    let bytes = match std::fs::read(file) {
+    let bytes = match read_unfollowed(file) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -166,6 +166,44 @@ fn read(file: &Path) -> io::Result<Vec<Line>> {
         .enumerate()
         .filter_map(|(i, raw)| parse(i + 1, raw))
         .collect())
+}
+
+/// `file`'s bytes, never through a link: the auth plugin may write `auth/`, and a link it (or
+/// anyone) put at `auth/tokens` would have `link token create` as root read, and report the
+/// lines of, a file of its choosing (`safe_root`, issue 42). Opened non-blocking so a FIFO
+/// planted there cannot hold the open, then refused unless a regular file.
+fn read_unfollowed(file: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut open = std::fs::OpenOptions::new();
+    open.read(true);
+    #[cfg(feature = "runtime")]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+        open.custom_flags(flags.bits() as i32);
+    }
+    let mut f = open.open(file).map_err(|e| refused_link(file, e))?;
+    if !f.metadata()?.is_file() {
+        return Err(io::Error::other(format!(
+            "{}: not a regular file; remove it and run this again",
+            file.display()
+        )));
+    }
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A link refused at `path` said as every refusal under a state root is (`safe_root`).
+#[cfg(feature = "runtime")]
+fn refused_link(path: &Path, e: io::Error) -> io::Error {
+    crate::safe_root::refused_link(path, e)
+}
+
+/// Without the runtime (the xtask) nothing is refused, and the error stays as it was.
+#[cfg(not(feature = "runtime"))]
+fn refused_link(_: &Path, e: io::Error) -> io::Error {
+    e
 }
 
 /// The entries, or [`Damaged`] when a line is.
@@ -203,7 +241,9 @@ fn lock(file: &Path) -> io::Result<std::fs::File> {
     // token create` as root would create or open its target (`safe_root`, issue 42).
     #[cfg(feature = "runtime")]
     open.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
-    let f = open.open(name)?;
+    let f = open
+        .open(&name)
+        .map_err(|e| refused_link(Path::new(&name), e))?;
     f.lock()?;
     Ok(f)
 }
@@ -261,15 +301,62 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let (file, target) = (dir.join("tokens"), dir.join("elsewhere"));
         std::os::unix::fs::symlink(&target, dir.join("tokens.lock")).unwrap();
-        let err = super::create(&file).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::LOOP.raw_os_error())
-        );
+        let err = super::create(&file).unwrap_err().to_string();
+        let named = format!("{} is a symlink", dir.join("tokens.lock").display());
+        assert!(err.contains(&named) && err.contains("remove it"), "{err}");
         assert!(!target.exists() && !file.exists());
         std::fs::remove_file(dir.join("tokens.lock")).unwrap();
         let token = super::create(&file).unwrap();
         assert!(super::verify(&file, &token).unwrap());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A link planted at the store itself (the auth plugin may write `auth/`), to a file
+    /// outside: every read and write refuses, naming it and the fix, and the file it points at
+    /// is neither read into a token nor changed; a FIFO there is refused without a hang. The
+    /// twin: rid of them, the same store works.
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn a_store_planted_as_a_link_or_fifo_is_refused_not_followed() {
+        let dir = std::env::temp_dir().join(format!("lnk-tok-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, target) = (dir.join("tokens"), dir.join("elsewhere"));
+        let kept = format!("{} active\n", super::hash("lnk_theirs"));
+        std::fs::write(&target, &kept).unwrap();
+        std::os::unix::fs::symlink(&target, &file).unwrap();
+        let named = format!("{} is a symlink", file.display());
+        for refused in [
+            super::create(&file).unwrap_err(),
+            super::check_writable(&file).unwrap_err(),
+            super::revoke(&file, "lnk_theirs").unwrap_err(),
+            super::verify(&file, "lnk_theirs").unwrap_err(),
+        ] {
+            let said = refused.to_string();
+            assert!(
+                said.contains(&named) && said.contains("remove it"),
+                "{said}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), kept);
+        assert!(std::fs::symlink_metadata(&file).unwrap().is_symlink());
+
+        std::fs::remove_file(&file).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            file.as_path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .unwrap();
+        let said = super::check_writable(&file).unwrap_err().to_string();
+        assert!(said.contains("not a regular file"), "{said}");
+
+        std::fs::remove_file(&file).unwrap();
+        let token = super::create(&file).unwrap();
+        assert!(super::verify(&file, &token).unwrap());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), kept);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
