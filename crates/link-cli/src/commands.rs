@@ -287,20 +287,23 @@ fn parse_key(text: &str) -> Result<String> {
     Ok(key.to_owned())
 }
 
-pub fn token_create(state: &Path) -> Result<i32> {
+/// The layout of a state root `link up` prepared (it has `run/`): the token verbs act only
+/// there, so none makes a file where no connection service reads it.
+fn prepared_layout(state: &Path, verb: &str) -> Result<StateLayout> {
     let layout = trusted_layout(state)?;
-    // Only a root `link up` has prepared gets a token: anywhere else the token would be
-    // written where no connection service reads it.
     if !layout.run_dir().is_dir() {
+        let root = layout.root().display();
         bail!(
-            "{} is not a Link runtime state root (it has no run/ directory; `link up` makes \
-             it): start a runtime there first with `link up --profile mini --state {}`, then \
-             run `link token create --state {}`; nothing was created",
-            layout.root().display(),
-            layout.root().display(),
-            layout.root().display()
+            "{root} is not a Link runtime state root (it has no run/ directory; `link up` makes \
+             it): start a runtime there first with `link up --profile mini --state {root}`, \
+             then run `link token {verb} --state {root}`; nothing was changed"
         );
     }
+    Ok(layout)
+}
+
+pub fn token_create(state: &Path) -> Result<i32> {
+    let layout = prepared_layout(state, "create")?;
     // A token is valid until revoked: it is stored only once it was written out whole, so
     // none is left valid that nobody received.
     // A store that cannot take it (a damaged line, say) is refused before a token is shown.
@@ -342,7 +345,7 @@ fn hand_over(token: &str) -> Result<()> {
 }
 
 pub fn token_revoke(state: &Path, token: &str) -> Result<i32> {
-    let layout = trusted_layout(state)?;
+    let layout = prepared_layout(state, "revoke")?;
     if !tokens::revoke(&layout.tokens_file(), token)? {
         bail!(
             "that token is not in {}; nothing revoked",

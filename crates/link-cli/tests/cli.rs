@@ -58,6 +58,19 @@ fn token_create_refuses_a_directory_link_up_never_prepared() {
     );
     let left: Vec<_> = std::fs::read_dir(&plain).unwrap().flatten().collect();
     assert!(left.is_empty(), "token create wrote {left:?}");
+    // Nor does revoke make its store or lock there.
+    let out = support::link(&["token", "revoke", "--state"], &plain)
+        .arg("a-token")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "token revoke succeeded on {plain:?}");
+    assert!(
+        err.contains("no run/ directory") && err.contains("link token revoke --state"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&plain).unwrap().flatten().collect();
+    assert!(left.is_empty(), "token revoke wrote {left:?}");
 
     // A directory that does not exist stays that way.
     let missing = root.path().join("typo");
