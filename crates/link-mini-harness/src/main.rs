@@ -7,7 +7,9 @@
 //! survive a restart of the runtime, and a damaged agent never stops the others from loading.
 //! A turn sends the conversation's context window (`link_conversation::context_window`, the
 //! same rule as full Link's: the last entries within a byte budget, starting at a user
-//! message) to the local model service and appends the user message and the reply together;
+//! message) to the local model service and appends the user message and the reply together,
+//! so a turn whose model call fails (a silent service past `ModelService`'s deadline, too)
+//! stores nothing;
 //! `agent.get` answers one bounded page of the conversation (`link_conversation::page`).
 //!
 //! Each agent runs on the model it was created with (`agent.json`'s `model`, checked at
