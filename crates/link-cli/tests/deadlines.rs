@@ -1,7 +1,8 @@
 //! Every routed call and every model call has a deadline: a stopped plugin (SIGSTOP) costs
 //! the calls that need it a `timeout` (504) naming it, shows `unresponsive` in the host's
 //! status until it answers again (a routed plugin: the model is reached outside the router),
-//! and stalls nothing else.
+//! and stalls nothing else. The blame falls on the plugin that did not answer, not on one
+//! that was waiting for it.
 
 use crate::support::state_root;
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
@@ -258,4 +259,36 @@ fn mini_a_stopped_model_times_out_the_turn_and_nothing_is_stored() {
 #[test]
 fn full_link_a_stopped_model_times_out_the_turn_and_nothing_is_stored() {
     a_stopped_model_times_out_the_turn_and_nothing_is_stored("link");
+}
+
+/// The agent plugin waits for the stopped file store when an agent is created: the file
+/// store is the silent one, named by the 504 and marked `unresponsive`; the agent plugin
+/// stays `ready`.
+#[test]
+fn a_timeout_blames_the_silent_owner_not_the_one_waiting_for_it() {
+    let (waiting, silent) = (programs::AGENT, programs::FILE_STORE);
+    let root = state_root();
+    let mut rt = up(&root);
+    rt.create_agent("first");
+    let stopped = Stopped::new(rt.plugin_pid(silent));
+
+    let (status, body, took) = post_timed(&rt, "/v1/agents", json!({"name": "stalled"}));
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["error"]["code"], "timeout", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(silent) && message.contains("store.agent.create"),
+        "{message}"
+    );
+    about_the_deadline(took);
+    let status = rt.status();
+    assert_eq!(state_of(&status, silent), "unresponsive", "{status}");
+    assert_eq!(state_of(&status, waiting), "ready", "{status}");
+
+    drop(stopped);
+    rt.create_agent("second");
+    let status = rt.status();
+    assert_eq!(state_of(&status, silent), "ready", "{status}");
+    assert_eq!(state_of(&status, waiting), "ready", "{status}");
+    rt.down();
 }
