@@ -14,7 +14,9 @@
 //!
 //! Every forwarded call has a deadline ([`deadline`]): an owner that does not answer in
 //! time (stopped, wedged) gets `timeout` for that call, its connection is dropped, and it is
-//! shown `unresponsive` in the host's status until it answers a later call.
+//! shown `unresponsive` in the host's status until it answers a later call. An owner that
+//! was itself waiting for a call it made through the router is not the silent one: the blame
+//! falls on the innermost owner that did not answer ([`Router::innermost_silent`]).
 
 use link_protocol::client::Pool;
 use link_protocol::manifest::{self, Plugin, UNROUTED};
@@ -25,7 +27,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Who calls through the router, as a holder of grants: the host itself (its HTTP endpoint,
 /// the model key) or a plugin it started. What each may call is its manifest entry's
@@ -107,8 +109,9 @@ const HARNESS_MAX_STEPS: u32 = 8;
 
 /// Test hooks only (`LNK_TEST_HOOKS=1`): replaces [`DEFAULT_DEADLINE`], in milliseconds, so
 /// tests of an unresponsive plugin need not wait 30 s. Ignored without test hooks; tool and
-/// turn routes keep their deadlines.
-pub const ENV_TEST_DEADLINE_MS: &str = "LNK_TEST_DEADLINE_MS";
+/// turn routes keep their deadlines. The plugins that call the model take it as their model
+/// calls' deadline (`link_protocol::model_service`).
+pub use link_protocol::plugin::ENV_TEST_DEADLINE_MS;
 
 /// [`DEFAULT_DEADLINE`], or its test override.
 fn default_deadline() -> Duration {
@@ -151,15 +154,6 @@ pub fn deadline(route: &str, body: &Value) -> Duration {
     }
 }
 
-/// A duration as messages say it: whole seconds, else milliseconds.
-fn say(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{} ms", d.as_millis())
-    }
-}
-
 /// What a call showed of its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heard {
@@ -169,12 +163,31 @@ pub enum Heard {
     Silent,
 }
 
+/// Calls nested deeper than this are not followed for blame: no grant chain is this deep,
+/// and a cycle must not hold the router.
+const MAX_NESTING: usize = 8;
+
+/// A call the router forwards: who made it, to whom, since when.
+#[derive(Debug, Clone)]
+struct InFlight {
+    caller: &'static str,
+    owner: &'static str,
+    route: String,
+    since: Instant,
+}
+
 #[derive(Default)]
 struct Table {
     by_pid: HashMap<i32, &'static Plugin>,
     owners: HashMap<String, (&'static Plugin, PathBuf)>,
     /// (holder, agent) → calls in flight that lease that agent to that plugin.
     leases: HashMap<(&'static str, String), usize>,
+    /// Calls being forwarded, by a number of their own.
+    in_flight: HashMap<u64, InFlight>,
+    next_call: u64,
+    /// Each caller's last call that missed its deadline: the owner of a call that missed
+    /// its own deadline at about the same time may have been waiting for it.
+    silenced: HashMap<&'static str, InFlight>,
 }
 
 /// Registered plugins, route owners and live leases.
@@ -279,9 +292,51 @@ impl Router {
             Some(agent) if owner.0.leased => Some(self.lease(owner.0.program, agent.to_string())),
             _ => None,
         };
-        let result = self.forward(&owner, &req).await;
+        let result = self.forward(caller.name(), &owner, &req).await;
         drop(lease);
         result
+    }
+
+    /// Records a call being forwarded, until the returned guard drops.
+    fn track(&self, caller: &'static str, owner: &'static str, route: &str) -> Tracked<'_> {
+        let call = InFlight {
+            caller,
+            owner,
+            route: route.to_owned(),
+            since: Instant::now(),
+        };
+        let mut t = self.table.lock().expect("lock");
+        let id = t.next_call;
+        t.next_call += 1;
+        t.in_flight.insert(id, call.clone());
+        Tracked {
+            router: self,
+            id,
+            call,
+        }
+    }
+
+    /// The innermost call that `owner`, silent on a call made at `since`, was waiting for:
+    /// the oldest call it made since then that is still unanswered (or that missed its own
+    /// deadline), then the one that call's owner made, and so on. `None` when `owner` was
+    /// waiting for nobody, so it is the silent one.
+    fn innermost_silent(&self, owner: &'static str, since: Instant) -> Option<InFlight> {
+        let t = self.table.lock().expect("lock");
+        let mut found: Option<InFlight> = None;
+        let (mut who, mut from) = (owner, since);
+        for _ in 0..MAX_NESTING {
+            let waited_for = t
+                .in_flight
+                .values()
+                .chain(t.silenced.get(who))
+                .filter(|c| c.caller == who && c.since >= from)
+                .min_by_key(|c| c.since)
+                .cloned();
+            let Some(call) = waited_for else { break };
+            (who, from) = (call.owner, call.since);
+            found = Some(call);
+        }
+        found
     }
 
     /// Sends `req` to its owner within the route's [`deadline`]; a failure to reach it, or
@@ -290,11 +345,13 @@ impl Router {
     /// so a cancelled, failed or timed-out call drops its own.
     async fn forward(
         &self,
+        caller: &'static str,
         (plugin, socket): &(&'static Plugin, PathBuf),
         req: &Request,
     ) -> (Result<Value, RemoteError>, Option<(&'static str, Heard)>) {
         let name = plugin.program;
         let deadline = deadline(&req.route, &req.body);
+        let tracked = self.track(caller, name, &req.route);
         let resp = match tokio::time::timeout(deadline, self.pool.exchange(socket, req)).await {
             Ok(Ok(resp)) => resp,
             Ok(Err(e)) => {
@@ -308,15 +365,11 @@ impl Router {
                 );
             }
             Err(_) => {
-                let message = format!(
-                    "{name} did not answer {} within {}; it is marked unresponsive",
-                    req.route,
-                    say(deadline)
-                );
+                let (message, silent) = self.silence(tracked, deadline);
                 link_protocol::errln!("link: {message}");
                 return (
                     Err(RemoteError::new(link_protocol::ErrorCode::Timeout, message)),
-                    Some((name, Heard::Silent)),
+                    Some((silent, Heard::Silent)),
                 );
             }
         };
@@ -325,6 +378,37 @@ impl Router {
             Outcome::Error(e) => Err(e),
         };
         (result, Some((name, Heard::Answered)))
+    }
+
+    /// A call that missed its `deadline`: → its error message and the plugin to mark
+    /// unresponsive, the innermost owner that did not answer (the call's own owner unless it
+    /// was waiting for another's answer). The call is remembered as its caller's last silent
+    /// one.
+    fn silence(&self, tracked: Tracked<'_>, deadline: Duration) -> (String, &'static str) {
+        let call = tracked.call.clone();
+        drop(tracked);
+        let within = link_protocol::text::duration(deadline);
+        let (name, route) = (call.owner, &call.route);
+        let blamed = self.innermost_silent(name, call.since);
+        self.table
+            .lock()
+            .expect("lock")
+            .silenced
+            .insert(call.caller, call.clone());
+        match blamed {
+            None => (
+                format!("{name} did not answer {route} within {within}; it is marked unresponsive"),
+                name,
+            ),
+            Some(inner) => (
+                format!(
+                    "{name} did not answer {route} within {within}: it was waiting for {}, \
+                     which did not answer {}; {} is marked unresponsive",
+                    inner.owner, inner.route, inner.owner
+                ),
+                inner.owner,
+            ),
+        }
     }
 
     fn check(&self, caller: Grantee, req: &Request) -> Result<(), RemoteError> {
@@ -372,6 +456,20 @@ impl Router {
             .entry(key.clone())
             .or_default() += 1;
         Lease { router: self, key }
+    }
+}
+
+/// A call in flight ([`Router::track`]); dropping it ends the record.
+struct Tracked<'a> {
+    router: &'a Router,
+    id: u64,
+    call: InFlight,
+}
+
+impl Drop for Tracked<'_> {
+    fn drop(&mut self) {
+        let mut t = self.router.table.lock().expect("lock");
+        t.in_flight.remove(&self.id);
     }
 }
 
@@ -427,6 +525,41 @@ mod tests {
 
     fn plugin(p: &'static Plugin) -> Grantee {
         Grantee::Plugin(p)
+    }
+
+    /// The host's call to the agent plugin times out while the agent plugin waits for the
+    /// file store: the file store is blamed, whether its call is still unanswered or missed
+    /// its own deadline a moment before; a call the agent made before is nobody's excuse.
+    #[test]
+    fn a_timeout_blames_the_innermost_silent_owner() {
+        let (agent, store) = (programs::AGENT, programs::FILE_STORE);
+        let router = Router::default();
+        let earlier = router.track(agent, store, r::store::FileRead::NAME);
+        // Instants taken apart, whatever the clock's resolution.
+        std::thread::sleep(Duration::from_millis(2));
+        let outer = router.track(HOST.name(), agent, r::agent::Create::NAME);
+        assert!(router.innermost_silent(agent, outer.call.since).is_none());
+        drop(earlier);
+        let inner = router.track(agent, store, r::store::AgentCreate::NAME);
+        let blamed = router.innermost_silent(agent, outer.call.since).unwrap();
+        assert_eq!(
+            (blamed.owner, blamed.route.as_str()),
+            (store, r::store::AgentCreate::NAME)
+        );
+        // The inner call missed its deadline first: still the store.
+        let (message, silent) = router.silence(inner, DEFAULT_DEADLINE);
+        assert_eq!(silent, store, "{message}");
+        let (message, silent) = router.silence(outer, DEFAULT_DEADLINE);
+        assert_eq!(silent, store, "{message}");
+        assert!(
+            message.contains(&format!("{agent} did not answer agent.create"))
+                && message.contains(&format!("waiting for {store}")),
+            "{message}"
+        );
+        // A later call to the agent that times out, waiting for nobody: the agent.
+        std::thread::sleep(Duration::from_millis(2));
+        let alone = router.track(HOST.name(), agent, r::agent::List::NAME);
+        assert_eq!(router.silence(alone, DEFAULT_DEADLINE).1, agent);
     }
 
     #[test]
@@ -522,7 +655,10 @@ mod tests {
                 > deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 7000}))
         );
         assert_eq!(deadline(r::agent::Turn::NAME, &json!({})), secs(4810));
-        assert_eq!(say(secs(70)), "70 s");
-        assert_eq!(say(Duration::from_millis(1500)), "1500 ms");
+        // A model call outlasts the remote it forwards to and the key's routed read, so a
+        // slow remote is the model service's own 504; the harness's limit covers it.
+        use link_protocol::model_service::{DEADLINE as MODEL, REMOTE_DEADLINE};
+        assert!(MODEL >= REMOTE_DEADLINE + DEFAULT_DEADLINE, "{MODEL:?}");
+        assert!(HARNESS_CALL_LIMIT >= MODEL);
     }
 }

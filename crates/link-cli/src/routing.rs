@@ -37,8 +37,9 @@ async fn serve_caller(
 }
 
 /// Checks and forwards one call made by `caller`, and records in the host's plugin status
-/// whether the owner answered: `unresponsive` after a missed deadline, `ready` again after
-/// an answer. States other than these two (`exited`, `stopping`) are left alone.
+/// whether the owner answered: `ready` again after an answer; after a missed deadline,
+/// `unresponsive` for the plugin the router found silent (the owner, or the innermost owner
+/// it was waiting for). States other than these two (`exited`, `stopping`) are left alone.
 pub async fn call(
     shared: &Shared,
     caller: Grantee,

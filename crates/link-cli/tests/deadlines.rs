@@ -1,12 +1,14 @@
-//! Every routed call has a deadline: a stopped plugin (SIGSTOP) costs the calls that need it
-//! a `timeout` (504) naming it, shows `unresponsive` in the host's status until it answers
-//! again, and stalls nothing else.
+//! Every routed call and every model call has a deadline: a stopped plugin (SIGSTOP) costs
+//! the calls that need it a `timeout` (504) naming it, shows `unresponsive` in the host's
+//! status until it answers again (a routed plugin: the model is reached outside the router),
+//! and stalls nothing else. The blame falls on the plugin that did not answer, not on one
+//! that was waiting for it.
 
 use crate::support::state_root;
 use link_harness_conformance::runtime_process::{self, RuntimeProcess, RuntimeSpec};
 
-use link_protocol::routes::{host, Route as _};
-use serde_json::Value;
+use link_protocol::routes::{host, programs, Route as _};
+use serde_json::{json, Value};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -41,14 +43,49 @@ impl Drop for Stopped {
 
 /// Full Link, diagnostic mode, test hooks on, the default deadline cut to [`DEADLINE`].
 fn up(root: &link_harness_conformance::fixture::StateRoot) -> RuntimeProcess {
+    up_as(root, "link")
+}
+
+/// [`up`] in `profile` (`mini`, `link`).
+fn up_as(root: &link_harness_conformance::fixture::StateRoot, profile: &str) -> RuntimeProcess {
     let spec = RuntimeSpec::new(
         runtime_process::test_programs(),
-        "link".parse().unwrap(),
+        profile.parse().unwrap(),
         "diagnostic".parse().unwrap(),
     )
     .with_test_hooks()
     .env("LNK_TEST_DEADLINE_MS", &DEADLINE.as_millis().to_string());
     spec.up_in(root.path()).unwrap_or_else(|f| panic!("{f}"))
+}
+
+/// Asserts that `took` is about [`DEADLINE`]: not before it, and generously after it (a slow
+/// machine is no failure).
+fn about_the_deadline(took: Duration) {
+    assert!(
+        took >= DEADLINE - Duration::from_millis(100) && took < DEADLINE + Duration::from_secs(15),
+        "answered after {took:?}; the deadline is {DEADLINE:?}"
+    );
+}
+
+/// `POST path` with `body` and `rt`'s token → (status, JSON, time taken). The test fails if no
+/// answer comes within [`DEADLINE`] and a generous while more, rather than hang on a runtime
+/// that waits without end.
+fn post_timed(rt: &RuntimeProcess, path: &str, body: Value) -> (u16, Value, Duration) {
+    let socket = rt.layout().connection_socket();
+    let (token, path) = (rt.token().to_owned(), path.to_owned());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    std::thread::spawn(move || {
+        let resp = runtime_process::block_on(|| {
+            link_protocol::http::json(&socket, "POST", &path, Some(&token), Some(&body))
+        });
+        let _ = tx.send((resp, started.elapsed()));
+    });
+    let (resp, took) = rx
+        .recv_timeout(DEADLINE + Duration::from_secs(60))
+        .expect("no answer long after the deadline: the call waits without one");
+    let resp = resp.expect("the request must be answered, not dropped");
+    (resp.status, resp.json(), took)
 }
 
 /// `plugin`'s state in a host status.
@@ -105,10 +142,7 @@ fn a_stopped_plugin_times_out_its_routes_is_marked_unresponsive_and_recovers() {
             && message.contains("unresponsive"),
         "{message}"
     );
-    assert!(
-        took >= DEADLINE - Duration::from_millis(100) && took < DEADLINE + Duration::from_secs(15),
-        "answered after {took:?}; the deadline is {DEADLINE:?}"
-    );
+    about_the_deadline(took);
 
     // `link status` and host.status show it unresponsive, the runtime still ready.
     let cli = rt.status();
@@ -166,5 +200,95 @@ fn a_verified_token_needs_no_auth_call_until_the_token_store_changes() {
     assert_eq!(resp.json()["error"]["code"], "timeout", "{:?}", resp.json());
     drop(stopped);
     assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    rt.down();
+}
+
+/// A turn while the model service is stopped: `timeout` (504) naming the model service and
+/// the deadline, after about the deadline; nothing of the turn is stored; continued, the
+/// model answers the next turn.
+fn a_stopped_model_times_out_the_turn_and_nothing_is_stored(profile: &str) {
+    let root = state_root();
+    let mut rt = up_as(&root, profile);
+    rt.create_agent("a");
+    rt.turn("a", "before the stop");
+    let before = rt.conversation("a");
+    let stopped = Stopped::new(rt.plugin_pid(programs::MODEL));
+
+    let turn = json!({"message": "lost in the stop"});
+    let (status, body, took) = post_timed(&rt, "/v1/agents/a/turns", turn);
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["error"]["code"], "timeout", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    let within = format!("within {} s", DEADLINE.as_secs());
+    assert!(
+        message.contains(programs::MODEL) && message.contains(&within),
+        "{message}"
+    );
+    about_the_deadline(took);
+    assert_eq!(
+        rt.conversation("a"),
+        before,
+        "a failed turn stored something"
+    );
+    if profile == "link" {
+        // The harness answered, with the model's timeout: it was not the silent one.
+        let status = rt.status();
+        assert_eq!(state_of(&status, programs::HARNESS), "ready", "{status}");
+    }
+
+    drop(stopped);
+    let reply = rt.turn("a", "after the stop");
+    assert!(reply["reply"].is_string(), "{reply}");
+    let after = rt.conversation("a");
+    assert_eq!(after[..before.len()], before[..], "{after:?}");
+    assert_eq!(after.len(), before.len() + 2, "{after:?}");
+    assert!(
+        !after
+            .iter()
+            .any(|e| e.to_string().contains("lost in the stop")),
+        "{after:?}"
+    );
+    rt.down();
+}
+
+#[test]
+fn mini_a_stopped_model_times_out_the_turn_and_nothing_is_stored() {
+    a_stopped_model_times_out_the_turn_and_nothing_is_stored("mini");
+}
+
+#[test]
+fn full_link_a_stopped_model_times_out_the_turn_and_nothing_is_stored() {
+    a_stopped_model_times_out_the_turn_and_nothing_is_stored("link");
+}
+
+/// The agent plugin waits for the stopped file store when an agent is created: the file
+/// store is the silent one, named by the 504 and marked `unresponsive`; the agent plugin
+/// stays `ready`.
+#[test]
+fn a_timeout_blames_the_silent_owner_not_the_one_waiting_for_it() {
+    let (waiting, silent) = (programs::AGENT, programs::FILE_STORE);
+    let root = state_root();
+    let mut rt = up(&root);
+    rt.create_agent("first");
+    let stopped = Stopped::new(rt.plugin_pid(silent));
+
+    let (status, body, took) = post_timed(&rt, "/v1/agents", json!({"name": "stalled"}));
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["error"]["code"], "timeout", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(silent) && message.contains("store.agent.create"),
+        "{message}"
+    );
+    about_the_deadline(took);
+    let status = rt.status();
+    assert_eq!(state_of(&status, silent), "unresponsive", "{status}");
+    assert_eq!(state_of(&status, waiting), "ready", "{status}");
+
+    drop(stopped);
+    rt.create_agent("second");
+    let status = rt.status();
+    assert_eq!(state_of(&status, silent), "ready", "{status}");
+    assert_eq!(state_of(&status, waiting), "ready", "{status}");
     rt.down();
 }

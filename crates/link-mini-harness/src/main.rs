@@ -5,11 +5,13 @@
 //! `agents/<id>/agent.json` (see [`store`]: the same conversation log and durability as full
 //! Link's file store, one `fdatasync` per turn); each log is checked and counted at start,
 //! so conversations survive a restart of the runtime, and a damaged agent never stops the
-//! others from loading. No conversation is kept in memory: a turn reads the tail page its
-//! context window needs (`link_conversation::context_window`, the same rule as full Link's:
-//! the last entries within a byte budget, starting at a user message) from the log, sends it
-//! to the model service and appends the user message and the reply together; `agent.get`
-//! reads one bounded page (`link_conversation::Log::read_page`).
+//! others from loading. No conversation is kept whole in memory: a turn reads the tail page
+//! its context window needs (`link_conversation::context_window`, the same rule as full
+//! Link's: the last entries within a byte budget, starting at a user message) once from the
+//! log, sends the window to the model service and appends the user message and the reply
+//! together, so a turn whose model call fails (a silent service past `ModelService`'s
+//! deadline, too) stores nothing; `agent.get` reads one bounded page
+//! (`link_conversation::Log::read_page`).
 //!
 //! Each agent runs on the model it was created with (`agent.json`'s `model`, checked at
 //! create against the models the model service serves), else the runtime's default, which

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 pub const MODEL_PLUGIN: &str = programs::MODEL;
 
-/// How long one call may take before the turn gives up on it. Generous: the run tool has
-/// its own, shorter timeout, and a remote model may be slow.
+/// How long one routed call may take before the turn gives up on it. Generous: the run tool
+/// has its own, shorter timeout. Model calls have their own deadline (`ModelService`).
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where the harness's calls go.
@@ -113,7 +113,8 @@ impl Deps {
         Ok(self.call::<ConversationAppend>(agent, &body).await?.total)
     }
 
-    /// One chat completion on `model`; returns the whole completion object.
+    /// One chat completion on `model`; returns the whole completion object. Within the model
+    /// service's own deadline (`ModelService`), the same as Mini's.
     pub async fn complete(
         &self,
         model: &Model,
@@ -121,13 +122,7 @@ impl Deps {
         tools: &[Value],
     ) -> Result<Value, RemoteError> {
         let body = json!({"model": model, "messages": messages, "tools": tools});
-        match tokio::time::timeout(CALL_TIMEOUT, self.model.complete(&body)).await {
-            Ok(done) => done,
-            Err(_) => Err(RemoteError::new(
-                ErrorCode::Timeout,
-                format!("{MODEL_PLUGIN} did not answer within {CALL_TIMEOUT:?}"),
-            )),
-        }
+        self.model.complete(&body).await
     }
 }
 

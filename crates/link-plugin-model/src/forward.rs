@@ -19,20 +19,6 @@ use tokio::net::TcpStream;
 
 pub use link_protocol::plugin::ENV_MODEL_REMOTE_URL as ENV_URL;
 
-/// A remote model usually answers within seconds; this bounds a stuck one. With test hooks,
-/// [`link_protocol::plugin::ENV_TEST_MODEL_TIMEOUT_MS`] may shorten it.
-const TIMEOUT: Duration = Duration::from_secs(300);
-
-/// [`TIMEOUT`], or the test hooks' shorter one.
-fn deadline() -> Duration {
-    let asked = link_protocol::plugin::test_hooks_asked()
-        .then(|| std::env::var(link_protocol::plugin::ENV_TEST_MODEL_TIMEOUT_MS).ok())
-        .flatten()
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .filter(|ms| *ms > 0);
-    asked.map_or(TIMEOUT, Duration::from_millis)
-}
-
 /// Where to forward, parsed from the base URL (no secret in it: the key is a [`Key`]).
 #[derive(Debug)]
 pub struct Remote {
@@ -128,7 +114,9 @@ impl Remote {
             addr,
             host: host.to_owned(),
             base: base.trim_end_matches('/').to_owned(),
-            deadline: deadline(),
+            // Defined with the model calls' own deadline, which outlasts it, so a slow
+            // remote is reported here, naming it, not as a silent model service.
+            deadline: link_protocol::model_service::remote_deadline(),
         })
     }
 

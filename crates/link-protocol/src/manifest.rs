@@ -136,6 +136,11 @@ pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
 /// Test hooks only: how long the model waits for the remote (ms), so a test of the deadline
 /// need not wait minutes.
 pub const ENV_TEST_MODEL_TIMEOUT_MS: &str = "LNK_TEST_MODEL_TIMEOUT_MS";
+/// Test hooks only: the router's default deadline (ms, in place of 30 s), which is also the
+/// deadline of every model call ([`crate::model_service::ModelService`]), so tests of an
+/// unresponsive plugin need not wait. The host reads it; so do the plugins that call the
+/// model.
+pub const ENV_TEST_DEADLINE_MS: &str = "LNK_TEST_DEADLINE_MS";
 
 const BOTH: &[Profile] = &[Profile::Mini, Profile::Link];
 const MINI: &[Profile] = &[Profile::Mini];
@@ -194,6 +199,7 @@ pub const MODEL: Plugin = Plugin {
 pub const MINI_HARNESS: Plugin = Plugin {
     program: programs::MINI_HARNESS,
     profiles: MINI,
+    env: &[ENV_TEST_DEADLINE_MS],
     data: true,
     ..PLAIN
 };
@@ -243,6 +249,8 @@ pub const AGENT: Plugin = Plugin {
         RouteInfo::of::<r::store::AgentDelete>(),
         RouteInfo::of::<r::schedule::DeleteAgent>(),
     ],
+    // It asks the model which models it serves.
+    env: &[ENV_TEST_DEADLINE_MS],
     data: true,
     // Homes the agents' uids own, removed on delete whatever modes their commands left
     // (issue 42); its Landlock rules keep both to its own data area.
@@ -318,6 +326,7 @@ pub const HARNESS: Plugin = Plugin {
         RouteInfo::of::<r::schedule::Create>(),
     ],
     leased: true,
+    env: &[ENV_TEST_DEADLINE_MS],
     ..PLAIN
 };
 

@@ -2,22 +2,60 @@
 //! Unix socket), which both turn engines and full Link's agent registry use: whether a model is
 //! served ([`ModelService::check`]) and its chat completions. The model's name is
 //! [`crate::model::Model`].
+//!
+//! Every request has a deadline ([`DEADLINE`]), the same in Mini and full Link: a service
+//! that does not answer in time (stopped, wedged) costs that call `timeout` naming it, never
+//! a turn that waits without end.
 
 use crate::model::{Model, LOCAL};
+use crate::plugin::{test_millis, ENV_TEST_DEADLINE_MS, ENV_TEST_MODEL_TIMEOUT_MS};
 use crate::routes::programs;
 use crate::{ErrorCode, RemoteError};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// How long the model service gives a forwarded remote to answer one request in full
+/// (`link-plugin-model`'s `forward.rs`). A remote usually answers within seconds; this bounds
+/// a stuck one.
+pub const REMOTE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The service's own time around a forwarded request: the remote key's read through the
+/// router (a routed call, 30 s at most) and the answer's way back.
+const SERVICE_MARGIN: Duration = Duration::from_secs(60);
+
+/// How long a caller waits for the model service to answer one request: past the remote's
+/// deadline and the service's own part, so a slow remote is reported by the service itself
+/// (its 504 naming the remote) and only a silent service is blamed here.
+pub const DEADLINE: Duration = REMOTE_DEADLINE.saturating_add(SERVICE_MARGIN);
+const _: () = assert!(DEADLINE.as_secs() > REMOTE_DEADLINE.as_secs());
+
+/// [`REMOTE_DEADLINE`], or with test hooks [`ENV_TEST_MODEL_TIMEOUT_MS`].
+pub fn remote_deadline() -> Duration {
+    test_millis(ENV_TEST_MODEL_TIMEOUT_MS).unwrap_or(REMOTE_DEADLINE)
+}
+
+/// [`DEADLINE`], or with test hooks the runtime's shortened default deadline
+/// ([`ENV_TEST_DEADLINE_MS`]); a test that sets it and forwards must give the remote a
+/// shorter one still.
+fn deadline() -> Duration {
+    test_millis(ENV_TEST_DEADLINE_MS).unwrap_or(DEADLINE)
+}
 
 /// The model service on its socket, as a granted caller reaches it.
 #[derive(Debug, Clone)]
 pub struct ModelService {
     socket: PathBuf,
+    /// How long one request may take ([`deadline`]).
+    deadline: Duration,
 }
 
 impl ModelService {
     pub fn new(socket: PathBuf) -> ModelService {
-        ModelService { socket }
+        ModelService {
+            socket,
+            deadline: deadline(),
+        }
     }
 
     pub fn socket(&self) -> &std::path::Path {
@@ -85,24 +123,36 @@ impl ModelService {
         )))
     }
 
+    /// One request within the deadline. Unreachable is `unavailable`; no answer in time is
+    /// `timeout` naming the service, which was the silent one: a remote it forwards to
+    /// has a shorter deadline, which the service reports itself.
     async fn call(
         &self,
         method: &str,
         path: &str,
         body: Option<&Value>,
     ) -> Result<crate::http::HttpResponse, RemoteError> {
-        crate::http::json(&self.socket, method, path, None, body)
-            .await
-            .map_err(|e| {
-                RemoteError::new(
-                    ErrorCode::Unavailable,
-                    format!(
-                        "{} is unavailable at {}: {e}",
-                        programs::MODEL,
-                        self.socket.display()
-                    ),
-                )
-            })
+        let request = crate::http::json(&self.socket, method, path, None, body);
+        match tokio::time::timeout(self.deadline, request).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(RemoteError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "{} is unavailable at {}: {e}",
+                    programs::MODEL,
+                    self.socket.display()
+                ),
+            )),
+            Err(_) => Err(RemoteError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "{} (the model service at {}) did not answer {method} {path} within {}",
+                    programs::MODEL,
+                    self.socket.display(),
+                    crate::text::duration(self.deadline)
+                ),
+            )),
+        }
     }
 }
 
@@ -128,6 +178,32 @@ fn refusal(status: u16, json: &Value, raw: &[u8]) -> RemoteError {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A service that accepts and never answers, as a stopped one (SIGSTOP) does: the
+    /// kernel still queues connections on its socket.
+    #[tokio::test]
+    async fn a_silent_service_is_a_timeout_naming_it_and_its_deadline() {
+        let dir = std::env::temp_dir().join(format!("lnk-model-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("model.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        let service = ModelService {
+            deadline: Duration::from_millis(300),
+            ..ModelService::new(socket)
+        };
+        let e = service
+            .complete(&json!({"model": LOCAL, "messages": []}))
+            .await
+            .unwrap_err();
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(e.code, ErrorCode::Timeout, "{e}");
+        assert!(
+            e.message.contains(programs::MODEL) && e.message.contains("300 ms"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_remotes_refusals_keep_their_code_and_others_are_internal() {

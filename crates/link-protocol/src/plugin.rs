@@ -31,12 +31,24 @@ pub fn test_hooks_asked() -> bool {
     std::env::var(ENV_TEST_HOOKS).is_ok_and(|v| v == "1")
 }
 
+/// `var`'s value in milliseconds when this process was asked for its test hooks (and the
+/// value is a positive number); `None` otherwise, so a release run keeps its real limits.
+pub fn test_millis(var: &str) -> Option<std::time::Duration> {
+    test_hooks_asked()
+        .then(|| std::env::var(var).ok())
+        .flatten()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(std::time::Duration::from_millis)
+}
+
 /// The variables only test hooks read: passed to plugins only with [`Contract::test_hooks`].
 pub const TEST_VARIABLES: &[&str] = &[
     ENV_TEST_HOOKS,
     ENV_TEST_HEADER_TIMEOUT_MS,
     ENV_TEST_MAX_CONNECTIONS,
     ENV_TEST_MODEL_TIMEOUT_MS,
+    ENV_TEST_DEADLINE_MS,
 ];
 
 pub use link_report::{Mode, Profile};
@@ -96,7 +108,7 @@ pub const PASSTHROUGH: &[&str] = &[
 
 /// The variables that pass to one plugin only, declared with it in the manifest.
 pub use crate::manifest::{
-    ENV_MODEL_REMOTE_URL, ENV_SANDBOX_UID_BASE, ENV_TEST_HEADER_TIMEOUT_MS,
+    ENV_MODEL_REMOTE_URL, ENV_SANDBOX_UID_BASE, ENV_TEST_DEADLINE_MS, ENV_TEST_HEADER_TIMEOUT_MS,
     ENV_TEST_MAX_CONNECTIONS, ENV_TEST_MODEL_TIMEOUT_MS,
 };
 
@@ -488,8 +500,12 @@ mod tests {
 
     #[test]
     fn test_variables_pass_only_from_a_host_with_test_hooks() {
-        // Between them, these two are given every test variable.
-        let plugins = ["link-mini-connection", "link-plugin-model"];
+        // Between them, these three are given every test variable.
+        let plugins = [
+            "link-mini-connection",
+            "link-plugin-model",
+            "link-mini-harness",
+        ];
         for k in TEST_VARIABLES {
             let mut given = 0;
             for plugin in plugins {
