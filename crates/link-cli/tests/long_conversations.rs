@@ -131,12 +131,14 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     assert_eq!(after, total + 2, "{label}");
     // Mini's harness keeps no conversation in memory: it reads the pages and the tail a turn
     // needs from the log. Against its own size with a short conversation, in the same run:
-    // keeping this one would cost more than the log's size.
+    // keeping this one would cost more than the log's size (1.7 times it, measured); reading
+    // pages costs a few MiB whatever the length (3 to 4.5 MiB measured, 17 and 64 MiB logs:
+    // the page buffers and what the allocator keeps).
     if let (Some(short), Some(long)) = (short, harness_resident_kib(&rt, profile)) {
         let grew_mib = long.saturating_sub(short) as f64 / 1024.0;
         eprintln!("{label}: the harness's resident memory {short} KiB before, {long} KiB now");
         assert!(
-            grew_mib < mib as f64 / 4.0,
+            grew_mib < mib as f64 / 2.0,
             "{label}: the harness grew by {grew_mib:.1} MiB ({short} → {long} KiB) with a \
              {mib} MiB conversation"
         );
