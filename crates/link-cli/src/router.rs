@@ -94,18 +94,13 @@ pub fn allowed(caller: Grantee, route: &str) -> bool {
 /// How long an ordinary route's owner may take to answer.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 
-/// Time allowed over a tool's own limit, per level of routing under it: the owner's own
-/// work, and the answer's way back.
-pub const MARGIN: Duration = Duration::from_secs(10);
-
-/// link-plugin-link-run's default and largest `timeout_secs` (its `main.rs`).
-const RUN_DEFAULT_SECS: u64 = 60;
-const RUN_MAX_SECS: u64 = 600;
-
-/// The link harness's limit on each call it makes (`deps.rs` `CALL_TIMEOUT`) and the model
-/// steps one turn may take (`turn.rs` `MAX_STEPS`).
-const HARNESS_CALL_LIMIT: Duration = Duration::from_secs(600);
-const HARNESS_MAX_STEPS: u32 = 8;
+/// The routes' own limits, defined with the routes: the margin per level of routing, `tool.run`'s
+/// `timeout_secs`, and the link harness's per-call limit and model steps.
+pub use link_protocol::routes::agent::{
+    TURN_CALL_LIMIT as HARNESS_CALL_LIMIT, TURN_MAX_STEPS as HARNESS_MAX_STEPS,
+};
+pub use link_protocol::routes::tool::{RUN_DEFAULT_SECS, RUN_MAX_SECS};
+pub use link_protocol::routes::MARGIN;
 
 /// Test hooks only (`LNK_TEST_HOOKS=1`): replaces [`DEFAULT_DEADLINE`], in milliseconds, so
 /// tests of an unresponsive plugin need not wait 30 s. Ignored without test hooks; tool and
@@ -133,7 +128,7 @@ fn default_deadline() -> Duration {
 /// |----------------|-----------------------------------------------------------------|
 /// | `sandbox.exec` | the body's `timeout_ms` (default 30 000, at most 3 600 000) + [`MARGIN`] |
 /// | `tool.run`     | the body's `timeout_secs` (default 60, at most 600) + 2 × [`MARGIN`]: over its own `sandbox.exec`, so a stopped sandbox is named, not link-run |
-/// | `turn.run`     | the harness's per-call limit (600 s) × its model steps (8) + [`MARGIN`] = 4 810 s |
+/// | `turn.run`     | the harness's per-call limit (630 s: over a 600 s `tool.run`'s 620 s) × its model steps (8) + [`MARGIN`] = 5 050 s |
 /// | anything else  | [`DEFAULT_DEADLINE`] (30 s; `LNK_TEST_DEADLINE_MS` under test hooks) |
 ///
 /// A limit out of range is clamped: the owner refuses such a body at once.
@@ -654,7 +649,14 @@ mod tests {
             deadline(r::tool::Run::NAME, &json!({"timeout_secs": 7}))
                 > deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 7000}))
         );
-        assert_eq!(deadline(r::agent::Turn::NAME, &json!({})), secs(4810));
+        assert_eq!(deadline(r::agent::Turn::NAME, &json!({})), secs(5050));
+        // The harness waits past the router's deadline for the longest call it makes, so
+        // the router, which knows who was silent, answers first.
+        let longest = deadline(r::tool::Run::NAME, &json!({"timeout_secs": RUN_MAX_SECS}));
+        assert!(
+            HARNESS_CALL_LIMIT > longest,
+            "{HARNESS_CALL_LIMIT:?} vs {longest:?}"
+        );
         // A model call outlasts the remote it forwards to and the key's routed read, so a
         // slow remote is the model service's own 504; the harness's limit covers it.
         use link_protocol::model_service::{DEADLINE as MODEL, REMOTE_DEADLINE};

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 pub const MODEL_PLUGIN: &str = programs::MODEL;
 
-/// How long one routed call may take before the turn gives up on it. Generous: the run tool
-/// has its own, shorter timeout. Model calls have their own deadline (`ModelService`).
-const CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long one routed call may take before the turn gives up on it: past the router's own
+/// deadline for any route it calls, so a silent plugin is named by the router. Model calls
+/// have their own deadline (`ModelService`).
+const CALL_TIMEOUT: Duration = link_protocol::routes::agent::TURN_CALL_LIMIT;
 
 /// Where the harness's calls go.
 pub struct Deps {

@@ -23,7 +23,7 @@ use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde_json::Value;
 
 /// Model calls one turn may make; a model that keeps calling tools past it is stopped.
-pub const MAX_STEPS: usize = 8;
+pub const MAX_STEPS: usize = link_protocol::routes::agent::TURN_MAX_STEPS as usize;
 
 /// What a tool call produced, as the turn's result reports it.
 struct Outcome {

@@ -11,8 +11,9 @@ use link_protocol::server::{Call, Peers, Service};
 use link_protocol::{client, ErrorCode, RemoteError};
 use std::sync::Arc;
 
-const DEFAULT_TIMEOUT_SECS: u64 = 60;
-const MAX_TIMEOUT_SECS: u64 = 600;
+use link_protocol::routes::tool::{
+    RUN_DEFAULT_SECS as DEFAULT_TIMEOUT_SECS, RUN_MAX_SECS as MAX_TIMEOUT_SECS,
+};
 /// Per stream; what the model sees of a command's output.
 const OUTPUT_CAP: usize = 64 * 1024;
 

@@ -8,6 +8,16 @@ use crate::AgentId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// The model steps one turn of the link harness may take.
+pub const TURN_MAX_STEPS: u32 = 8;
+
+/// How long the link harness waits for one call it routes: past the router's deadline for the
+/// longest of them (a `tool.run` at [`super::tool::RUN_MAX_SECS`], which the router gives
+/// two [`super::MARGIN`]s over), so the router, which knows who was silent, answers first.
+pub const TURN_CALL_LIMIT: Duration =
+    Duration::from_secs(super::tool::RUN_MAX_SECS).saturating_add(super::MARGIN.saturating_mul(3));
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CreateBody {

@@ -85,6 +85,12 @@ pub(crate) use route;
 pub struct Empty {}
 
 /// Every route of both profiles.
+/// Time allowed over a route's own limit per level of routing under it: the owner's own
+/// work, and the answer's way back. The router's deadlines and the link harness's per-call
+/// limit are built from it and the routes' limits ([`tool::RUN_MAX_SECS`],
+/// [`agent::TURN_CALL_LIMIT`]).
+pub const MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub const ALL: &[RouteInfo] = &[
     RouteInfo::of::<agent::Create>(),
     RouteInfo::of::<agent::Get>(),

@@ -4,6 +4,11 @@ use super::store::{Content, Listing, Written};
 use super::{programs, route};
 use serde::{Deserialize, Serialize};
 
+/// `tool.run`'s `timeout_secs` when the body gives none, and the largest it accepts
+/// (link-plugin-link-run refuses more).
+pub const RUN_DEFAULT_SECS: u64 = 60;
+pub const RUN_MAX_SECS: u64 = 600;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunBody {
     pub command: String,
