@@ -94,12 +94,10 @@ pub fn allowed(caller: Grantee, route: &str) -> bool {
 /// How long an ordinary route's owner may take to answer.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The routes' own limits, defined with the routes: the margin per level of routing, `tool.run`'s
-/// `timeout_secs`, and the link harness's per-call limit and model steps.
-pub use link_protocol::routes::agent::{
-    TURN_CALL_LIMIT as HARNESS_CALL_LIMIT, TURN_MAX_STEPS as HARNESS_MAX_STEPS,
-};
-pub use link_protocol::routes::tool::{RUN_DEFAULT_SECS, RUN_MAX_SECS};
+// The routes' own limits, defined with the routes: the margin per level of routing,
+// `tool.run`'s `timeout_secs`, and the link harness's per-call limit and model steps.
+use link_protocol::routes::agent::{TURN_CALL_LIMIT, TURN_MAX_STEPS};
+use link_protocol::routes::tool::{RUN_DEFAULT_SECS, RUN_MAX_SECS};
 pub use link_protocol::routes::MARGIN;
 
 /// Test hooks only (`LNK_TEST_HOOKS=1`): replaces [`DEFAULT_DEADLINE`], in milliseconds, so
@@ -112,12 +110,9 @@ pub use link_protocol::plugin::ENV_TEST_DEADLINE_MS;
 fn default_deadline() -> Duration {
     static DEADLINE: OnceLock<Duration> = OnceLock::new();
     *DEADLINE.get_or_init(|| {
-        let hooks = crate::test_hooks_on();
-        std::env::var(ENV_TEST_DEADLINE_MS)
-            .ok()
-            .filter(|_| hooks)
-            .and_then(|ms| ms.parse().ok())
-            .map(Duration::from_millis)
+        crate::test_hooks_on()
+            .then(|| link_protocol::plugin::test_millis(ENV_TEST_DEADLINE_MS))
+            .flatten()
             .unwrap_or(DEFAULT_DEADLINE)
     })
 }
@@ -144,7 +139,7 @@ pub fn deadline(route: &str, body: &Value) -> Duration {
             let secs = field("timeout_secs").unwrap_or(RUN_DEFAULT_SECS);
             Duration::from_secs(secs.min(RUN_MAX_SECS)) + 2 * MARGIN
         }
-        r::agent::Turn::NAME => HARNESS_CALL_LIMIT * HARNESS_MAX_STEPS + MARGIN,
+        r::agent::Turn::NAME => TURN_CALL_LIMIT * TURN_MAX_STEPS + MARGIN,
         _ => default_deadline(),
     }
 }
@@ -654,13 +649,13 @@ mod tests {
         // the router, which knows who was silent, answers first.
         let longest = deadline(r::tool::Run::NAME, &json!({"timeout_secs": RUN_MAX_SECS}));
         assert!(
-            HARNESS_CALL_LIMIT > longest,
-            "{HARNESS_CALL_LIMIT:?} vs {longest:?}"
+            TURN_CALL_LIMIT > longest,
+            "{TURN_CALL_LIMIT:?} vs {longest:?}"
         );
         // A model call outlasts the remote it forwards to and the key's routed read, so a
         // slow remote is the model service's own 504; the harness's limit covers it.
         use link_protocol::model_service::{DEADLINE as MODEL, REMOTE_DEADLINE};
         assert!(MODEL >= REMOTE_DEADLINE + DEFAULT_DEADLINE, "{MODEL:?}");
-        assert!(HARNESS_CALL_LIMIT >= MODEL);
+        assert!(TURN_CALL_LIMIT >= MODEL);
     }
 }

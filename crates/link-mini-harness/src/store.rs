@@ -165,7 +165,7 @@ pub fn create(
             RemoteError::internal(what)
         });
     }
-    let known = log.read().ok().and_then(|(_, known)| known);
+    let known = log.count().ok().and_then(|(_, known)| known);
     Ok(Stored {
         id: name.to_owned(),
         name: name.to_owned(),
