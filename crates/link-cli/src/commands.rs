@@ -9,6 +9,7 @@
 
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
+use link_protocol::routes::agent::IdempotencyKey;
 use link_protocol::routes::{host, Empty, Route};
 use link_protocol::{client, tokens};
 use serde_json::json;
@@ -376,19 +377,33 @@ fn connection_call(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> Result<i32> {
+    connection_call_with(state, token, method, path, &[], body)
+}
+
+/// [`connection_call`] with more request headers.
+fn connection_call_with(
+    state: &Path,
+    token: Option<String>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<serde_json::Value>,
+) -> Result<i32> {
     let (layout, rt) = runtime(state)?;
     let token = require_token(&layout, token)?;
     let socket = layout.connection_socket();
     // The runtime's own server, not whatever process answers at that path.
     let peer = link_protocol::client::connection_peer(&layout);
+    let body = body.map(|b| serde_json::to_vec(&b)).transpose()?;
     let resp = rt
-        .block_on(link_protocol::http::json_to(
+        .block_on(link_protocol::http::request_with(
             &socket,
             peer,
             method,
             path,
             Some(&token),
-            body.as_ref(),
+            headers,
+            body,
         ))
         .with_context(|| {
             format!(
@@ -405,15 +420,20 @@ fn connection_call(
     })
 }
 
-pub fn turn(state: &Path, token: Option<String>, agent: &str, message: &str) -> Result<i32> {
+pub fn turn(
+    state: &Path,
+    token: Option<String>,
+    agent: &str,
+    message: &str,
+    key: Option<&IdempotencyKey>,
+) -> Result<i32> {
     let path = format!("/v1/agents/{agent}/turns");
-    connection_call(
-        state,
-        token,
-        "POST",
-        &path,
-        Some(json!({ "message": message })),
-    )
+    let headers: Vec<(&str, &str)> = key
+        .map(|k| (link_connection_api::IDEMPOTENCY_KEY, k.as_str()))
+        .into_iter()
+        .collect();
+    let body = Some(json!({ "message": message }));
+    connection_call_with(state, token, "POST", &path, &headers, body)
 }
 
 /// `model`: none, the runtime's default (`link up --model`).

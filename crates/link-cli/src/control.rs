@@ -197,6 +197,7 @@ async fn secret_call<R: Route>(
         route: R::NAME.to_owned(),
         agent: None,
         caller: None,
+        not_after: None,
         body,
     };
     crate::routing::call(shared, crate::router::HOST, req).await
@@ -268,6 +269,7 @@ mod tests {
             route: route.to_owned(),
             agent: None,
             caller: None,
+            not_after: None,
             body,
         }
     }

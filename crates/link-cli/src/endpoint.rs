@@ -32,6 +32,7 @@ impl Link {
             route: route.into(),
             agent: agent.map(link_protocol::AgentId::parse).transpose()?,
             caller: None,
+            not_after: None,
             body,
         };
         let mut stopping = self.shared.stopping.subscribe();
@@ -97,10 +98,7 @@ impl Backend for Link {
     fn create_agent(&self, body: agent::CreateBody) -> BackendFuture<'_> {
         Box::pin(async move { self.json::<agent::Create>(None, &body).await })
     }
-    fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a> {
-        let body = agent::TurnBody {
-            message: message.to_owned(),
-        };
+    fn turn<'a>(&'a self, agent: &'a str, body: agent::TurnBody) -> BackendFuture<'a> {
         Box::pin(async move { self.json::<agent::Turn>(Some(agent), &body).await })
     }
     /// The agent, one bounded page of its conversation (the file store pages it), and its

@@ -26,6 +26,7 @@ mod verified;
 
 use clap::{Parser, Subcommand};
 use link_protocol::plugin::{Mode, Profile};
+use link_protocol::routes::agent::IdempotencyKey;
 use std::path::PathBuf;
 
 /// Whether this host was built with its test hooks (the `test-hooks` feature, which
@@ -93,6 +94,10 @@ enum Command {
         client: ClientArgs,
         agent: String,
         message: String,
+        /// Names the turn (sent as `Idempotency-Key`): run again with the same key, a turn
+        /// already stored is answered from what was stored, not run twice.
+        #[arg(long, value_name = "KEY", value_parser = |k: &str| IdempotencyKey::parse(k))]
+        idempotency_key: Option<IdempotencyKey>,
     },
 }
 
@@ -223,7 +228,14 @@ fn main() {
             client,
             agent,
             message,
-        } => commands::turn(&client.state, client.token, &agent, &message),
+            idempotency_key,
+        } => commands::turn(
+            &client.state,
+            client.token,
+            &agent,
+            &message,
+            idempotency_key.as_ref(),
+        ),
     };
     match result {
         Ok(code) => std::process::exit(code),

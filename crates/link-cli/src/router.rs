@@ -20,7 +20,7 @@
 
 use link_protocol::client::Pool;
 use link_protocol::manifest::{self, Plugin, UNROUTED};
-use link_protocol::message::Outcome;
+use link_protocol::message::{NotAfter, Outcome};
 use link_protocol::routes::{self as r, Route, RouteInfo};
 use link_protocol::{RemoteError, Request};
 use serde_json::Value;
@@ -282,7 +282,7 @@ impl Router {
             Some(agent) if owner.0.leased => Some(self.lease(owner.0.program, agent.to_string())),
             _ => None,
         };
-        let result = self.forward(caller.name(), &owner, &req).await;
+        let result = self.forward(caller.name(), &owner, req).await;
         drop(lease);
         result
     }
@@ -337,10 +337,13 @@ impl Router {
         &self,
         caller: &'static str,
         (plugin, socket): &(&'static Plugin, PathBuf),
-        req: &Request,
+        mut req: Request,
     ) -> (Result<Value, RemoteError>, Option<(&'static str, Heard)>) {
         let name = plugin.program;
         let deadline = deadline(&req.route, &req.body);
+        // The owner does not start what arrives after the router has given up on it.
+        req.not_after = Some(NotAfter::within(deadline));
+        let req = &req;
         let tracked = self.track(caller, name, &req.route);
         let resp = match tokio::time::timeout(deadline, self.pool.exchange(socket, req)).await {
             Ok(Ok(resp)) => resp,

@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// The default deadline under test (`LNK_TEST_DEADLINE_MS`, honoured with test hooks only).
-const DEADLINE: Duration = Duration::from_millis(3000);
+pub const DEADLINE: Duration = Duration::from_millis(3000);
 
 /// Sends `signal` (a name: STOP, CONT) to `pid`.
 fn signal(pid: i32, signal: &str) -> bool {
@@ -26,10 +26,10 @@ fn signal(pid: i32, signal: &str) -> bool {
 
 /// A plugin stopped with SIGSTOP; continued (SIGCONT) on drop, so a failing test leaves
 /// nothing stopped.
-struct Stopped(i32);
+pub struct Stopped(i32);
 
 impl Stopped {
-    fn new(pid: i32) -> Stopped {
+    pub fn new(pid: i32) -> Stopped {
         assert!(signal(pid, "STOP"), "cannot stop {pid}");
         Stopped(pid)
     }
@@ -47,7 +47,7 @@ fn up(root: &link_harness_conformance::fixture::StateRoot) -> RuntimeProcess {
 }
 
 /// [`up`] in `profile` (`mini`, `link`).
-fn up_as(root: &link_harness_conformance::fixture::StateRoot, profile: &str) -> RuntimeProcess {
+pub fn up_as(root: &link_harness_conformance::fixture::StateRoot, profile: &str) -> RuntimeProcess {
     let spec = RuntimeSpec::new(
         runtime_process::test_programs(),
         profile.parse().unwrap(),
@@ -60,7 +60,7 @@ fn up_as(root: &link_harness_conformance::fixture::StateRoot, profile: &str) -> 
 
 /// Asserts that `took` is about [`DEADLINE`]: not before it, and generously after it (a slow
 /// machine is no failure).
-fn about_the_deadline(took: Duration) {
+pub fn about_the_deadline(took: Duration) {
     assert!(
         took >= DEADLINE - Duration::from_millis(100) && took < DEADLINE + Duration::from_secs(15),
         "answered after {took:?}; the deadline is {DEADLINE:?}"

@@ -11,6 +11,7 @@ mod endpoint_limits;
 mod full_disk;
 mod host_death;
 mod http_conventions;
+mod idempotency;
 mod leaks;
 mod link;
 mod long_conversations;

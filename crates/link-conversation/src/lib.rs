@@ -43,10 +43,12 @@
 //! log never stops the others from loading.
 
 mod dir;
+mod earlier;
 mod log;
 mod window;
 
 pub use dir::{agent_logs, create, load_dir, Loaded};
+pub use earlier::{earlier_turn, user_entry, KeyReused, KEY_FIELD};
 pub use log::{check_entries, scan, Appended, Count, Known, Log, PageRead, Repair, Scan};
 pub use window::{
     context_window, entry_bytes, page, Page, PageRequest, CONTEXT_BYTES, CONTEXT_ENTRIES,

@@ -15,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-pub use link_protocol::routes::agent::CreateBody;
+pub use link_protocol::routes::agent::{CreateBody, IdempotencyKey, TurnBody};
 pub use link_protocol::routes::store::ReadBody;
 use link_protocol::{ErrorCode, RemoteError};
 use serde::de::DeserializeOwned;
@@ -42,7 +42,7 @@ pub trait Backend: Send + Sync + 'static {
     /// `{name, model?}` → `{id, name, model, ..}`.
     fn create_agent(&self, body: CreateBody) -> BackendFuture<'_>;
     /// One turn → `{reply, tool_calls}`.
-    fn turn<'a>(&'a self, agent: &'a str, message: &'a str) -> BackendFuture<'a>;
+    fn turn<'a>(&'a self, agent: &'a str, body: TurnBody) -> BackendFuture<'a>;
     /// `{id, name, conversation, conversation_torn, conversation_total, conversation_start,
     /// conversation_next?}`: one bounded page of the conversation, as `page` asks.
     fn get_agent<'a>(&'a self, agent: &'a str, page: ReadBody) -> BackendFuture<'a>;
@@ -141,13 +141,38 @@ async fn create_agent(State(b): Api, body: Body) -> Response {
     respond(StatusCode::CREATED, result.await)
 }
 
-async fn turn(State(b): Api, Path(id): Path<String>, body: Body) -> Response {
+async fn turn(State(b): Api, Path(id): Path<String>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
+        let idempotency_key = idempotency_key(&headers)?;
         let req: Turn = read_json(body).await?;
-        b.turn(&id, &req.message).await
+        let body = TurnBody {
+            message: req.message,
+            idempotency_key,
+        };
+        b.turn(&id, body).await
     };
     respond(StatusCode::OK, result.await)
 }
+
+/// The request's `Idempotency-Key`, if it has one: as a bare token or as the quoted string
+/// of the IETF draft (`"8e03978e-..."`).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, RemoteError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = |why: String| RemoteError::bad_request(format!("{IDEMPOTENCY_KEY}: {why}"));
+    let text = value
+        .to_str()
+        .map_err(|_| bad("it is not printable ASCII".to_owned()))?;
+    let text = text
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+        .unwrap_or(text);
+    IdempotencyKey::parse(text).map(Some).map_err(bad)
+}
+
+/// The header a client names a turn with, so sending it again cannot run it twice.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 async fn get_agent(State(b): Api, Path(id): Path<String>, RawQuery(query): RawQuery) -> Response {
     let result = async {

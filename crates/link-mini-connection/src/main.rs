@@ -41,9 +41,8 @@ impl Backend for Mini {
     fn create_agent(&self, body: agent::CreateBody) -> BackendFuture<'_> {
         self.call::<agent::Create>(None, body)
     }
-    fn turn<'a>(&'a self, id: &'a str, message: &'a str) -> BackendFuture<'a> {
-        let message = message.to_owned();
-        self.call::<agent::Turn>(Some(id), agent::TurnBody { message })
+    fn turn<'a>(&'a self, id: &'a str, body: agent::TurnBody) -> BackendFuture<'a> {
+        self.call::<agent::Turn>(Some(id), body)
     }
     fn get_agent<'a>(&'a self, id: &'a str, page: agent::ReadBody) -> BackendFuture<'a> {
         self.call::<agent::Get>(Some(id), page)

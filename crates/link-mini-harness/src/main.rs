@@ -23,8 +23,8 @@ use link_protocol::model::Model;
 use link_protocol::model_service::ModelService;
 use link_protocol::plugin::PluginEnv;
 use link_protocol::routes::agent::{
-    AgentInfo, AgentList, Create, CreateBody, Delete, Get, List, ReadBody, Turn, TurnBody,
-    TurnReply,
+    AgentInfo, AgentList, Create, CreateBody, Delete, Get, IdempotencyKey, List, ReadBody, Turn,
+    TurnBody, TurnReply,
 };
 use link_protocol::routes::{programs, Empty};
 use link_protocol::server::{Call, Peers, Service};
@@ -173,7 +173,7 @@ impl Harness {
         Ok(Empty {})
     }
 
-    async fn turn(&self, id: &AgentId, message: String) -> Result<TurnReply, RemoteError> {
+    async fn turn(&self, id: &AgentId, body: TurnBody) -> Result<TurnReply, RemoteError> {
         let slot = self.agent(id)?;
         // Turns of one agent are serialised; different agents run concurrently.
         let mut agent = slot.agent.lock().await;
@@ -184,7 +184,13 @@ impl Harness {
         if agent.torn().is_some() {
             return Err(agent.repair_torn());
         }
-        let user = json!({ "role": "user", "content": message });
+        let (message, key) = (&body.message, body.idempotency_key.as_ref());
+        if let Some(key) = key {
+            if let Some(reply) = earlier_reply(&recent, key, message)? {
+                return Ok(reply);
+            }
+        }
+        let user = link_conversation::user_entry(message, key.map(|k| k.as_str()));
         recent.push(user.clone());
         let reply = self
             .complete(
@@ -210,6 +216,30 @@ impl Harness {
     }
 }
 
+/// The answer of the turn stored under `key`, if `recent` holds it: a Mini turn is stored
+/// whole (its message and reply in one append) or not at all.
+fn earlier_reply(
+    recent: &[Value],
+    key: &IdempotencyKey,
+    message: &str,
+) -> Result<Option<TurnReply>, RemoteError> {
+    let turn = link_conversation::earlier_turn(recent, key.as_str(), message)
+        .map_err(|e| RemoteError::new(ErrorCode::Conflict, e.to_string()))?;
+    let Some(turn) = turn else { return Ok(None) };
+    let reply = turn
+        .get(1)
+        .and_then(|e| e["content"].as_str())
+        .ok_or_else(|| {
+            RemoteError::internal(format!(
+                "the turn stored under Idempotency-Key {key} has no reply"
+            ))
+        })?;
+    Ok(Some(TurnReply {
+        reply: reply.to_owned(),
+        tool_calls: Vec::new(),
+    }))
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let env = link_protocol::plugin::start()?;
@@ -220,7 +250,7 @@ async fn main() -> anyhow::Result<()> {
         .on::<Get, _, _>(|h, call: Call, body| async move { h.get(call.agent()?, body).await })
         .on::<List, _, _>(|h, _, _| async move { h.list() })
         .on::<Turn, _, _>(|h, call: Call, body: TurnBody| async move {
-            h.turn(call.agent()?, body.message).await
+            h.turn(call.agent()?, body).await
         });
     link_protocol::plugin::serve_service(&env, Peers::SameUser, service).await?;
     Ok(())

@@ -68,6 +68,16 @@ impl Conversation {
         messages(&self.tail)
     }
 
+    /// The stored turn whose message carries `key` ([`link_conversation::earlier_turn`]),
+    /// among the entries kept.
+    pub fn earlier_turn(
+        &self,
+        key: &str,
+        message: &str,
+    ) -> Result<Option<&[Value]>, link_conversation::KeyReused> {
+        link_conversation::earlier_turn(&self.tail, key, message)
+    }
+
     /// Keeps memory bounded: drops old entries in batches, keeping `WINDOW`.
     fn trim(&mut self) {
         if self.tail.len() > 2 * WINDOW {
@@ -76,9 +86,10 @@ impl Conversation {
     }
 }
 
-/// The `{role: user}` entry of a turn's message.
+/// The `{role: user}` entry of a turn's message (with no Idempotency-Key).
+#[cfg(test)]
 pub fn user_entry(message: &str) -> Value {
-    json!({"role": "user", "content": message})
+    link_conversation::user_entry(message, None)
 }
 
 /// The `{role: tool}` entry answering call `id` of tool `name`.
@@ -90,6 +101,21 @@ pub fn tool_entry(id: &str, name: &str, ok: bool, output: &Value) -> Value {
         "ok": ok,
         "content": tool_content(ok, output),
     })
+}
+
+/// What a stored tool entry says the tool did: `(ok, output)`, as the turn reported it. The
+/// inverse of [`tool_content`] for what tools answer: a route's result is a JSON object, a
+/// refusal a string.
+pub fn tool_output(entry: &Value) -> (bool, Value) {
+    let ok = entry["ok"] == true;
+    let content = content_of(entry);
+    let parsed = serde_json::from_str::<Value>(&content).ok();
+    let output = match (ok, parsed) {
+        (true, Some(v)) if !v.is_string() => v,
+        (false, Some(mut v)) if v.get("error").is_some() => v["error"].take(),
+        _ => Value::String(content),
+    };
+    (ok, output)
 }
 
 /// What the model reads as a tool's result: the route's JSON result, or `{"error": ...}`.
@@ -191,6 +217,22 @@ mod tests {
         assert_eq!(m[3], json!({"role": "assistant", "content": "wrote a.txt"}));
         assert!(m[3].get("tool_calls").is_none());
         assert_eq!(m[4]["content"], "hello");
+    }
+
+    #[test]
+    fn a_stored_tool_entry_gives_back_what_the_tool_did() {
+        for (ok, output) in [
+            (true, json!({"bytes": 2, "path": "a.txt"})),
+            (
+                true,
+                json!({"exit_code": 0, "stdout": "{\"x\":1}\n", "stderr": ""}),
+            ),
+            (false, json!("protected: the conversation log is protected")),
+            (false, json!("bad_request: file tool: not JSON {")),
+        ] {
+            let entry = tool_entry("c1", "file", ok, &output);
+            assert_eq!(tool_output(&entry), (ok, output));
+        }
     }
 
     #[test]

@@ -57,13 +57,12 @@ impl Harness {
 
     async fn turn(self: Arc<Self>, call: Call, body: TurnBody) -> Result<TurnReply, RemoteError> {
         let agent = call.agent()?;
-        let message = body.message;
         let lock = self.lock_for(agent);
         let result = {
             let _turn = lock.lock().await;
             // Taken and put back under the agent's turn lock, so no other turn sees it.
             let mut kept = self.kept().remove(agent);
-            let result = turn::run(&self.deps, self.mode, agent, &message, &mut kept).await;
+            let result = turn::run(&self.deps, self.mode, agent, &body, &mut kept).await;
             if let Some(conversation) = kept {
                 self.keep(agent, conversation);
             }

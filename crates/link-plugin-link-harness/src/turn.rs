@@ -17,7 +17,7 @@ use crate::conversation::{self, Conversation};
 use crate::deps::Deps;
 use crate::tools::{self, Reply, ToolCall};
 use link_protocol::plugin::Mode;
-use link_protocol::routes::agent::{self, ToolCallReport, TurnReply};
+use link_protocol::routes::agent::{self, IdempotencyKey, ToolCallReport, TurnBody, TurnReply};
 use link_protocol::routes::{owner_of, store};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde_json::Value;
@@ -38,15 +38,24 @@ struct Outcome {
 /// (`expect_total`); any other state of the log means a full load, as for a first turn.
 /// After the turn it holds the conversation again, or nothing when this turn cannot vouch
 /// for it (an error, or a log that grew by other than this turn's entries).
+///
+/// A turn sent with the `key` of one already stored is answered from what was stored and not
+/// run again ([`stored_reply`]).
 pub async fn run(
     deps: &Deps,
     mode: Mode,
     agent: &AgentId,
-    message: &str,
+    body: &TurnBody,
     kept: &mut Option<Conversation>,
 ) -> Result<TurnReply, RemoteError> {
     let specs = tools::specs(mode);
-    let (mut turn, first) = begin(deps, agent, message, kept.take(), &specs).await?;
+    let (mut turn, first) = match begin(deps, agent, body, kept.take(), &specs).await? {
+        Begun::Stored(reply, conversation) => {
+            *kept = Some(conversation);
+            return reply;
+        }
+        Begun::New(turn, first) => (turn, first),
+    };
     let result = steps(deps, mode, &specs, agent, &mut turn, first).await;
     if result.is_ok() && turn.in_sync {
         *kept = Some(turn.conversation);
@@ -69,27 +78,40 @@ struct Turn {
 /// step again on the log as loaded now; a conflict after that load (the log changed during
 /// the model call) ends the turn with nothing stored. On a model the model plugin forwards,
 /// the provider sees (and bills) what it reads before it is stored, twice after a conflict.
+///
+/// Before each attempt, a turn sent with an Idempotency-Key looks for the turn stored under
+/// it in the conversation the attempt would run on: the kept one holds every turn this
+/// harness stored since it was loaded, and a failed turn leaves none kept, so its retry
+/// looks in the log as the store has it.
 async fn begin(
     deps: &Deps,
     agent: &AgentId,
-    message: &str,
+    body: &TurnBody,
     kept: Option<Conversation>,
     specs: &[Value],
-) -> Result<(Turn, Reply), RemoteError> {
-    let user = conversation::user_entry(message);
+) -> Result<Begun, RemoteError> {
+    let key = body.idempotency_key.as_ref();
+    let user = link_conversation::user_entry(&body.message, key.map(|k| k.as_str()));
     if let Some(conversation) = kept {
+        if let Some(stored) = stored(agent, key, &body.message, &conversation)? {
+            return Ok(Begun::Stored(stored, conversation));
+        }
         let expect = Some(conversation.total);
         match first_step(deps, agent, conversation, &user, expect, specs).await {
             Err(e) if e.code == ErrorCode::Conflict => {
                 tracing::info!("loading the conversation of {agent} again: {e}");
             }
-            done => return done,
+            done => return done.map(|(turn, first)| Begun::New(turn, first)),
         }
     }
     let conversation = load(deps, agent).await?;
+    if let Some(stored) = stored(agent, key, &body.message, &conversation)? {
+        return Ok(Begun::Stored(stored, conversation));
+    }
     let expect = Some(conversation.total);
     first_step(deps, agent, conversation, &user, expect, specs)
         .await
+        .map(|(turn, first)| Begun::New(turn, first))
         .map_err(|e| match e.code {
             ErrorCode::Conflict => RemoteError::new(
                 ErrorCode::Conflict,
@@ -101,6 +123,73 @@ async fn begin(
             ),
             _ => e,
         })
+}
+
+/// How a turn began: answered from the turn stored under its key (with the conversation it
+/// was found in), or run, its first reply stored.
+enum Begun {
+    Stored(Result<TurnReply, RemoteError>, Conversation),
+    New(Turn, Reply),
+}
+
+/// What the turn stored under `key` in `conversation` answered, if there is one.
+fn stored(
+    agent: &AgentId,
+    key: Option<&IdempotencyKey>,
+    message: &str,
+    conversation: &Conversation,
+) -> Result<Option<Result<TurnReply, RemoteError>>, RemoteError> {
+    let Some(key) = key else { return Ok(None) };
+    let earlier = conversation
+        .earlier_turn(key.as_str(), message)
+        .map_err(|e| RemoteError::new(ErrorCode::Conflict, e.to_string()))?;
+    Ok(earlier.map(|entries| stored_reply(agent, key, entries)))
+}
+
+/// The answer of a stored turn (its user entry and the entries after it): its final reply
+/// and its tool calls, as they were first reported. A turn stored without a final reply
+/// failed part way, as its client was told, and is not run again: its tools may have acted.
+pub fn stored_reply(
+    agent: &AgentId,
+    key: &IdempotencyKey,
+    entries: &[Value],
+) -> Result<TurnReply, RemoteError> {
+    let mut report = Vec::new();
+    let mut asked: Vec<ToolCall> = Vec::new();
+    for (step, entry) in entries.iter().skip(1).enumerate() {
+        if entry["role"] == "tool" {
+            let id = entry["tool_call_id"].as_str().unwrap_or_default();
+            let Some(call) = asked.iter().find(|c| c.id == id) else {
+                continue;
+            };
+            let (ok, output) = conversation::tool_output(entry);
+            report.push(ToolCallReport {
+                tool: call.name.clone(),
+                input: call.input_value(),
+                ok,
+                output,
+            });
+            continue;
+        }
+        let completion = serde_json::json!({"choices": [{"message": entry}]});
+        let reply = tools::parse_reply(&completion, step + 1).map_err(RemoteError::internal)?;
+        if reply.calls.is_empty() {
+            return Ok(TurnReply {
+                reply: reply.content,
+                tool_calls: report,
+            });
+        }
+        asked = reply.calls;
+    }
+    Err(RemoteError::new(
+        ErrorCode::Conflict,
+        format!(
+            "the turn of agent {agent} sent with Idempotency-Key {key} stopped before its final \
+             reply: its message and the {} entries after it are stored (see the conversation) \
+             and it is not run again, since its tools may have acted; send a new message to go on",
+            entries.len() - 1
+        ),
+    ))
 }
 
 /// Completes `conversation` with `user` and appends both in one append (with `expect`, only
@@ -297,12 +386,33 @@ async fn append_while_completing(
 }
 
 /// The error of a refused append: a full disk after this turn stored entries says those
-/// stay; anything else is the store's own.
+/// stay; a store that did not answer in time says what the client can do; anything else is
+/// the store's own.
 fn append_error(deps: &Deps, agent: &AgentId, turn: &Turn, e: RemoteError) -> RemoteError {
     if e.code == ErrorCode::InsufficientStorage && turn.stored > 0 {
         return storage_full_mid_turn(deps, agent, turn.stored, &e);
     }
+    if e.code == ErrorCode::Timeout {
+        return append_timed_out(agent, e);
+    }
     e
+}
+
+/// An append the store did not answer within its deadline. The store does not start an
+/// append that reaches it after that (`link_protocol::Request::not_after`), but one it had
+/// started may still land, so the client is not told "nothing was stored": it is told how to
+/// learn what was.
+fn append_timed_out(agent: &AgentId, e: RemoteError) -> RemoteError {
+    RemoteError::new(
+        ErrorCode::Timeout,
+        format!(
+            "{}. The turn stopped there; an append the store had already begun may still be \
+             stored: send the message again with the same Idempotency-Key to get the stored \
+             turn's answer (or run it, if nothing was stored), or read agent {agent}'s \
+             conversation first",
+            e.message
+        ),
+    )
 }
 
 /// Counts `count` entries stored, the log holding `total` now. The turn goes on even if the
@@ -464,6 +574,63 @@ mod tests {
         let (total, done) = outcome.unwrap();
         assert_eq!(total, 3);
         assert_eq!(done.unwrap_err().code, ErrorCode::Unavailable);
+    }
+
+    /// A stored turn gives back its first answer: the final reply and each tool call with
+    /// its input and output; one stopped before its final reply is a conflict saying what is
+    /// stored.
+    #[test]
+    fn a_stored_turn_answers_as_it_first_did() {
+        use crate::conversation::tool_entry;
+        let agent: AgentId = "a1".parse().unwrap();
+        let key = IdempotencyKey::parse("k").unwrap();
+        let call = |id: &str, args: &str| json!({"id": id, "type": "function", "function": {"name": "file", "arguments": args}});
+        let entries = vec![
+            link_conversation::user_entry("two files", Some("k")),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                call("c1", r#"{"op":"write","path":"a","content":"x"}"#),
+                call("c2", "not json"),
+            ]}),
+            tool_entry("c1", "file", true, &json!({"bytes": 1})),
+            tool_entry(
+                "c2",
+                "file",
+                false,
+                &json!("bad_request: file tool: not JSON"),
+            ),
+            json!({"role": "assistant", "content": "wrote a"}),
+        ];
+        let reply = stored_reply(&agent, &key, &entries).unwrap();
+        assert_eq!(reply.reply, "wrote a");
+        assert_eq!(
+            reply.tool_calls,
+            vec![
+                ToolCallReport {
+                    tool: "file".into(),
+                    input: json!({"op": "write", "path": "a", "content": "x"}),
+                    ok: true,
+                    output: json!({"bytes": 1}),
+                },
+                ToolCallReport {
+                    tool: "file".into(),
+                    input: json!("not json"),
+                    ok: false,
+                    output: json!("bad_request: file tool: not JSON"),
+                },
+            ]
+        );
+        let plain = [
+            entries[0].clone(),
+            json!({"role": "assistant", "content": "hi"}),
+        ];
+        let reply = stored_reply(&agent, &key, &plain).unwrap();
+        assert_eq!((reply.reply.as_str(), reply.tool_calls.len()), ("hi", 0));
+        let e = stored_reply(&agent, &key, &entries[..3]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Conflict);
+        assert!(
+            e.message.contains("Idempotency-Key k") && e.message.contains("the 2 entries after it"),
+            "{e}"
+        );
     }
 
     #[test]

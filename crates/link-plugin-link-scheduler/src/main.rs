@@ -282,6 +282,7 @@ impl Scheduler {
         let mut waits = RETRY_WAITS_MS.iter();
         let body = TurnBody {
             message: message.to_owned(),
+            idempotency_key: None,
         };
         loop {
             let call = client::request_once::<Turn>(&self.router, Some(agent), &body);

@@ -47,6 +47,7 @@ fn request_for<R: Route>(
         route: R::NAME.to_owned(),
         agent: agent.cloned(),
         caller: None,
+        not_after: None,
         body: serde_json::to_value(body)?,
     })
 }
@@ -148,6 +149,7 @@ impl Client {
             route: route.to_owned(),
             agent: agent.map(AgentId::parse).transpose()?,
             caller: None,
+            not_after: None,
             body,
         };
         self.send(&req).await

@@ -43,6 +43,19 @@ pub async fn request_to(
     token: Option<&str>,
     body: Option<Vec<u8>>,
 ) -> Result<HttpResponse, Error> {
+    request_with(socket, peer, method, path, token, &[], body).await
+}
+
+/// [`request_to`] with more headers (`Idempotency-Key`, say).
+pub async fn request_with(
+    socket: &Path,
+    peer: Peer,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> Result<HttpResponse, Error> {
     let stream: UnixStream = crate::client::connect(socket, peer).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -57,6 +70,9 @@ pub async fn request_to(
     }
     if body.is_some() {
         req = req.header("content-type", "application/json");
+    }
+    for (name, value) in headers {
+        req = req.header(*name, *value);
     }
     let req = req
         .body(Full::new(Bytes::from(body.unwrap_or_default())))

@@ -19,6 +19,31 @@ pub struct Request {
     pub caller: Option<String>,
     #[serde(default)]
     pub body: Value,
+    /// When the caller stops waiting: set by the host's router from the route's deadline. A
+    /// request that reaches its owner after it is answered `timeout` and not done
+    /// (`server::serve_connection`), so the caller, told it timed out, is not proven wrong
+    /// by an effect that comes later (a turn stored after its client got 504).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<NotAfter>,
+}
+
+/// A moment on [`crate::clock::monotonic_ms`], in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NotAfter(pub u64);
+
+#[cfg(feature = "runtime")]
+impl NotAfter {
+    /// `deadline` from now.
+    pub fn within(deadline: std::time::Duration) -> NotAfter {
+        let ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX);
+        NotAfter(crate::clock::monotonic_ms().saturating_add(ms))
+    }
+
+    /// True once the moment is past.
+    pub fn passed(self) -> bool {
+        crate::clock::monotonic_ms() > self.0
+    }
 }
 
 /// The answer to the request with the same `id`.

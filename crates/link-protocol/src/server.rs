@@ -1,7 +1,7 @@
 //! Serving routes: accept connections, check the peer, answer each request frame.
 
 use crate::frame::{read_message, write_message};
-use crate::message::{Outcome, RemoteError, Request, Response};
+use crate::message::{NotAfter, Outcome, RemoteError, Request, Response};
 use crate::routes::Route;
 use crate::AgentId;
 use serde::Deserialize;
@@ -68,7 +68,8 @@ pub async fn serve(listener: UnixListener, peers: Peers, handler: Handler) {
 
 /// Answers every request on one connection, in order. A frame that is JSON with an `id` but
 /// not a valid request (an agent id that breaks the rule, say) is answered `bad_request`;
-/// anything else ends the connection.
+/// anything else ends the connection. A request read after its [`Request::not_after`] is
+/// answered `timeout` without being done: its caller has been told it timed out.
 pub async fn serve_connection<F, Fut>(mut stream: UnixStream, answer: F) -> Result<(), crate::Error>
 where
     F: Fn(Request) -> Fut,
@@ -76,6 +77,9 @@ where
 {
     while let Some(frame) = read_message::<Value, _>(&mut stream).await? {
         let (id, outcome) = match Request::deserialize(&frame) {
+            Ok(req) if req.not_after.is_some_and(NotAfter::passed) => {
+                (req.id, Outcome::Error(too_late(&req)))
+            }
             Ok(req) => (req.id, outcome_of(answer(req).await)),
             Err(e) => match frame.get("id").and_then(Value::as_u64) {
                 Some(id) => (
@@ -88,6 +92,22 @@ where
         write_message(&mut stream, &Response { id, outcome }).await?;
     }
     Ok(())
+}
+
+/// The answer to a request read after its deadline.
+fn too_late(req: &Request) -> RemoteError {
+    tracing::warn!(
+        "{} arrived after its deadline; not done (its caller was told it timed out)",
+        req.route
+    );
+    RemoteError::new(
+        crate::ErrorCode::Timeout,
+        format!(
+            "{} arrived after its deadline and was not done: its caller had been told it \
+             timed out",
+            req.route
+        ),
+    )
 }
 
 fn outcome_of(result: Result<Value, RemoteError>) -> Outcome {

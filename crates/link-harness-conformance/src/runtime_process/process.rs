@@ -204,6 +204,28 @@ impl RuntimeProcess {
         body
     }
 
+    /// Sends one turn with the `Idempotency-Key` `key`: the status and the JSON body.
+    pub fn turn_keyed(&self, agent: &str, message: &str, key: &str) -> (u16, Value) {
+        let (socket, token) = (self.layout.connection_socket(), self.token());
+        let peer = link_protocol::client::connection_peer(&self.layout);
+        let path = format!("/v1/agents/{agent}/turns");
+        let body = json!({ "message": message }).to_string().into_bytes();
+        let headers = [("idempotency-key", key)];
+        let resp = block_on(|| {
+            http::request_with(
+                &socket,
+                peer,
+                "POST",
+                &path,
+                Some(token),
+                &headers,
+                Some(body),
+            )
+        })
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        (resp.status, resp.json())
+    }
+
     /// The agent's conversation; panics unless `GET /v1/agents/{agent}` answers 200.
     pub fn conversation(&self, agent: &str) -> Vec<Value> {
         let (status, body) = self.http("GET", &format!("/v1/agents/{agent}"), None);

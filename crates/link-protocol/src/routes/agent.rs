@@ -83,6 +83,64 @@ pub struct AgentList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TurnBody {
     pub message: String,
+    /// The client's `Idempotency-Key`: a turn sent again with the key of one already stored
+    /// is answered from what was stored, not run again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<IdempotencyKey>,
+}
+
+/// A client's name for one turn (the `Idempotency-Key` header): 1 to
+/// [`IdempotencyKey::MAX_LEN`] printable ASCII characters. Parsed where it enters, so every
+/// stored one keeps the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub const MAX_LEN: usize = 255;
+
+    /// Checks `key` against the rule; the error names the rule.
+    pub fn parse(key: impl Into<String>) -> Result<IdempotencyKey, String> {
+        let key = key.into();
+        let printable = key.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if key.is_empty() || key.len() > Self::MAX_LEN || !printable {
+            return Err(format!(
+                "an Idempotency-Key is 1 to {} printable ASCII characters (a UUID, say); \
+                 this one is {} bytes{}",
+                Self::MAX_LEN,
+                key.len(),
+                if printable {
+                    ""
+                } else {
+                    " with other characters"
+                }
+            ));
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = String;
+    fn try_from(key: String) -> Result<Self, String> {
+        IdempotencyKey::parse(key)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(key: IdempotencyKey) -> String {
+        key.0
+    }
+}
+
+impl std::fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// What one tool call of a turn did.
