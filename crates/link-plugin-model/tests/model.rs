@@ -1,13 +1,13 @@
 //! The model service as the host runs it: the real binary, real HTTP over its Unix socket.
 
+mod support;
+
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::http;
 use link_protocol::plugin::{Mode, Profile};
 use serde_json::{json, Value};
-
-const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-model");
-const NAME: &str = "link-plugin-model";
+use support::{EXE, NAME};
 
 fn tools() -> Value {
     ["run", "file", "code", "schedule"]
