@@ -100,30 +100,40 @@ async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError
     );
     let completion = completion(n, &req, answer);
     if stream {
-        return Ok(events(&completion));
+        let include_usage = value["stream_options"]["include_usage"] == true;
+        return Ok(events(&completion, include_usage));
     }
     Ok(Json(completion).into_response())
 }
 
 /// A completion as OpenAI streams it (`stream: true`): server-sent `chat.completion.chunk`
-/// events (the role, the content, each tool call), the finish reason, then `[DONE]`.
+/// events (the role, the content, each tool call), the finish reason, then `[DONE]`. With
+/// `stream_options.include_usage`, as OpenAI does: every chunk has `usage: null` and a last
+/// chunk with no choices carries the usage (the SDK reads it from there).
 /// `link-local` has its whole answer at once, so the events are written together.
-fn events(completion: &Value) -> Response {
+fn events(completion: &Value, include_usage: bool) -> Response {
     let choice = &completion["choices"][0];
     let message = &choice["message"];
-    let chunk = |delta: Value, finish: Value| {
-        let chunk = json!({
+    let chunk = |choices: Value, usage: Value| {
+        let mut chunk = json!({
             "id": completion["id"],
             "object": "chat.completion.chunk",
             "created": completion["created"],
             "model": completion["model"],
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "choices": choices,
         });
+        if include_usage {
+            chunk["usage"] = usage;
+        }
         format!("data: {chunk}\n\n")
     };
-    let mut body = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    let delta = |delta: Value, finish: Value| {
+        let choices = json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
+        chunk(choices, Value::Null)
+    };
+    let mut body = delta(json!({"role": "assistant", "content": ""}), Value::Null);
     if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
-        body += &chunk(json!({ "content": text }), Value::Null);
+        body += &delta(json!({ "content": text }), Value::Null);
     }
     for (i, call) in message["tool_calls"]
         .as_array()
@@ -133,9 +143,12 @@ fn events(completion: &Value) -> Response {
     {
         let mut call = call.clone();
         call["index"] = json!(i);
-        body += &chunk(json!({ "tool_calls": [call] }), Value::Null);
+        body += &delta(json!({ "tool_calls": [call] }), Value::Null);
     }
-    body += &chunk(json!({}), choice["finish_reason"].clone());
+    body += &delta(json!({}), choice["finish_reason"].clone());
+    if include_usage {
+        body += &chunk(json!([]), completion["usage"].clone());
+    }
     body += "data: [DONE]\n\n";
     ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
 }

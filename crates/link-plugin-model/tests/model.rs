@@ -1,13 +1,13 @@
 //! The model service as the host runs it: the real binary, real HTTP over its Unix socket.
 
+mod support;
+
 use link_harness_conformance::fixture::StateRoot;
 use link_harness_conformance::plugin_process::{PluginProcess, PluginSpec};
 use link_protocol::http;
 use link_protocol::plugin::{Mode, Profile};
 use serde_json::{json, Value};
-
-const EXE: &str = env!("CARGO_BIN_EXE_link-plugin-model");
-const NAME: &str = "link-plugin-model";
+use support::{EXE, NAME};
 
 fn tools() -> Value {
     ["run", "file", "code", "schedule"]
@@ -316,9 +316,39 @@ async fn streams_lists_one_model_and_refuses_what_it_does_not_honour() {
         chunks.last().unwrap()["choices"][0]["finish_reason"],
         "tool_calls"
     );
+    assert!(
+        chunks.iter().all(|c| c.get("usage").is_none()),
+        "usage unasked: {text}"
+    );
     // Its twin, without `stream`: one JSON completion.
     let plain = json!({"model": "link-local", "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(chat(&socket, &plain).await.1["object"], "chat.completion");
+
+    // `include_usage`: `usage: null` on every chunk, then one chunk of no choices with it.
+    let mut usage = plain.clone();
+    usage["stream"] = json!(true);
+    usage["stream_options"] = json!({"include_usage": true});
+    let resp = http::json(&socket, "POST", "/v1/chat/completions", None, Some(&usage))
+        .await
+        .unwrap();
+    let text = String::from_utf8(resp.body).unwrap();
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    let (last, before) = chunks.split_last().unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    assert_eq!(last["choices"], json!([]), "{text}");
+    assert!(last["usage"]["total_tokens"].as_u64() > Some(0), "{text}");
+    assert!(before
+        .iter()
+        .all(|c| c["usage"].is_null() && c.get("usage").is_some()));
+    assert_eq!(
+        before.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
 
     // What link-local would ignore is refused, naming the parameter, in OpenAI's shape.
     for (param, value) in [
