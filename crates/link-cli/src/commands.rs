@@ -215,9 +215,14 @@ fn clean_after_dead_host(layout: &StateLayout) -> Result<bool> {
 
 /// `link model-key set`: stores the remote model's key, read from standard input (a command
 /// line is readable by every local user in /proc), through full Link's secret plugin. It is
-/// sent only to the host the runtime's pids file names.
+/// sent only to the host the runtime's pids file names. The state root is checked, and that
+/// host found, before the key is read: a refused root or a runtime that is not there takes
+/// nothing from standard input (the key stays with whoever holds it) and fails at once
+/// rather than after the writer closes its end.
 pub fn model_key_set(state: &Path) -> Result<i32> {
     use std::io::IsTerminal;
+    let (layout, rt) = runtime(state)?;
+    let peer = recorded_host(&layout)?;
     if std::io::stdin().is_terminal() {
         bail!(
             "standard input is a terminal, which would show the key: pipe it in, for example \
@@ -228,8 +233,6 @@ pub fn model_key_set(state: &Path) -> Result<i32> {
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
         .context("reading the key from standard input")?;
     let value = parse_key(&text)?;
-    let (layout, rt) = runtime(state)?;
-    let peer = recorded_host(&layout)?;
     rt.block_on(host_request::<host::ModelKeySet>(
         &layout,
         peer,

@@ -165,11 +165,14 @@ impl Connection {
 const RUNTIME_REFUSED: &str = "the runtime's own processes (a plugin, or anything one started) \
      get host.status only on the control socket";
 
+/// The host's status, after health-checking every running plugin ([`crate::health`]), so a
+/// plugin that no longer answers shows `unresponsive`; takes [`crate::health::BOUND`] at most.
 async fn answer_status(
     shared: Arc<Shared>,
     _: Call,
     _: Empty,
 ) -> Result<host::HostStatus, RemoteError> {
+    crate::health::check(&shared).await;
     Ok(shared.status())
 }
 

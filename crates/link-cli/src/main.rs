@@ -12,6 +12,7 @@ mod commands;
 mod confine;
 mod control;
 mod endpoint;
+mod health;
 mod host;
 mod leftovers;
 mod plugins;

@@ -144,12 +144,12 @@ pub fn deadline(route: &str, body: &Value) -> Duration {
     }
 }
 
-/// What a call showed of its owner.
+/// What a call (or a health check, [`crate::health`]) showed of its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heard {
     /// It answered, with a result or an error.
     Answered,
-    /// It did not answer within the deadline.
+    /// It did not answer within the deadline (the health check's bound).
     Silent,
 }
 

@@ -2,8 +2,8 @@
 //! started, sends each call through the [`Router`](crate::router::Router)'s checks, and records
 //! in the shared status whether the owner answered.
 
-use crate::router::{Grantee, Heard};
-use crate::shared::{PluginState, Shared};
+use crate::router::Grantee;
+use crate::shared::Shared;
 use link_protocol::{RemoteError, Request};
 use std::sync::Arc;
 use tokio::net::UnixStream;
@@ -47,18 +47,7 @@ pub async fn call(
 ) -> Result<serde_json::Value, RemoteError> {
     let (result, heard) = shared.router.call(caller, req).await;
     if let Some((plugin, heard)) = heard {
-        let (from, to) = match heard {
-            Heard::Answered => (PluginState::Unresponsive, PluginState::Ready),
-            Heard::Silent => (PluginState::Ready, PluginState::Unresponsive),
-        };
-        let mut plugins = shared.plugins.lock().expect("lock");
-        for p in plugins
-            .iter_mut()
-            .filter(|p| p.name == plugin && p.state == from)
-        {
-            p.state = to;
-            link_protocol::errln!("link: {plugin} is {to}");
-        }
+        shared.heard(plugin, heard);
     }
     result
 }

@@ -2,6 +2,7 @@
 //! share: the profile and mode, each plugin's pid and state, the host's phase, the stop
 //! request and what the sandbox probe proved.
 
+use crate::router::Heard;
 use link_protocol::layout::StateLayout;
 pub use link_protocol::routes::host::{
     HostState, HostStatus, PluginState, PluginStatus, SandboxStatus,
@@ -54,6 +55,25 @@ impl Shared {
 
     pub fn set_phase(&self, phase: HostState) {
         *self.phase.lock().expect("lock") = phase;
+    }
+
+    /// Records what a routed call or a health check ([`crate::health`]) heard from `plugin`:
+    /// `ready` again after an answer, `unresponsive` after silence. Only those two states
+    /// change: the host's own (`exited`, `stopping`) are left alone, so a late finding cannot
+    /// bring back a plugin that stopped.
+    pub fn heard(&self, plugin: &str, heard: Heard) {
+        let (from, to) = match heard {
+            Heard::Answered => (PluginState::Unresponsive, PluginState::Ready),
+            Heard::Silent => (PluginState::Ready, PluginState::Unresponsive),
+        };
+        let mut plugins = self.plugins.lock().expect("lock");
+        for p in plugins
+            .iter_mut()
+            .filter(|p| p.name == plugin && p.state == from)
+        {
+            p.state = to;
+            link_protocol::errln!("link: {plugin} is {to}");
+        }
     }
 
     pub fn set_plugin_state(&self, name: &str, state: PluginState) {

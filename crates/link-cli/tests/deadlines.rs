@@ -292,3 +292,60 @@ fn a_timeout_blames_the_silent_owner_not_the_one_waiting_for_it() {
     assert_eq!(state_of(&status, waiting), "ready", "{status}");
     rt.down();
 }
+
+/// `link status` health-checks every running plugin: one that does not answer within the
+/// bound (`health::BOUND`) shows `unresponsive` though no call to it was routed, the model
+/// service (HTTP, never routed) and a frame plugin alike, while a twin that answers stays
+/// `ready`; continued, each shows `ready` again at the next status.
+fn a_plugin_silent_to_its_health_check_shows_unresponsive_until_it_answers(
+    profile: &str,
+    silent: &[&str],
+    twin: &str,
+) {
+    let root = state_root();
+    let mut rt = up_as(&root, profile);
+    let status = rt.status();
+    for plugin in silent.iter().chain([&twin]) {
+        assert_eq!(state_of(&status, plugin), "ready", "{status}");
+    }
+    let stopped: Vec<Stopped> = silent
+        .iter()
+        .map(|plugin| Stopped::new(rt.plugin_pid(plugin)))
+        .collect();
+
+    let status = rt.status();
+    for plugin in silent {
+        assert_eq!(state_of(&status, plugin), "unresponsive", "{status}");
+    }
+    assert_eq!(state_of(&status, twin), "ready", "{status}");
+    assert_eq!(status["state"], "ready", "{status}");
+
+    drop(stopped);
+    let status = rt.status();
+    for plugin in silent.iter().chain([&twin]) {
+        assert_eq!(state_of(&status, plugin), "ready", "{status}");
+    }
+    rt.down();
+}
+
+#[test]
+fn mini_a_plugin_silent_to_its_health_check_shows_unresponsive_until_it_answers() {
+    a_plugin_silent_to_its_health_check_shows_unresponsive_until_it_answers(
+        "mini",
+        &[
+            programs::MODEL,
+            programs::MINI_HARNESS,
+            programs::MINI_CONNECTION,
+        ],
+        programs::MEASURE,
+    );
+}
+
+#[test]
+fn full_link_a_plugin_silent_to_its_health_check_shows_unresponsive_until_it_answers() {
+    a_plugin_silent_to_its_health_check_shows_unresponsive_until_it_answers(
+        "link",
+        &[programs::MODEL, programs::HARNESS],
+        programs::AUTH,
+    );
+}

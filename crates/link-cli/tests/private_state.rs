@@ -275,3 +275,46 @@ fn mini_keeps_no_remote_model_key_and_says_so() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("link up --profile link"), "{err}");
 }
+
+/// `link model-key set` on a state root it refuses (here a symlink) refuses before it reads
+/// the key: the refusal comes while its standard input is a pipe still open and never
+/// written. Before, it read standard input to its end first, so it took the key of a command
+/// it was about to refuse, and here it waited for an end that never came.
+#[test]
+fn model_key_set_refuses_an_unsafe_state_root_before_reading_the_key() {
+    use std::io::Read;
+    use std::process::Stdio;
+    let root = state_root();
+    let real = root.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let alias = root.path().join("alias");
+    std::os::unix::fs::symlink(&real, &alias).unwrap();
+    let mut child = support::link(&["model-key", "set", "--state"], &alias)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open and never written until the command has ended (or been given up on).
+    let stdin = child.stdin.take();
+    let limit = std::time::Duration::from_secs(30);
+    let exited = link_harness_conformance::reaper::wait_child(&mut child, limit).unwrap();
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    drop(stdin);
+    let status = exited.expect("model-key set waited for standard input on a refused root");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("state root {} is a symlink", alias.display())),
+        "{err}"
+    );
+}

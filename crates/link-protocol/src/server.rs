@@ -39,8 +39,15 @@ impl Peers {
     }
 }
 
+/// The host's health check of a plugin that serves frames (`link status` asks every plugin):
+/// answered `{}` by [`serve`] itself, before the plugin's handler, so every plugin answers it
+/// alike and without work, and only one whose serving has stopped (SIGSTOP, a wedged runtime)
+/// does not. Not a route: no plugin announces or owns it, and only a plugin's own socket
+/// answers it (not the router's, nor the host's control socket).
+pub const PING: &str = "plugin.ping";
+
 /// Serves until the listener fails; each connection gets its own task and may carry many
-/// requests, answered in order.
+/// requests, answered in order. [`PING`] is answered here, never by `handler`.
 pub async fn serve(listener: UnixListener, peers: Peers, handler: Handler) {
     loop {
         let stream = match listener.accept().await {
@@ -59,7 +66,13 @@ pub async fn serve(listener: UnixListener, peers: Peers, handler: Handler) {
         }
         let handler = handler.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, |req| handler(req)).await {
+            let answer = |req: Request| -> HandlerFuture {
+                if req.route == PING {
+                    return Box::pin(async { Ok(Value::Object(Default::default())) });
+                }
+                handler(req)
+            };
+            if let Err(e) = serve_connection(stream, answer).await {
                 tracing::debug!("connection ended: {e}");
             }
         });
@@ -318,5 +331,36 @@ mod tests {
             }
         }
         assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A plugin's socket answers [`PING`] before its handler, whatever routes it serves;
+    /// the twin: its own route on the same connection still reaches the handler.
+    #[tokio::test]
+    async fn the_ping_is_answered_before_the_handler() {
+        let dir = std::env::temp_dir().join(format!("lnk-ping-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("p.sock");
+        let _ = std::fs::remove_file(&socket);
+        let listener = UnixListener::bind(&socket).unwrap();
+        let state = Arc::new(Count(0.into()));
+        let service =
+            Service::new(state.clone()).on::<agent::Get, _, _>(|s, call: Call, _| async move {
+                s.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok(agent::AgentInfo::new(call.agent()?.clone(), "n".into()))
+            });
+        let served = tokio::spawn(serve(
+            listener,
+            Peers::SameUser,
+            service.handler("test-owner"),
+        ));
+        let mut client = crate::client::Client::connect(&socket).await.unwrap();
+        let pong = client.call(PING, None, json!({})).await.unwrap();
+        assert_eq!(pong, json!({}));
+        assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        let got = client.call("agent.get", Some("a-1"), json!({})).await;
+        assert_eq!(got.unwrap()["id"], "a-1");
+        assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        served.abort();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

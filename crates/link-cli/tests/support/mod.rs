@@ -47,12 +47,16 @@ pub fn output_with_stdin(cmd: &mut Command, stdin: &str) -> std::process::Output
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    let written = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    // A command that refuses before it reads (`model-key set` on a refused state root) may
+    // have closed its end already: its output says why, not a broken pipe here.
+    if let Err(e) = written {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {e}"
+        );
+    }
     child.wait_with_output().unwrap()
 }
 

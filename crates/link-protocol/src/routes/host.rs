@@ -25,9 +25,11 @@ pub struct PluginStatus {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PluginState {
-    /// It printed its ready line, and answered the last call the router sent it in time.
+    /// It printed its ready line, and answered in time the last call the router sent it and
+    /// the last health check (each `host.status` asks every running plugin).
     Ready,
-    /// It missed a call's deadline; `ready` again once it answers one.
+    /// It missed a routed call's deadline or a health check's bound; `ready` again once it
+    /// answers either.
     Unresponsive,
     /// The host asked it to stop.
     Stopping,
