@@ -164,6 +164,11 @@ async fn run(
     if args.mode == Mode::Confined {
         launch.refuse_reachable(&layout.control_dir())?;
     }
+    if args.profile == Profile::Link {
+        let ledger = crate::schedule_grant::Ledger::load(layout.schedule_ledger_file())
+            .map_err(anyhow::Error::msg)?;
+        shared.router.keep_schedules(ledger);
+    }
     // Made before the socket is bound, so whoever finds the socket finds this run's key.
     let key = ControlKey::create(&layout.control_key_file()).with_context(|| {
         format!(

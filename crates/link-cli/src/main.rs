@@ -19,6 +19,7 @@ mod plugins;
 mod probe_cache;
 mod router;
 mod routing;
+mod schedule_grant;
 mod shared;
 mod spawner;
 mod start_probe;

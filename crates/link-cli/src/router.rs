@@ -18,11 +18,12 @@
 //! was itself waiting for a call it made through the router is not the silent one: the blame
 //! falls on the innermost owner that did not answer ([`Router::innermost_silent`]).
 
+use crate::schedule_grant::Ledger;
 use link_protocol::client::Pool;
 use link_protocol::manifest::{self, Plugin, UNROUTED};
 use link_protocol::message::{NotAfter, Outcome};
 use link_protocol::routes::{self as r, Route, RouteInfo};
-use link_protocol::{RemoteError, Request};
+use link_protocol::{AgentId, RemoteError, Request};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -68,6 +69,11 @@ impl Grantee {
     /// Whether it acts only for the agent of a call in flight to it (`Plugin::leased`).
     fn leased(self) -> bool {
         matches!(self, Grantee::Plugin(p) if p.leased)
+    }
+
+    /// Whether its turns must be due firings of its schedules (`Plugin::scheduled`).
+    fn scheduled(self) -> bool {
+        matches!(self, Grantee::Plugin(p) if p.scheduled)
     }
 }
 
@@ -183,6 +189,8 @@ struct Table {
 /// Registered plugins, route owners and live leases.
 pub struct Router {
     table: Mutex<Table>,
+    /// The schedules seen made, which the scheduler's turns must be firings of.
+    schedules: Mutex<Ledger>,
     pool: Pool,
     /// True while the host is starting plugins; every registration and the end of start-up
     /// wake the calls [`Router::owner`] holds.
@@ -193,6 +201,7 @@ impl Default for Router {
     fn default() -> Self {
         Router {
             table: Mutex::default(),
+            schedules: Mutex::default(),
             pool: Pool::default(),
             starting: tokio::sync::watch::Sender::new(true),
         }
@@ -200,6 +209,11 @@ impl Default for Router {
 }
 
 impl Router {
+    /// Keeps the schedules' grants in `ledger` (its file loaded), for the runtime's life.
+    pub fn keep_schedules(&self, ledger: Ledger) {
+        *self.schedules.lock().expect("lock") = ledger;
+    }
+
     /// Records the routes the ready line of a plugin (already [`admit`](Self::admit)ted as
     /// `pid`) claimed. A claim of a route the route table gives another owner (or of no known
     /// route) is refused, so a plugin cannot take over, say, `auth.verify`.
@@ -282,8 +296,13 @@ impl Router {
             Some(agent) if owner.0.leased => Some(self.lease(owner.0.program, agent.to_string())),
             _ => None,
         };
+        let asked_at = link_protocol::clock::unix_ms();
+        let changes = ScheduleChange::of(&req);
         let result = self.forward(caller.name(), &owner, req).await;
         drop(lease);
+        if let (Some(change), Ok(reply)) = (changes, &result.0) {
+            change.record(&mut self.schedules.lock().expect("lock"), reply, asked_at);
+        }
         result
     }
 
@@ -424,6 +443,25 @@ impl Router {
                 req.route
             )));
         }
+        if caller.scheduled() && req.route == r::agent::Turn::NAME {
+            let agent = req
+                .agent
+                .as_ref()
+                .ok_or_else(|| refuse(format!("{name}: turn.run needs an agent")))?;
+            let message = req
+                .body
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let now = link_protocol::clock::unix_ms();
+            let mut ledger = self.schedules.lock().expect("lock");
+            if let Err(why) = ledger.fire(agent, message, now) {
+                return Err(refuse(format!(
+                    "{name} may run a turn only as a due firing of a schedule made for that \
+                     agent and message: {why}"
+                )));
+            }
+        }
         if caller.leased() {
             let agent = req.agent.as_deref().unwrap_or_default();
             let key = (name, agent.to_owned());
@@ -449,6 +487,43 @@ impl Router {
             .entry(key.clone())
             .or_default() += 1;
         Lease { router: self, key }
+    }
+}
+
+/// A forwarded call that, once answered, changes which schedules may run turns.
+enum ScheduleChange {
+    Made(AgentId, r::schedule::CreateBody),
+    Cancelled(AgentId, String),
+    AgentDeleted(AgentId),
+}
+
+impl ScheduleChange {
+    fn of(req: &Request) -> Option<ScheduleChange> {
+        let agent = req.agent.clone()?;
+        let body = || req.body.clone();
+        match req.route.as_str() {
+            r::schedule::Create::NAME => serde_json::from_value(body())
+                .ok()
+                .map(|b| ScheduleChange::Made(agent, b)),
+            r::schedule::Cancel::NAME => serde_json::from_value::<r::schedule::Id>(body())
+                .ok()
+                .map(|id| ScheduleChange::Cancelled(agent, id.id)),
+            r::schedule::DeleteAgent::NAME => Some(ScheduleChange::AgentDeleted(agent)),
+            _ => None,
+        }
+    }
+
+    /// Records the change its owner's answer `reply` confirmed.
+    fn record(self, ledger: &mut Ledger, reply: &Value, asked_at: u64) {
+        match self {
+            ScheduleChange::Made(agent, body) => {
+                if let Ok(id) = serde_json::from_value::<r::schedule::Id>(reply.clone()) {
+                    ledger.made(&agent, &body, id.id, asked_at);
+                }
+            }
+            ScheduleChange::Cancelled(agent, id) => ledger.cancelled(&agent, &id),
+            ScheduleChange::AgentDeleted(agent) => ledger.agent_deleted(&agent),
+        }
     }
 }
 

@@ -23,5 +23,6 @@ mod plugin_kills;
 mod plugin_privileges;
 mod private_state;
 mod safe_roots;
+mod schedule_grant;
 mod shortened_logs;
 mod support;

@@ -20,15 +20,8 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The shortest interval of a recurring schedule: a guard against flooding an agent.
-pub const MIN_EVERY_MS: u64 = 1000;
-/// How far ahead a schedule may be set: ten years.
-pub const MAX_AHEAD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 /// How many schedules one agent may hold.
 pub const MAX_PER_AGENT: usize = 100;
-/// The longest message a schedule keeps.
-pub const MAX_MESSAGE: usize = 64 * 1024;
-
 pub use link_protocol::routes::schedule::{CreateBody as Create, LastResult, Schedule};
 
 /// What a fire cut short by the scheduler's death is recorded with.
@@ -59,7 +52,7 @@ impl Kept {
         self.in_flight.is_none() && self.schedule.due(now)
     }
 
-    /// Records a fire at `now` (see [`Firing::mark_fired`]) as in flight, and returns the
+    /// Records a fire at `now` (see [`Schedule::mark_fired`]) as in flight, and returns the
     /// schedule as it was when it fired.
     pub fn begin_fire(&mut self, now: u64) -> Schedule {
         let fired = self.schedule.clone();
@@ -75,82 +68,6 @@ impl Kept {
     pub fn finish_fire(&mut self, last: LastResult) {
         self.in_flight = None;
         self.schedule.last_result = Some(last);
-    }
-}
-
-/// Firing rules of a [`Schedule`].
-pub trait Firing {
-    /// True when it should fire at `now`.
-    fn due(&self, now: u64) -> bool;
-    /// Records a firing at `now`: counts it, and either finishes a one-shot or moves a
-    /// recurring schedule to its first interval after `now` (missed intervals fire once).
-    fn mark_fired(&mut self, now: u64);
-}
-
-impl Firing for Schedule {
-    fn due(&self, now: u64) -> bool {
-        !self.done && self.next_unix_ms <= now
-    }
-
-    fn mark_fired(&mut self, now: u64) {
-        self.fired += 1;
-        match self.every_ms {
-            None => self.done = true,
-            Some(every) => {
-                let every = every.max(1);
-                if self.next_unix_ms <= now {
-                    let missed = (now - self.next_unix_ms) / every + 1;
-                    self.next_unix_ms += missed * every;
-                }
-            }
-        }
-    }
-}
-
-/// When a [`Create`] first fires.
-pub trait FirstDue {
-    /// The first time it fires, given `now`; an error says what to fix.
-    fn first_due(&self, now: u64) -> Result<u64, String>;
-}
-
-impl FirstDue for Create {
-    fn first_due(&self, now: u64) -> Result<u64, String> {
-        if self.message.trim().is_empty() {
-            return Err("a schedule needs a non-empty message".into());
-        }
-        if self.message.len() > MAX_MESSAGE {
-            return Err(format!(
-                "the message is {} bytes; the limit is {MAX_MESSAGE}",
-                self.message.len()
-            ));
-        }
-        if let Some(every) = self.every_ms {
-            if every < MIN_EVERY_MS {
-                return Err(format!(
-                    "every_ms {every} is below the minimum of {MIN_EVERY_MS} ms"
-                ));
-            }
-        }
-        let due = match (self.at_unix_ms, self.delay_ms, self.every_ms) {
-            (Some(_), Some(_), _) => {
-                return Err("give either at_unix_ms or delay_ms, not both".into())
-            }
-            // A time in the past fires at once.
-            (Some(at), None, _) => at,
-            (None, Some(delay), _) => now.saturating_add(delay),
-            // A recurring schedule without a start fires first after one interval.
-            (None, None, Some(every)) => now.saturating_add(every),
-            (None, None, None) => {
-                return Err("give at_unix_ms, delay_ms or every_ms to say when it fires".into())
-            }
-        };
-        if due > now.saturating_add(MAX_AHEAD_MS) {
-            return Err(format!(
-                "the schedule is more than {} days ahead",
-                MAX_AHEAD_MS / 86_400_000
-            ));
-        }
-        Ok(due)
     }
 }
 
@@ -375,6 +292,7 @@ impl WriterLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use link_protocol::routes::schedule::MAX_AHEAD_MS;
 
     fn id(s: &str) -> AgentId {
         s.parse().unwrap()

@@ -108,6 +108,11 @@ impl StateLayout {
     pub fn control_key_file(&self) -> PathBuf {
         self.control_dir().join("key")
     }
+    /// Full Link: the schedules the host's router saw made, whose firings alone the
+    /// scheduler may run turns for.
+    pub fn schedule_ledger_file(&self) -> PathBuf {
+        self.control_dir().join("schedules.json")
+    }
     /// Full Link: every agent's files, owned by the file store.
     pub fn agents_dir(&self) -> PathBuf {
         self.data(programs::FILE_STORE).join("agents")

@@ -33,6 +33,9 @@ pub struct Plugin {
     /// Whether it may act only for an agent whose call the router is forwarding to it (a
     /// lease: a turn to the harness, a tool call to a tool).
     pub leased: bool,
+    /// Whether each `turn.run` it calls must be a due firing of a schedule the router saw
+    /// made through it, for that agent and message (the host's `schedule_grant`).
+    pub scheduled: bool,
     /// The variables that pass from the host's environment to it alone, on top of
     /// `plugin::PASSTHROUGH`.
     pub env: &'static [&'static str],
@@ -154,6 +157,7 @@ const PLAIN: Plugin = Plugin {
     grants: &[],
     secrets: &[],
     leased: false,
+    scheduled: false,
     env: &[],
     data: false,
     writes: &[],
@@ -334,10 +338,8 @@ pub const HARNESS: Plugin = Plugin {
 pub const SCHEDULER: Plugin = Plugin {
     program: programs::SCHEDULER,
     profiles: LINK,
-    grants: &[
-        RouteInfo::of::<r::agent::Turn>(),
-        RouteInfo::of::<r::agent::Get>(),
-    ],
+    grants: &[RouteInfo::of::<r::agent::Turn>()],
+    scheduled: true,
     data: true,
     ..PLAIN
 };
