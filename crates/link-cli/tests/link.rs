@@ -59,10 +59,7 @@ fn granted(caller: &str, route: &str) -> bool {
                 r::schedule::Create::NAME,
             ],
         ),
-        (
-            "link-plugin-link-scheduler",
-            &[r::agent::Turn::NAME],
-        ),
+        ("link-plugin-link-scheduler", &[r::agent::Turn::NAME]),
         (
             "link-plugin-agent",
             &[

@@ -283,10 +283,15 @@ fn clone_tree(
     userns: Option<libc::c_int>,
     fd: &mut libc::c_int,
 ) -> io::Result<()> {
-    let flags = libc::OPEN_TREE_CLONE | RECURSIVE | libc::O_CLOEXEC as libc::c_uint;
-    // SAFETY: a NUL-terminated path and flags.
+    // Not through a symlink put in place of the tree (`rules::open_dir_not_link`).
+    let dir = crate::rules::open_dir_not_link(path)?;
+    let flags = libc::OPEN_TREE_CLONE
+        | RECURSIVE
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a descriptor, an empty NUL-terminated path and flags.
     let opened =
-        unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), flags) };
+        unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), c"".as_ptr(), flags) };
     check(opened)?;
     *fd = opened as libc::c_int;
     let Some(userns) = userns else { return Ok(()) };

@@ -31,11 +31,13 @@ pub struct Rules {
     pub read_only: Vec<PathBuf>,
     /// List directories only: no file beneath is readable through this rule.
     pub list_only: Vec<PathBuf>,
-    /// Every right beneath these directories (each must exist).
+    /// Every right beneath these directories (each must exist, and not be a symlink: see
+    /// [`open_dir_not_link`]).
     pub read_write: Vec<PathBuf>,
     /// Read and write these files, typically `/dev/null` (missing ones are skipped).
     pub rw_files: Vec<PathBuf>,
-    /// Bind (and replace stale) Unix sockets in these directories (each must exist).
+    /// Bind (and replace stale) Unix sockets in these directories (each must exist, and not
+    /// be a symlink).
     pub make_sock: Vec<PathBuf>,
     /// Deny every TCP bind and connect.
     pub deny_tcp: bool,
@@ -130,6 +132,13 @@ fn add_path(
     access: BitFlags<AccessFs>,
     required: bool,
 ) -> Result<RulesetCreated, SandboxError> {
+    if required {
+        let fd = open_dir_not_link(path)
+            .map_err(|e| SandboxError::MissingPath(path.to_path_buf(), e.to_string()))?;
+        return created
+            .add_rule(PathBeneath::new(fd, access))
+            .map_err(|e| SandboxError::Landlock(format!("rule for {}: {e}", path.display())));
+    }
     let fd = match PathFd::new(path) {
         Ok(fd) => fd,
         Err(_) if !required => return Ok(created),
@@ -144,6 +153,19 @@ fn add_path(
     created
         .add_rule(PathBeneath::new(fd, access))
         .map_err(|e| SandboxError::Landlock(format!("rule for {}: {e}", path.display())))
+}
+
+/// The directory at `path`, opened for a rule or a mount without following a symlink in its
+/// last component. The writable directories of a plugin lie in the state root, and the last
+/// component of some (the file store's `agents`, the agent plugin's `homes`) is an entry of
+/// another plugin's area: that plugin, running already, could put a symlink there between
+/// the host's check and this open, and a rule or mount by path would follow it. Their
+/// parents are the host's, which no plugin may change. System calls only, no allocation for
+/// a `&CStr` path (the sandbox plugin's view calls it between fork and exec).
+pub fn open_dir_not_link<P: rustix::path::Arg>(path: P) -> std::io::Result<std::os::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(rustix::fs::open(path, flags, Mode::empty())?)
 }
 
 /// Turns a restriction status into the kernel ABI, or the named reason it is not enough.
@@ -204,6 +226,29 @@ pub fn abi_number(abi: ABI) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writable directory of a plugin that is a symlink is refused, not followed, by the
+    /// rule and by the view's clone; the same directory itself is granted.
+    #[test]
+    fn a_link_in_place_of_a_writable_directory_is_refused_not_followed() {
+        let dir = std::env::temp_dir().join(format!("lnk-rules-{}", std::process::id()));
+        let (real, link) = (dir.join("real"), dir.join("agents"));
+        std::fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = open_dir_not_link(&link).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOTDIR), "{e}");
+        assert!(open_dir_not_link(&real).is_ok());
+        let rules = |dir: &Path| Rules {
+            read_write: vec![dir.to_owned()],
+            ..Rules::default()
+        };
+        match rules(&link).create(CompatLevel::BestEffort) {
+            Err(SandboxError::MissingPath(path, _)) => assert_eq!(path, link),
+            other => panic!("a rule through the link: {other:?}"),
+        }
+        assert!(rules(&real).create(CompatLevel::BestEffort).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The host's rulesets (the `landlock` crate) and the helper's inside ruleset (its own
     /// constants, no crate) are pinned at one ABI and handle the same rights: a change to one
