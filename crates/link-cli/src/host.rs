@@ -130,7 +130,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
     // Orphans of a killed plugin's helpers are re-parented to us, so we can reap them.
     rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
         .context("setting the host as child subreaper")?;
-    let code = rt.block_on(run(args, layout.clone(), programs, signals));
+    let code = rt.block_on(run(args, layout.clone(), programs, signals, &lock));
     // Plugins remove their own sockets, but one that was killed cannot.
     crate::state_lock::remove_own_files(&lock, &layout);
     code
@@ -141,6 +141,7 @@ async fn run(
     layout: StateLayout,
     programs: PathBuf,
     mut signals: link_protocol::plugin::ShutdownSignals,
+    lock: &std::fs::File,
 ) -> Result<i32> {
     let shared = Arc::new(Shared {
         layout: layout.clone(),
@@ -218,7 +219,7 @@ async fn run(
             }
             shared.set_phase(HostState::Ready);
             link_protocol::outln!("ready {}", layout.connection_socket().display());
-            supervise(&shared, &mut died, &mut signals, probe.as_mut()).await
+            supervise(&shared, &mut died, &mut signals, probe.as_mut(), lock).await
         }
     };
     shared.stopping.send_replace(Some(reason));
@@ -365,12 +366,14 @@ fn died_during_start_up(layout: &StateLayout, dead: &str, status: &ExitStatus) -
     )
 }
 
-/// Waits for a stop request or a plugin's death; returns the exit code and the reason.
+/// Waits for a stop request, a plugin's death or the loss of the state root (`lock` is the
+/// root directory the host holds locked); returns the exit code and the reason.
 async fn supervise(
     shared: &Shared,
     died: &mut mpsc::UnboundedReceiver<(&'static str, ExitStatus)>,
     signals: &mut link_protocol::plugin::ShutdownSignals,
     probe: Option<&mut Probe>,
+    lock: &std::fs::File,
 ) -> (i32, String) {
     let confirmed = async {
         match probe {
@@ -385,6 +388,13 @@ async fn supervise(
         }
         _ = signals.recv() => (0, "stopped by a signal".into()),
         _ = shared.stop.notified() => (0, "stopped by `link down`".into()),
+        // Stopped in order like any other stop; what the host removes then goes through
+        // `lock`, the removed directory, so a runtime started at the path since keeps its
+        // files (`state_lock::remove_own_files`).
+        reason = crate::state_lock::root_lost(lock, shared.layout.root()) => {
+            link_protocol::errln!("link: {reason}; stopping the runtime");
+            (1, reason)
+        }
         Some((name, status)) = died.recv() => {
             shared.set_plugin_state(name, PluginState::Exited);
             let reason = format!("plugin {name} exited unexpectedly ({})", describe(Some(&status)));

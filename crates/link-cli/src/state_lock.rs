@@ -170,6 +170,59 @@ pub(crate) fn terminate(pid: i32, still: impl Fn(i32) -> bool) -> Option<OwnedFd
     Some(fd)
 }
 
+/// How often a running host checks that its state root is still the directory it locked
+/// ([`root_lost`]): a removed root is noticed within this, and the check (two `stat`s) costs
+/// nothing that matters once a second. Not inotify: `IN_DELETE_SELF` on the root comes only
+/// once the last descriptor of it is closed, and the host holds one (the lock) for its life.
+pub(crate) const ROOT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Why the directory `lock` holds is no longer the state root at `root`: it was removed (its
+/// link count is 0, or nothing is at the path) or another directory is at the path now (its
+/// device and inode differ). `None` while it still is, or when the path cannot be looked at
+/// for another reason (a transient error must not stop a runtime).
+pub(crate) fn root_replaced(lock: &File, root: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let held = lock.metadata().ok()?;
+    if held.nlink() == 0 {
+        return Some(format!("its state root {} was removed", root.display()));
+    }
+    match std::fs::metadata(root) {
+        Ok(now) if (now.dev(), now.ino()) == (held.dev(), held.ino()) => None,
+        Ok(_) => Some(format!(
+            "its state root {} was replaced by another directory",
+            root.display()
+        )),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Some(format!(
+                "its state root {} was removed or moved away",
+                root.display()
+            ))
+        }
+        Err(_) => None,
+    }
+}
+
+/// Resolves with the reason once the state root `lock` holds is no longer the one at `root`
+/// ([`root_replaced`]), checked every [`ROOT_CHECK_INTERVAL`]. A runtime whose root is gone
+/// serves nothing anyone can reach (its sockets, pids file and control key went with it) and
+/// would otherwise run on detached, while `link down` on the path reaches only a runtime
+/// started there since.
+pub(crate) async fn root_lost(lock: &File, root: &Path) -> String {
+    let mut every = tokio::time::interval(ROOT_CHECK_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if let Some(reason) = root_replaced(lock, root) {
+            return reason;
+        }
+    }
+}
+
 /// Removes the files a host made under its state root when it stops, through the locked
 /// directory: a root removed while the host ran (and perhaps made again for another runtime)
 /// is not where these names resolve, so nothing of another runtime is touched.

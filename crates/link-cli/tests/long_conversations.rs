@@ -97,7 +97,7 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     let token = rt.create_token();
     let created = rt.post("/v1/agents", &token, json!({ "name": AGENT }));
     assert_eq!(created.status, 201, "{:?}", created.json());
-    let short = harness_resident_kib(&rt, profile);
+    let short = keeper_memory(&rt, profile);
     rt.down();
 
     let log = log(&root);
@@ -107,6 +107,8 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     let label = format!("{profile} ({mode}), {mib} MiB log");
 
     let mut rt = support::up_in(&root, profile, mode);
+    let started = keeper_memory(&rt, profile);
+    eprintln!("{label}: the conversations' keeper after start: {started:?}");
     let page = first_page(&rt, &token, total, &label);
     assert_eq!(page[0]["role"], "user");
     assert!(page[0]["content"]
@@ -129,18 +131,27 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
 
     let after = timed_turn(&rt, &token, "hello after a long history", &label);
     assert_eq!(after, total + 2, "{label}");
-    // Mini's harness keeps no conversation in memory: it reads the pages and the tail a turn
-    // needs from the log. Against its own size with a short conversation, in the same run:
-    // keeping this one would cost more than the log's size (1.7 times it, measured); reading
-    // pages costs a few MiB whatever the length (3 to 4.5 MiB measured, 17 and 64 MiB logs:
-    // the page buffers and what the allocator keeps).
-    if let (Some(short), Some(long)) = (short, harness_resident_kib(&rt, profile)) {
-        let grew_mib = long.saturating_sub(short) as f64 / 1024.0;
-        eprintln!("{label}: the harness's resident memory {short} KiB before, {long} KiB now");
+    // Neither runtime keeps a conversation in memory where its conversations are kept (Mini's
+    // harness, full Link's file store), not even for a moment: they count a log and read the
+    // pages and the tail a turn needs from it, a line at a time. Against that process with a
+    // short conversation, in the same run, both now and at its peak: holding this one once
+    // (its bytes, or its entries, 1.7 times them, measured) would cost more than half the
+    // log; reading pages costs a few MiB whatever the length (the page buffers and what the
+    // allocator keeps).
+    let long = keeper_memory(&rt, profile);
+    eprintln!(
+        "{label}: the conversations' keeper with a short conversation {short:?}, after a \
+         page read and a turn with this one {long:?}"
+    );
+    for (what, before, now) in [
+        ("resident memory", short.rss_kib, long.rss_kib),
+        ("peak resident memory", short.peak_kib, long.peak_kib),
+    ] {
+        let grew_mib = now.saturating_sub(before) as f64 / 1024.0;
         assert!(
             grew_mib < mib as f64 / 2.0,
-            "{label}: the harness grew by {grew_mib:.1} MiB ({short} → {long} KiB) with a \
-             {mib} MiB conversation"
+            "{label}: the conversations' keeper's {what} grew by {grew_mib:.1} MiB ({before} \
+             → {now} KiB) with a {mib} MiB conversation"
         );
     }
 
@@ -155,22 +166,37 @@ fn long_conversation(profile: &str, mode: &str, log: impl Fn(&StateRoot) -> Path
     drop(rt);
 }
 
-/// The resident memory of Mini's harness (`VmRSS`), which serves the conversations itself;
-/// `None` for full Link, whose turn engine is not where its conversations are kept.
-fn harness_resident_kib(rt: &RuntimeProcess, profile: &str) -> Option<u64> {
-    if profile != "mini" {
-        return None;
-    }
+/// The memory of a process, from `/proc/<pid>/status`.
+#[derive(Debug, Clone, Copy)]
+struct Memory {
+    /// `VmRSS`: resident now.
+    rss_kib: u64,
+    /// `VmHWM`: the most it was ever resident.
+    peak_kib: u64,
+}
+
+/// The memory of the process that keeps the conversations and serves their pages: Mini's
+/// harness, full Link's file store.
+fn keeper_memory(rt: &RuntimeProcess, profile: &str) -> Memory {
+    use link_protocol::routes::programs::{FILE_STORE, MINI_HARNESS};
+    let keeper = if profile == "mini" {
+        MINI_HARNESS
+    } else {
+        FILE_STORE
+    };
     let (_, pid) = rt
         .plugin_pids()
         .into_iter()
-        .find(|(name, _)| name == link_protocol::routes::programs::MINI_HARNESS)
-        .expect("Mini runs its harness");
+        .find(|(name, _)| name == keeper)
+        .unwrap_or_else(|| panic!("{profile} runs {keeper}"));
     let status = procfs::process::Process::new(pid)
         .unwrap()
         .status()
         .unwrap();
-    Some(status.vmrss.expect("a live process has VmRSS"))
+    Memory {
+        rss_kib: status.vmrss.expect("a live process has VmRSS"),
+        peak_kib: status.vmhwm.expect("a live process has VmHWM"),
+    }
 }
 
 #[test]

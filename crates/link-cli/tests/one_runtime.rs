@@ -116,14 +116,7 @@ fn a_runtime_stopped_after_its_root_was_replaced_leaves_the_new_runtimes_files()
         let root = state_root();
         let mut first = support::up(&root, profile);
         let first_host = first.host_pid();
-        // A plugin may write while the tree goes: try again until it is gone.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while let Err(e) = std::fs::remove_dir_all(root.path()) {
-            assert!(
-                Instant::now() < deadline,
-                "{profile}: removing the root: {e}"
-            );
-        }
+        remove_root(root.path(), profile);
         let mut second = support::up(&root, profile);
         let mut before = sockets(&root.path().join("run"));
         before.sort();
@@ -156,6 +149,124 @@ fn a_runtime_stopped_after_its_root_was_replaced_leaves_the_new_runtimes_files()
         second.down();
         assert_none_left(root.path(), profile);
         assert_eq!(sockets(&root.path().join("run")), Vec::<PathBuf>::new());
+    }
+}
+
+/// Removes the state root, trying again while a plugin writes as the tree goes.
+fn remove_root(root: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Err(e) = std::fs::remove_dir_all(root) {
+        assert!(Instant::now() < deadline, "{what}: removing the root: {e}");
+    }
+}
+
+/// How long a host is given to notice by itself that its root was removed: far more than its
+/// check's interval (1 s), so a busy machine does not fail the test.
+const NOTICED_WITHIN: Duration = Duration::from_secs(30);
+
+/// A runtime whose state root is removed and made again while it runs stops by itself, in
+/// order: its host exits, nothing it started runs, and a runtime started on the path since
+/// keeps its sockets and pids file, answers and takes turns. Before, the first ran on
+/// detached until killed, and `link down` on the path reached only the second. Its twin:
+/// [`a_runtime_whose_root_is_untouched_keeps_running`].
+#[test]
+fn a_runtime_whose_root_was_replaced_stops_by_itself() {
+    use link_harness_conformance::reaper::wait_until;
+    for profile in profiles() {
+        let root = state_root();
+        let mut first = support::up(&root, profile);
+        let first_started = support::tree(first.host_pid());
+        assert!(first_started.len() >= 3, "{profile}: {first_started:?}");
+        remove_root(root.path(), profile);
+        std::fs::create_dir(root.path()).unwrap();
+        let mut second = support::up(&root, profile);
+        // The host and its plugins (not the whole tree: full Link's start has short-lived
+        // processes of its own, its sandbox probe's).
+        let second_started = second.started_processes();
+        let mut before = sockets(&root.path().join("run"));
+        before.sort();
+        assert!(before.len() >= 3, "{profile}: {before:?}");
+
+        let exited = wait_until(NOTICED_WITHIN, || {
+            first.try_wait().is_ok_and(|status| status.is_some())
+        });
+        assert!(
+            exited,
+            "{profile}: the first host runs on detached from its removed root: {}",
+            first.stderr()
+        );
+        let _ = first.wait_timeout(Duration::from_secs(5));
+        let said = first.stderr();
+        assert!(
+            said.contains(&format!("its state root {}", root.path().display()))
+                && said.contains("stopping the runtime"),
+            "{profile}: the first host did not say why it stopped: {said}"
+        );
+        support::assert_gone(&first_started);
+
+        // The second is whole: every process, socket and the pids file, and it works.
+        assert_eq!(
+            second.started_processes(),
+            second_started,
+            "{profile}: the second runtime lost a process"
+        );
+        let mut after = sockets(&root.path().join("run"));
+        after.sort();
+        assert_eq!(
+            after, before,
+            "{profile}: the first runtime's stop removed the second's sockets"
+        );
+        assert!(
+            root.path().join("run/pids.json").is_file(),
+            "{profile}: the second's pids file is gone"
+        );
+        assert_eq!(second.status()["state"], "ready", "{profile}");
+        second.create_agent("after");
+        let reply = second.turn("after", "still here");
+        assert!(
+            reply["reply"]
+                .as_str()
+                .is_some_and(|r| r.contains("still here")),
+            "{profile}: {reply}"
+        );
+        second.down();
+        assert_none_left(root.path(), profile);
+    }
+}
+
+/// The twin of [`a_runtime_whose_root_was_replaced_stops_by_itself`]: a runtime whose root is
+/// only written to (a file made and removed in it, its mode set again) keeps running through
+/// the same checks, and answers and takes turns after them.
+#[test]
+fn a_runtime_whose_root_is_untouched_keeps_running() {
+    use std::os::unix::fs::PermissionsExt;
+    for profile in profiles() {
+        let root = state_root();
+        let mut rt = support::up(&root, profile);
+        let started = rt.started_processes();
+        let scratch = root.path().join("scratch");
+        std::fs::write(&scratch, b"x").unwrap();
+        std::fs::remove_file(&scratch).unwrap();
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Several of the host's checks (one a second) pass meanwhile.
+        std::thread::sleep(Duration::from_secs(4));
+        assert!(
+            matches!(rt.try_wait(), Ok(None)),
+            "{profile}: the host stopped with its root in place: {}",
+            rt.stderr()
+        );
+        assert_eq!(rt.started_processes(), started, "{profile}");
+        assert_eq!(rt.status()["state"], "ready", "{profile}");
+        rt.create_agent("kept");
+        let reply = rt.turn("kept", "still here");
+        assert!(
+            reply["reply"]
+                .as_str()
+                .is_some_and(|r| r.contains("still here")),
+            "{profile}: {reply}"
+        );
+        rt.down();
+        assert_none_left(root.path(), profile);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Logs as files of a directory of agents: durable creation and loading with per-agent
 //! damage isolation.
 
-use crate::{sync, Error, Known, Log, Scan};
+use crate::{sync, Error, Log};
 use std::path::{Path, PathBuf};
 
 /// Creates an empty log at `path` with owner-only permissions, keeping an existing one, and
@@ -87,34 +87,9 @@ fn io(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
-/// One agent found by [`load_dir`].
-#[derive(Debug)]
-pub struct Loaded {
-    /// The agent's directory name.
-    pub id: String,
-    pub log: Log,
-    /// Its log as [`Log::read`] found it: intact entries and a torn tail if any, or why the
-    /// agent is damaged (a corrupt inner line, a missing or unreadable log).
-    pub read: Result<(Scan, Option<Known>), Error>,
-}
-
-/// Reads the log `<dir>/<id>/<file_name>` of every agent directory in `dir`, sorted by id;
-/// names starting with `.` (temporary files) are skipped. Each agent's result stands alone:
-/// a damaged log is that agent's `Err` and never stops the others from loading. `Err` only
-/// when `dir` itself cannot be listed.
-pub fn load_dir(dir: &Path, file_name: &str) -> std::io::Result<Vec<Loaded>> {
-    Ok(agent_logs(dir, file_name)?
-        .into_iter()
-        .map(|(id, log)| {
-            let read = log.read();
-            Loaded { id, log, read }
-        })
-        .collect())
-}
-
 /// The log `<dir>/<id>/<file_name>` of every agent directory in `dir`, sorted by id, none
 /// read yet; names starting with `.` (temporary files) are skipped. `Err` only when `dir`
-/// itself cannot be listed.
+/// itself cannot be listed: each agent's log is then read (or found damaged) on its own.
 pub fn agent_logs(dir: &Path, file_name: &str) -> std::io::Result<Vec<(String, Log)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {

@@ -38,16 +38,18 @@
 //! lag behind the durable log, never run ahead of it, so it never flags a log a crash left
 //! whole; it guards against changes made outside the runtime, not against the crash itself.
 //!
-//! Every agent has its own log, so damage is per agent: [`load_dir`] reads the logs of a
-//! directory of agents and answers each agent's result separately; one corrupt or unreadable
-//! log never stops the others from loading.
+//! Every agent has its own log, so damage is per agent: [`agent_logs`] lists the logs of a
+//! directory of agents, each then counted ([`Log::count`]) and read a page at a time
+//! ([`Log::read_page`]) on its own; one corrupt or unreadable log never stops the others.
+//! Neither keeps a log's entries, nor its bytes: a scan holds one line at a time, so what a
+//! caller holds of a conversation is a page, whatever the conversation's length.
 
 mod dir;
 mod earlier;
 mod log;
 mod window;
 
-pub use dir::{agent_logs, create, load_dir, Loaded};
+pub use dir::{agent_logs, create};
 pub use earlier::{earlier_turn, user_entry, KeyReused, KEY_FIELD};
 pub use log::{check_entries, scan, Appended, Count, Known, Log, PageRead, Repair, Scan};
 pub use window::{

@@ -1,11 +1,11 @@
 //! One agent's log: scanning, reading and appending.
 
 use crate::window::PAGE_ENTRIES;
-use crate::window::{entry_bytes, page, Page, PageRequest, MAX_PAGE_ENTRIES, PAGE_BYTES};
+use crate::window::{entry_bytes, Page, PageRequest, MAX_PAGE_ENTRIES, PAGE_BYTES};
 use crate::{sync, Error};
 use serde_json::{json, Value};
 use std::fs::File;
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Read, Seek, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 
@@ -31,61 +31,74 @@ pub struct Scan {
 /// Splits the log into entries, finding a torn tail; `Err` names a corrupt inner line.
 pub fn scan(bytes: &[u8]) -> Result<Scan, String> {
     let mut entries = Vec::new();
-    let walked = walk(bytes, |e| entries.push(e))?;
+    let (walked, _) = walk(bytes, |e| entries.push(e)).map_err(|stop| match stop {
+        Stop::Corrupt(why) => why,
+        Stop::Io(e) => e.to_string(),
+    })?;
     Ok(Scan { entries, ..walked })
 }
 
-/// [`scan`] giving each entry to `each` as it is parsed, so a caller that keeps none holds
-/// one line's entry at a time, whatever the log's length; the returned `entries` is empty.
-fn walk(bytes: &[u8], mut each: impl FnMut(Value)) -> Result<Scan, String> {
-    let entries = Vec::new();
-    let mut pos = 0usize;
-    let mut last_line = 0usize;
+/// Why [`walk`] stopped before the end of the log.
+enum Stop {
+    /// A line other than the last is not an entry.
+    Corrupt(String),
+    Io(std::io::Error),
+}
+
+/// [`scan`] of what `input` reads, a line at a time, giving each entry to `each` as it is
+/// parsed: a caller that keeps none holds one line and its entry at a time, whatever the
+/// log's length (never the whole file). The returned `entries` is empty; with it, the number
+/// of bytes read.
+fn walk(mut input: impl BufRead, mut each: impl FnMut(Value)) -> Result<(Scan, u64), Stop> {
+    let mut line = Vec::new();
+    let mut pos = 0u64;
+    let mut last_line = 0u64;
     let mut line_no = 0usize;
-    while pos < bytes.len() {
+    let torn = |why: String, intact_len: u64, last_line: u64| Scan {
+        entries: Vec::new(),
+        intact_len,
+        last_line,
+        torn: Some(why),
+    };
+    loop {
+        line.clear();
+        let n = input.read_until(b'\n', &mut line).map_err(Stop::Io)?;
+        if n == 0 {
+            break;
+        }
         line_no += 1;
-        let Some(nl) = bytes[pos..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map(|n| pos + n)
-        else {
-            let torn = format!(
-                "line {line_no} has no newline: {} bytes at offset {pos} are an incomplete \
-                 write (a crash during append?)",
-                bytes.len() - pos
+        let Some(body) = line.strip_suffix(b"\n") else {
+            let why = format!(
+                "line {line_no} has no newline: {n} bytes at offset {pos} are an incomplete \
+                 write (a crash during append?)"
             );
-            return Ok(Scan {
-                entries,
-                intact_len: pos as u64,
-                last_line: last_line as u64,
-                torn: Some(torn),
-            });
+            return Ok((torn(why, pos, last_line), pos + n as u64));
         };
-        match parse_entry(&bytes[pos..nl]) {
+        match parse_entry(body) {
             Ok(entry) => each(entry),
-            Err(e) if nl + 1 == bytes.len() => {
-                let torn = format!(
+            Err(e) if input.fill_buf().map_err(Stop::Io)?.is_empty() => {
+                let why = format!(
                     "last line {line_no} ({} bytes at offset {pos}) is not a valid entry: {e}",
-                    nl - pos
+                    body.len()
                 );
-                return Ok(Scan {
-                    entries,
-                    intact_len: pos as u64,
-                    last_line: last_line as u64,
-                    torn: Some(torn),
-                });
+                return Ok((torn(why, pos, last_line), pos + n as u64));
             }
-            Err(e) => return Err(format!("line {line_no} is not a valid entry: {e}")),
+            Err(e) => {
+                return Err(Stop::Corrupt(format!(
+                    "line {line_no} is not a valid entry: {e}"
+                )))
+            }
         }
         last_line = pos;
-        pos = nl + 1;
+        pos += n as u64;
     }
-    Ok(Scan {
-        entries,
-        intact_len: pos as u64,
-        last_line: last_line as u64,
+    let scan = Scan {
+        entries: Vec::new(),
+        intact_len: pos,
+        last_line,
         torn: None,
-    })
+    };
+    Ok((scan, pos))
 }
 
 fn parse_entry(line: &[u8]) -> Result<Value, String> {
@@ -299,20 +312,17 @@ impl Log {
 
     /// The log scanned with every entry given to `each`; the returned scan holds none.
     fn read_with(&self, mut each: impl FnMut(Value)) -> Result<(Scan, Option<Known>), Error> {
-        let mut file = File::open(&self.path).map_err(|e| self.open_failed(e))?;
+        let file = File::open(&self.path).map_err(|e| self.open_failed(e))?;
         let before = file.metadata().map_err(|e| self.io(e))?;
-        let mut bytes = Vec::with_capacity(before.len() as usize);
-        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
         let mut entries = 0;
-        let scan = walk(&bytes, |e| {
+        let (scan, read) = self.walk(&file, |e| {
             entries += 1;
             each(e)
-        })
-        .map_err(|why| self.corrupt(why))?;
+        })?;
         self.not_shortened(entries)?;
         let after = file.metadata().map_err(|e| self.io(e))?;
         let stamp = Stamp::of(&after);
-        let unchanged = Stamp::of(&before) == stamp && stamp.len == bytes.len() as u64;
+        let unchanged = Stamp::of(&before) == stamp && stamp.len == read;
         let known = (unchanged && scan.torn.is_none()).then_some(Known {
             stamp,
             entries,
@@ -325,7 +335,8 @@ impl Log {
     /// is one, and what the caller may remember of an intact log. When `known` still
     /// describes the file (nobody else wrote to it since), only the page's lines are read
     /// and parsed, so the cost of a page does not grow with the log; otherwise the log is
-    /// scanned whole, as [`Log::read`] does. Changes nothing.
+    /// scanned whole, as [`Log::count`] does, keeping only the page's entries: a caller
+    /// that knows nothing of a log yet never holds more of it than a page. Changes nothing.
     pub fn read_page(
         &self,
         req: PageRequest,
@@ -339,16 +350,9 @@ impl Log {
                 }
             }
         }
-        let (mut scan, known) = self.read()?;
-        let page = page(&scan.entries, req);
-        scan.entries.truncate(page.end);
-        let entries = scan.entries.split_off(page.start);
-        let read = PageRead {
-            entries,
-            torn: scan.torn,
-            page,
-        };
-        Ok((read, known))
+        let mut pager = Pager::new(req);
+        let (scan, known) = self.read_with(|e| pager.push(e))?;
+        Ok((pager.done(scan.torn), known))
     }
 
     /// Appends entries as lines with one write and an `fdatasync`, repairing a torn tail
@@ -430,14 +434,13 @@ impl Log {
         })
     }
 
-    /// The log's state from a full scan of the open file.
+    /// The log's state from a full scan of the open file, keeping none of its entries.
     fn state(&self, file: &mut File) -> Result<State, Error> {
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(|e| self.io(e))?;
-        let scan = scan(&bytes).map_err(|why| self.corrupt(why))?;
+        let mut entries = 0;
+        let (scan, _) = self.walk(file, |_| entries += 1)?;
         Ok(State {
             intact_len: scan.intact_len,
-            entries: scan.entries.len(),
+            entries,
             last_line: scan.last_line,
             torn: scan.torn,
         })
@@ -461,8 +464,14 @@ impl Log {
 
     /// Records the torn tail (durably), then truncates the log to its intact prefix.
     fn repair(&self, intact_len: u64, reason: &str) -> Result<Repair, Error> {
-        let bytes = std::fs::read(&self.path).map_err(|e| self.io(e))?;
-        let tail = &bytes[(intact_len as usize).min(bytes.len())..];
+        // Only the torn bytes, never the intact log before them.
+        let mut tail = Vec::new();
+        File::open(&self.path)
+            .and_then(|mut f| {
+                f.seek(std::io::SeekFrom::Start(intact_len))?;
+                f.read_to_end(&mut tail)
+            })
+            .map_err(|e| self.io(e))?;
         let unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -503,6 +512,14 @@ impl Log {
             truncated_at: intact_len,
             removed_bytes: tail.len(),
             recorded_in: repairs,
+        })
+    }
+
+    /// [`walk`] of the open log from where it stands, buffered.
+    fn walk(&self, file: &File, each: impl FnMut(Value)) -> Result<(Scan, u64), Error> {
+        walk(std::io::BufReader::with_capacity(1 << 16, file), each).map_err(|stop| match stop {
+            Stop::Corrupt(why) => self.corrupt(why),
+            Stop::Io(e) => self.io(e),
         })
     }
 
@@ -617,13 +634,94 @@ impl Filling {
         if self.entries.len() >= self.limit {
             return Some(false);
         }
-        let entry = parse_entry(line).ok()?;
+        Some(self.take_entry(parse_entry(line).ok()?))
+    }
+
+    /// Takes `entry` unless the page is full; false when it is.
+    fn take_entry(&mut self, entry: Value) -> bool {
+        if self.entries.len() >= self.limit {
+            return false;
+        }
         self.bytes += entry_bytes(&entry);
         if self.bytes > PAGE_BYTES && !self.entries.is_empty() {
-            return Some(false);
+            return false;
         }
         self.entries.push(entry);
-        Some(true)
+        true
+    }
+}
+
+/// The page a scan of the whole log is cut to, one entry at a time, keeping only that page's
+/// entries: the same page as [`page`] cuts from all of them, at the cost of a page.
+struct Pager {
+    req: PageRequest,
+    /// Entries scanned so far: the log's total once the scan is done.
+    seen: usize,
+    /// Forward pages: the page being filled, and whether it is done.
+    fill: Filling,
+    full: bool,
+    /// Tail pages: the longest suffix so far within the page's limits (entry, its bytes).
+    suffix: std::collections::VecDeque<(Value, usize)>,
+    suffix_bytes: usize,
+}
+
+impl Pager {
+    fn new(req: PageRequest) -> Pager {
+        Pager {
+            req,
+            seen: 0,
+            fill: Filling {
+                entries: Vec::new(),
+                bytes: 0,
+                limit: req.limit.unwrap_or(PAGE_ENTRIES).min(MAX_PAGE_ENTRIES),
+            },
+            full: false,
+            suffix: std::collections::VecDeque::new(),
+            suffix_bytes: 0,
+        }
+    }
+
+    /// The log's next entry.
+    fn push(&mut self, entry: Value) {
+        let index = self.seen;
+        self.seen += 1;
+        if self.req.tail {
+            // A suffix within the limits stays so without its first entry, so the longest
+            // one ending here is the last one, extended, less what no longer fits.
+            let bytes = entry_bytes(&entry);
+            self.suffix.push_back((entry, bytes));
+            self.suffix_bytes += bytes;
+            while self.suffix.len() > self.fill.limit
+                || (self.suffix_bytes > PAGE_BYTES && self.suffix.len() > 1)
+            {
+                let (_, gone) = self.suffix.pop_front().expect("not empty");
+                self.suffix_bytes -= gone;
+            }
+        } else if index >= self.req.after.unwrap_or(0) && !self.full {
+            self.full = !self.fill.take_entry(entry);
+        }
+    }
+
+    /// The page, once every entry was pushed.
+    fn done(self, torn: Option<String>) -> PageRead {
+        let total = self.seen;
+        let (start, entries) = if self.req.tail {
+            let entries: Vec<Value> = self.suffix.into_iter().map(|(e, _)| e).collect();
+            (total - entries.len(), entries)
+        } else {
+            (self.req.after.unwrap_or(0).min(total), self.fill.entries)
+        };
+        let end = start + entries.len();
+        PageRead {
+            entries,
+            torn,
+            page: Page {
+                start,
+                end,
+                total,
+                next: (end < total).then_some(end),
+            },
+        }
     }
 }
 

@@ -304,24 +304,25 @@ fn a_damaged_middle_line_isolates_only_that_agent() {
     std::fs::create_dir(t.0.join("d")).unwrap(); // no log at all
     std::fs::write(t.0.join(".tmp-x"), b"").unwrap(); // a temporary name, skipped
 
-    let loaded = load_dir(&t.0, "conversation.jsonl").unwrap();
-    let ids: Vec<_> = loaded.iter().map(|l| l.id.as_str()).collect();
+    let logs = agent_logs(&t.0, "conversation.jsonl").unwrap();
+    let ids: Vec<_> = logs.iter().map(|(id, _)| id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c", "d"]);
-    let (scan, known) = loaded[0].read.as_ref().unwrap();
-    assert_eq!((scan.entries.len(), &scan.torn), (2, &None));
+    let counted: Vec<_> = logs.iter().map(|(_, log)| log.count()).collect();
+    let (count, known) = counted[0].as_ref().unwrap();
+    assert_eq!((count.entries, &count.torn), (2, &None));
     assert_eq!(known.unwrap().entries, 2);
-    let e = loaded[1].read.as_ref().unwrap_err();
+    let e = counted[1].as_ref().unwrap_err();
     assert!(matches!(e, Error::Corrupt { .. }), "{e}");
     let msg = e.to_string();
     assert!(
         msg.contains("line 2") && msg.contains("b/conversation.jsonl"),
         "{msg}"
     );
-    let (scan, _) = loaded[2].read.as_ref().unwrap();
-    assert_eq!(scan.entries.len(), 1, "a torn tail is not damage");
-    assert!(scan.torn.is_some());
+    let (count, _) = counted[2].as_ref().unwrap();
+    assert_eq!(count.entries, 1, "a torn tail is not damage");
+    assert!(count.torn.is_some());
     assert!(matches!(
-        loaded[3].read.as_ref().unwrap_err(),
+        counted[3].as_ref().unwrap_err(),
         Error::NotFound { .. }
     ));
 
@@ -330,17 +331,16 @@ fn a_damaged_middle_line_isolates_only_that_agent() {
     assert!(matches!(e, Error::Corrupt { .. }), "{e}");
     assert_eq!(std::fs::read(&damaged.path).unwrap(), corrupt);
     assert!(!damaged.repairs_path().exists());
-    for l in &loaded[..3] {
-        if l.id != "b" {
-            l.log.append(&[user("x")], None, None).unwrap();
+    for (id, log) in &logs[..3] {
+        if id != "b" {
+            log.append(&[user("x")], None, None).unwrap();
         }
     }
-    let again = load_dir(&t.0, "conversation.jsonl").unwrap();
-    assert_eq!(again[0].read.as_ref().unwrap().0.entries.len(), 3);
-    assert_eq!(again[2].read.as_ref().unwrap().0.entries.len(), 2);
+    assert_eq!(logs[0].1.count().unwrap().0.entries, 3);
+    assert_eq!(logs[2].1.count().unwrap().0.entries, 2);
 
-    // Only an unreadable directory of agents fails the whole load.
-    assert!(load_dir(&t.0.join("nowhere"), "conversation.jsonl").is_err());
+    // Only an unreadable directory of agents fails the whole listing.
+    assert!(agent_logs(&t.0.join("nowhere"), "conversation.jsonl").is_err());
 }
 
 #[test]
@@ -665,6 +665,10 @@ fn pages_read_from_a_known_log_are_the_pages_of_a_full_scan() {
             assert_eq!(fast.page, p, "{req:?} of {}", k.entries);
             assert_eq!(fast.entries, scan.entries[p.start..p.end], "{req:?}");
             assert_eq!(fast.torn, None);
+            // A reader that knows nothing scans the log, keeping only the page: the same one.
+            let (slow, scanned) = log.read_page(req, None).unwrap();
+            assert_eq!(slow, fast, "{req:?} of {}, scanned", k.entries);
+            assert_eq!(scanned, Some(k));
         }
         let req = PageRequest {
             tail: true,
@@ -693,6 +697,15 @@ fn pages_read_from_a_known_log_are_the_pages_of_a_full_scan() {
     assert!(read.torn.is_some());
     assert_eq!(again, None);
     assert_eq!(read.page.total, k.entries);
+    // Every page of the torn log is the page of its intact entries.
+    let (scan, _) = log.read().unwrap();
+    for req in reqs(k.entries) {
+        let (slow, again) = log.read_page(req, None).unwrap();
+        let p = page(&scan.entries, req);
+        assert_eq!(slow.page, p, "{req:?} of a torn log");
+        assert_eq!(slow.entries, scan.entries[p.start..p.end], "{req:?}");
+        assert_eq!((slow.torn.is_some(), again), (true, None), "{req:?}");
+    }
 }
 
 /// Three acknowledged entries, then the log changed outside the store.

@@ -18,7 +18,11 @@
 //!
 //! `store.conversation.read` answers one bounded page, `{entries, torn, total, start,
 //! next?}` for `{after?, limit?, tail?}` (an empty body: the first page), so a log of any
-//! length stays readable under the frame limit; the harness reads only the tail page.
+//! length stays readable under the frame limit; the harness reads only the tail page. The
+//! store keeps no conversation in memory, not even while it reads one: of each log it keeps
+//! only what it knows ([`conversation::Known`]: the file's state and its entry count), reads
+//! a page's lines from disk while that still holds, and otherwise scans the log a line at a
+//! time keeping only the page ([`link_conversation::Log::read_page`]).
 //!
 //! `store.conversation.append` also answers `total` (intact entries after the append) and
 //! takes an optional `expect_total`: then it appends only to an intact log of exactly that
