@@ -730,10 +730,14 @@ mod tests {
             TURN_CALL_LIMIT > longest,
             "{TURN_CALL_LIMIT:?} vs {longest:?}"
         );
-        // A model call outlasts the remote it forwards to and the key's routed read, so a
-        // slow remote is the model service's own 504; the harness's limit covers it.
-        use link_protocol::model_service::{DEADLINE as MODEL, REMOTE_DEADLINE};
-        assert!(MODEL >= REMOTE_DEADLINE + DEFAULT_DEADLINE, "{MODEL:?}");
+        // A model call outlasts the remote it forwards to (its head, then its body) and the
+        // key's routed read, so a slow remote is the model service's own 504; the harness's
+        // limit covers it.
+        use link_protocol::model_service::{
+            DEADLINE as MODEL, REMOTE_HEAD_DEADLINE, REMOTE_IDLE_DEADLINE,
+        };
+        let remote = REMOTE_HEAD_DEADLINE + REMOTE_IDLE_DEADLINE;
+        assert!(MODEL >= remote + DEFAULT_DEADLINE, "{MODEL:?}");
         assert!(TURN_CALL_LIMIT >= MODEL);
     }
 }

@@ -35,19 +35,49 @@ fn cli(rt: &RuntimeProcess, args: &[&str], stdin: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), text)
 }
 
-/// The refusals every runtime gives on the stand-in's failing models: the remote's status and
-/// message (`502 upstream`), and a remote past the deadline (`504`), each naming the remote.
+/// The refusals every runtime gives a turn on the stand-in's failing models, each naming the
+/// remote, its status and its message: its 429 as a 429 (`rate_limited`: the client may retry
+/// later), its 400 as a 502 (`upstream`: the request was Link's, not the client's), its 401
+/// as a 502 about the stored key (not the client's token), and a remote past the deadline as
+/// a 504 (`timeout`).
 fn remote_failures_reach_the_client(rt: &RuntimeProcess, remote: &StandIn) {
-    for (name, model) in [("broken", stand_in::BROKEN), ("slow", stand_in::SLOW)] {
+    for (name, model) in [
+        ("broken", stand_in::BROKEN),
+        ("refused", stand_in::REFUSED),
+        ("unkeyed", stand_in::UNKEYED),
+        ("slow", stand_in::SLOW),
+    ] {
         let (status, body) = create(rt, json!({ "name": name, "model": model }));
         assert_eq!(status, 201, "{body}");
     }
-    let (status, body, _) = turn(rt, "broken", "hello");
-    assert_eq!(status, 502, "{body}");
-    assert_eq!(body["error"]["code"], "upstream", "{body}");
-    let message = body["error"]["message"].as_str().unwrap();
-    for part in ["HTTP 429", stand_in::BROKEN_MESSAGE, &remote.url()] {
-        assert!(message.contains(part), "{part:?} not in {message}");
+    let url = remote.url();
+    for (agent, status, code, parts) in [
+        (
+            "broken",
+            429,
+            "rate_limited",
+            ["HTTP 429", stand_in::BROKEN_MESSAGE],
+        ),
+        (
+            "refused",
+            502,
+            "upstream",
+            ["HTTP 400", stand_in::REFUSED_MESSAGE],
+        ),
+        (
+            "unkeyed",
+            502,
+            "upstream",
+            ["HTTP 401", "link model-key set"],
+        ),
+    ] {
+        let (got, body, _) = turn(rt, agent, "hello");
+        assert_eq!(got, status, "{agent}: {body}");
+        assert_eq!(body["error"]["code"], code, "{agent}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        for part in parts.into_iter().chain([url.as_str()]) {
+            assert!(message.contains(part), "{agent}: {part:?} not in {message}");
+        }
     }
     let (status, body, took) = turn(rt, "slow", "hello");
     assert_eq!(status, 504, "{body}");
@@ -123,10 +153,9 @@ fn full_link_runs_each_agent_on_its_model_and_forwards_with_the_stored_key() {
             (json!("remote"), json!(stand_in::MODEL))
         ]
     );
-    unknown_models_are_refused_listing_the_served(
-        &rt,
-        &[LOCAL, stand_in::MODEL, stand_in::BROKEN, stand_in::SLOW],
-    );
+    let mut served = vec![LOCAL];
+    served.extend(stand_in::MODELS);
+    unknown_models_are_refused_listing_the_served(&rt, &served);
     let listed = remote.seen().len();
     assert!(listed > 0, "the model list was not asked of the remote");
 

@@ -97,7 +97,9 @@ fn refuse(mut stream: UnixStream, who: String) {
     let body = link_protocol::model::openai_error_body(&error, None).to_string();
     let answer = format!(
         "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n{body}",
+         {}: {}\r\ncontent-length: {}\r\n\r\n{body}",
+        link_protocol::model::ERROR_CODE_HEADER,
+        error.code.as_str(),
         body.len()
     );
     tokio::spawn(async move {

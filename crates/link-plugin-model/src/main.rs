@@ -5,27 +5,29 @@
 //! ([`local`]) is deterministic and reads a small instruction language ([`instructions`]).
 //! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), with the
 //! key full Link's secret plugin keeps, and are `404` otherwise; the model list is then
-//! `link-local` and the remote's. A remote's error answer keeps its status, its message named
-//! as the remote's (`upstream`); a remote past the deadline is `504` naming it. Errors are in
-//! OpenAI's shape (`message`, `type`, `param`, `code`). It serves HTTP, not link-protocol
-//! frames, so it announces no routes.
+//! `link-local` and the remote's. A remote's stream is relayed as it arrives; its error answer
+//! keeps its status where a client can act on it and its own error fields, naming the remote
+//! (`forward::Remote::refusal`); a remote past a deadline is `504` naming it. Errors are in
+//! OpenAI's shape (`message`, `type`, `param`, `code`), with Link's code in a header
+//! ([`refusal`]). It serves HTTP, not link-protocol frames, so it announces no routes.
 
 mod callers;
 mod forward;
 mod instructions;
 mod local;
+mod refusal;
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use callers::Caller;
 use forward::Remote;
-use link_protocol::model::openai_error_body;
 use link_protocol::plugin::PluginEnv;
 use link_protocol::{ErrorCode, RemoteError};
+use refusal::Refusal;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::future::IntoFuture;
@@ -59,17 +61,18 @@ async fn chat(
     body: Body,
 ) -> Response {
     if caller != Caller::Granted {
-        return error_response(&RemoteError::forbidden(
+        return Refusal::from(RemoteError::forbidden(
             "the agent registry may read the model list only, not ask for completions",
-        ));
+        ))
+        .into_response();
     }
     match complete(&service, body).await {
         Ok(resp) => resp,
-        Err(e) => error_response(&e),
+        Err(e) => e.into_response(),
     }
 }
 
-async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError> {
+async fn complete(service: &Service, body: Body) -> Result<Response, Refusal> {
     let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|_| {
         RemoteError::new(
             ErrorCode::TooLarge,
@@ -85,7 +88,7 @@ async fn complete(service: &Service, body: Body) -> Result<Response, RemoteError
         return forward(service, model, bytes).await;
     }
     if let Some((param, why)) = local::unhonoured(&value) {
-        return Ok(error_with_param(&RemoteError::bad_request(why), param));
+        return Err(Refusal::with_param(&RemoteError::bad_request(why), param));
     }
     let stream = value["stream"].as_bool().unwrap_or(false);
     let req = local::ChatRequest::deserialize(&value)
@@ -157,27 +160,17 @@ async fn forward(
     service: &Service,
     model: &str,
     bytes: axum::body::Bytes,
-) -> Result<Response, RemoteError> {
+) -> Result<Response, Refusal> {
     let Some(remote) = &service.remote else {
         return Err(RemoteError::not_found(format!(
             "unknown model `{model}`: this service has `{}` only; set {} to forward other models",
             local::MODEL,
             forward::ENV_URL
-        )));
+        ))
+        .into());
     };
     let key = forward::stored_key(&service.env).await?;
-    let answer = remote.forward(bytes, key.as_ref()).await?;
-    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    if !status.is_success() {
-        // The remote's own status, its message named as the remote's.
-        let e = remote.refusal(status.as_u16(), &answer.body);
-        tracing::info!("the remote answered HTTP {}", status.as_u16());
-        return Ok((status, Json(openai_error_body(&e, None))).into_response());
-    }
-    let content_type = answer
-        .content_type
-        .unwrap_or_else(|| "application/json".to_owned());
-    Ok((status, [(header::CONTENT_TYPE, content_type)], answer.body).into_response())
+    remote.forward(bytes, key.as_ref()).await
 }
 
 /// The OpenAI `chat.completion` object around `answer`.
@@ -221,7 +214,7 @@ fn unix_seconds() -> u64 {
 async fn models(State(service): Api) -> Response {
     match served(&service).await {
         Ok(data) => Json(json!({ "object": "list", "data": data })).into_response(),
-        Err(e) => error_response(&e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -229,7 +222,7 @@ async fn models(State(service): Api) -> Response {
 async fn model(State(service): Api, Path(id): Path<String>) -> Response {
     let served = match served(&service).await {
         Ok(data) => data,
-        Err(e) => return error_response(&e),
+        Err(e) => return e.into_response(),
     };
     if let Some(m) = served.iter().find(|m| m["id"] == id.as_str()) {
         return Json(m.clone()).into_response();
@@ -239,10 +232,10 @@ async fn model(State(service): Api, Path(id): Path<String>) -> Response {
         "no model `{id}`: this service serves {}",
         names.join(", ")
     ));
-    error_with_param(&e, "model")
+    Refusal::with_param(&e, "model").into_response()
 }
 
-async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
+async fn served(service: &Service) -> Result<Vec<Value>, Refusal> {
     let mut data =
         vec![json!({ "id": local::MODEL, "object": "model", "created": 0, "owned_by": "link" })];
     let Some(remote) = &service.remote else {
@@ -250,10 +243,7 @@ async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
     };
     let key = forward::stored_key(&service.env).await?;
     let answer = remote.models(key.as_ref()).await?;
-    if !(200..300).contains(&answer.status) {
-        return Err(remote.refusal(answer.status, &answer.body));
-    }
-    let list: Value = serde_json::from_slice(&answer.body).unwrap_or_default();
+    let list: Value = serde_json::from_slice(&answer).unwrap_or_default();
     let Some(theirs) = list["data"].as_array() else {
         return Err(RemoteError::new(
             ErrorCode::Upstream,
@@ -261,7 +251,8 @@ async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
                 "the remote model at {} answered GET /v1/models without a `data` list",
                 remote.describe()
             ),
-        ));
+        )
+        .into());
     };
     data.extend(
         theirs
@@ -273,22 +264,10 @@ async fn served(service: &Service) -> Result<Vec<Value>, RemoteError> {
 }
 
 async fn no_endpoint() -> Response {
-    error_response(&RemoteError::not_found(
+    Refusal::from(RemoteError::not_found(
         "no such endpoint: use POST /v1/chat/completions or GET /v1/models",
     ))
-}
-
-fn error_response(e: &RemoteError) -> Response {
-    let status =
-        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(openai_error_body(e, None))).into_response()
-}
-
-/// [`error_response`] naming the request parameter at fault (OpenAI's `param`).
-fn error_with_param(e: &RemoteError, param: &str) -> Response {
-    let status =
-        StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(openai_error_body(e, Some(param)))).into_response()
+    .into_response()
 }
 
 #[tokio::main(flavor = "current_thread")]

@@ -421,19 +421,244 @@ async fn forwarding_passes_a_remotes_stream_and_model_list_through() {
         .iter()
         .map(|m| m["id"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(
-        ids,
-        [
-            "link-local",
-            stand_in::MODEL,
-            stand_in::BROKEN,
-            stand_in::SLOW
-        ]
-    );
+    let mut want = vec!["link-local"];
+    want.extend(stand_in::MODELS);
+    assert_eq!(ids, want);
     let path = format!("/v1/models/{}", stand_in::MODEL);
     let resp = http::json(&socket, "GET", &path, None, None).await.unwrap();
     assert_eq!(
         (resp.status, &resp.json()["owned_by"]),
         (200, &json!("stand-in"))
     );
+}
+
+/// A response of the model service read frame by frame, as a streaming client reads it.
+struct Events {
+    status: u16,
+    content_type: String,
+    body: hyper::body::Incoming,
+    /// Read and not yet returned.
+    buffered: String,
+}
+
+impl Events {
+    /// Sends `body` to the model service's chat completions over a connection of its own.
+    async fn open(socket: &std::path::Path, body: &Value) -> Events {
+        use http_body_util::Full;
+        let stream = tokio::net::UnixStream::connect(socket).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
+        tokio::spawn(conn);
+        let req = hyper::Request::post("/v1/chat/completions")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(hyper::body::Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        let content_type = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        Events {
+            status: resp.status().as_u16(),
+            content_type,
+            body: resp.into_body(),
+            buffered: String::new(),
+        }
+    }
+
+    /// The next whole event (`data: ...` without its blank line), or `None` at the end.
+    async fn next(&mut self) -> Option<String> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some((event, rest)) = self.buffered.split_once("\n\n") {
+                let event = event.to_owned();
+                self.buffered = rest.to_owned();
+                return Some(event);
+            }
+            let frame = self.body.frame().await?.expect("the body reads");
+            if let Ok(data) = frame.into_data() {
+                self.buffered += std::str::from_utf8(&data).unwrap();
+            }
+        }
+    }
+
+    /// The events left, to the end of the body.
+    async fn rest(&mut self) -> Vec<String> {
+        let mut events = Vec::new();
+        while let Some(event) = self.next().await {
+            events.push(event);
+        }
+        assert_eq!(self.buffered, "", "a partial event at the end");
+        events
+    }
+}
+
+/// How long these tests give the remote: for its head, and between two parts of its body.
+const REMOTE_DEADLINE_MS: u64 = 2000;
+
+#[tokio::test]
+async fn a_remotes_stream_is_relayed_as_it_arrives_and_cut_when_it_stalls() {
+    use link_harness_conformance::stand_in::{self, StandIn};
+    use std::time::{Duration, Instant};
+    let remote = StandIn::start().unwrap();
+    let url = remote.url();
+    let deadline = REMOTE_DEADLINE_MS.to_string();
+    let env = [
+        (link_protocol::plugin::ENV_MODEL_REMOTE_URL, url.as_str()),
+        (link_protocol::plugin::ENV_TEST_HOOKS, "1"),
+        (link_protocol::plugin::ENV_TEST_MODEL_TIMEOUT_MS, &deadline),
+    ];
+    let plugin = PluginProcess::start(EXE, NAME, Profile::Mini, Mode::Diagnostic, &env);
+    plugin.ready();
+    let socket = plugin.socket();
+    let body = json!({"model": stand_in::PARTED, "stream": true,
+        "messages": [{"role": "user", "content": "hi"}]});
+    // Bounds each wait: a service that relays a stream only once it is whole never hands
+    // over the first event, since the stand-in sends the rest only once the test has it.
+    let bound = Duration::from_secs(20);
+
+    // The remote sends its first event, then nothing: the client has that event, then, once
+    // the remote has been silent for the idle deadline, an error event naming it, and the end.
+    let mut events = Events::open(&socket, &body).await;
+    assert_eq!(events.status, 200);
+    assert_eq!(events.content_type, "text/event-stream");
+    let first = tokio::time::timeout(bound, events.next())
+        .await
+        .expect("the first event came only with the rest of the stream")
+        .unwrap();
+    let waited = Instant::now();
+    assert!(first.contains(stand_in::STREAM_MARK), "{first}");
+    let rest = tokio::time::timeout(bound, events.rest())
+        .await
+        .unwrap_or_else(|_| panic!("a stalled stream was not cut: {}", plugin.log_text()));
+    let took = waited.elapsed();
+    eprintln!("figure: a stalled stream cut after {took:?} of silence (idle deadline {REMOTE_DEADLINE_MS} ms)");
+    assert!(
+        took >= Duration::from_millis(REMOTE_DEADLINE_MS - 100),
+        "cut before the idle deadline: {took:?}"
+    );
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    let error: Value = serde_json::from_str(rest[0].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(error["error"]["code"], "timeout", "{error}");
+    assert_eq!(error["error"]["type"], "timeout_error", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&url) && message.contains("sent nothing"),
+        "{message}"
+    );
+
+    // Its twin: the stand-in sends the rest once the client has the first event.
+    let started = Instant::now();
+    let mut events = Events::open(&socket, &body).await;
+    let first = tokio::time::timeout(bound, events.next())
+        .await
+        .expect("the first event came only with the rest of the stream")
+        .unwrap();
+    eprintln!(
+        "figure: first relayed event {:?} after the request, the rest held",
+        started.elapsed()
+    );
+    let chunk: Value = serde_json::from_str(first.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(chunk["id"], stand_in::STREAM_MARK, "{chunk}");
+    assert_eq!(chunk["choices"][0]["delta"]["role"], "assistant", "{chunk}");
+    remote.release();
+    let rest = tokio::time::timeout(bound, events.rest()).await.unwrap();
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("data: [DONE]"),
+        "{rest:?}"
+    );
+    let finish: Value = serde_json::from_str(rest[0].strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop", "{finish}");
+}
+
+#[tokio::test]
+async fn a_remotes_refusal_keeps_its_status_where_the_client_can_act_on_it() {
+    use link_harness_conformance::stand_in::{self, StandIn};
+    use link_protocol::model::ERROR_CODE_HEADER;
+    use link_protocol::model_service::ModelService;
+    use link_protocol::ErrorCode;
+    let remote = StandIn::start().unwrap();
+    let url = remote.url();
+    let env = [(link_protocol::plugin::ENV_MODEL_REMOTE_URL, url.as_str())];
+    let plugin = PluginProcess::start(EXE, NAME, Profile::Mini, Mode::Diagnostic, &env);
+    plugin.ready();
+    let socket = plugin.socket();
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let refused = |model: &str| {
+        let (socket, body) = (socket.clone(), ask(model));
+        async move {
+            let resp = http::json(&socket, "POST", "/v1/chat/completions", None, Some(&body))
+                .await
+                .unwrap();
+            let code = resp.headers[ERROR_CODE_HEADER].to_str().unwrap().to_owned();
+            (resp.status, code, resp.json())
+        }
+    };
+    let models = ModelService::new(socket.clone());
+
+    // 429: passes through; the remote gave no code of its own, so the code is Link's.
+    let (status, code, body) = refused(stand_in::BROKEN).await;
+    assert_eq!((status, code.as_str()), (429, "rate_limited"), "{body}");
+    let error = &body["error"];
+    assert_eq!(error["type"], "stand_in_error", "the remote's own: {body}");
+    assert_eq!(error["code"], "rate_limited", "{body}");
+    let message = error["message"].as_str().unwrap();
+    for part in [url.as_str(), "HTTP 429", stand_in::BROKEN_MESSAGE] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    let e = models.complete(&ask(stand_in::BROKEN)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::RateLimited, "{e}");
+    assert!(e.message.contains(stand_in::BROKEN_MESSAGE), "{e}");
+
+    // 400: passes through with the remote's own type, param and code. To Link's own caller
+    // it is the remote's refusal of Link's request: `upstream`.
+    let (status, code, body) = refused(stand_in::REFUSED).await;
+    assert_eq!((status, code.as_str()), (400, "upstream"), "{body}");
+    let error = &body["error"];
+    assert_eq!(
+        (&error["type"], &error["param"], &error["code"]),
+        (
+            &json!(stand_in::REFUSED_TYPE),
+            &json!(stand_in::REFUSED_PARAM),
+            &json!(stand_in::REFUSED_CODE)
+        ),
+        "{body}"
+    );
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains(&url) && message.contains(stand_in::REFUSED_MESSAGE),
+        "{message}"
+    );
+    let e = models.complete(&ask(stand_in::REFUSED)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Upstream, "{e}");
+
+    // 401: about Link's stored key, not the client's token: a 502 saying how to store it,
+    // none of the remote's own fields.
+    let (status, code, body) = refused(stand_in::UNKEYED).await;
+    assert_eq!((status, code.as_str()), (502, "upstream"), "{body}");
+    let error = &body["error"];
+    assert_eq!(
+        (&error["type"], &error["code"]),
+        (&json!("upstream_error"), &json!("upstream")),
+        "{body}"
+    );
+    let message = error["message"].as_str().unwrap();
+    for part in [
+        url.as_str(),
+        "HTTP 401",
+        stand_in::UNKEYED_MESSAGE,
+        "none is stored",
+        "link model-key set",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message}");
+    }
+    let e = models.complete(&ask(stand_in::UNKEYED)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::Upstream, "{e}");
+
+    // The service's own refusal of a bad request stays the caller's fault to Link.
+    let e = models
+        .complete(&json!({"model": "link-local"}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Internal, "{e}");
 }

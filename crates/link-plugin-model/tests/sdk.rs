@@ -422,3 +422,118 @@ fn the_openai_sdk_is_refused_when_not_a_granted_caller() {
         .unwrap();
     assert_eq!(answer.status, 200, "{}", plugin.log_text());
 }
+
+/// A stream the remote stalled, as the SDK's iterator ended it (sdk_client.py's `cut_stream`).
+#[derive(Debug, Deserialize)]
+struct CutStream {
+    chunks: u32,
+    class: String,
+    message: String,
+    code: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
+
+/// What the run against the stand-in remote saw (sdk_client.py's `exercise_remote`).
+#[derive(Debug, Deserialize)]
+struct RemoteRun {
+    sdk: String,
+    cut_stream: CutStream,
+    refusals: Vec<Refusal>,
+    exit: i32,
+}
+
+#[test]
+fn the_openai_sdk_reads_a_remotes_refusals_and_a_stream_cut_short() {
+    use link_harness_conformance::stand_in::{self, StandIn};
+    use link_protocol::plugin::{ENV_MODEL_REMOTE_URL, ENV_TEST_HOOKS, ENV_TEST_MODEL_TIMEOUT_MS};
+    if !sdk_installed() {
+        return;
+    }
+    let remote = StandIn::start().unwrap();
+    let root = StateRoot::create().unwrap();
+    let layout = root.layout();
+    // Mini: no secret plugin to ask for a key. The remote's idle deadline short, so the
+    // stalled stream is cut in seconds.
+    let command = PluginSpec::new(EXE, NAME)
+        .profile(Profile::Mini)
+        .env(ENV_MODEL_REMOTE_URL, remote.url())
+        .env(ENV_TEST_HOOKS, "1")
+        .env(ENV_TEST_MODEL_TIMEOUT_MS, "2000")
+        .command(layout);
+    let env: BTreeMap<String, String> = command
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+        .collect();
+    let own_session = manifest::find(NAME).unwrap().session == Session::Own;
+    let log = layout.log_file(NAME);
+    let models = json!({"parted": stand_in::PARTED, "broken": stand_in::BROKEN,
+        "refused": stand_in::REFUSED, "unkeyed": stand_in::UNKEYED});
+    let spec = json!({"role": "remote", "program": EXE, "env": env, "own_session": own_session,
+        "socket": layout.plugin_socket(NAME), "log": log, "models": models});
+    let (_, run): (_, RemoteRun) = run_script(&spec, &log);
+    assert_eq!(run.exit, 0, "{run:?}");
+
+    // The stalled stream: the chunk the remote sent, then the service's error event, which
+    // the SDK raises as an `APIError` with its message and code.
+    let cut = &run.cut_stream;
+    assert_eq!(cut.chunks, 1, "{cut:?}");
+    assert_eq!(cut.class, "APIError", "{} {cut:?}", run.sdk);
+    assert_eq!(
+        (cut.code.as_deref(), cut.kind.as_deref()),
+        (Some("timeout"), Some("timeout_error")),
+        "{cut:?}"
+    );
+    assert!(
+        cut.message.contains(&remote.url()) && cut.message.contains("sent nothing"),
+        "{cut:?}"
+    );
+
+    // Each refusal as the SDK's own class for its status.
+    let want = [
+        (
+            "RateLimitError",
+            429,
+            Some("stand_in_error"),
+            Some("rate_limited"),
+        ),
+        (
+            "BadRequestError",
+            400,
+            Some(stand_in::REFUSED_TYPE),
+            Some(stand_in::REFUSED_CODE),
+        ),
+        (
+            "InternalServerError",
+            502,
+            Some("upstream_error"),
+            Some("upstream"),
+        ),
+    ];
+    assert_eq!(run.refusals.len(), want.len(), "{run:?}");
+    for (refusal, (class, status, kind, code)) in run.refusals.iter().zip(want) {
+        refusal.check_shape();
+        assert_eq!(
+            (refusal.class.as_str(), refusal.status),
+            (class, status),
+            "{} ({}): {refusal:?}",
+            refusal.what,
+            run.sdk
+        );
+        assert_eq!(
+            (refusal.kind.as_deref(), refusal.code.as_deref()),
+            (kind, code),
+            "{refusal:?}"
+        );
+        assert!(refusal.message().contains(&remote.url()), "{refusal:?}");
+    }
+    assert_eq!(
+        run.refusals[1].param.as_deref(),
+        Some(stand_in::REFUSED_PARAM)
+    );
+    assert!(
+        run.refusals[2].message().contains("link model-key set"),
+        "{:?}",
+        run.refusals[2]
+    );
+}

@@ -6,6 +6,9 @@ Run by tests/sdk.rs with one argument, a JSON spec:
   service grants; it waits for the ready line, drives the SDK through chat, tool calls,
   streams, the model list and refusals, stops the model with SIGTERM, and prints what the
   SDK saw as one JSON object on stdout.
+- `role: "remote"`: as `parent`, with the model forwarding to the kit's stand-in remote
+  (`env` says where): the SDK reads a stream the remote stalls (`models.parted`, cut by the
+  service's idle deadline) and the remote's refusals (`models.broken`, `refused`, `unkeyed`).
 - `role: "stranger"`: the test started the model; this process is not its parent and the
   host recorded no such plugin, so every call must be refused: it prints what the SDK saw.
 
@@ -185,7 +188,36 @@ def stream_helper(client):
     return {"finish_reason": choice.finish_reason, "calls": calls_of(choice.message)}
 
 
-def as_parent(spec):
+def cut_stream(client, model):
+    """A stream the remote stalls: the chunks the SDK gave, then the error it raised."""
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "hello"}], stream=True
+    )
+    chunks = 0
+    try:
+        for _ in stream:
+            chunks += 1
+    except openai.APIError as e:
+        return {"chunks": chunks, "class": type(e).__name__, "message": e.message,
+                "code": e.code, "type": e.type}
+    raise Failure(f"the stalled stream of {model} ended with no error, after {chunks} chunks")
+
+
+def exercise_remote(client, spec):
+    models = spec["models"]
+    plain = [{"role": "user", "content": "hello"}]
+
+    def chat(model):
+        return lambda: client.chat.completions.create(model=model, messages=plain)
+
+    return {
+        "sdk": openai.__version__,
+        "cut_stream": cut_stream(client, models["parted"]),
+        "refusals": [refusal(m, chat(models[m])) for m in ("broken", "refused", "unkeyed")],
+    }
+
+
+def as_parent(spec, exercise_with=None):
     def as_the_host_would():
         # Its session or process group, as link_protocol::plugin::Contract::apply sets it.
         if spec["own_session"]:
@@ -207,7 +239,8 @@ def as_parent(spec):
         )
     try:
         wait_ready(child, spec["socket"])
-        summary = exercise(client_for(spec["socket"]))
+        client = client_for(spec["socket"])
+        summary = exercise_with(client, spec) if exercise_with else exercise(client)
         child.send_signal(signal.SIGTERM)
         summary["exit"] = child.wait(timeout=READY_WITHIN)
         summary["socket_left"] = os.path.exists(spec["socket"])
@@ -302,7 +335,11 @@ def main():
     spec = json.loads(sys.argv[1])
     # The test's timeout sends SIGTERM: unwind through `finally`, killing the model.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("sdk_client: terminated"))
-    run = {"parent": as_parent, "stranger": as_stranger}[spec["role"]]
+    run = {
+        "parent": as_parent,
+        "remote": lambda spec: as_parent(spec, exercise_remote),
+        "stranger": as_stranger,
+    }[spec["role"]]
     try:
         summary = run(spec)
     except Failure as e:

@@ -9,10 +9,11 @@ use hyper_util::rt::TokioIo;
 use std::path::Path;
 use tokio::net::UnixStream;
 
-/// A response: status and the whole body.
+/// A response: status, headers and the whole body.
 #[derive(Debug, Clone)]
 pub struct HttpResponse {
     pub status: u16,
+    pub headers: hyper::HeaderMap,
     pub body: Vec<u8>,
 }
 
@@ -79,9 +80,11 @@ pub async fn request_with(
         .map_err(io_err)?;
     let resp = sender.send_request(req).await.map_err(io_err)?;
     let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
     let body = resp.into_body().collect().await.map_err(io_err)?.to_bytes();
     Ok(HttpResponse {
         status,
+        headers,
         body: body.to_vec(),
     })
 }

@@ -136,8 +136,9 @@ pub const ENV_SANDBOX_UID_BASE: &str = "LNK_SANDBOX_UID_BASE";
 /// Test hooks only: the connection endpoint's header-read timeout (ms) and connection cap.
 pub const ENV_TEST_HEADER_TIMEOUT_MS: &str = "LNK_TEST_HEADER_TIMEOUT_MS";
 pub const ENV_TEST_MAX_CONNECTIONS: &str = "LNK_TEST_MAX_CONNECTIONS";
-/// Test hooks only: how long the model waits for the remote (ms), so a test of the deadline
-/// need not wait minutes.
+/// Test hooks only: how long the model waits for the remote (ms): for its answer's head and
+/// between the parts of its body (`model_service::REMOTE_HEAD_DEADLINE`,
+/// `REMOTE_IDLE_DEADLINE`), so a test of either deadline need not wait minutes.
 pub const ENV_TEST_MODEL_TIMEOUT_MS: &str = "LNK_TEST_MODEL_TIMEOUT_MS";
 /// Test hooks only: the router's default deadline (ms, in place of 30 s), which is also the
 /// deadline of every model call ([`crate::model_service::ModelService`]), so tests of an

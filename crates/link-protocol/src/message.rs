@@ -84,6 +84,10 @@ pub enum ErrorCode {
     /// The remote model a request was forwarded to answered with an error; the message names
     /// the remote, its status and its message.
     Upstream,
+    /// The remote model a request was forwarded to refused it for its rate limit or quota
+    /// (its `429`), so the client may retry later; the message names the remote and says what
+    /// it said. Its own code, not [`ErrorCode::Upstream`]'s 502: a client backs off on a 429.
+    RateLimited,
 }
 
 impl ErrorCode {
@@ -101,6 +105,7 @@ impl ErrorCode {
             ErrorCode::InsufficientStorage => 507,
             ErrorCode::Internal => 500,
             ErrorCode::Upstream => 502,
+            ErrorCode::RateLimited => 429,
         }
     }
 
@@ -119,6 +124,7 @@ impl ErrorCode {
             ErrorCode::InsufficientStorage => "insufficient_storage",
             ErrorCode::Internal => "internal",
             ErrorCode::Upstream => "upstream",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 }

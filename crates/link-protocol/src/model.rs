@@ -106,11 +106,19 @@ pub fn openai_error_type(code: ErrorCode) -> &'static str {
         ErrorCode::Conflict => "conflict_error",
         ErrorCode::Timeout => "timeout_error",
         ErrorCode::Upstream => "upstream_error",
+        ErrorCode::RateLimited => "rate_limit_error",
         ErrorCode::Unavailable | ErrorCode::InsufficientStorage | ErrorCode::Internal => {
             "server_error"
         }
     }
 }
+
+/// The header on every error answer of the model service naming its [`ErrorCode`], for
+/// Link's own callers (`model_service::ModelService`). The body is for OpenAI clients: it
+/// keeps a remote's own `type`, `param` and `code` when the error is the remote's, so its
+/// `code` is not always Link's; this header always is, and tells the service's own refusals
+/// (the caller's fault) from a remote's.
+pub const ERROR_CODE_HEADER: &str = "link-error-code";
 
 /// The model service's error body, in OpenAI's shape: `{"error": {"message", "type",
 /// "param", "code"}}`, `code` being Link's [`ErrorCode`] and `param` the request field at

@@ -15,24 +15,43 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// How long the model service gives a forwarded remote to answer one request in full
-/// (`link-plugin-model`'s `forward.rs`). A remote usually answers within seconds; this bounds
-/// a stuck one.
-pub const REMOTE_DEADLINE: Duration = Duration::from_secs(300);
+/// How long the model service gives a forwarded remote to send the head of its answer
+/// (`link-plugin-model`'s `forward.rs`). A remote sends a non-streamed completion's head with
+/// the whole answer, once the model has generated it, so this is as long as one generation may
+/// take: usually seconds; this bounds a stuck remote.
+pub const REMOTE_HEAD_DEADLINE: Duration = Duration::from_secs(300);
+
+/// How long a remote may send nothing once its head is sent: between two parts of a stream,
+/// and for the whole of a body that is not a stream (a generated answer comes at once). A
+/// working remote streams a token every fraction of a second; its longest silence is before
+/// the first token, a long prompt's prefill or a reasoning model thinking while it streams
+/// nothing, which takes seconds to a minute or two, so this leaves it room, and a stalled
+/// stream is still cut in minutes rather than held open for as long as the client waits.
+pub const REMOTE_IDLE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The service's own time around a forwarded request: the remote key's read through the
 /// router (a routed call, 30 s at most) and the answer's way back.
 const SERVICE_MARGIN: Duration = Duration::from_secs(60);
 
 /// How long a caller waits for the model service to answer one request: past the remote's
-/// deadline and the service's own part, so a slow remote is reported by the service itself
-/// (its 504 naming the remote) and only a silent service is blamed here.
-pub const DEADLINE: Duration = REMOTE_DEADLINE.saturating_add(SERVICE_MARGIN);
-const _: () = assert!(DEADLINE.as_secs() > REMOTE_DEADLINE.as_secs());
+/// deadlines (its head, then its whole body once the head is sent: the turn engines ask for no
+/// stream) and the service's own part, so a slow remote is reported by the service itself (its
+/// 504 naming the remote) and only a silent service is blamed here.
+pub const DEADLINE: Duration = REMOTE_HEAD_DEADLINE
+    .saturating_add(REMOTE_IDLE_DEADLINE)
+    .saturating_add(SERVICE_MARGIN);
+const _: () =
+    assert!(DEADLINE.as_secs() > REMOTE_HEAD_DEADLINE.as_secs() + REMOTE_IDLE_DEADLINE.as_secs());
 
-/// [`REMOTE_DEADLINE`], or with test hooks [`ENV_TEST_MODEL_TIMEOUT_MS`].
-pub fn remote_deadline() -> Duration {
-    test_millis(ENV_TEST_MODEL_TIMEOUT_MS).unwrap_or(REMOTE_DEADLINE)
+/// [`REMOTE_HEAD_DEADLINE`], or with test hooks [`ENV_TEST_MODEL_TIMEOUT_MS`].
+pub fn remote_head_deadline() -> Duration {
+    test_millis(ENV_TEST_MODEL_TIMEOUT_MS).unwrap_or(REMOTE_HEAD_DEADLINE)
+}
+
+/// [`REMOTE_IDLE_DEADLINE`], or with test hooks [`ENV_TEST_MODEL_TIMEOUT_MS`] (one knob for
+/// both: a test of either waits that long).
+pub fn remote_idle_deadline() -> Duration {
+    test_millis(ENV_TEST_MODEL_TIMEOUT_MS).unwrap_or(REMOTE_IDLE_DEADLINE)
 }
 
 /// [`DEADLINE`], or with test hooks the runtime's shortened default deadline
@@ -74,7 +93,7 @@ impl ModelService {
         if resp.status == 200 {
             return Ok(json);
         }
-        Err(refusal(resp.status, &json, &resp.body))
+        Err(refusal(&resp, &json))
     }
 
     /// The models the service answers: [`LOCAL`], then the remote's, when it forwards.
@@ -82,7 +101,7 @@ impl ModelService {
         let resp = self.call("GET", "/v1/models", None).await?;
         let json = resp.json();
         if resp.status != 200 {
-            return Err(refusal(resp.status, &json, &resp.body));
+            return Err(refusal(&resp, &json));
         }
         let ids = json["data"]
             .as_array()
@@ -156,15 +175,32 @@ impl ModelService {
     }
 }
 
-/// The error of a refused request, from the service's error body.
-fn refusal(status: u16, json: &Value, raw: &[u8]) -> RemoteError {
+/// The error of a refused request. Its code is the service's
+/// ([`crate::model::ERROR_CODE_HEADER`], else its body's `code`) where it says what happened
+/// beyond the request: the remote's refusal (`upstream`, `rate_limited` for its 429, `timeout`
+/// and `unavailable` for its 504 and 503), a deadline, a service that is down; so a turn's
+/// client gets the remote's 429 as a 429 and its other refusals as a 502, the request being
+/// Link's, not the client's. Anything else is this caller's fault, so `internal`.
+fn refusal(resp: &crate::http::HttpResponse, json: &Value) -> RemoteError {
+    let (status, raw) = (resp.status, &resp.body);
     let detail = json["error"]["message"]
         .as_str()
         .map(str::to_owned)
         .unwrap_or_else(|| String::from_utf8_lossy(raw).into_owned());
-    let said: Option<ErrorCode> = serde_json::from_value(json["error"]["code"].clone()).ok();
+    let named = resp
+        .headers
+        .get(crate::model::ERROR_CODE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|c| Value::String(c.to_owned()))
+        .unwrap_or_else(|| json["error"]["code"].clone());
+    let said: Option<ErrorCode> = serde_json::from_value(named).ok();
     let code = match said {
-        Some(c @ (ErrorCode::Upstream | ErrorCode::Timeout | ErrorCode::Unavailable)) => c,
+        Some(
+            c @ (ErrorCode::Upstream
+            | ErrorCode::RateLimited
+            | ErrorCode::Timeout
+            | ErrorCode::Unavailable),
+        ) => c,
         _ if status >= 500 => ErrorCode::Unavailable,
         _ => ErrorCode::Internal,
     };
@@ -205,32 +241,54 @@ mod tests {
         );
     }
 
+    /// An answer of the service: `status`, `code` in the header when given, `body`.
+    fn answered(status: u16, code: Option<&str>, body: &[u8]) -> RemoteError {
+        let mut headers = hyper::HeaderMap::new();
+        if let Some(code) = code {
+            headers.insert(crate::model::ERROR_CODE_HEADER, code.parse().unwrap());
+        }
+        let resp = crate::http::HttpResponse {
+            status,
+            headers,
+            body: body.to_vec(),
+        };
+        refusal(&resp, &resp.json())
+    }
+
     #[test]
     fn the_remotes_refusals_keep_their_code_and_others_are_internal() {
-        let upstream = refusal(
-            401,
-            &json!({"error": {"code": "upstream", "message": "remote said no"}}),
-            b"",
+        let upstream = answered(
+            502,
+            None,
+            br#"{"error": {"code": "upstream", "message": "remote said no"}}"#,
         );
         assert_eq!(upstream.code, ErrorCode::Upstream);
         assert!(
-            upstream.message.contains("HTTP 401: remote said no"),
+            upstream.message.contains("HTTP 502: remote said no"),
             "{upstream}"
         );
-        let late = refusal(
+        let late = answered(
             504,
-            &json!({"error": {"code": "timeout", "message": "m"}}),
-            b"",
+            None,
+            br#"{"error": {"code": "timeout", "message": "m"}}"#,
         );
         assert_eq!(late.code, ErrorCode::Timeout);
-        let ours = refusal(
+        let ours = answered(
             400,
-            &json!({"error": {"code": "bad_request", "message": "m"}}),
-            b"",
+            None,
+            br#"{"error": {"code": "bad_request", "message": "m"}}"#,
         );
         assert_eq!(ours.code, ErrorCode::Internal);
-        let raw = refusal(500, &Value::Null, b"oops");
+        let raw = answered(500, None, b"oops");
         assert_eq!(raw.code, ErrorCode::Unavailable);
         assert!(raw.message.ends_with("oops"), "{raw}");
+        // A remote's refusal keeps the remote's own `code` in the body; the header is Link's.
+        let theirs = br#"{"error": {"code": "rate_limit_exceeded", "message": "slow down"}}"#;
+        let limited = answered(429, Some("rate_limited"), theirs);
+        assert_eq!(limited.code, ErrorCode::RateLimited);
+        assert_eq!(limited.code.http_status(), 429);
+        let theirs = br#"{"error": {"code": "bad_request", "message": "context too long"}}"#;
+        let refused = answered(400, Some("upstream"), theirs);
+        assert_eq!(refused.code, ErrorCode::Upstream, "the remote's, not ours");
     }
 }
