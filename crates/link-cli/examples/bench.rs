@@ -29,13 +29,8 @@ fn main() {
     let turns: usize = args
         .next()
         .map_or(200, |a| a.parse().expect("TURNS is a number"));
-    let programs = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_owned();
+    // The examples live in `<profile>/examples`, as a test's executable in `<profile>/deps`.
+    let programs = link_harness_conformance::runtime_process::test_programs();
     assert!(
         programs.join("link").is_file(),
         "build first: cargo build --release --workspace"

@@ -78,13 +78,8 @@ fn main() {
         .next()
         .map_or(3.0, |a| a.parse().expect("SECS is a number"));
     assert!(rounds >= 2, "ROUNDS must be at least 2 for an interval");
-    let programs = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_owned();
+    // The examples live in `<profile>/examples`, as a test's executable in `<profile>/deps`.
+    let programs = link_harness_conformance::runtime_process::test_programs();
     assert!(
         programs.join("link").is_file(),
         "build first: cargo build --release --workspace --bins --examples"

@@ -222,6 +222,16 @@ struct RefusedRun {
     refusals: Vec<Refusal>,
 }
 
+/// The plugin contract's environment `command` carries, exactly as the host (and
+/// PluginProcess) would give it, and whether the model leads a session of its own.
+fn contract(command: &Command) -> (BTreeMap<String, String>, bool) {
+    let env = command
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
+        .collect();
+    (env, manifest::find(NAME).unwrap().session == Session::Own)
+}
+
 fn call(id: &str, name: &str, arguments: Value) -> Call {
     Call {
         id: id.to_owned(),
@@ -240,11 +250,7 @@ fn the_openai_sdk_passes_as_a_granted_caller() {
     let layout = root.layout();
     // The contract's environment exactly as the host (and PluginProcess) would give it.
     let command = PluginSpec::new(EXE, NAME).command(layout);
-    let env: BTreeMap<String, String> = command
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
-        .collect();
-    let own_session = manifest::find(NAME).unwrap().session == Session::Own;
+    let (env, own_session) = contract(&command);
     let log = layout.log_file(NAME);
     let spec = json!({"role": "parent", "program": EXE, "env": env, "own_session": own_session,
         "socket": layout.plugin_socket(NAME), "log": log});
@@ -461,11 +467,7 @@ fn the_openai_sdk_reads_a_remotes_refusals_and_a_stream_cut_short() {
         .env(ENV_TEST_HOOKS, "1")
         .env(ENV_TEST_MODEL_TIMEOUT_MS, "2000")
         .command(layout);
-    let env: BTreeMap<String, String> = command
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned())))
-        .collect();
-    let own_session = manifest::find(NAME).unwrap().session == Session::Own;
+    let (env, own_session) = contract(&command);
     let log = layout.log_file(NAME);
     let models = json!({"parted": stand_in::PARTED, "broken": stand_in::BROKEN,
         "refused": stand_in::REFUSED, "unkeyed": stand_in::UNKEYED});
