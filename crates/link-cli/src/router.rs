@@ -695,6 +695,16 @@ mod tests {
         assert!(!allowed(HOST, r::secret::Get::NAME));
     }
 
+    /// Creating an agent on a forwarded model waits for the model service's list of models
+    /// inside `agent.create`'s deadline: the service's own deadline for the remote, and the
+    /// caller's for the service, both come first, so the slow one is named.
+    #[test]
+    fn the_model_list_is_awaited_within_agent_creation() {
+        use link_protocol::model_service::{LIST_DEADLINE, REMOTE_LIST_DEADLINE};
+        let create = deadline(r::agent::Create::NAME, &serde_json::json!({}));
+        assert!(REMOTE_LIST_DEADLINE < LIST_DEADLINE && LIST_DEADLINE < create);
+    }
+
     #[test]
     fn deadlines_cover_each_tool_limit() {
         use serde_json::json;

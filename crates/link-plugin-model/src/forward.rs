@@ -56,6 +56,9 @@ pub struct Remote {
     base: String,
     /// How long the remote has to send its answer's head.
     head: Duration,
+    /// How long the remote has to list its models, head and body
+    /// (`model_service::REMOTE_LIST_DEADLINE`).
+    list: Duration,
     /// How long the remote may send nothing once its head is sent (between two parts of a
     /// stream; for the whole of any other body).
     idle: Duration,
@@ -135,6 +138,7 @@ impl Remote {
             // Defined with the model calls' own deadline, which outlasts both, so a slow
             // remote is reported here, naming it, not as a silent model service.
             head: link_protocol::model_service::remote_head_deadline(),
+            list: link_protocol::model_service::remote_list_deadline(),
             idle: link_protocol::model_service::remote_idle_deadline(),
         })
     }
@@ -148,7 +152,9 @@ impl Remote {
     /// remote's status and content type, with its stream relayed as it arrives ([`Relay`]) or
     /// its other body whole; a remote error answer as a [`Refusal`].
     pub async fn forward(&self, body: Bytes, key: Option<&Key>) -> Result<Response, Refusal> {
-        let resp = self.send("POST", "/v1/chat/completions", body, key).await?;
+        let resp = self
+            .send("POST", "/v1/chat/completions", body, key, self.head)
+            .await?;
         let status = resp.status();
         let content_type = resp
             .headers()
@@ -169,8 +175,16 @@ impl Remote {
 
     /// The remote's `GET /v1/models`: its body, or its refusal.
     pub async fn models(&self, key: Option<&Key>) -> Result<Bytes, Refusal> {
-        let resp = self.send("GET", "/v1/models", Bytes::new(), key).await?;
-        Ok(self.whole(resp.into_body(), MAX_ANSWER).await?)
+        // One deadline for the whole list, head and body (agent creation waits for it).
+        let list = async {
+            let resp = self
+                .send("GET", "/v1/models", Bytes::new(), key, self.list)
+                .await?;
+            Ok(self.whole(resp.into_body(), MAX_ANSWER).await?)
+        };
+        tokio::time::timeout(self.list, list)
+            .await
+            .unwrap_or_else(|_| Err(self.late(self.list).into()))
     }
 
     /// The body of an answer read whole: at most `max` bytes, within the idle deadline, else
@@ -239,7 +253,8 @@ impl Remote {
             let e = RemoteError::new(
                 ErrorCode::Upstream,
                 format!(
-                    "the remote model at {remote} {why} (HTTP {n}: {said}); store its key with                      `link model-key set` (full Link: Mini forwards no key)"
+                    "the remote model at {remote} {why} (HTTP {n}: {said}); store its key with \
+                     `link model-key set` (full Link: Mini forwards no key)"
                 ),
             );
             return Refusal::from(e);
@@ -275,18 +290,10 @@ impl Remote {
         path: &str,
         body: Bytes,
         key: Option<&Key>,
+        within: Duration,
     ) -> Result<hyper::Response<Incoming>, Refusal> {
-        let head = tokio::time::timeout(self.head, self.head_of(method, path, body, key));
-        let resp = head.await.map_err(|_| {
-            RemoteError::new(
-                ErrorCode::Timeout,
-                format!(
-                    "the remote model at {} did not answer within {:?}",
-                    self.describe(),
-                    self.head
-                ),
-            )
-        })??;
+        let head = tokio::time::timeout(within, self.head_of(method, path, body, key));
+        let resp = head.await.map_err(|_| self.late(within))??;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);
@@ -294,6 +301,17 @@ impl Remote {
         tracing::info!("the remote answered HTTP {}", status.as_u16());
         let body = self.whole(resp.into_body(), MAX_REFUSAL).await?;
         Err(self.refusal(status, &body, key.is_some()))
+    }
+
+    /// The error of a remote that did not answer `within`.
+    fn late(&self, within: Duration) -> RemoteError {
+        RemoteError::new(
+            ErrorCode::Timeout,
+            format!(
+                "the remote model at {} did not answer within {within:?}",
+                self.describe()
+            ),
+        )
     }
 
     async fn head_of(

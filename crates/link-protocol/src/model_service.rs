@@ -29,6 +29,22 @@ pub const REMOTE_HEAD_DEADLINE: Duration = Duration::from_secs(300);
 /// stream is still cut in minutes rather than held open for as long as the client waits.
 pub const REMOTE_IDLE_DEADLINE: Duration = Duration::from_secs(120);
 
+/// How long the model service gives a remote to list its models (`GET /v1/models`, head and
+/// body). An agent is made on a forwarded model only once the list names it, and that wait is
+/// inside `agent.create`'s routed deadline (the router's default, 30 s): this, then
+/// [`LIST_DEADLINE`], come before it, so a slow remote is named as such, not the agent plugin
+/// waiting for it.
+pub const REMOTE_LIST_DEADLINE: Duration = Duration::from_secs(20);
+
+/// How long a caller waits for the service's list of models: past its own deadline for the
+/// remote's, before the router's 30 s.
+pub const LIST_DEADLINE: Duration = REMOTE_LIST_DEADLINE.saturating_add(Duration::from_secs(5));
+
+/// [`REMOTE_LIST_DEADLINE`], or with test hooks [`ENV_TEST_MODEL_TIMEOUT_MS`].
+pub fn remote_list_deadline() -> Duration {
+    test_millis(ENV_TEST_MODEL_TIMEOUT_MS).unwrap_or(REMOTE_LIST_DEADLINE)
+}
+
 /// The service's own time around a forwarded request: the remote key's read through the
 /// router (a routed call, 30 s at most) and the answer's way back.
 const SERVICE_MARGIN: Duration = Duration::from_secs(60);
@@ -98,7 +114,8 @@ impl ModelService {
 
     /// The models the service answers: [`LOCAL`], then the remote's, when it forwards.
     pub async fn served(&self) -> Result<Vec<String>, RemoteError> {
-        let resp = self.call("GET", "/v1/models", None).await?;
+        let within = self.deadline.min(LIST_DEADLINE);
+        let resp = self.call_within("GET", "/v1/models", None, within).await?;
         let json = resp.json();
         if resp.status != 200 {
             return Err(refusal(&resp, &json));
@@ -151,8 +168,19 @@ impl ModelService {
         path: &str,
         body: Option<&Value>,
     ) -> Result<crate::http::HttpResponse, RemoteError> {
+        self.call_within(method, path, body, self.deadline).await
+    }
+
+    /// [`call`](Self::call) within `deadline`.
+    async fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        deadline: Duration,
+    ) -> Result<crate::http::HttpResponse, RemoteError> {
         let request = crate::http::json(&self.socket, method, path, None, body);
-        match tokio::time::timeout(self.deadline, request).await {
+        match tokio::time::timeout(deadline, request).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(RemoteError::new(
                 ErrorCode::Unavailable,
@@ -168,7 +196,7 @@ impl ModelService {
                     "{} (the model service at {}) did not answer {method} {path} within {}",
                     programs::MODEL,
                     self.socket.display(),
-                    crate::text::duration(self.deadline)
+                    crate::text::duration(deadline)
                 ),
             )),
         }
