@@ -46,14 +46,19 @@ impl Raw {
 /// Sends `method path` with `authorization` (a header value) as raw bytes, the connection to
 /// be closed after; → the response.
 fn raw(socket: &Path, method: &str, path: &str, authorization: Option<&str>) -> Raw {
-    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
     let mut request =
         format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n");
     if let Some(a) = authorization {
         request.push_str(&format!("authorization: {a}\r\n"));
     }
     request.push_str("content-length: 0\r\n\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
+    send(socket, request.as_bytes())
+}
+
+/// Sends `request` as it is and reads the answer to the connection's end.
+fn send(socket: &Path, request: &[u8]) -> Raw {
+    let mut stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.write_all(request).unwrap();
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).unwrap();
     Raw::parse(&answer)
@@ -120,6 +125,20 @@ fn follows_http(rt: &RuntimeProcess) {
     let resp = rt.post("/v1/agents", &token, serde_json::json!("not an object"));
     assert_eq!(resp.status, 400);
     assert_eq!(resp.json()["error"]["code"], "bad_request");
+    // A request hyper cannot parse (a request line, a header, a version): the contract's
+    // 400 too, where hyper alone answers with an empty body.
+    for request in [
+        "GARBAGE\r\n\r\n".to_owned(),
+        format!(
+            "GET /v1/status HTTP/1.1\r\nhost: x\r\nno colon\r\nauthorization: {bearer}\r\n\r\n"
+        ),
+        "GET /v1/status HTTP/9.9\r\n\r\n".to_owned(),
+    ] {
+        let got = send(&socket, request.as_bytes());
+        assert_eq!(got.status, 400, "{request:?}: {}", got.body);
+        assert_eq!(got.body["error"]["code"], "bad_request", "{request:?}");
+        assert_eq!(got.header("content-type"), Some("application/json"));
+    }
 
     // curl, as a user would.
     let curl = |args: &[&str]| {

@@ -7,6 +7,7 @@
 //! unauthenticated request changes nothing, costs no body, and ends its connection.
 
 mod held;
+mod parse_errors;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
@@ -525,7 +526,10 @@ async fn serve_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(header_read_timeout)
         .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(
+            TokioIo::new(parse_errors::JsonParseErrors::new(stream)),
+            service,
+        );
     tokio::select! {
         // A client that goes away or is too slow ends only its own connection.
         _ = conn => {}
