@@ -1,7 +1,8 @@
 //! The connection service follows HTTP (issue 39), in both runtimes (Mini's service and full
 //! Link's endpoint share `link_connection_api`): the bearer check comes before routing, a 401
 //! says `WWW-Authenticate: Bearer`, the scheme is case-insensitive, and every error has the
-//! contract's JSON body (a 405 with `Allow`). Sent as raw bytes from Rust, and with curl.
+//! contract's JSON body (a 405 with `Allow`, a 400 for a request that is not HTTP). Sent as
+//! raw bytes from Rust, with curl, and with Python's httpx.
 
 use crate::support::{self, state_root};
 use link_harness_conformance::runtime_process::RuntimeProcess;
@@ -162,6 +163,75 @@ fn follows_http(rt: &RuntimeProcess) {
     let got = curl(&["-X", "PUT", "-H", &lower, "http://localhost/v1/agents"]);
     assert_eq!(got.status, 405, "{}", got.body);
     assert_eq!(got.body["error"]["code"], "method_not_allowed");
+
+    // Python's httpx (httpx2, which the openai SDK is built on), as a program would.
+    if let Some(seen) = httpx_client(&socket, &token) {
+        assert_eq!(
+            seen["none"],
+            serde_json::json!([401, "unauthorized"]),
+            "{seen}"
+        );
+        assert!(seen["challenge"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Bearer"));
+        assert_eq!(seen["token"], 200, "{seen}");
+        assert_eq!(
+            seen["put"],
+            serde_json::json!([405, "method_not_allowed"]),
+            "{seen}"
+        );
+        assert!(
+            seen["allow"].as_str().unwrap_or_default().contains("GET"),
+            "{seen}"
+        );
+    }
+}
+
+/// What the connection service at `socket` answered httpx: no token, `token` in a lower-case
+/// scheme, and a method the path does not allow. `None` (skipped) without python3 or httpx2,
+/// which `ci/requirements.txt` installs.
+fn httpx_client(socket: &Path, token: &str) -> Option<Value> {
+    const NOT_INSTALLED: i32 = 3;
+    let script = format!(
+        r#"
+import importlib.util, json, sys
+if not importlib.util.find_spec("httpx2"):
+    sys.exit({NOT_INSTALLED})
+import httpx2
+sock, token = sys.argv[1], sys.argv[2]
+c = httpx2.Client(transport=httpx2.HTTPTransport(uds=sock), base_url="http://localhost")
+r = c.get("/v1/agents")
+seen = {{"none": [r.status_code, r.json()["error"]["code"]],
+        "challenge": r.headers.get("www-authenticate", "")}}
+seen["token"] = c.get("/v1/agents", headers={{"Authorization": "bearer " + token}}).status_code
+r = c.request("PUT", "/v1/agents", headers={{"Authorization": "Bearer " + token}})
+seen["put"] = [r.status_code, r.json()["error"]["code"]]
+seen["allow"] = r.headers.get("allow", "")
+print(json.dumps(seen))
+"#
+    );
+    let out = std::process::Command::new("python3")
+        .args(["-c", &script])
+        .arg(socket)
+        .arg(token)
+        .output();
+    match out {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            link_report::skip::tool_missing("python3 (for httpx)");
+            None
+        }
+        Err(e) => panic!("cannot run python3: {e}"),
+        Ok(o) if o.status.code() == Some(NOT_INSTALLED) => {
+            link_report::skip::tool_missing("httpx2 (Python)");
+            None
+        }
+        Ok(o) => {
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "the httpx client failed: {stderr}");
+            Some(serde_json::from_slice(&o.stdout).expect("the httpx client prints JSON"))
+        }
+    }
 }
 
 fn curl_or_skip() -> bool {
