@@ -5,7 +5,9 @@
 //! for SECS seconds, in an order that changes from round to round, so a slow moment of the
 //! machine falls on all of them alike; each round gives one ratio per kind, and the ratios of
 //! the rounds give a geometric mean with a 95% interval (Student's t on the logarithms).
-//! Figures, not assertions; a failed turn is counted and printed, and its sample dropped.
+//! It also prints where a turn's CPU time went in the last round: each process's
+//! milliseconds per turn (the sandbox plugin's with the commands it reaped). Figures, not
+//! assertions; a failed turn is printed, and its round dropped.
 //!
 //! ```text
 //! cargo build --release --workspace --bins --examples
@@ -54,10 +56,28 @@ impl Kind {
     }
 }
 
-/// A runtime under load: its socket, token and agents `c0`, `c1`, ...
+/// A runtime under load: its socket, token and agents `c0`, `c1`, ..., and its processes
+/// (the host and each plugin), whose CPU time each sample reads.
 struct Target {
     socket: PathBuf,
     token: String,
+    processes: Vec<(String, i32)>,
+}
+
+impl Target {
+    /// Each process's CPU time so far, with that of the children it has reaped (the
+    /// sandbox plugin's commands), in clock ticks.
+    fn cpu(&self) -> Vec<u64> {
+        self.processes
+            .iter()
+            .map(|(_, pid)| {
+                procfs::process::Process::new(*pid)
+                    .and_then(|p| p.stat())
+                    .map(|s| s.utime + s.stime + s.cutime.max(0) as u64 + s.cstime.max(0) as u64)
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
 }
 
 fn main() {
@@ -102,13 +122,17 @@ fn main() {
         }
         let mut throughput: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
+        let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); KINDS.len()];
         for round in 0..rounds {
             let mut tp = [0.0; KINDS.len()];
             let mut failed = false;
             for i in order(round) {
                 let kind = KINDS[i];
                 match sample(pick(kind, &mini_target, &link_target), kind, c, window) {
-                    Ok(per_sec) => tp[i] = per_sec,
+                    Ok(s) => {
+                        tp[i] = s.per_sec;
+                        cpu[i] = s.cpu_ms;
+                    }
                     Err(e) => {
                         println!("  round {round}: {} failed: {e}", kind.name());
                         failed = true;
@@ -124,6 +148,7 @@ fn main() {
             }
         }
         print_table(c, &throughput, &ratios);
+        print_cpu(&cpu, &mini_target, &link_target);
     }
     mini.down();
     link.down();
@@ -154,16 +179,20 @@ fn target(rt: &RuntimeProcess, agents: usize) -> Target {
     for n in 0..agents {
         rt.create_agent(&format!("c{n}"));
     }
+    let mut processes = vec![("link (host)".to_owned(), rt.host_pid())];
+    processes.extend(rt.plugin_pids());
     Target {
         socket: rt.layout().connection_socket(),
         token: rt.token().to_owned(),
+        processes,
     }
 }
 
 /// Turns per second that `clients` clients got from `to` with `kind`'s message within
 /// `window`, each on its own agent, one turn after the other. Turns in flight at the end
 /// are finished but not counted.
-fn sample(to: &Target, kind: Kind, clients: usize, window: Duration) -> Result<f64, String> {
+fn sample(to: &Target, kind: Kind, clients: usize, window: Duration) -> Result<Sample, String> {
+    let before = to.cpu();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -209,7 +238,27 @@ fn sample(to: &Target, kind: Kind, clients: usize, window: Duration) -> Result<f
         .collect::<Result<Vec<_>, _>>()?
         .iter()
         .sum();
-    Ok(turns as f64 / window.as_secs_f64())
+    let ticks = procfs::ticks_per_second() as f64;
+    let per_turn = |after: u64, before: u64| {
+        after.saturating_sub(before) as f64 * 1000.0 / ticks / turns.max(1) as f64
+    };
+    let cpu_ms = to
+        .cpu()
+        .into_iter()
+        .zip(before)
+        .map(|(a, b)| per_turn(a, b))
+        .collect();
+    Ok(Sample {
+        per_sec: turns as f64 / window.as_secs_f64(),
+        cpu_ms,
+    })
+}
+
+/// One sample: turns per second, and each process's CPU milliseconds per turn (the turns in
+/// flight at the window's end count in the time, not in the turns: a slight overstatement).
+struct Sample {
+    per_sec: f64,
+    cpu_ms: Vec<f64>,
 }
 
 fn print_table(clients: usize, throughput: &[Vec<f64>], ratios: &[Vec<f64>]) {
@@ -227,6 +276,23 @@ fn print_table(clients: usize, throughput: &[Vec<f64>], ratios: &[Vec<f64>]) {
             None => "no interval (fewer than 2 rounds)".to_owned(),
         };
         println!("  {:<16} {:>12.1}   {ratio}", kind.name(), median);
+    }
+}
+
+/// Where a turn's CPU time went in the last round: milliseconds per turn, per process.
+fn print_cpu(cpu: &[Vec<f64>], mini: &Target, link: &Target) {
+    println!("  CPU ms per turn, last round:");
+    for (i, kind) in KINDS.iter().enumerate() {
+        let to = pick(*kind, mini, link);
+        let total: f64 = cpu[i].iter().sum();
+        let parts: Vec<String> = to
+            .processes
+            .iter()
+            .zip(&cpu[i])
+            .filter(|(_, ms)| **ms >= 0.05)
+            .map(|((name, _), ms)| format!("{} {ms:.2}", name.trim_start_matches("link-plugin-")))
+            .collect();
+        println!("  {:<16} {total:>6.2}: {}", kind.name(), parts.join(", "));
     }
 }
 
