@@ -252,28 +252,9 @@ fn describe_wait(status: rustix::process::WaitStatus) -> String {
 }
 
 /// Waits up to `timeout` for a child of this process to exit and collects it; `None` if it
-/// still runs. Sleeps on the child's pidfd (uncollected, its pid cannot be reused), so it
-/// returns the moment the child exits; where pidfds are unavailable, checks every 20 ms.
+/// still runs ([`link_protocol::exit::wait_child`], the one owner of such waits).
 pub fn wait_child(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
-    let deadline = Instant::now() + timeout;
-    let fd = link_protocol::exit::pidfd(child.id() as i32).ok().flatten();
-    loop {
-        if let Some(s) = child.try_wait()? {
-            return Ok(Some(s));
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Ok(None);
-        }
-        match &fd {
-            // Readable once it exited; a moment's nap in case it is not yet collectable.
-            Some(fd) if link_protocol::exit::wait(fd, left) => {
-                std::thread::sleep(Duration::from_micros(100))
-            }
-            Some(_) => {}
-            None => std::thread::sleep(left.min(Duration::from_millis(20))),
-        }
-    }
+    link_protocol::exit::wait_child(child, timeout)
 }
 
 /// A child the kit started; only this handle waits for it. Dropping an unfinished child kills it.

@@ -1,7 +1,9 @@
 //! Waiting for a process to exit without polling: its pidfd becomes readable the moment it
-//! exits (as a zombie, before anyone collects it).
+//! exits (as a zombie, before anyone collects it). The one owner of waiting for a process
+//! with a deadline; tokio-free (feature `exit`), so the xtask waits through it too.
 
 use std::os::fd::OwnedFd;
+use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 /// A pidfd for `pid`: `Ok(None)` when no such process exists any more, `Err` when pidfds are
@@ -59,6 +61,29 @@ pub fn wait_pid(pid: i32, timeout: Duration) -> bool {
     }
 }
 
+/// Waits up to `timeout` for a child of this process to exit and collects it; `None` if it
+/// still runs. Sleeps on the child's pidfd (uncollected, its pid cannot be reused), so it
+/// returns the moment the child exits; where pidfds are unavailable, checks every 20 ms.
+pub fn wait_child(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    let fd = pidfd(child.id() as i32).ok().flatten();
+    loop {
+        if let Some(s) = child.try_wait()? {
+            return Ok(Some(s));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &fd {
+            // Readable once it exited; a moment's nap in case it is not yet collectable.
+            Some(fd) if wait(fd, left) => std::thread::sleep(Duration::from_micros(100)),
+            Some(_) => {}
+            None => std::thread::sleep(left.min(Duration::from_millis(20))),
+        }
+    }
+}
+
 /// True while `pid` exists and is not a zombie.
 pub fn running(pid: i32) -> bool {
     crate::pids::start_time(pid).is_some()
@@ -87,5 +112,18 @@ mod tests {
         assert!(wait_pid(pid, Duration::from_millis(1)));
         child.wait().unwrap();
         assert!(wait_pid(pid, Duration::ZERO), "a collected pid is gone");
+    }
+
+    #[test]
+    fn a_child_wait_collects_the_child_or_says_it_still_runs() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.2")
+            .spawn()
+            .unwrap();
+        assert!(wait_child(&mut child, Duration::from_millis(1))
+            .unwrap()
+            .is_none());
+        let status = wait_child(&mut child, Duration::from_secs(30)).unwrap();
+        assert!(status.is_some_and(|s| s.success()));
     }
 }

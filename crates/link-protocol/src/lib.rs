@@ -58,7 +58,7 @@ pub mod client;
 pub mod clock;
 pub mod control_key;
 pub mod digest;
-#[cfg(feature = "runtime")]
+#[cfg(feature = "exit")]
 pub mod exit;
 pub mod files;
 #[cfg(feature = "runtime")]

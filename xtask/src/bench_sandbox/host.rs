@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The agent the turns go to.
 pub(super) const AGENT: &str = "bench";
@@ -332,16 +332,12 @@ impl Drop for Runtime {
     }
 }
 
-/// The child's exit status once it exits, or `None` past `within`.
+/// The child's exit status once it exits, or `None` past `within` (through
+/// [`link_protocol::exit::wait_child`], which wakes at the exit rather than polling).
 pub(super) fn wait_until(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + within;
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) => return Some(s),
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
-            _ => return None,
-        }
-    }
+    link_protocol::exit::wait_child(child, within)
+        .ok()
+        .flatten()
 }
 
 /// A turn's reply is what it asked for: `run: true` made exactly one `run` call, which

@@ -190,14 +190,8 @@ pub fn children_of(ppid: u32) -> Vec<u32> {
     found
 }
 
-/// Polls `cond` every 50 ms for up to `secs` seconds.
-pub fn wait_for(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while std::time::Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    cond()
+/// Polls `cond` every 50 ms for up to `secs` seconds (the kit's
+/// [`link_harness_conformance::reaper::wait_until`], the one owner of such polls).
+pub fn wait_for(secs: u64, cond: impl FnMut() -> bool) -> bool {
+    link_harness_conformance::reaper::wait_until(std::time::Duration::from_secs(secs), cond)
 }
