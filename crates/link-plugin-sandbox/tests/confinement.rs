@@ -415,6 +415,17 @@ fn a_killed_exec_leaves_no_sandbox_behind() {
         eprintln!("not covered as an ordinary user: its exec cannot make a pid namespace");
         return;
     }
+    // The condition `run::spawn` makes bwrap lead a pid namespace on (it reads its child's
+    // namespaces through this /proc by the pid it has there, 2): without it the race stays,
+    // as in a container's own pid namespace whose process 2 has exited. Said as a skip.
+    if !std::path::Path::new("/proc/2/ns").exists() {
+        link_harness_conformance::probe::skipped(
+            "SKIPPED: this /proc has no process 2 \
+             (a pid namespace whose process 2 has exited), so bwrap cannot lead a pid \
+             namespace and the race of containers/bubblewrap#633 stays",
+        );
+        return;
+    }
     let root = Root::new();
     let ws = root.workspace("a1");
     // Not the time-limit test's marker: both run in this process, at once.
