@@ -296,12 +296,11 @@ impl Router {
             Some(agent) if owner.0.leased => Some(self.lease(owner.0.program, agent.to_string())),
             _ => None,
         };
-        let asked_at = link_protocol::clock::unix_ms();
-        let changes = ScheduleChange::of(&req);
+        let change = ScheduleChange::of(&req).map(|c| c.ask(&self.schedules));
         let result = self.forward(caller.name(), &owner, req).await;
         drop(lease);
-        if let (Some(change), Ok(reply)) = (changes, &result.0) {
-            change.record(&mut self.schedules.lock().expect("lock"), reply, asked_at);
+        if let Some(change) = change {
+            change.answered(&mut self.schedules.lock().expect("lock"), &result.0);
         }
         result
     }
@@ -490,9 +489,11 @@ impl Router {
     }
 }
 
-/// A forwarded call that, once answered, changes which schedules may run turns.
+/// A forwarded call that changes which schedules may run turns.
 enum ScheduleChange {
     Made(AgentId, r::schedule::CreateBody),
+    /// Made, recorded under this name before it was forwarded (or refused by the rules).
+    Asked(Option<String>),
     Cancelled(AgentId, String),
     AgentDeleted(AgentId),
 }
@@ -513,16 +514,37 @@ impl ScheduleChange {
         }
     }
 
-    /// Records the change its owner's answer `reply` confirmed.
-    fn record(self, ledger: &mut Ledger, reply: &Value, asked_at: u64) {
+    /// Before forwarding: a schedule is recorded now, since the scheduler may fire one due
+    /// at once before the router has read its answer.
+    fn ask(self, ledger: &Mutex<Ledger>) -> ScheduleChange {
         match self {
             ScheduleChange::Made(agent, body) => {
-                if let Ok(id) = serde_json::from_value::<r::schedule::Id>(reply.clone()) {
-                    ledger.made(&agent, &body, id.id, asked_at);
+                let now = link_protocol::clock::unix_ms();
+                ScheduleChange::Asked(ledger.lock().expect("lock").asked(&agent, &body, now))
+            }
+            other => other,
+        }
+    }
+
+    /// Records what the owner's answer confirmed. A schedule whose answer never came (a
+    /// timeout, an owner gone) may have been made: it keeps its grant.
+    fn answered(self, ledger: &mut Ledger, result: &Result<Value, RemoteError>) {
+        use link_protocol::ErrorCode::{Timeout, Unavailable};
+        match (self, result) {
+            (ScheduleChange::Asked(Some(pending)), Ok(reply)) => {
+                match serde_json::from_value::<r::schedule::Id>(reply.clone()) {
+                    Ok(id) => ledger.made(&pending, id.id),
+                    Err(_) => ledger.refused(&pending),
                 }
             }
-            ScheduleChange::Cancelled(agent, id) => ledger.cancelled(&agent, &id),
-            ScheduleChange::AgentDeleted(agent) => ledger.agent_deleted(&agent),
+            (ScheduleChange::Asked(Some(pending)), Err(e))
+                if !matches!(e.code, Timeout | Unavailable) =>
+            {
+                ledger.refused(&pending)
+            }
+            (ScheduleChange::Cancelled(agent, id), Ok(_)) => ledger.cancelled(&agent, &id),
+            (ScheduleChange::AgentDeleted(agent), Ok(_)) => ledger.agent_deleted(&agent),
+            _ => {}
         }
     }
 }

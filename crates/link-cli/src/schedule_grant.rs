@@ -31,7 +31,12 @@ pub struct Ledger {
     /// Where it is kept; none: in memory only (the router's unit tests).
     file: Option<PathBuf>,
     book: Book,
+    /// Names given to schedules asked for and not yet answered.
+    next_pending: u64,
 }
+
+/// How the name of a schedule not yet answered begins (the scheduler's ids do not).
+const PENDING: &str = "pending-";
 
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Book {
@@ -56,18 +61,21 @@ impl Ledger {
         Ok(Ledger {
             file: Some(file),
             book,
+            next_pending: 0,
         })
     }
 
-    /// Records a schedule made for `agent` as `body` asked, named `id` by the scheduler;
-    /// `asked_at` is when the router forwarded the request, before the scheduler timed it.
-    pub fn made(&mut self, agent: &AgentId, body: &CreateBody, id: String, asked_at: u64) {
-        // The scheduler accepted it, so the same rules accept it here.
-        let Ok(next) = body.first_due(asked_at) else {
-            return;
-        };
+    /// Records a schedule asked for `agent` as `body` says, before the request goes to the
+    /// scheduler, which may fire it the moment it has stored it (one due at once) even before
+    /// the router has read its answer; `asked_at` is now, before the scheduler times it.
+    /// → the name it has until the answer comes ([`Ledger::made`], [`Ledger::refused`]);
+    /// `None` when the rules refuse it (so will the scheduler).
+    pub fn asked(&mut self, agent: &AgentId, body: &CreateBody, asked_at: u64) -> Option<String> {
+        let next = body.first_due(asked_at).ok()?;
+        self.next_pending += 1;
+        let id = format!("{PENDING}{}", self.next_pending);
         self.book.schedules.push(Schedule {
-            id,
+            id: id.clone(),
             agent: agent.clone(),
             message: body.message.clone(),
             next_unix_ms: next,
@@ -78,6 +86,21 @@ impl Ledger {
             last_result: None,
         });
         self.save();
+        Some(id)
+    }
+
+    /// The scheduler made the schedule asked as `pending`, naming it `id`.
+    pub fn made(&mut self, pending: &str, id: String) {
+        if let Some(s) = self.book.schedules.iter_mut().find(|s| s.id == pending) {
+            s.id = id;
+            self.save();
+        }
+    }
+
+    /// The scheduler refused the schedule asked as `pending`: it never fires. (One whose
+    /// answer never came may have been made, and keeps its grant under its pending name.)
+    pub fn refused(&mut self, pending: &str) {
+        self.remove(|s| s.id == pending);
     }
 
     /// Forgets schedule `id` of `agent` (cancelled).
@@ -156,13 +179,43 @@ mod tests {
         }
     }
 
+    /// A schedule asked for and made, as the router records it around the request.
+    fn make(ledger: &mut Ledger, agent: &AgentId, body: CreateBody, id: &str, at: u64) {
+        let pending = ledger.asked(agent, &body, at).expect("the rules accept it");
+        ledger.made(&pending, id.to_owned());
+    }
+
+    /// A schedule due at once passes as soon as it is asked, before the scheduler's answer
+    /// is read; one the scheduler refused never does.
+    #[test]
+    fn a_schedule_due_at_once_passes_before_its_answer_is_read() {
+        let a = agent("a");
+        let mut ledger = Ledger::default();
+        let pending = ledger.asked(&a, &body("now", Some(0), None), 5).unwrap();
+        ledger.fire(&a, "now", 6).unwrap();
+        ledger.made(&pending, "s1".into());
+        assert!(ledger.fire(&a, "now", 7).is_err(), "a one-shot fired twice");
+        let pending = ledger
+            .asked(&a, &body("refused", Some(0), None), 8)
+            .unwrap();
+        ledger.refused(&pending);
+        assert!(ledger.fire(&a, "refused", 9).is_err());
+        assert!(ledger.asked(&a, &body("", Some(0), None), 9).is_none());
+    }
+
     #[test]
     fn a_turn_passes_only_as_a_due_firing_of_its_agents_schedule() {
         let (a, b) = (agent("a"), agent("b"));
         let mut ledger = Ledger::default();
         let e = ledger.fire(&a, "tick", 0).unwrap_err();
         assert!(e.contains("agent a has no schedule"), "{e}");
-        ledger.made(&a, &body("tick", Some(10_000), None), "s1".into(), 1_000);
+        make(
+            &mut ledger,
+            &a,
+            body("tick", Some(10_000), None),
+            "s1",
+            1_000,
+        );
         // Not before its time (beyond the second of skew), not another agent, not another
         // message.
         assert!(ledger.fire(&a, "tick", 9_000).is_err());
@@ -179,7 +232,7 @@ mod tests {
     fn a_recurring_schedule_passes_once_per_interval_and_cancels_end_it() {
         let a = agent("a");
         let mut ledger = Ledger::default();
-        ledger.made(&a, &body("every", None, Some(5_000)), "s1".into(), 0);
+        make(&mut ledger, &a, body("every", None, Some(5_000)), "s1", 0);
         // The scheduler timed it a little later than the router: its firing is on time.
         ledger.fire(&a, "every", 5_003).unwrap();
         assert!(
@@ -192,7 +245,7 @@ mod tests {
         ledger.fire(&a, "every", 15_000).unwrap();
         ledger.cancelled(&a, "s1");
         assert!(ledger.fire(&a, "every", 20_000).is_err());
-        ledger.made(&a, &body("x", Some(0), None), "s2".into(), 0);
+        make(&mut ledger, &a, body("x", Some(0), None), "s2", 0);
         ledger.agent_deleted(&a);
         assert!(ledger.fire(&a, "x", 1).is_err());
     }
@@ -204,7 +257,7 @@ mod tests {
         let file = dir.join("schedules.json");
         let a = agent("a");
         let mut ledger = Ledger::load(file.clone()).unwrap();
-        ledger.made(&a, &body("later", Some(100), None), "s1".into(), 0);
+        make(&mut ledger, &a, body("later", Some(100), None), "s1", 0);
         let mut again = Ledger::load(file.clone()).unwrap();
         again.fire(&a, "later", 100).unwrap();
         std::fs::write(&file, b"{not json").unwrap();

@@ -126,18 +126,33 @@ fn follows_http(rt: &RuntimeProcess) {
     let resp = rt.post("/v1/agents", &token, serde_json::json!("not an object"));
     assert_eq!(resp.status, 400);
     assert_eq!(resp.json()["error"]["code"], "bad_request");
-    // A request hyper cannot parse (a request line, a header, a version): the contract's
-    // 400 too, where hyper alone answers with an empty body.
-    for request in [
-        "GARBAGE\r\n\r\n".to_owned(),
-        format!(
-            "GET /v1/status HTTP/1.1\r\nhost: x\r\nno colon\r\nauthorization: {bearer}\r\n\r\n"
+    // A request hyper cannot parse (a request line, a header, a version; a head of too many
+    // fields): the contract's JSON error too, where hyper alone answers with an empty body.
+    let many: String = (0..120).map(|n| format!("x-{n}: y\r\n")).collect();
+    for (request, status, code) in [
+        ("GARBAGE\r\n\r\n".to_owned(), 400, "bad_request"),
+        (
+            format!(
+                "GET /v1/status HTTP/1.1\r\nhost: x\r\nno colon\r\nauthorization: {bearer}\r\n\r\n"
+            ),
+            400,
+            "bad_request",
         ),
-        "GET /v1/status HTTP/9.9\r\n\r\n".to_owned(),
+        (
+            "GET /v1/status HTTP/9.9\r\n\r\n".to_owned(),
+            400,
+            "bad_request",
+        ),
+        (
+            format!("GET /v1/status HTTP/1.1\r\n{many}\r\n"),
+            431,
+            "too_large",
+        ),
     ] {
         let got = send(&socket, request.as_bytes());
-        assert_eq!(got.status, 400, "{request:?}: {}", got.body);
-        assert_eq!(got.body["error"]["code"], "bad_request", "{request:?}");
+        let context = &request[..request.len().min(40)];
+        assert_eq!(got.status, status, "{context:?}: {}", got.body);
+        assert_eq!(got.body["error"]["code"], code, "{context:?}");
         assert_eq!(got.header("content-type"), Some("application/json"));
     }
 

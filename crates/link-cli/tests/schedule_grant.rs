@@ -71,5 +71,19 @@ fn the_scheduler_runs_only_due_firings_of_its_agents_schedules() {
     // Once: the same firing again is refused.
     let got = scheduler_turn(&rt, "own", "soon");
     refused(&got, "with that message is due");
+
+    // A schedule due at once fires the moment the scheduler has stored it, before the router
+    // has read its answer: it was recorded before it was forwarded, so it runs.
+    rt.turn("own", "schedule 0ms: at once");
+    let fired = || {
+        rt.conversation("own")
+            .iter()
+            .any(|e| e["role"] == "user" && e["content"] == "at once")
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), fired),
+        "a schedule due at once did not run: {:?}",
+        rt.conversation("own")
+    );
     rt.down();
 }

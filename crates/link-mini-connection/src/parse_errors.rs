@@ -1,17 +1,36 @@
-//! A request hyper cannot parse (a malformed request line or header) is answered by hyper
-//! itself, with an empty-bodied `400` and `connection: close`, before any code of the contract
-//! runs, and hyper offers no hook to change that answer. The contract says every error has a
-//! JSON body, so each connection's stream is wrapped: that one response, which no handler can
-//! write (every error a handler answers has a JSON body, `json_errors`), is replaced on its
-//! way out by the contract's own `400`.
+//! A request hyper cannot parse (a malformed request line or header: `400`; a head too large:
+//! `431`; a URI too long: `414`) is answered by hyper itself, with an empty body and
+//! `connection: close`, before any code of the contract runs, and hyper offers no hook to
+//! change that answer. The contract says every error has a
+//! JSON body, so each connection's stream is wrapped: those responses, which no handler can
+//! write (every error a handler answers has a JSON body, `json_errors`), are replaced on their
+//! way out by the contract's own, with the same status.
 
+use link_protocol::{ErrorCode, RemoteError};
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// How hyper's answer to an unparsable request begins, and what marks it as bodiless.
-const HYPER_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\n";
+/// The status lines of hyper's answers to an unparsable request, with what each says, and
+/// what marks such an answer as bodiless.
+const HYPER_ERRORS: &[(&[u8], ErrorCode, &str)] = &[
+    (
+        b"HTTP/1.1 400 Bad Request\r\n",
+        ErrorCode::BadRequest,
+        "the request is not valid HTTP/1.1: its request line or a header could not be parsed",
+    ),
+    (
+        b"HTTP/1.1 431 Request Header Fields Too Large\r\n",
+        ErrorCode::TooLarge,
+        "the request's head is too large (too many or too long header fields)",
+    ),
+    (
+        b"HTTP/1.1 414 URI Too Long\r\n",
+        ErrorCode::TooLarge,
+        "the request's URI is too long",
+    ),
+];
 const EMPTY: &[u8] = b"\r\ncontent-length: 0\r\n";
 
 /// The stream of one connection, with hyper's bodiless `400` replaced.
@@ -30,28 +49,20 @@ impl<S> JsonParseErrors<S> {
     }
 }
 
-/// True when `buf` is a whole response head of hyper's `400` for an unparsable request.
-fn is_parse_error(buf: &[u8]) -> bool {
-    buf.starts_with(HYPER_400)
-        && buf.ends_with(b"\r\n\r\n")
+/// The contract's answer in place of `buf`, when `buf` is a whole bodiless response head of
+/// hyper's for an unparsable request.
+fn replacement(buf: &[u8]) -> Option<Vec<u8>> {
+    let bodiless = buf.ends_with(b"\r\n\r\n")
         && buf
             .windows(EMPTY.len())
-            .any(|w| w.eq_ignore_ascii_case(EMPTY))
-}
-
-/// The contract's `400` for a request that is not HTTP/1.1.
-fn replacement() -> Vec<u8> {
-    let body = link_protocol::RemoteError::bad_request(
-        "the request is not valid HTTP/1.1: its request line or a header could not be parsed",
-    )
-    .to_http_body()
-    .to_string();
-    format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
+            .any(|w| w.eq_ignore_ascii_case(EMPTY));
+    let (status, code, why) = HYPER_ERRORS
+        .iter()
+        .find(|(status, ..)| bodiless && buf.starts_with(status))?;
+    let body = RemoteError::new(*code, *why).to_http_body().to_string();
+    let status = String::from_utf8_lossy(status);
+    let head = "content-type: application/json\r\nconnection: close\r\n";
+    Some(format!("{status}{head}content-length: {}\r\n\r\n{body}", body.len()).into_bytes())
 }
 
 impl<S: AsyncWrite + Unpin> JsonParseErrors<S> {
@@ -89,10 +100,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonParseErrors<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         ready!(self.poll_pending(cx))?;
-        if is_parse_error(buf) {
+        if let Some(ours) = replacement(buf) {
             // Taken as written; the replacement goes out with the next write, flush or
             // shutdown (hyper flushes its answer), so a retried write cannot send it twice.
-            self.pending = Some((replacement(), 0));
+            self.pending = Some((ours, 0));
             return Poll::Ready(Ok(buf.len()));
         }
         Pin::new(&mut self.inner).poll_write(cx, buf)
@@ -109,7 +120,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonParseErrors<S> {
     }
 
     // Not vectored: hyper then writes a response head in one buffer, which is what
-    // `is_parse_error` looks at.
+    // `replacement` looks at.
 }
 
 #[cfg(test)]
@@ -117,25 +128,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_hypers_bodiless_400_is_replaced() {
-        let hyper = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\
-                      date: Sun, 06 Dec 2026 12:49:45 GMT\r\n\r\n";
-        assert!(is_parse_error(hyper));
-        // The contract's own 400s have bodies; other statuses and body bytes pass.
-        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n\
-                     content-length: 52\r\n\r\n";
-        assert!(!is_parse_error(ours));
-        assert!(!is_parse_error(
-            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
-        ));
-        assert!(!is_parse_error(b"{\"error\":{}}"));
-        let text = String::from_utf8(replacement()).unwrap();
-        let (head, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(
-            head.contains(&format!("content-length: {}", body.len())),
-            "{head}"
-        );
-        let json: serde_json::Value = serde_json::from_str(body).unwrap();
-        assert_eq!(json["error"]["code"], "bad_request");
+    fn only_hypers_bodiless_answers_are_replaced() {
+        let rest = "connection: close\r\ncontent-length: 0\r\ndate: Sun, 06 Dec 2026 GMT\r\n\r\n";
+        for (status, code) in [
+            ("400 Bad Request", "bad_request"),
+            ("431 Request Header Fields Too Large", "too_large"),
+            ("414 URI Too Long", "too_large"),
+        ] {
+            let hyper = format!("HTTP/1.1 {status}\r\n{rest}");
+            let text = String::from_utf8(replacement(hyper.as_bytes()).unwrap()).unwrap();
+            let (head, body) = text.split_once("\r\n\r\n").unwrap();
+            assert!(
+                head.starts_with(&format!("HTTP/1.1 {status}\r\n")),
+                "{head}"
+            );
+            assert!(
+                head.contains(&format!("content-length: {}", body.len())),
+                "{head}"
+            );
+            let json: serde_json::Value = serde_json::from_str(body).unwrap();
+            assert_eq!(json["error"]["code"], code);
+        }
+        // The contract's own errors have bodies; other statuses and body bytes pass.
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 52\r\n\r\n";
+        assert!(replacement(ours).is_none());
+        assert!(replacement(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").is_none());
+        assert!(replacement(b"{}").is_none());
     }
 }
