@@ -131,8 +131,12 @@ impl Ledger {
                 format!("agent {agent} has no schedule")
             });
         };
-        // Marked from its own time when it comes a little early, so it moves on.
-        schedule.mark_fired(now.max(schedule.next_unix_ms));
+        // Marked as the scheduler marked it, at its own clock's reading a moment before this
+        // one: from up to `EARLY_MS` earlier, so a late firing just past an interval's start
+        // never moves the router an interval ahead of the scheduler (which would refuse its
+        // next firing); and from its own time at least, so an early one moves on.
+        let at = now.saturating_sub(EARLY_MS).max(schedule.next_unix_ms);
+        schedule.mark_fired(at);
         self.book.schedules.retain(|s| !s.done);
         self.save();
         Ok(())
@@ -248,6 +252,23 @@ mod tests {
         make(&mut ledger, &a, body("x", Some(0), None), "s2", 0);
         ledger.agent_deleted(&a);
         assert!(ledger.fire(&a, "x", 1).is_err());
+    }
+
+    /// A late firing read by the router just after an interval began, which the scheduler
+    /// read just before it: the router does not move past the scheduler's next firing.
+    #[test]
+    fn a_late_firing_at_an_intervals_start_keeps_the_next_one() {
+        let a = agent("a");
+        let mut ledger = Ledger::default();
+        make(&mut ledger, &a, body("every", None, Some(5_000)), "s1", 0);
+        // Due at 5 000; the scheduler fires late at 19 998 and moves to 20 000; the router
+        // reads 20 003, then the firing at 20 000 at 20 006.
+        ledger.fire(&a, "every", 20_003).unwrap();
+        ledger.fire(&a, "every", 20_006).unwrap();
+        assert!(
+            ledger.fire(&a, "every", 20_010).is_err(),
+            "twice in one interval"
+        );
     }
 
     #[test]
