@@ -24,6 +24,25 @@ fn scheduler_turn(
     )
 }
 
+/// Waits (at most 30 s) for the scheduler's turn of `agent` with `message` to be in its
+/// conversation.
+fn runs(
+    rt: &link_harness_conformance::runtime_process::RuntimeProcess,
+    agent: &str,
+    message: &str,
+) {
+    let fired = || {
+        rt.conversation(agent)
+            .iter()
+            .any(|e| e["role"] == "user" && e["content"] == message)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), fired),
+        "the scheduled turn {message:?} did not run: {:?}",
+        rt.conversation(agent)
+    );
+}
+
 /// Asserts the call was refused by the router with `why` in its message.
 fn refused(got: &Value, why: &str) {
     assert_eq!(got["ok"], false, "{got}");
@@ -58,16 +77,7 @@ fn the_scheduler_runs_only_due_firings_of_its_agents_schedules() {
 
     // The twin: the scheduler fires a schedule at its time, and its turn runs.
     rt.turn("own", "schedule 1s: soon");
-    let fired = || {
-        rt.conversation("own")
-            .iter()
-            .any(|e| e["role"] == "user" && e["content"] == "soon")
-    };
-    assert!(
-        wait_until(Duration::from_secs(30), fired),
-        "the scheduler's due firing did not run: {:?}",
-        rt.conversation("own")
-    );
+    runs(&rt, "own", "soon");
     // Once: the same firing again is refused.
     let got = scheduler_turn(&rt, "own", "soon");
     refused(&got, "with that message is due");
@@ -75,15 +85,6 @@ fn the_scheduler_runs_only_due_firings_of_its_agents_schedules() {
     // A schedule due at once fires the moment the scheduler has stored it, before the router
     // has read its answer: it was recorded before it was forwarded, so it runs.
     rt.turn("own", "schedule 0ms: at once");
-    let fired = || {
-        rt.conversation("own")
-            .iter()
-            .any(|e| e["role"] == "user" && e["content"] == "at once")
-    };
-    assert!(
-        wait_until(Duration::from_secs(30), fired),
-        "a schedule due at once did not run: {:?}",
-        rt.conversation("own")
-    );
+    runs(&rt, "own", "at once");
     rt.down();
 }
