@@ -152,9 +152,7 @@ impl Remote {
     /// remote's status and content type, with its stream relayed as it arrives ([`Relay`]) or
     /// its other body whole; a remote error answer as a [`Refusal`].
     pub async fn forward(&self, body: Bytes, key: Option<&Key>) -> Result<Response, Refusal> {
-        let resp = self
-            .send("POST", "/v1/chat/completions", body, key, self.head)
-            .await?;
+        let resp = self.send("POST", "/v1/chat/completions", body, key).await?;
         let status = resp.status();
         let content_type = resp
             .headers()
@@ -175,11 +173,10 @@ impl Remote {
 
     /// The remote's `GET /v1/models`: its body, or its refusal.
     pub async fn models(&self, key: Option<&Key>) -> Result<Bytes, Refusal> {
-        // One deadline for the whole list, head and body (agent creation waits for it).
+        // One deadline for the whole list, head and body (agent creation waits for it), shorter
+        // than the head's own.
         let list = async {
-            let resp = self
-                .send("GET", "/v1/models", Bytes::new(), key, self.list)
-                .await?;
+            let resp = self.send("GET", "/v1/models", Bytes::new(), key).await?;
             Ok(self.whole(resp.into_body(), MAX_ANSWER).await?)
         };
         tokio::time::timeout(self.list, list)
@@ -290,10 +287,9 @@ impl Remote {
         path: &str,
         body: Bytes,
         key: Option<&Key>,
-        within: Duration,
     ) -> Result<hyper::Response<Incoming>, Refusal> {
-        let head = tokio::time::timeout(within, self.head_of(method, path, body, key));
-        let resp = head.await.map_err(|_| self.late(within))??;
+        let head = tokio::time::timeout(self.head, self.head_of(method, path, body, key));
+        let resp = head.await.map_err(|_| self.late(self.head))??;
         let status = resp.status();
         if status.is_success() {
             return Ok(resp);

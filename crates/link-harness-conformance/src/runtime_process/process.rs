@@ -181,11 +181,24 @@ impl RuntimeProcess {
 
     /// A JSON request with [`token`](Self::token): the status and the JSON body.
     pub fn http(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        self.http_with(method, path, &[], body)
+    }
+
+    /// [`http`](Self::http) with more request headers.
+    pub fn http_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let (socket, token) = (self.layout.connection_socket(), self.token());
         let peer = link_protocol::client::connection_peer(&self.layout);
-        let resp =
-            block_on(|| http::json_to(&socket, peer, method, path, Some(token), body.as_ref()))
-                .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let bytes = body.map(|b| b.to_string().into_bytes());
+        let resp = block_on(|| {
+            http::request_with(&socket, peer, method, path, Some(token), headers, bytes)
+        })
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         (resp.status, resp.json())
     }
 
@@ -206,24 +219,9 @@ impl RuntimeProcess {
 
     /// Sends one turn with the `Idempotency-Key` `key`: the status and the JSON body.
     pub fn turn_keyed(&self, agent: &str, message: &str, key: &str) -> (u16, Value) {
-        let (socket, token) = (self.layout.connection_socket(), self.token());
-        let peer = link_protocol::client::connection_peer(&self.layout);
         let path = format!("/v1/agents/{agent}/turns");
-        let body = json!({ "message": message }).to_string().into_bytes();
-        let headers = [("idempotency-key", key)];
-        let resp = block_on(|| {
-            http::request_with(
-                &socket,
-                peer,
-                "POST",
-                &path,
-                Some(token),
-                &headers,
-                Some(body),
-            )
-        })
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
-        (resp.status, resp.json())
+        let body = json!({ "message": message });
+        self.http_with("POST", &path, &[("idempotency-key", key)], Some(body))
     }
 
     /// The agent's conversation; panics unless `GET /v1/agents/{agent}` answers 200.
