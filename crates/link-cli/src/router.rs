@@ -443,23 +443,7 @@ impl Router {
             )));
         }
         if caller.scheduled() && req.route == r::agent::Turn::NAME {
-            let agent = req
-                .agent
-                .as_ref()
-                .ok_or_else(|| refuse(format!("{name}: turn.run needs an agent")))?;
-            let message = req
-                .body
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let now = link_protocol::clock::unix_ms();
-            let mut ledger = self.schedules.lock().expect("lock");
-            if let Err(why) = ledger.fire(agent, message, now) {
-                return Err(refuse(format!(
-                    "{name} may run a turn only as a due firing of a schedule made for that \
-                     agent and message: {why}"
-                )));
-            }
+            self.check_firing(name, req)?;
         }
         if caller.leased() {
             let agent = req.agent.as_deref().unwrap_or_default();
@@ -474,6 +458,25 @@ impl Router {
             }
         }
         Ok(())
+    }
+
+    /// A turn the scheduler asks for passes only as a due firing of a schedule it serves
+    /// (`schedule_grant`), which this records.
+    fn check_firing(&self, name: &str, req: &Request) -> Result<(), RemoteError> {
+        let agent = req
+            .agent
+            .as_ref()
+            .ok_or_else(|| refuse(format!("{name}: turn.run needs an agent")))?;
+        let body = serde_json::from_value::<r::agent::TurnBody>(req.body.clone())
+            .map_err(|e| refuse(format!("{name}: turn.run: {e}")))?;
+        let now = link_protocol::clock::unix_ms();
+        let mut ledger = self.schedules.lock().expect("lock");
+        ledger.fire(agent, &body.message, now).map_err(|why| {
+            refuse(format!(
+                "{name} may run a turn only as a due firing of a schedule made for that agent \
+                 and message: {why}"
+            ))
+        })
     }
 
     fn lease(&self, holder: &'static str, agent: String) -> Lease<'_> {
