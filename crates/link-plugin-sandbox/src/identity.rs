@@ -393,9 +393,33 @@ impl UserNamespaceError {
     }
 }
 
-/// Measures the disk space under `dir` (allocated blocks, so a sparse file counts what it
-/// uses) and, given an identity, gives every entry not already its own to it.
-pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<u64> {
+/// What the files under a directory take: allocated bytes (so a sparse file counts what it
+/// uses) and entries (each name, the directory itself not counted).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub bytes: u64,
+    pub entries: u64,
+}
+
+impl Usage {
+    fn count(&mut self, stat: &rustix::fs::Stat) {
+        self.bytes = self
+            .bytes
+            .saturating_add((stat.st_blocks as u64).saturating_mul(512));
+        self.entries += 1;
+    }
+
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            bytes: self.bytes.saturating_add(other.bytes),
+            entries: self.entries.saturating_add(other.entries),
+        }
+    }
+}
+
+/// Measures what is under `dir` and, given an identity, gives every entry not already its own
+/// to it.
+pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<Usage> {
     let root = open_dir(rustix::fs::CWD, dir)?;
     if let Some((uid, gid)) = owner {
         rustix::fs::fchown(
@@ -404,9 +428,9 @@ pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<u64> {
             Some(rustix::fs::Gid::from_raw(gid)),
         )?;
     }
-    let mut bytes = 0u64;
+    let mut usage = Usage::default();
     walk(root, &mut |parent, name, stat| {
-        bytes = bytes.saturating_add((stat.st_blocks as u64).saturating_mul(512));
+        usage.count(stat);
         let Some((uid, gid)) = owner else {
             return Ok(());
         };
@@ -419,7 +443,21 @@ pub fn prepare(dir: &Path, owner: Option<(u32, u32)>) -> std::io::Result<u64> {
         }
         Ok(())
     })?;
-    Ok(bytes)
+    Ok(usage)
+}
+
+/// What the walk of `dir` saw while a command may be changing it, counted up to an error
+/// too. (A walk racing the command's renames may count a moved entry twice: at that
+/// command's own cost.)
+pub fn usage_seen(dir: &Path) -> Usage {
+    let mut usage = Usage::default();
+    if let Ok(root) = open_dir(rustix::fs::CWD, dir) {
+        let _ = walk(root, &mut |_, _, stat| {
+            usage.count(stat);
+            Ok(())
+        });
+    }
+    usage
 }
 
 /// Clears setuid and setgid on every file and directory under `dir`; returns how many had

@@ -9,10 +9,15 @@
 //! agent has its own uid ([`crate::identity`]), so one agent's fork bomb never starves
 //! another's commands. The tmpfs sizes are bwrap's `--size`.
 //!
-//! The workspace quota is kept between commands: the walk before a command measures what the
-//! workspace uses, and what is left of the quota becomes the command's file size limit (so
-//! one file cannot pass it, and a full workspace takes no write, only removals). Several
-//! files of one command can together pass it; the next command then gets nothing to write.
+//! The workspace quota covers the workspace and the agent's home together, in bytes (allocated
+//! blocks) and in entries (each name counts, so empty files are not free). It holds between
+//! commands and while one runs ([`crate::run`]): the walk before a command measures what is
+//! used, and what is left of the bytes becomes the command's file size limit (one file cannot
+//! pass it); a command that begins with either at its quota may remove files and write
+//! within existing ones but make nothing (the helper's `--shrink`); while it runs the two
+//! directories are measured again every [`QUOTA_CHECK`] or so, and a command whose files pass
+//! the quota is stopped, so several files together pass it by at most what one interval
+//! lets a command write.
 
 use link_protocol::routes::sandbox::{ExecLimits, LimitHit};
 use serde::{Deserialize, Serialize};
@@ -26,7 +31,12 @@ pub struct Limits {
     pub file_size_bytes: u64,
     pub tmp_bytes: u64,
     pub workspace_bytes: u64,
+    pub workspace_entries: u64,
 }
+
+/// How often, at least, a running command's workspace and home are measured against the
+/// quota; a larger tree is measured less often, so its walks take at most a tenth of the time.
+pub const QUOTA_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
@@ -40,6 +50,7 @@ impl Limits {
         file_size_bytes: GIB,
         tmp_bytes: 256 * MIB,
         workspace_bytes: 4 * GIB,
+        workspace_entries: 250_000,
     };
     /// The most a request may ask for.
     pub const MAX: Limits = Limits {
@@ -49,6 +60,7 @@ impl Limits {
         file_size_bytes: 64 * GIB,
         tmp_bytes: 8 * GIB,
         workspace_bytes: 1024 * GIB,
+        workspace_entries: 100_000_000,
     };
 
     /// The defaults with the request's values, each checked against [`Limits::MAX`].
@@ -81,6 +93,12 @@ impl Limits {
                 requested.workspace_bytes,
                 d.workspace_bytes,
                 m.workspace_bytes,
+            )?,
+            workspace_entries: pick(
+                "workspace_entries",
+                requested.workspace_entries,
+                d.workspace_entries,
+                m.workspace_entries,
             )?,
         })
     }

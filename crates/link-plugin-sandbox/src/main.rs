@@ -5,6 +5,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use link_plugin_sandbox::identity::{Identity, Slots};
 use link_plugin_sandbox::{helper, policy::Policy, run, service::Service};
+use link_protocol::routes::sandbox::ExecLimits;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -32,6 +33,12 @@ enum Cmd {
         /// Time limit in seconds; the whole process tree is killed past it (exit 124).
         #[arg(long, default_value_t = 60)]
         timeout: u64,
+        /// The workspace quota in bytes (the workspace and the home together; 4 GiB by default).
+        #[arg(long)]
+        workspace_bytes: Option<u64>,
+        /// The workspace quota in entries (files, directories, links; 250,000 by default).
+        #[arg(long)]
+        workspace_entries: Option<u64>,
         #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
         command: Vec<OsString>,
     },
@@ -65,11 +72,18 @@ fn main() -> anyhow::Result<()> {
             workspace,
             home,
             timeout,
+            workspace_bytes,
+            workspace_entries,
             command,
         }) => exec(ExecArgs {
             workspace,
             home,
             timeout,
+            limits: ExecLimits {
+                workspace_bytes,
+                workspace_entries,
+                ..Default::default()
+            },
             command,
         }),
         None if std::env::var_os(link_protocol::plugin::ENV_PLUGIN).is_some() => plugin(),
@@ -84,14 +98,18 @@ struct ExecArgs {
     workspace: PathBuf,
     home: Option<PathBuf>,
     timeout: u64,
+    limits: ExecLimits,
     command: Vec<OsString>,
 }
 
 impl ExecArgs {
-    /// `[--workspace W] [--home H] [--timeout S] [--] COMMAND...`, the options in any order
-    /// before the command; `None` for anything else (clap then explains).
+    /// `[--workspace W] [--home H] [--timeout S] [--workspace-bytes N] [--workspace-entries N]
+    /// [--] COMMAND...`, the options in any order before the command; `None` for anything else
+    /// (clap then explains).
     fn parse(args: &[OsString]) -> Option<ExecArgs> {
         let (mut workspace, mut home, mut timeout) = (None, None, 60);
+        let mut limits = ExecLimits::default();
+        let number = |v: Option<&OsString>| v?.to_str()?.parse::<u64>().ok();
         let mut i = 0;
         while let Some(arg) = args.get(i) {
             let value = args.get(i + 1);
@@ -102,7 +120,9 @@ impl ExecArgs {
                 }
                 Some("--workspace") => workspace = Some(PathBuf::from(value?)),
                 Some("--home") => home = Some(PathBuf::from(value?)),
-                Some("--timeout") => timeout = value?.to_str()?.parse().ok()?,
+                Some("--timeout") => timeout = number(value)?,
+                Some("--workspace-bytes") => limits.workspace_bytes = Some(number(value)?),
+                Some("--workspace-entries") => limits.workspace_entries = Some(number(value)?),
                 Some(s) if s.starts_with('-') => return None,
                 _ => break,
             }
@@ -116,6 +136,7 @@ impl ExecArgs {
             workspace: workspace?,
             home,
             timeout,
+            limits,
             command,
         })
     }
@@ -207,10 +228,17 @@ fn exec_status(a: ExecArgs) -> i32 {
             return fail(anyhow::anyhow!("cannot shed unused mounts: {e}"));
         }
     }
+    let limits = match link_plugin_sandbox::limits::Limits::with(&a.limits) {
+        Ok(l) => l,
+        Err(e) => return fail(anyhow::anyhow!(e)),
+    };
     let spec = run::Spec {
         bwrap,
         owner: workspace.clone(),
-        policy: Policy::new(workspace, home, identity),
+        policy: Policy {
+            limits,
+            ..Policy::new(workspace, home, identity)
+        },
         argv: a.command,
         env,
         timeout: Duration::from_secs(a.timeout),
@@ -232,6 +260,9 @@ fn exec_status(a: ExecArgs) -> i32 {
             a.timeout
         );
         return 124;
+    }
+    if let Some(hit) = outcome.limit_hit {
+        link_protocol::errln!("link-plugin-sandbox: {hit}");
     }
     outcome
         .exit_code

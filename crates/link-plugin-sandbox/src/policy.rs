@@ -107,6 +107,9 @@ pub struct Policy {
     pub identity: Identity,
     pub limits: Limits,
     pub session: Session,
+    /// The workspace and home were at their quota when the command began: they take
+    /// removals and writes within existing files, and no new entry (the helper's `--shrink`).
+    pub full: bool,
 }
 
 /// The descriptors bwrap is given, by number in the child.
@@ -136,6 +139,7 @@ impl Policy {
             identity,
             limits: Limits::DEFAULT,
             session: Session::current(),
+            full: false,
         }
     }
 
@@ -145,12 +149,18 @@ impl Policy {
         hidden_of(self.identity, SECRET_FILES)
     }
 
-    /// The helper's `--rw` directories.
-    fn inside_writable(&self) -> Vec<PathBuf> {
+    /// The helper's writable directories, each with its option: `--shrink` for the host's
+    /// (workspace and a bound home) when they are full, else `--rw`.
+    fn inside_writable(&self) -> Vec<(&'static str, &'static str)> {
+        let host_home = self.home.is_some();
+        let host = |dir| dir == WORKSPACE || (dir == HOME && host_home);
         [WORKSPACE, HOME]
-            .iter()
-            .chain(PRIVATE_TMP)
-            .map(PathBuf::from)
+            .into_iter()
+            .chain(PRIVATE_TMP.iter().copied())
+            .map(|dir| match self.full && host(dir) {
+                true => ("--shrink", dir),
+                false => ("--rw", dir),
+            })
             .collect()
     }
 
@@ -235,9 +245,8 @@ impl Policy {
         a.flags(&["--limits"]);
         a.push(self.limits.helper_arg());
         a.flags(&["--chdir", WORKSPACE]);
-        for dir in self.inside_writable() {
-            a.flags(&["--rw"]);
-            a.push(dir);
+        for (option, dir) in self.inside_writable() {
+            a.flags(&[option, dir]);
         }
         for file in self.hidden() {
             a.flags(&["--hide"]);
@@ -455,6 +464,27 @@ mod tests {
             "{joined}"
         );
         assert!(!joined.contains("--new-session"), "{joined}");
+
+        // Full: the host's directories take no new entry; the private tmpfs ones still do.
+        let writable = |home: Option<PathBuf>| {
+            let full = Policy {
+                full: true,
+                ..Policy::new("/w", home, caller)
+            };
+            let args = full.bwrap_args(&fds, &["true".into()]);
+            let joined = args.join(std::ffi::OsStr::new(" ")).into_string().unwrap();
+            let (_, options) = joined.split_once(" --chdir /workspace ").unwrap();
+            let end = options.find(" --hide").or(options.find(" -- ")).unwrap();
+            options[..end].to_owned()
+        };
+        assert_eq!(
+            writable(Some("/h".into())),
+            "--shrink /workspace --shrink /home/agent --rw /tmp --rw /dev/shm"
+        );
+        assert_eq!(
+            writable(None),
+            "--shrink /workspace --rw /home/agent --rw /tmp --rw /dev/shm"
+        );
 
         let dedicated = Identity::Dedicated { uid: 7, gid: 8 };
         let p = Policy::new("/w", None, dedicated);

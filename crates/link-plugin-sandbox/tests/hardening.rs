@@ -102,13 +102,19 @@ impl Who {
 
     /// `exec --workspace WS -- ARGV` as this identity, not yet run.
     pub(crate) fn exec_command(&self, ws: &Path, argv: &[&str]) -> Command {
+        self.exec_with(ws, &[], argv)
+    }
+
+    /// `exec --workspace WS OPTIONS... -- ARGV` as this identity, not yet run.
+    fn exec_with(&self, ws: &Path, options: &[&str], argv: &[&str]) -> Command {
         let mut args: Vec<&std::ffi::OsStr> = vec![
             self.bin.as_os_str(),
             "exec".as_ref(),
             "--workspace".as_ref(),
             ws.as_os_str(),
-            "--".as_ref(),
         ];
+        args.extend(options.iter().map(std::ffi::OsStr::new));
+        args.push("--".as_ref());
         args.extend(argv.iter().map(std::ffi::OsStr::new));
         self.command(&args)
     }
@@ -143,6 +149,46 @@ pub(crate) fn for_both(check: fn(&Who)) {
     if let Some(who) = Who::ordinary() {
         check(&who);
     }
+}
+
+/// The workspace quota of entries holds while a command runs, as root and as an ordinary
+/// user: a loop making empty files is stopped for it (and says so), the next command finds the
+/// workspace full and makes nothing, a removal takes, and then a file is made again.
+#[test]
+fn the_quota_of_entries_holds_while_a_command_runs() {
+    for_both(|who| {
+        let ws = who.workspace("q1");
+        let run = |script: &str| {
+            let quota = ["--workspace-entries", "100"];
+            let out = who
+                .exec_with(&ws, &quota, &["/bin/sh", "-c", script])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (out.status.code(), stderr)
+        };
+        // Bounded, so that without the check it ends by itself and the test fails.
+        let (code, stderr) = run("i=0; while [ $i -lt 3000 ]; do i=$((i+1)); : > e$i; done");
+        assert_eq!(code, Some(137), "{stderr}");
+        assert!(
+            stderr.contains("killed: workspace quota 100 entries"),
+            "{stderr}"
+        );
+        let made = std::fs::read_dir(&ws).unwrap().count();
+        assert!((101..3000).contains(&made), "{made} entries");
+        let (code, stderr) = run("echo x > more");
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(
+            stderr.contains("Permission denied") && stderr.contains("workspace full"),
+            "{stderr}"
+        );
+        assert!(!ws.join("more").exists());
+        let (code, stderr) = run("rm -f e*");
+        assert_eq!(code, Some(0), "{stderr}");
+        let (code, stderr) = run("echo x > more");
+        assert_eq!((code, stderr.as_str()), (Some(0), ""), "the twin");
+        assert!(ws.join("more").exists());
+    });
 }
 
 /// Removes the files on drop, so a failed assertion leaves nothing in `/etc`.

@@ -305,9 +305,15 @@ async fn limits_end_or_refuse_what_exceeds_them_and_say_which() {
         used <= (2 << 20) + (64 << 10),
         "{used} bytes in a 2 MiB quota"
     );
+    // Full: a new file is refused (the shell cannot create it) and the result says why.
     let r = p.exec("q1", in_q(write(1 << 10, "third"))).await.unwrap();
-    assert_eq!(r["limit_hit"]["limit"], "workspace_quota", "full: {r}");
-    let r = p.exec("q1", in_q(sh("rm second third"))).await.unwrap();
+    assert_eq!(r["limit_hit"]["limit"], "workspace_full", "full: {r}");
+    assert!(
+        r["stderr"].as_str().unwrap().contains("Permission denied"),
+        "{r}"
+    );
+    assert!(!q.join("third").exists());
+    let r = p.exec("q1", in_q(sh("rm second"))).await.unwrap();
     assert_eq!(r["exit_code"], 0, "removal is still allowed: {r}");
     let r = p.exec("q1", in_q(write(1 << 10, "fourth"))).await.unwrap();
     assert_eq!(r["exit_code"], 0, "room again after the removal: {r}");
@@ -320,6 +326,110 @@ async fn limits_end_or_refuse_what_exceeds_them_and_say_which() {
             .unwrap_err();
         assert_eq!(e.code(), Some(ErrorCode::BadRequest), "{bad}: {e}");
     }
+    p.stop();
+}
+
+/// The quota covers the workspace and the home together, in bytes and in entries, and holds
+/// while a command runs: a command that keeps writing files each under what is left, or keeps
+/// making empty files, is stopped for the quota (not its time limit), and the next command
+/// finds the workspace full until something is removed. Each has a twin within the quota.
+#[tokio::test(flavor = "current_thread")]
+async fn the_quota_holds_for_workspace_and_home_while_a_command_runs() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let mut p = start(&root, Mode::Confined).await;
+    let (ws, home) = (root.workspace("a1"), root.home("a1"));
+    let limits = json!({"workspace_bytes": 8u64 << 20, "workspace_entries": 100});
+    let exec = |script: &str| json!({"argv": sh(script), "workspace": ws, "home": home, "limits": limits, "timeout_ms": 60_000});
+
+    // The home counts: 6 MiB there leaves 2 MiB, so 3 MiB in the workspace is cut short.
+    let r = p
+        .exec("a1", exec("head -c 6291456 /dev/zero > ~/h"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r["exit_code"].clone(), r["limit_hit"].clone()),
+        (json!(0), Value::Null),
+        "{r}"
+    );
+    let r = p
+        .exec("a1", exec("head -c 1048576 /dev/zero > w"))
+        .await
+        .unwrap();
+    assert_eq!(r["exit_code"], 0, "the twin within what is left: {r}");
+    let r = p
+        .exec("a1", exec("head -c 3145728 /dev/zero > w2"))
+        .await
+        .unwrap();
+    assert_eq!(r["limit_hit"]["limit"], "workspace_quota", "{r}");
+    let r = p.exec("a1", exec("rm -f ~/h w w2")).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+
+    // Bytes, while it runs: files of 1 MiB each, which the file size limit lets through, one
+    // after another until stopped.
+    // Bounded, so that without the check the command ends by itself (and the test fails).
+    let forever = |make: &str| format!("i=0; while [ $i -lt 2000 ]; do i=$((i+1)); {make}; done");
+    let r = p
+        .exec("a1", exec(&forever("head -c 1048576 /dev/zero > f$i")))
+        .await
+        .unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "workspace_quota", "bytes": 8u64 << 20}),
+        "{r}"
+    );
+    assert_eq!(
+        (r["timed_out"].clone(), r["signal"].clone()),
+        (json!(false), json!(9)),
+        "{r}"
+    );
+    let r = p.exec("a1", exec("echo more > more")).await.unwrap();
+    assert_eq!(r["limit_hit"]["limit"], "workspace_full", "{r}");
+    assert!(!ws.join("more").exists());
+    // Removing takes one command (which began full, so makes nothing), writing the next.
+    let r = p.exec("a1", exec("rm -f f*")).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = p.exec("a1", exec("echo more > more")).await.unwrap();
+    assert_eq!(
+        (r["exit_code"].clone(), r["limit_hit"].clone()),
+        (json!(0), Value::Null),
+        "{r}"
+    );
+    assert!(ws.join("more").exists());
+
+    // Entries, while it runs: empty files cost no block but are counted.
+    let r = p.exec("a1", exec(&forever(": > e$i"))).await.unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "workspace_entries", "entries": 100}),
+        "{r}"
+    );
+    let made = std::fs::read_dir(&ws).unwrap().count();
+    assert!(
+        made > 100,
+        "{made} entries: the quota was passed before the stop"
+    );
+    let r = p.exec("a1", exec("mkdir d")).await.unwrap();
+    assert_eq!(r["limit_hit"]["limit"], "workspace_full", "{r}");
+    assert!(!ws.join("d").exists());
+    let r = p.exec("a1", exec("rm -f e*")).await.unwrap();
+    assert_eq!(r["exit_code"], 0, "{r}");
+    // The twin: below the quota of entries, 50 files and a directory are made.
+    let r = p
+        .exec(
+            "a1",
+            exec("i=0; while [ $i -lt 50 ]; do i=$((i+1)); : > e$i; done; mkdir d"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r["exit_code"].clone(), r["limit_hit"].clone()),
+        (json!(0), Value::Null),
+        "{r}"
+    );
+    assert!(ws.join("d").is_dir() && ws.join("e50").exists());
     p.stop();
 }
 

@@ -1,5 +1,5 @@
 //! The helper's command line: `[--status-fd N] [--drop-to UID:GID] [--limits P,M,C,F]
-//! [--chdir DIR] [--rw DIR]... [--hide FILE]... -- COMMAND...`, read in place from the
+//! [--chdir DIR] [--rw DIR]... [--shrink DIR]... [--hide FILE]... -- COMMAND...`, read in place from the
 //! kernel's argument array (nothing is copied: there is no allocator).
 
 use core::ffi::{c_char, CStr};
@@ -28,7 +28,7 @@ impl Limits {
     }
 }
 
-/// The parsed command line. `rw` and `hide` are read again from the options when used.
+/// The parsed command line. `rw`, `shrink` and `hide` are read again from the options when used.
 #[derive(Debug)]
 pub struct Args<'a> {
     pub status_fd: Option<i32>,
@@ -126,7 +126,7 @@ impl<'a> Args<'a> {
                     // SAFETY: as above; `value` showed it exists.
                     args.chdir = Some(unsafe { arg(argv[i + 1]) });
                 }
-                b"--rw" => {
+                b"--rw" | b"--shrink" => {
                     value.ok_or_else(needs("a directory"))?;
                 }
                 b"--hide" => {

@@ -1,6 +1,7 @@
 //! The Landlock ruleset applied inside the sandbox: the (already minimal) visible tree
-//! readable and executable but the hidden files, the `--rw` directories writable, no TCP,
-//! signals and abstract sockets scoped to the sandbox.
+//! readable and executable but the hidden files, the `--rw` directories writable, the
+//! `--shrink` ones writable but for making entries (a full workspace: only removals and
+//! writes within what is there), no TCP, signals and abstract sockets scoped to the sandbox.
 //!
 //! The handled rights are those of [`PINNED_ABI`], never "whatever the kernel offers", and a
 //! kernel that cannot enforce all of them is refused: nothing runs half confined.
@@ -33,6 +34,10 @@ mod fs {
     /// What a rule on a file (not a directory) may grant.
     pub const FILE: u64 = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV;
     pub const READ: u64 = EXECUTE | READ_FILE | READ_DIR;
+    /// `MAKE_CHAR` to `MAKE_SYM`, and `REFER` (a rename or link into another directory).
+    pub const MAKE: u64 = ((1 << 14) - 1) & !((1 << 6) - 1);
+    /// Everything but making entries: read, write what exists, truncate, remove.
+    pub const SHRINK: u64 = ALL & !MAKE;
 }
 /// `LANDLOCK_ACCESS_NET_BIND_TCP | LANDLOCK_ACCESS_NET_CONNECT_TCP`.
 const NET_ALL: u64 = 0b11;
@@ -342,9 +347,11 @@ fn with_path(e: Error, path: &Path) -> Error {
 }
 
 /// Restricts this process (and what it executes) to the inside rules, with `read_write`
-/// writable and `hidden` unreadable; returns the kernel's Landlock ABI.
+/// writable, `shrink` writable but for making entries, and `hidden` unreadable; returns the
+/// kernel's Landlock ABI.
 pub fn confine<'a>(
     read_write: impl Iterator<Item = &'a CStr>,
+    shrink: impl Iterator<Item = &'a CStr>,
     hidden: &Hidden<'_>,
 ) -> Result<u32, Error> {
     let abi = match sys::landlock_abi() {
@@ -362,8 +369,11 @@ pub fn confine<'a>(
         ruleset.grant_all_but((AT_FDCWD, c"/", None), &mut root, hidden, fs::READ)?;
         ruleset.grant(AT_FDCWD, c"/", fs::READ_DIR, OPTIONAL)?;
     }
-    for dir in read_write {
-        ruleset.grant(AT_FDCWD, dir, fs::ALL, Grant::Named { required: true })?;
+    let dirs = read_write
+        .map(|d| (d, fs::ALL))
+        .chain(shrink.map(|d| (d, fs::SHRINK)));
+    for (dir, access) in dirs {
+        ruleset.grant(AT_FDCWD, dir, access, Grant::Named { required: true })?;
     }
     for file in RW_FILES {
         ruleset.grant(AT_FDCWD, file, fs::READ_FILE | fs::WRITE_FILE, OPTIONAL)?;
@@ -395,7 +405,7 @@ mod tests {
     fn opened_by_confined_child(secret: &CStr, name: &CStr) -> i32 {
         opened_by_child_confined_by(name, || {
             let hidden = Hidden::new([secret].into_iter())?;
-            confine(core::iter::empty(), &hidden).map(drop)
+            confine(core::iter::empty(), core::iter::empty(), &hidden).map(drop)
         })
     }
 
@@ -423,6 +433,70 @@ mod tests {
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert!(libc::WIFEXITED(status), "the child was killed: {status}");
         libc::WEXITSTATUS(status)
+    }
+
+    /// A `--shrink` directory takes removals and writes to what exists but no new entry (the
+    /// specific error, EACCES); its twin, the same directory `--rw`, takes a new file too.
+    #[test]
+    fn a_shrink_directory_refuses_new_entries_and_takes_removals() {
+        if skipped_without_landlock() {
+            return;
+        }
+        let dir =
+            std::env::temp_dir().join(std::format!("lnk-helper-shrink-{}", std::process::id()));
+        let path = |name: &str| CString::new(dir.join(name).as_os_str().as_bytes()).unwrap();
+        // Each child's exit status: bit 0 a new file refused (EACCES), bit 1 a new directory
+        // refused, bit 2 the existing file written, bit 3 the other removed.
+        let tried = |shrink: bool| {
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in ["kept", "gone"] {
+                std::fs::write(dir.join(f), "x").unwrap();
+            }
+            let (d, new, sub, kept, gone) = (
+                path(""),
+                path("new"),
+                path("sub"),
+                path("kept"),
+                path("gone"),
+            );
+            // SAFETY: the child makes system calls only and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let hidden = Hidden::new(core::iter::empty()).unwrap();
+                let none = core::iter::empty();
+                let confined = if shrink {
+                    confine(none, [d.as_c_str()].into_iter(), &hidden)
+                } else {
+                    confine([d.as_c_str()].into_iter(), none, &hidden)
+                };
+                if confined.is_err() {
+                    sys::exit(64);
+                }
+                let errno = || std::io::Error::last_os_error().raw_os_error();
+                // SAFETY: plain system calls on C strings that live to the end of the child.
+                let code = unsafe {
+                    let create = libc::open(new.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o600);
+                    let create_refused = create == -1 && errno() == Some(libc::EACCES);
+                    let made_dir = libc::mkdir(sub.as_ptr(), 0o700);
+                    let mkdir_refused = made_dir == -1 && errno() == Some(libc::EACCES);
+                    let write = libc::open(kept.as_ptr(), libc::O_WRONLY | libc::O_TRUNC);
+                    let removed = libc::unlink(gone.as_ptr()) == 0;
+                    create_refused as i32
+                        | (mkdir_refused as i32) << 1
+                        | ((write >= 0) as i32) << 2
+                        | (removed as i32) << 3
+                };
+                sys::exit(code);
+            }
+            let mut status = 0;
+            // SAFETY: waits for the child forked above.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            let on_disk = (dir.join("new").exists(), dir.join("gone").exists());
+            std::fs::remove_dir_all(&dir).unwrap();
+            (libc::WEXITSTATUS(status), on_disk)
+        };
+        assert_eq!(tried(true), (0b1111, (false, false)), "shrink");
+        assert_eq!(tried(false), (0b1100, (true, false)), "read-write");
     }
 
     /// The walk's grant lands only on the file it listed: an entry replaced in between (a

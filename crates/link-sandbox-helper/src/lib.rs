@@ -173,8 +173,10 @@ fn prepare(args: &Args<'_>, report: &Report) {
             "cannot reset the signal mask and SIGPIPE: {e}"
         ));
     }
-    let confined = landlock::Hidden::new(args.values(b"--hide"))
-        .and_then(|hidden| landlock::confine(args.values(b"--rw"), &hidden));
+    let confined = landlock::Hidden::new(args.values(b"--hide")).and_then(|hidden| {
+        let (rw, shrink) = (args.values(b"--rw"), args.values(b"--shrink"));
+        landlock::confine(rw, shrink, &hidden)
+    });
     match confined {
         Ok(abi) => report.status(status::ENFORCED, format_args!("{abi}")),
         Err(e) => {

@@ -17,12 +17,14 @@
 //! runtime; the plugin runs it on tokio's blocking pool ([`run`]).
 //!
 //! One concept a file: `spawn.rs` starts bwrap, `watch.rs` waits for its processes and pipes
-//! under the time limit, `output.rs` makes its pipes and keeps what they give, `stop.rs` ends
+//! under the time limit, `quota.rs` measures the workspace while it runs, `output.rs` makes
+//! its pipes and keeps what they give, `stop.rs` ends
 //! every run of the process, and `process.rs` holds the process-wide parts (parent death, the
 //! subreaper, orphans, a child's wait with a time limit).
 
 mod output;
 mod process;
+mod quota;
 mod spawn;
 mod stop;
 mod watch;
@@ -32,7 +34,7 @@ pub use spawn::set_single_threaded;
 pub use stop::{die_of, stop_all, stop_all_on_signals, stopped_by};
 
 use crate::helper::Status;
-use crate::identity::Identity;
+use crate::identity::{Identity, Usage};
 use crate::policy::Policy;
 use link_protocol::routes::sandbox::LimitHit;
 use std::ffi::OsString;
@@ -130,36 +132,45 @@ pub async fn run(spec: &Spec) -> Result<Outcome, RunError> {
 
 /// Runs `spec` to completion or its time limit; returns once bwrap and the namespace's init
 /// are gone (and reaped, when they were ours to reap). Before, the workspace and home are
-/// measured and handed to a dedicated identity; after, no file there is left setuid or setgid.
+/// measured against the quota ([`crate::limits`]) and handed to a dedicated identity; while it
+/// runs they are measured again; after, no file there is left setuid or setgid.
 pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
-    let dirs: Vec<&std::path::Path> = std::iter::once(spec.policy.workspace.as_path())
-        .chain(spec.policy.home.as_deref())
+    let dirs: Vec<PathBuf> = std::iter::once(spec.policy.workspace.clone())
+        .chain(spec.policy.home.clone())
         .collect();
     let owner = match spec.policy.identity {
         Identity::Dedicated { uid, gid } => Some((uid, gid)),
         Identity::Caller { .. } => None,
     };
-    let mut used = 0;
-    for (i, dir) in dirs.iter().enumerate() {
-        let bytes = crate::identity::prepare(dir, owner).map_err(|e| RunError::Prepare {
+    let mut used = Usage::default();
+    for dir in &dirs {
+        let usage = crate::identity::prepare(dir, owner).map_err(|e| RunError::Prepare {
             dir: dir.to_path_buf(),
             error: e,
         })?;
-        if i == 0 {
-            used = bytes;
-        }
+        used = used.plus(usage);
     }
-    // What is left of the workspace quota bounds every file the command writes.
+    // What is left of the quota bounds every file the command writes; a full one takes only
+    // removals.
     let limits = spec.policy.limits;
-    let left = limits.workspace_bytes.saturating_sub(used);
+    let left = limits.workspace_bytes.saturating_sub(used.bytes);
     let by_quota = left < limits.file_size_bytes;
+    let full = left == 0 || used.entries >= limits.workspace_entries;
     let mut spec = spec.clone();
     spec.policy.limits.file_size_bytes = left.min(limits.file_size_bytes);
-    let mut outcome = spawn::run_confined(&spec);
+    spec.policy.full = full;
+    let quota = quota::Quota::new(dirs.clone(), used, &limits);
+    let mut outcome = spawn::run_confined(&spec, Some(quota));
     if let Ok(o) = &mut outcome {
         if by_quota && o.signal == Some(libc::SIGXFSZ) {
             o.limit_hit = Some(LimitHit::WorkspaceQuota {
                 bytes: limits.workspace_bytes,
+            });
+        }
+        if full && o.limit_hit.is_none() {
+            o.limit_hit = Some(LimitHit::WorkspaceFull {
+                bytes: limits.workspace_bytes,
+                entries: limits.workspace_entries,
             });
         }
     }
@@ -203,8 +214,10 @@ fn outcome(w: Watch, duration: Duration, spec: &Spec) -> Result<Outcome, RunErro
                 .map(|c| c - 128)
         })
     };
-    let timed_out = killed && !w.stopped;
-    let limit_hit = if timed_out {
+    let timed_out = killed && !w.stopped && w.over_quota.is_none();
+    let limit_hit = if w.over_quota.is_some() {
+        w.over_quota
+    } else if timed_out {
         Some(LimitHit::Time {
             ms: spec.timeout.as_millis() as u64,
         })

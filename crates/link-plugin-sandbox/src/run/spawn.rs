@@ -2,6 +2,7 @@
 //! whether it dies with this process from the fork on or leads a pid namespace of its own.
 
 use super::output::{cloexec_pipe, Reader};
+use super::quota::Quota;
 use super::stop::{stop_pipe, STOPPED};
 use super::watch::Watch;
 use super::{outcome, Outcome, Output, RunError, Spec};
@@ -15,7 +16,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub(super) fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
+pub(super) fn run_confined(spec: &Spec, quota: Option<Quota>) -> Result<Outcome, RunError> {
     let stop = &stop_pipe()?.0;
     if STOPPED.load(Ordering::SeqCst) {
         return Err(RunError::Stopped);
@@ -150,6 +151,8 @@ pub(super) fn run_confined(spec: &Spec) -> Result<Outcome, RunError> {
         holders_killed: false,
         stopped: false,
         quiet_since: None,
+        quota,
+        over_quota: None,
     };
     if let Err(e) = watch.run(&mut child) {
         watch.abandon(&mut child);

@@ -3,6 +3,7 @@
 
 use super::output::Reader;
 use super::process::children;
+use super::quota::Quota;
 use super::{RunError, GRACE};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
@@ -37,6 +38,10 @@ pub(super) struct Watch {
     pub(super) stopped: bool,
     /// When both processes were found gone (the pipes get [`GRACE`] from then).
     pub(super) quiet_since: Option<Instant>,
+    /// The workspace quota, measured while the command runs.
+    pub(super) quota: Option<Quota>,
+    /// The quota limit the command's files passed: it was stopped for it.
+    pub(super) over_quota: Option<link_protocol::routes::sandbox::LimitHit>,
 }
 
 impl Watch {
@@ -54,7 +59,15 @@ impl Watch {
                     self.kill_pipe_holders();
                 }
             }
-            let now = Instant::now();
+            let mut now = Instant::now();
+            if let (Some(q), None) = (&mut self.quota, self.killed) {
+                if let Some(hit) = q.check(now) {
+                    // Stopped as at its time limit, which waits for the init's pid too.
+                    self.over_quota.get_or_insert(hit);
+                    self.deadline = self.deadline.min(now);
+                }
+                now = Instant::now();
+            }
             if self.should_kill(now) {
                 self.kill();
             }
@@ -127,8 +140,12 @@ impl Watch {
         if let Some(since) = self.quiet_since {
             return GRACE.saturating_sub(since.elapsed());
         }
+        let quota = match (&self.quota, self.over_quota) {
+            (Some(q), None) => q.due_in(now),
+            _ => Duration::MAX,
+        };
         match self.killed {
-            None if now < self.deadline => self.deadline - now,
+            None if now < self.deadline => (self.deadline - now).min(quota),
             // Past the deadline, waiting for the init's pid: look again shortly.
             None => Duration::from_millis(10),
             Some(_) => GRACE,

@@ -44,13 +44,18 @@ pub struct ExecLimits {
     /// Size of the private `/tmp` (and of `/dev/shm`, and of the home when it is a tmpfs).
     #[serde(default)]
     pub tmp_bytes: Option<u64>,
-    /// Disk space the workspace may use: what is left of it bounds every file the command
-    /// writes there.
+    /// Disk space the workspace and the agent's home may use together: what is left of it
+    /// bounds every file the command writes, and a command that passes it is stopped.
     #[serde(default)]
     pub workspace_bytes: Option<u64>,
+    /// Entries (files, directories, links: each name counts) the workspace and the home may
+    /// hold together; a command that passes it is stopped.
+    #[serde(default)]
+    pub workspace_entries: Option<u64>,
 }
 
-/// The limit that ended a command, when the kernel's signal names it.
+/// The limit that ended a command (the kernel's signal names it, or the sandbox stopped it),
+/// or, [`LimitHit::WorkspaceFull`], the one it ran restricted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "limit")]
 pub enum LimitHit {
@@ -60,8 +65,16 @@ pub enum LimitHit {
     CpuTime { seconds: u64 },
     /// A process wrote past the file size limit (SIGXFSZ).
     FileSize { bytes: u64 },
-    /// A process wrote past what was left of the workspace quota (SIGXFSZ).
+    /// A process wrote past what was left of the workspace quota (SIGXFSZ), or the files of
+    /// the workspace and home together passed it while the command ran (the sandbox stopped
+    /// the whole command).
     WorkspaceQuota { bytes: u64 },
+    /// The workspace and home together passed their quota of entries while the command ran
+    /// (the sandbox stopped the whole command).
+    WorkspaceEntries { entries: u64 },
+    /// The workspace and home were full when the command began (bytes or entries at their
+    /// quota), so it could remove files and write within existing ones, but make nothing.
+    WorkspaceFull { bytes: u64, entries: u64 },
 }
 
 impl std::fmt::Display for LimitHit {
@@ -73,6 +86,14 @@ impl std::fmt::Display for LimitHit {
             LimitHit::WorkspaceQuota { bytes } => {
                 write!(f, "killed: workspace quota {}", size(*bytes))
             }
+            LimitHit::WorkspaceEntries { entries } => {
+                write!(f, "killed: workspace quota {entries} entries")
+            }
+            LimitHit::WorkspaceFull { bytes, entries } => write!(
+                f,
+                "workspace full (quota {} or {entries} entries): files could be removed, none made",
+                size(*bytes)
+            ),
         }
     }
 }
@@ -133,6 +154,14 @@ mod tests {
             "killed: CPU time limit 5 s"
         );
         assert_eq!(size(1000), "1000 B");
+        assert_eq!(
+            LimitHit::WorkspaceFull {
+                bytes: 4 << 30,
+                entries: 250_000
+            }
+            .to_string(),
+            "workspace full (quota 4 GiB or 250000 entries): files could be removed, none made"
+        );
         let unknown = serde_json::from_str::<ExecLimits>(r#"{"cpu": 1}"#);
         assert!(unknown.is_err(), "a misspelt limit is refused, not ignored");
     }

@@ -1,0 +1,113 @@
+//! The workspace quota while a command runs: the workspace and home measured again every
+//! [`QUOTA_CHECK`] or so, and the limit they passed, which stops the command.
+
+use crate::identity::{usage_seen, Usage};
+use crate::limits::{Limits, QUOTA_CHECK};
+use link_protocol::routes::sandbox::LimitHit;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// A tree whose walk takes longer is measured less often: walks take at most one part in this.
+const WALK_SHARE: u32 = 10;
+
+/// One command's quota.
+#[derive(Debug)]
+pub(super) struct Quota {
+    dirs: Vec<PathBuf>,
+    /// The most the files may take while it runs: the quota, or what they took when it began
+    /// if that was more (a command that began full is held to making nothing by Landlock).
+    most: Usage,
+    quota: Usage,
+    next: Instant,
+    every: Duration,
+}
+
+impl Quota {
+    pub(super) fn new(dirs: Vec<PathBuf>, at_start: Usage, limits: &Limits) -> Quota {
+        let quota = Usage {
+            bytes: limits.workspace_bytes,
+            entries: limits.workspace_entries,
+        };
+        Quota {
+            dirs,
+            most: Usage {
+                bytes: quota.bytes.max(at_start.bytes),
+                entries: quota.entries.max(at_start.entries),
+            },
+            quota,
+            next: Instant::now() + QUOTA_CHECK,
+            every: QUOTA_CHECK,
+        }
+    }
+
+    /// How long until the next measure is due.
+    pub(super) fn due_in(&self, now: Instant) -> Duration {
+        self.next.saturating_duration_since(now)
+    }
+
+    /// Measures the directories when due; the limit their files passed, if they did.
+    pub(super) fn check(&mut self, now: Instant) -> Option<LimitHit> {
+        if now < self.next {
+            return None;
+        }
+        let used = self
+            .dirs
+            .iter()
+            .map(|d| usage_seen(d))
+            .fold(Usage::default(), Usage::plus);
+        let took = now.elapsed();
+        self.every = QUOTA_CHECK.max(took * WALK_SHARE);
+        self.next = Instant::now() + self.every;
+        self.passed(used)
+    }
+
+    fn passed(&self, used: Usage) -> Option<LimitHit> {
+        if used.bytes > self.most.bytes {
+            return Some(LimitHit::WorkspaceQuota {
+                bytes: self.quota.bytes,
+            });
+        }
+        (used.entries > self.most.entries).then_some(LimitHit::WorkspaceEntries {
+            entries: self.quota.entries,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_is_held_to_the_quota_or_to_what_it_began_with() {
+        let limits = Limits {
+            workspace_bytes: 100,
+            workspace_entries: 10,
+            ..Limits::DEFAULT
+        };
+        let under = Quota::new(
+            vec![],
+            Usage {
+                bytes: 50,
+                entries: 5,
+            },
+            &limits,
+        );
+        let at = |bytes, entries| Usage { bytes, entries };
+        assert_eq!(under.passed(at(100, 10)), None);
+        assert_eq!(
+            under.passed(at(101, 1)),
+            Some(LimitHit::WorkspaceQuota { bytes: 100 })
+        );
+        assert_eq!(
+            under.passed(at(1, 11)),
+            Some(LimitHit::WorkspaceEntries { entries: 10 })
+        );
+        // Over both when it began: removing is fine, growing is not.
+        let over = Quota::new(vec![], at(500, 50), &limits);
+        assert_eq!(over.passed(at(400, 50)), None);
+        assert_eq!(
+            over.passed(at(400, 51)),
+            Some(LimitHit::WorkspaceEntries { entries: 10 })
+        );
+    }
+}
