@@ -134,7 +134,7 @@ fn plugin_rss(rt: &RuntimeProcess) -> Vec<(String, u64)> {
     all.extend(rt.plugin_pids());
     all.into_iter()
         .map(|(name, pid)| {
-            let s = link_plugin_measure::sample::sample_process(pid).unwrap();
+            let s = link_os::sample::sample_process(pid).unwrap();
             (name, s.rss_bytes)
         })
         .collect()

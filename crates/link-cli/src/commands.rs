@@ -93,7 +93,7 @@ fn silent_host(layout: &StateLayout, peer: client::Peer, within: Duration) -> St
             layout.log_dir().display()
         );
     };
-    let state = link_plugin_measure::sample::sample_process(pid).map(|p| p.state);
+    let state = link_os::sample::sample_process(pid).map(|p| p.state);
     // `T`: stopped by a signal; `t`: held by a debugger.
     if matches!(state.as_deref(), Some("T" | "t")) {
         return format!(

@@ -435,9 +435,9 @@ fn reap_strays() {
         return;
     }
     let me = std::process::id() as i32;
-    for pid in link_plugin_measure::sample::descendants(me) {
+    for pid in link_os::sample::descendants(me) {
         if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-            let name = link_plugin_measure::sample::sample_process(pid.as_raw_nonzero().get())
+            let name = link_os::sample::sample_process(pid.as_raw_nonzero().get())
                 .map(|s| s.name)
                 .unwrap_or_default();
             link_protocol::errln!(

@@ -1,5 +1,5 @@
 //! The connection endpoint's limits (Mini's connection plugin; full Link's endpoint serves the
-//! same `link_mini_connection::serve_with`): slow or idle connections are closed after the
+//! same `link_connection_api::serve_with`): slow or idle connections are closed after the
 //! header-read timeout; a request without a valid token is refused from its headers and its
 //! connection closed; past the connection cap an unauthenticated connection is closed to make
 //! room, and only when every held one has authenticated does a new connection get a quick

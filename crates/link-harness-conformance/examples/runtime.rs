@@ -17,8 +17,7 @@
 use link_harness_conformance::{
     interrupt, preflight, read_report, run_scenario, trace, write_report, ScenarioConfig,
 };
-use link_plugin_measure::Status;
-use link_report::runner;
+use link_report::{runner, Status};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

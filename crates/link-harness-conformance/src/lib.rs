@@ -17,7 +17,7 @@
 //!   process's turns ([`runtime_process::exclusive`]): a scenario run never overlaps a runtime
 //!   of the same process;
 //! - [`scenario`]: [`run_scenario`], one whole run producing the shared
-//!   [`Report`](link_plugin_measure::Report), one module per phase;
+//!   [`Report`](link_report::Report), one module per phase;
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
 //! - [`trace`]: per-phase exec counts from an strace file (`runtime report`): parse, track,
 //!   count;

@@ -1,9 +1,9 @@
 //! The built programs a run uses: which ones, whether they exist, their sizes and hashes.
 //! The kit never builds or downloads them; it names every missing one and the build command.
 
-use link_plugin_measure::Artifact;
 use link_protocol::manifest;
 use link_protocol::plugin::Profile;
+use link_report::Artifact;
 use std::path::{Path, PathBuf};
 
 /// The host program.

@@ -12,7 +12,7 @@
 //! [`snapshot`] and [`leftovers`] identify processes by pid *and* start time from `/proc`, so
 //! a recycled pid is never mistaken for a process the runtime started.
 
-use link_plugin_measure::sample::descendants;
+use link_os::sample::descendants;
 use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, ExitStatus, Output};

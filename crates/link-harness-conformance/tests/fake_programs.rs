@@ -4,8 +4,8 @@
 //! process are still cleaned up.
 
 use link_harness_conformance::{programs, reaper, run_scenario, ScenarioConfig};
-use link_plugin_measure::{CheckName, Report, Status};
 use link_protocol::plugin::{Mode, Profile};
+use link_report::{CheckName, Report, Status};
 use std::path::{Path, PathBuf};
 
 fn write_script(dir: &Path, name: &str, body: &str) {

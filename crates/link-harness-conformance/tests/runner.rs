@@ -20,9 +20,8 @@
 
 use link_harness_conformance::runtime_process::{test_programs, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::{programs, read_report, write_report};
-use link_plugin_measure::{CheckName, Mode, Phase, Report, Status};
 use link_protocol::plugin::Profile;
-use link_report::runner;
+use link_report::{runner, CheckName, Mode, Phase, Report, Status};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,6 +1,6 @@
 //! link-mini-connection: Mini's connection service.
 //!
-//! Serves the HTTP contract (see the `link_connection_api` library in this package) on
+//! Serves the HTTP contract (the `link-connection-api` library, `link_connection_api`) on
 //! `<state>/run/connection.sock`, checks bearer tokens against the stored sha256 hashes, and
 //! forwards agents and turns to the Mini harness over link-protocol. It holds no state.
 

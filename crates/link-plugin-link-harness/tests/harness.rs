@@ -22,8 +22,8 @@ mod runtime {
     use link_harness_conformance::{
         interrupt, reaper, run_scenario, runtime_process, ScenarioConfig,
     };
-    use link_plugin_measure::{CheckOutcome, Report, Status};
     use link_protocol::plugin::{Mode, Profile};
+    use link_report::{CheckOutcome, Report, Status};
     use std::path::PathBuf;
 
     fn source() -> String {

@@ -1,13 +1,14 @@
 //! link-plugin-measure: the monitor plugin. Every `LNK_MONITOR_INTERVAL` seconds it samples
-//! the runtime's processes (the descendants of the host that started it) from `/proc`, and
-//! counts completed passes so callers can wait for samples instead of sleeping. It stops
-//! sampling on `monitor.stop`, so later queries are not mistaken for sampled work.
+//! the runtime's processes (the descendants of the host that started it) from `/proc`
+//! (`link_os::sample`), and counts completed passes so callers can wait for samples instead
+//! of sleeping. It stops sampling on `monitor.stop`, so later queries are not mistaken for
+//! sampled work. Its records are `link-report`'s; it is a binary only, and no crate links it.
 
-use link_plugin_measure::sample::{descendants, sample_round};
-use link_plugin_measure::{MonitorStatus, SampleRound};
+use link_os::sample::{descendants, sample_round};
 use link_protocol::plugin::ENV_MONITOR_INTERVAL;
 use link_protocol::routes::host::{self, Samples};
 use link_protocol::server::{Peers, Service};
+use link_report::{MonitorStatus, SampleRound};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

@@ -167,7 +167,7 @@ pub fn assert_gone(started: &[(i32, u64)]) {
 /// The host and every descendant, with start times, read from /proc now.
 pub fn tree(host: i32) -> Vec<(i32, u64)> {
     let mut pids = vec![host];
-    pids.extend(link_plugin_measure::sample::descendants(host));
+    pids.extend(link_os::sample::descendants(host));
     pids.into_iter()
         .filter_map(|pid| Some((pid, start_time(pid)?)))
         .collect()
@@ -177,9 +177,9 @@ pub fn tree(host: i32) -> Vec<(i32, u64)> {
 pub fn wait_for_process(comm: &str, root: i32) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let found = link_plugin_measure::sample::descendants(root)
+        let found = link_os::sample::descendants(root)
             .into_iter()
-            .filter_map(link_plugin_measure::sample::sample_process)
+            .filter_map(link_os::sample::sample_process)
             .any(|p| p.name == comm);
         if found {
             return;

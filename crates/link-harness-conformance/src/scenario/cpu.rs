@@ -6,9 +6,9 @@
 /// full Link starts right after `ready` behind a kept answer (and whatever that probe runs):
 /// it is not start-up's work. `None` when the host's own cannot be read (then no figure
 /// stands, rather than a part taken for the whole).
-pub(super) fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
+pub(super) fn cpu_so_far(host: i32) -> Option<link_report::StartupCpu> {
     let each = runtime_cpu(host);
-    (each.first().map(|&(pid, _)| pid) == Some(host)).then(|| link_plugin_measure::StartupCpu {
+    (each.first().map(|&(pid, _)| pid) == Some(host)).then(|| link_report::StartupCpu {
         cpu_ns: each.iter().map(|&(_, ns)| ns).sum(),
         processes: each.len() as u32,
     })
@@ -17,7 +17,7 @@ pub(super) fn cpu_so_far(host: i32) -> Option<link_plugin_measure::StartupCpu> {
 /// The CPU time so far of the host `host` (first, when it can be read) and of each of its live
 /// descendants outside the sandbox probe, by pid.
 fn runtime_cpu(host: i32) -> Vec<(i32, u64)> {
-    let procs: Vec<_> = link_plugin_measure::sample::descendants(host)
+    let procs: Vec<_> = link_os::sample::descendants(host)
         .into_iter()
         .filter_map(crate::reaper::read_proc)
         .collect();
@@ -26,7 +26,7 @@ fn runtime_cpu(host: i32) -> Vec<(i32, u64)> {
 
 /// The CPU time so far of each of `pids` that can be read.
 pub(super) fn cpu_of(pids: &[i32]) -> Vec<(i32, u64)> {
-    use link_plugin_measure::sample::cpu_run_ns;
+    use link_os::sample::cpu_run_ns;
     pids.iter()
         .filter_map(|&pid| Some((pid, cpu_run_ns(pid)?)))
         .collect()

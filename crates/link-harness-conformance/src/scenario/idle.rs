@@ -7,9 +7,9 @@ use super::session::Session;
 use super::text::ms;
 use super::IDLE_SAMPLES;
 use crate::client::host_call;
-use link_plugin_measure::{CheckName, MonitorStatus, PhaseName, SampleRound};
 use link_protocol::routes;
 use link_protocol::routes::Route as _;
+use link_report::{CheckName, MonitorStatus, PhaseName, SampleRound};
 use std::time::{Duration, Instant};
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {

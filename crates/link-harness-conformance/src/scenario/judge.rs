@@ -5,8 +5,8 @@
 use super::text::{ms, short};
 use crate::client::{AgentView, ToolCall, TurnReply};
 use crate::reaper::ProcInfo;
-use link_plugin_measure::{Check, MonitorStatus, Outcome, Status, StatusPoint};
 use link_protocol::plugin::{Mode, Profile};
+use link_report::{Check, MonitorStatus, Outcome, Status, StatusPoint};
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
@@ -712,7 +712,7 @@ pub(super) fn status_series(
 /// run that stopped early proved nothing about them, unlike a planned skip); else a pass.
 pub(super) fn outcome(
     checks: &[Check],
-    not_reached: &[link_plugin_measure::CheckName],
+    not_reached: &[link_report::CheckName],
     first_failure: Option<&str>,
     diagnostic: bool,
 ) -> Outcome {

@@ -1,8 +1,8 @@
 //! Which phases a run has, which check a failing phase is reported under, and which checks
 //! its profile and mode skip before anything starts.
 
-use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::plugin::{Mode, Profile};
+use link_report::{CheckName, PhaseName};
 
 /// The timed phases, in run order (shutdown is not one: it runs whenever the host started).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

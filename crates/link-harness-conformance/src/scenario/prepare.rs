@@ -6,8 +6,8 @@ use crate::fixture::StateRoot;
 use crate::interrupt;
 use crate::probe::{self, Verdict};
 use crate::programs;
-use link_plugin_measure::CheckName;
 use link_protocol::plugin::Mode;
+use link_report::CheckName;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

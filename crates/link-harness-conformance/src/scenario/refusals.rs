@@ -6,7 +6,7 @@ use super::judge;
 use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::{CheckName, PhaseName};
+use link_report::{CheckName, PhaseName};
 use serde_json::Value;
 
 /// Five requests without a valid token, each its own round of the phase (the same requests on

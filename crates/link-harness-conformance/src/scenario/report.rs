@@ -9,12 +9,12 @@ use super::text::ms;
 use super::{ScenarioConfig, MONITOR_INTERVAL_SECS};
 use crate::fixture::StateRoot;
 use crate::{programs, reaper};
-use link_plugin_measure::sample::unix_ns;
-use link_plugin_measure::{
+use link_os::sample::unix_ns;
+use link_protocol::plugin::{Mode, Profile};
+use link_report::{
     Artifact, Check, CheckName, Coverage, Phase, PhaseName, Platform, ProcessIdentity, Report,
     SampleRound, Status, StatusPoint,
 };
-use link_protocol::plugin::{Mode, Profile};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
@@ -173,7 +173,7 @@ impl<'a> Recorder<'a> {
         for name in CheckName::ALL {
             self.skip(name, format!("skipped: {reason}"));
         }
-        self.report.outcome = link_plugin_measure::Outcome {
+        self.report.outcome = link_report::Outcome {
             status: Status::Skipped,
             reason: Some(reason),
         };
@@ -194,7 +194,7 @@ impl<'a> Recorder<'a> {
     /// The CPU time the processes of the last [`Recorder::timer`] used since; one that ended
     /// meanwhile counts for nothing it did after the start (its time went with it).
     fn cpu_since_timer(&self) -> u64 {
-        use link_plugin_measure::sample::cpu_run_ns;
+        use link_os::sample::cpu_run_ns;
         self.cpu_start
             .iter()
             .map(|&(pid, before)| cpu_run_ns(pid).map_or(0, |now| now.saturating_sub(before)))
@@ -292,7 +292,7 @@ impl<'a> Recorder<'a> {
     }
 
     /// Start-up's CPU time, also the `startup` phase's (nothing ran before it).
-    pub(super) fn startup_cpu(&mut self, cpu: Option<link_plugin_measure::StartupCpu>) {
+    pub(super) fn startup_cpu(&mut self, cpu: Option<link_report::StartupCpu>) {
         self.report.startup_cpu = cpu;
         let startup = PhaseName::Startup.as_str();
         if let Some(p) = self.report.phases.iter_mut().find(|p| p.name == startup) {

@@ -5,7 +5,7 @@ use super::report::Recorder;
 use super::session::Session;
 use super::text::{ms, short};
 use super::turns::Alpha;
-use link_plugin_measure::{CheckName, PhaseName};
+use link_report::{CheckName, PhaseName};
 use std::time::{Duration, Instant};
 
 pub(super) async fn run(

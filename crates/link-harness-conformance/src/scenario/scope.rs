@@ -7,7 +7,7 @@
 
 use crate::reaper::{self, ProcInfo, Reaped};
 use crate::runtime_process::{exclusive, Exclusive};
-use link_plugin_measure::sample::descendants;
+use link_os::sample::descendants;
 use std::collections::HashSet;
 
 /// One run's turn and the processes that are not its own.

@@ -5,8 +5,8 @@ use super::judge::{self, Workspaces};
 use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::plugin::{Mode, Profile};
+use link_report::{CheckName, PhaseName};
 use std::path::Path;
 
 pub(super) async fn run(

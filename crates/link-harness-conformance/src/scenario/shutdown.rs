@@ -10,7 +10,7 @@ use super::startup::log_tail;
 use super::text::{ms, one_line};
 use crate::reaper::{self, ProcInfo, Reaped};
 use crate::runtime_process::RuntimeProcess;
-use link_plugin_measure::{CheckName, PhaseName, ProcessIdentity};
+use link_report::{CheckName, PhaseName, ProcessIdentity};
 use std::time::{Duration, Instant};
 
 /// The `shutdown` phase (with `host_exit` within it) and the `processes_stopped` check.

@@ -11,8 +11,8 @@ use crate::client::{host_call, Connection};
 use crate::fixture::StateRoot;
 use crate::interrupt;
 use crate::runtime_process::{Exclusive, NotReady, RuntimeProcess, RuntimeSpec};
-use link_plugin_measure::{CheckName, PhaseName};
 use link_protocol::routes;
+use link_report::{CheckName, PhaseName};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 

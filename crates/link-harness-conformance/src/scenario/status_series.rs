@@ -3,9 +3,9 @@
 use super::judge;
 use super::report::Recorder;
 use super::session::Session;
-use link_plugin_measure::sample::unix_ns;
-use link_plugin_measure::{CheckName, PhaseName, StatusPoint};
+use link_os::sample::unix_ns;
 use link_protocol::routes;
+use link_report::{CheckName, PhaseName, StatusPoint};
 use std::time::Instant;
 
 pub(super) async fn run(rec: &mut Recorder<'_>, s: &Session<'_>) -> Result<(), String> {

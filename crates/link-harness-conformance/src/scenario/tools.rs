@@ -7,7 +7,7 @@ use super::plan::DIAGNOSTIC_TOOLS;
 use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
-use link_plugin_measure::{CheckName, PhaseName};
+use link_report::{CheckName, PhaseName};
 use std::path::Path;
 
 pub(super) async fn run(

@@ -3,7 +3,7 @@
 use super::judge;
 use super::report::Recorder;
 use super::session::Session;
-use link_plugin_measure::{CheckName, PhaseName};
+use link_report::{CheckName, PhaseName};
 
 /// The agent the cold turn created, which every later phase uses.
 pub(super) struct Alpha(pub String);

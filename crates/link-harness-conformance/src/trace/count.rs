@@ -1,7 +1,7 @@
 //! Per-phase counts of a parsed trace.
 
 use super::{Exec, Trace, TraceError};
-use link_plugin_measure::{Phase, TracePhase};
+use link_report::{Phase, TracePhase};
 use std::collections::HashSet;
 
 impl Trace {

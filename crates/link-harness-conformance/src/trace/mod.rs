@@ -25,7 +25,7 @@ mod parse;
 mod track;
 
 use count::{count_phases, Counted};
-use link_plugin_measure::{Phase, Report, TraceSection};
+use link_report::{Phase, Report, TraceSection};
 use parse::parse_lines;
 use std::path::Path;
 use track::Tracker;

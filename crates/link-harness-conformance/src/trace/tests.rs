@@ -298,10 +298,7 @@ fn phases_outside_the_trace_are_refused() {
 fn apply_to_report_fills_the_section_and_serializes() {
     let mut report = Report {
         phases: pipeline_phases(),
-        ..Report::new(
-            link_plugin_measure::Profile::Mini,
-            link_plugin_measure::Mode::Confined,
-        )
+        ..Report::new(link_report::Profile::Mini, link_report::Mode::Confined)
     };
     apply_to_report(&mut report, &data("pipeline.trace"));
     let section = report.trace.clone().unwrap();
@@ -357,14 +354,14 @@ fn live_strace_recording_is_counted() {
     };
     let dir = live_dir();
     let out = dir.join("live.trace");
-    let start = link_plugin_measure::sample::unix_ns();
+    let start = link_os::sample::unix_ns();
     let status = std::process::Command::new(strace)
         .args(["-f", "-ttt", "-e", "trace=process", "-o"])
         .arg(&out)
         .args(["/bin/sh", "-c", "/bin/true & wait; /bin/true"])
         .status()
         .unwrap();
-    let end = link_plugin_measure::sample::unix_ns();
+    let end = link_os::sample::unix_ns();
     let text = std::fs::read_to_string(&out).unwrap_or_default();
     std::fs::remove_dir_all(&dir).ok();
     if !status.success() || text.is_empty() {
@@ -400,7 +397,7 @@ fn live_dir() -> PathBuf {
     let dir = PathBuf::from(home).join(format!(
         ".cache/lnk-t/trace-{}-{}",
         std::process::id(),
-        link_plugin_measure::sample::unix_ns()
+        link_os::sample::unix_ns()
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir

@@ -1,7 +1,7 @@
 //! Each judge on real-shaped inputs: one passing case and the failures it must name.
 
 use super::*;
-use link_plugin_measure::CheckName;
+use link_report::CheckName;
 use serde_json::json;
 
 fn reply(text: &str, calls: Value) -> TurnReply {

@@ -1,5 +1,6 @@
 //! The HTTP contract of the connection service (DESIGN.md §3), shared by Mini's connection
-//! service (this package's binary) and full Link's endpoint inside the host.
+//! service (`link-mini-connection`, a thin binary over this crate) and full Link's endpoint
+//! inside the host.
 //!
 //! It owns request parsing, bearer-token checking order, body limits, which connections are
 //! held ([`held`]) and the JSON error shape; a [`Backend`] owns what a request does. Every

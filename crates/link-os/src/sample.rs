@@ -1,6 +1,6 @@
 //! Reading a process tree from `/proc` through `procfs`.
 
-use crate::records::{ProcessSample, SampleRound};
+use link_report::records::{ProcessSample, SampleRound};
 use std::collections::HashMap;
 
 /// Nanoseconds since the Unix epoch.
