@@ -191,11 +191,13 @@ fn an_agent_is_deletable_whatever_its_commands_did_to_modes() {
             .is_some_and(|s| s.contains("closed")),
         "{reply}"
     );
-    let (workspace, home) = (layout.agent_dir("d"), layout.agent_home("d"));
-    assert!(workspace.join("workspace/locked").exists() && home.join("kept").exists());
+    let (workspace, home) = (layout.agent_workspace("d"), layout.agent_home("d"));
+    assert!(workspace.join("locked").exists() && home.join("kept").exists());
+    let conversation = layout.agent_dir("d");
     let (status, body) = rt.http("DELETE", "/v1/agents/d", None);
     assert_eq!(status, 200, "delete: {body}");
     assert!(!workspace.exists(), "{} is left", workspace.display());
+    assert!(!conversation.exists(), "{} is left", conversation.display());
     assert!(!home.exists(), "{} is left", home.display());
     rt.create_agent("d");
     let again = rt.turn("d", "run: ls -a");
@@ -257,7 +259,7 @@ fn an_agent_is_deletable_by_an_ordinary_user_after_chmod_000() {
     assert_eq!(status, 200, "{reply}");
     assert!(reply.to_string().contains("closed"), "{reply}");
     let layout = StateLayout::new(&state);
-    let (workspace, home) = (layout.agent_dir("d"), layout.agent_home("d"));
+    let (workspace, home) = (layout.agent_workspace("d"), layout.agent_home("d"));
     let (status, body) = call("DELETE", "/v1/agents/d", None);
     assert_eq!(status, 200, "delete: {body}");
     assert!(!workspace.exists(), "{} is left", workspace.display());

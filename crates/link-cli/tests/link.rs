@@ -209,7 +209,7 @@ fn agents_files_conversations_and_schedules_survive_down_and_up() {
         );
         assert_eq!(resp.status, 200, "{message}: {:?}", resp.json());
     }
-    let workspace = root.path().join("data/file-store/agents/keeper/workspace");
+    let workspace = link_protocol::layout::StateLayout::new(root.path()).agent_workspace("keeper");
     std::fs::write(workspace.join("notes.txt"), "kept").unwrap();
     let before = rt.get("/v1/agents/keeper", Some(&token)).json();
     assert_eq!(before["schedules"].as_array().unwrap().len(), 1, "{before}");

@@ -331,7 +331,7 @@ impl Impostor {
             "own_data_file",
             outcome(std::fs::write(self.env.data.join("twin.txt"), "twin")),
         );
-        let twin = layout.agents_dir().join(".impostor-twin");
+        let twin = layout.workspaces_dir().join(".impostor-twin");
         let wrote = std::fs::write(&twin, "twin").and_then(|_| std::fs::remove_file(&twin));
         self.record("workspaces_file", outcome(wrote));
         self.record("own_socket_dir", own_socket_dir(&self.env.socket));

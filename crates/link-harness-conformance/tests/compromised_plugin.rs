@@ -341,12 +341,12 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
 /// maps no host root (`link_plugin_sandbox::plugin_ns`); as either, it sees of the state root
 /// only what it serves. A stand-in in its place, as root and as an ordinary user: writing
 /// `core_pattern` is refused (and the host's is unchanged), reading `/etc/shadow` (`EACCES`)
-/// and the tokens, a stored secret, the control key and another runtime's file beside the
+/// and the tokens, a stored secret, the control key, the conversation of an agent it serves
+/// (which lies apart from the workspaces it is given) and another runtime's file beside the
 /// state root (not in its view: `ENOENT`) too; the twins: reading
 /// `core_pattern` and `/etc/passwd`, writing its data area and the agents' workspaces, and the
 /// real plugin's confined command after. It is not in the host's user namespace, and its uid
-/// map maps no host uid 0. Not yet closed: an agent's conversation, which lies beside the
-/// workspace the plugin serves (recorded, not asserted).
+/// map maps no host uid 0.
 #[test]
 fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     let Some(built) = built() else { return };
@@ -387,6 +387,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         ("read_secret_store", "ENOENT"),
         ("read_control_key", "ENOENT"),
         ("read_other_runtime", "ENOENT"),
+        ("read_conversation", "ENOENT"),
         ("own_data_file", "ok"),
         ("workspaces_file", "ok"),
     ] {

@@ -52,6 +52,8 @@ async fn main() -> anyhow::Result<()> {
     let env = link_protocol::plugin::start()?;
     let store = Arc::new(Store::new(env.layout()));
     std::fs::create_dir_all(store.layout.agents_dir())?;
+    std::fs::create_dir_all(store.layout.workspaces_dir())?;
+    move_old_workspaces(&store.layout)?;
     let service = Service::new(store)
         .on::<AgentCreate, _, _>(|s, call: Call, _| async move { s.create(&call) })
         .on::<AgentDelete, _, _>(|s, call: Call, _| async move { s.delete(&call) })
@@ -78,6 +80,37 @@ async fn main() -> anyhow::Result<()> {
             Ok(Listing { entries, truncated })
         });
     link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
+    Ok(())
+}
+
+/// Moves each workspace an earlier version kept inside its agent's directory to where it
+/// lies now, apart from the conversation (`layout::StateLayout::agent_workspace`): a rename
+/// on one filesystem, so a workspace is in one place or the other, never half moved. One
+/// found in both places is left as it is and named.
+fn move_old_workspaces(layout: &StateLayout) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(layout.agents_dir())? {
+        let agent = entry?.file_name();
+        let Some(agent) = agent.to_str() else {
+            continue;
+        };
+        let (old, new) = (
+            layout.old_agent_workspace(agent),
+            layout.agent_workspace(agent),
+        );
+        if !old.is_dir() {
+            continue;
+        }
+        if new.exists() {
+            tracing::warn!(
+                "agent {agent} has a workspace in its directory and apart; the first is left"
+            );
+            continue;
+        }
+        std::fs::rename(&old, &new)?;
+        tracing::info!("moved the workspace of agent {agent} apart from its conversation");
+    }
+    sync_dir(&layout.workspaces_dir());
+    sync_dir(&layout.agents_dir());
     Ok(())
 }
 
@@ -111,10 +144,11 @@ impl Store {
         known.remove(agent.as_str());
         let workspace = self.layout.agent_workspace(agent);
         let dir = self.layout.agent_dir(agent);
-        let fresh = !dir.exists();
+        let fresh = !dir.exists() && !workspace.exists();
         // Idempotent on purpose: the agent plugin may retry after a crash between steps.
         let made = std::fs::create_dir_all(&workspace)
             .map_err(|e| self.io_error(&workspace, e))
+            .and_then(|()| std::fs::create_dir_all(&dir).map_err(|e| self.io_error(&dir, e)))
             .and_then(|()| {
                 let log = self.layout.agent_conversation(agent);
                 conversation::create_empty(&log).map_err(|e| self.io_error(&log, e))
@@ -123,9 +157,12 @@ impl Store {
             // A create that failed (a full disk, say) leaves nothing half made behind.
             if fresh {
                 let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(&workspace);
             }
             return Err(e);
         }
+        sync_dir(&dir);
+        sync_dir(&self.layout.workspaces_dir());
         sync_dir(&dir);
         tracing::info!("created files of agent {agent}");
         Ok(Workspace { workspace })
@@ -136,12 +173,17 @@ impl Store {
         let agent = call.agent()?;
         let mut known = self.known();
         known.remove(agent.as_str());
-        let dir = self.layout.agent_dir(agent);
-        // Whatever the agent's commands did to the modes of its files (issue 42).
-        match link_protocol::files::remove_tree(&dir) {
-            Ok(()) => tracing::info!("deleted files of agent {agent}"),
-            Err(e) => return Err(self.io_error(&dir, e)),
+        // The workspace first: while it is there, the agent's conversation is too. Whatever
+        // the agent's commands did to the modes of its files (issue 42).
+        for dir in [
+            self.layout.agent_workspace(agent),
+            self.layout.agent_dir(agent),
+        ] {
+            if let Err(e) = link_protocol::files::remove_tree(&dir) {
+                return Err(self.io_error(&dir, e));
+            }
         }
+        tracing::info!("deleted files of agent {agent}");
         Ok(Empty {})
     }
 

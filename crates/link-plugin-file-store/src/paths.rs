@@ -1,11 +1,12 @@
 //! Paths an agent names inside its workspace: the shared lexical rules of
 //! [`link_protocol::paths`], the store's wording of a refusal, and the store's own names.
 //! Symlinks are dealt with by the walker in `workspace.rs`, which feeds their targets back
-//! through [`normalize`] and [`classify_absolute`].
+//! through [`check`] and [`classify_absolute`] (whose tests, in `link_protocol::paths`,
+//! hold the cases).
 
 use link_protocol::{ErrorCode, RemoteError};
 
-pub use link_protocol::paths::{classify_absolute, normalize, refuse_absolute, Refusal};
+pub use link_protocol::paths::{check, classify_absolute, Refusal};
 
 /// The largest file the store reads or writes.
 pub const MAX_FILE: usize = 1024 * 1024;
@@ -37,97 +38,4 @@ impl RefusalError for Refusal {
 /// True for the names the store gives its own temporary files; lists hide them.
 pub fn is_temp_name(name: &str) -> bool {
     name.starts_with(".lnk-tmp-")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::Path;
-
-    #[test]
-    fn relative_paths_normalize() {
-        assert_eq!(normalize("a/b.txt").unwrap(), ["a", "b.txt"]);
-        assert_eq!(normalize("./a//b/../c").unwrap(), ["a", "c"]);
-        assert!(normalize("").unwrap().is_empty());
-        assert!(normalize(".").unwrap().is_empty());
-        assert!(normalize("a/..").unwrap().is_empty());
-    }
-
-    #[test]
-    fn escapes_and_protected() {
-        assert_eq!(normalize("../x"), Err(Refusal::Escapes));
-        assert_eq!(normalize("/etc/passwd"), Err(Refusal::Escapes));
-        assert_eq!(normalize("a/../../x"), Err(Refusal::Escapes));
-        assert_eq!(normalize("../../other/workspace/x"), Err(Refusal::Escapes));
-        assert_eq!(normalize("../workspace/x"), Err(Refusal::Escapes));
-        assert_eq!(normalize("../conversation.jsonl"), Err(Refusal::Protected));
-        assert_eq!(
-            normalize("a/../../conversation.jsonl"),
-            Err(Refusal::Protected)
-        );
-        assert_eq!(normalize(".."), Err(Refusal::Protected));
-        assert_eq!(normalize("../"), Err(Refusal::Protected));
-        assert_eq!(normalize("../.conversation.tmp"), Err(Refusal::Protected));
-        assert_eq!(
-            normalize("../conversation.jsonl.tmp"),
-            Err(Refusal::Protected)
-        );
-        assert_eq!(
-            normalize("../conversation.repairs.jsonl"),
-            Err(Refusal::Protected)
-        );
-        assert_eq!(normalize("../other"), Err(Refusal::Escapes));
-        assert_eq!(
-            normalize("../workspace/../conversation.jsonl"),
-            Err(Refusal::Protected)
-        );
-        assert!(matches!(normalize("a\0b"), Err(Refusal::Invalid(_))));
-    }
-
-    #[test]
-    fn absolute_targets() {
-        let agent = Path::new("/s/data/file-store/agents/a");
-        let ws = Path::new("/s/data/file-store/agents/a/workspace");
-        assert_eq!(
-            classify_absolute(
-                Path::new("/s/data/file-store/agents/a/workspace/x/y"),
-                agent,
-                ws
-            ),
-            Ok(vec!["x".to_owned(), "y".to_owned()])
-        );
-        assert_eq!(
-            classify_absolute(
-                Path::new("/s/data/file-store/agents/a/conversation.jsonl"),
-                agent,
-                ws
-            ),
-            Err(Refusal::Protected)
-        );
-        assert_eq!(
-            classify_absolute(
-                Path::new("/s/data/file-store/agents/a/workspace/../conversation.jsonl"),
-                agent,
-                ws
-            ),
-            Err(Refusal::Protected)
-        );
-        assert_eq!(
-            classify_absolute(Path::new("/etc/passwd"), agent, ws),
-            Err(Refusal::Escapes)
-        );
-        assert_eq!(classify_absolute(agent, agent, ws), Err(Refusal::Protected));
-        assert_eq!(
-            classify_absolute(Path::new("/s/data/file-store/agents/a/x"), agent, ws),
-            Err(Refusal::Escapes)
-        );
-        assert_eq!(
-            classify_absolute(
-                Path::new("/s/data/file-store/agents/b/workspace/x"),
-                agent,
-                ws
-            ),
-            Err(Refusal::Escapes)
-        );
-    }
 }

@@ -1,9 +1,9 @@
 //! Files inside one agent's workspace, reached only through directory file descriptors.
 //!
-//! Every path goes through [`crate::paths::normalize`] first. The walker then opens one
+//! Every path goes through [`crate::paths::check`] first. The walker then opens one
 //! component at a time with `O_NOFOLLOW`, so a directory swapped for a symlink mid-walk makes
 //! the open fail instead of being followed. A symlink met on the way is resolved by hand: its
-//! target is joined with the parts walked so far and normalized again, so a link that leads
+//! target is joined with the parts walked so far and checked again, so a link that leads
 //! out of the workspace (or onto the conversation log) is refused like the equivalent `..`
 //! path, while links that stay inside work. Writes are atomic: a temporary file in the same
 //! directory, fsync, rename over the target, fsync of the directory.
@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const MAX_LIST: usize = 10_000;
 const MAX_SYMLINK_HOPS: usize = 40;
 
-/// One agent's workspace, and the agent directory that holds it.
+/// One agent's workspace, and the agent directory that holds its conversation log (apart
+/// from the workspace: [`link_protocol::layout`]).
 pub struct Workspace {
     pub agent_dir: PathBuf,
     pub root: PathBuf,
@@ -187,14 +188,9 @@ impl Workspace {
         })
     }
 
-    /// Parts of a caller's path; absolute paths are refused, as `protected` when they name
-    /// the agent directory.
+    /// Parts of a caller's path ([`paths::check`]).
     fn parts(&self, path: &str) -> Result<Vec<String>, RemoteError> {
-        if path.starts_with('/') {
-            let why = paths::refuse_absolute(path.as_ref(), &self.agent_dir, &self.root);
-            return Err(why.error(path));
-        }
-        paths::normalize(path).map_err(|r| r.error(path))
+        paths::check(path, &self.agent_dir, &self.root).map_err(|r| r.error(path))
     }
 
     /// Walks `path` from the workspace root without following symlinks blindly.
@@ -273,7 +269,7 @@ impl Workspace {
             let mut joined = parts[..i].to_vec();
             joined.push(target.clone());
             joined.push(rest);
-            paths::normalize(&joined.join("/"))
+            paths::check(&joined.join("/"), &self.agent_dir, &self.root)
         };
         resolved.map_err(|r| {
             let mut e = r.error(path);

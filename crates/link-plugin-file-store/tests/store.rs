@@ -234,9 +234,11 @@ async fn path_tricks_are_refused_and_change_nothing() {
     .unwrap();
     let ws = s.layout().agent_workspace("a");
     std::os::unix::fs::symlink("/etc", ws.join("etc")).unwrap();
-    std::os::unix::fs::symlink("../../b/workspace", ws.join("other")).unwrap();
-    std::os::unix::fs::symlink("../conversation.jsonl", ws.join("conv")).unwrap();
-    std::os::unix::fs::symlink("..", ws.join("up")).unwrap();
+    std::os::unix::fs::symlink("../b", ws.join("other")).unwrap();
+    let up = s.layout().seen_from_workspace("a", &s.conversation("a"));
+    std::os::unix::fs::symlink(&up, ws.join("conv")).unwrap();
+    std::os::unix::fs::symlink("../../agents/a", ws.join("up")).unwrap();
+    let up_x = format!("x/../{up}");
     std::os::unix::fs::symlink(s.conversation("a"), ws.join("conv-abs")).unwrap();
     let root_before = snapshot(s.layout().root());
     let passwd = std::fs::read("/etc/passwd").unwrap();
@@ -245,11 +247,12 @@ async fn path_tricks_are_refused_and_change_nothing() {
         ("../x", ErrorCode::Forbidden),
         ("/etc/passwd", ErrorCode::Forbidden),
         ("a/../../x", ErrorCode::Forbidden),
-        ("../../b/workspace/x", ErrorCode::Forbidden),
+        ("../b/x", ErrorCode::Forbidden),
         ("etc/passwd", ErrorCode::Forbidden),
         ("other/x", ErrorCode::Forbidden),
-        ("../conversation.jsonl", ErrorCode::Protected),
-        ("x/../../conversation.jsonl", ErrorCode::Protected),
+        ("../conversation.jsonl", ErrorCode::Forbidden),
+        (up.as_str(), ErrorCode::Protected),
+        (up_x.as_str(), ErrorCode::Protected),
         ("conv", ErrorCode::Protected),
         ("conv-abs", ErrorCode::Protected),
         ("up/conversation.jsonl", ErrorCode::Protected),
@@ -270,7 +273,8 @@ async fn path_tricks_are_refused_and_change_nothing() {
         }
     }
     for (path, want) in [
-        ("..", ErrorCode::Protected),
+        ("..", ErrorCode::Forbidden),
+        ("../../agents/a", ErrorCode::Protected),
         ("../..", ErrorCode::Forbidden),
         ("up", ErrorCode::Protected),
         ("/", ErrorCode::Forbidden),
@@ -486,6 +490,7 @@ async fn agents_are_isolated_and_deleted() {
     .await
     .unwrap();
     assert!(!s.layout().agent_dir("a").exists());
+    assert!(!s.layout().agent_workspace("a").exists());
     assert_eq!(
         s.refused("store.file.read", "a", json!({"path": "notes.txt"}))
             .await,
@@ -497,4 +502,43 @@ async fn agents_are_isolated_and_deleted() {
         s.refused("store.agent.create", "Bad/Name", json!({})).await,
         ErrorCode::BadRequest
     );
+}
+
+/// A state root of an earlier version kept each workspace inside its agent's directory, beside
+/// the conversation; the store moves it apart when it starts (its files with it, the log left
+/// where it is), and one found in both places is left as it was.
+#[tokio::test]
+async fn a_workspace_kept_beside_its_conversation_is_moved_apart_at_start() {
+    let mut s = Store::start();
+    for agent in ["a", "b"] {
+        s.create(agent).await;
+        s.call(
+            "store.file.write",
+            agent,
+            json!({"path": "notes.txt", "content": agent}),
+        )
+        .await
+        .unwrap();
+    }
+    let layout = s.layout().clone();
+    s.0.kill();
+    // The earlier layout for both; b also has a workspace in the new place.
+    for agent in ["a", "b"] {
+        let (new, old) = (
+            layout.agent_workspace(agent),
+            layout.old_agent_workspace(agent),
+        );
+        std::fs::rename(&new, &old).unwrap();
+    }
+    std::fs::create_dir(layout.agent_workspace("b")).unwrap();
+    s.0.restart();
+    let got = s
+        .call("store.file.read", "a", json!({"path": "notes.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(got["content"], "a");
+    assert!(!layout.old_agent_workspace("a").exists());
+    assert!(layout.agent_conversation("a").exists());
+    assert!(layout.old_agent_workspace("b").join("notes.txt").exists());
+    assert!(!layout.agent_workspace("b").join("notes.txt").exists());
 }

@@ -81,7 +81,11 @@ impl FileTool {
         }
         let agent = call.agent()?;
         let path = path_of(&body)?;
-        paths::check(path, &self.layout.agent_dir(agent)).map_err(|why| {
+        let (dir, workspace) = (
+            self.layout.agent_dir(agent),
+            self.layout.agent_workspace(agent),
+        );
+        paths::check(path, &dir, &workspace).map_err(|why| {
             // Lengths and kinds only: the path and the content are the agent's, never logged.
             tracing::warn!("refused {} for agent {agent}: {why:?}", described(&body));
             why.error(path)

@@ -39,13 +39,14 @@ fn files_through_turns_stay_in_each_workspace() {
 
     // The conversation is out of the tool's reach, whatever the path says.
     let log = rt.layout().agent_conversation("a");
+    let up = rt.layout().seen_from_workspace("a", &log);
     for (message, code) in [
-        ("write ../conversation.jsonl: forged", "protected"),
-        ("read ../conversation.jsonl", "protected"),
-        ("write /etc/passwd: forged", "forbidden"),
-        ("write ../../b/workspace/x: forged", "forbidden"),
+        (format!("write {up}: forged"), "protected"),
+        (format!("read {up}"), "protected"),
+        ("write /etc/passwd: forged".into(), "forbidden"),
+        ("write ../b/x: forged".into(), "forbidden"),
     ] {
-        let c = rt.turn("a", message);
+        let c = rt.turn("a", &message);
         assert_eq!(call(&c)["ok"], false, "{message}: {c}");
         let out = call(&c)["output"].to_string();
         assert!(out.contains(code), "{message}: {out}");
@@ -53,7 +54,7 @@ fn files_through_turns_stay_in_each_workspace() {
     // Symlinks made by a command in the sandbox do not lead the tool out either.
     let c = rt.turn(
         "a",
-        "run: ln -s ../conversation.jsonl conv && ln -s /etc/passwd pw",
+        &format!("run: ln -s {up} conv && ln -s /etc/passwd pw"),
     );
     assert_eq!(call(&c)["ok"], true, "{c}");
     assert!(std::fs::symlink_metadata(rt.layout().agent_workspace("a").join("conv")).is_ok());

@@ -37,11 +37,16 @@ async fn diagnostic_mode_disables_the_tool() {
 #[tokio::test]
 async fn refuses_before_calling_the_store() {
     let p = start(Mode::Confined);
-    let conv = p.layout().agent_conversation("a").display().to_string();
+    let log = p.layout().agent_conversation("a");
+    let (conv, up) = (
+        log.display().to_string(),
+        p.layout().seen_from_workspace("a", &log),
+    );
     for (path, want) in [
-        ("../conversation.jsonl", ErrorCode::Protected),
+        (up.as_str(), ErrorCode::Protected),
         (conv.as_str(), ErrorCode::Protected),
-        ("..", ErrorCode::Protected),
+        ("../conversation.jsonl", ErrorCode::Forbidden),
+        ("..", ErrorCode::Forbidden),
         ("../x", ErrorCode::Forbidden),
         ("/etc/passwd", ErrorCode::Forbidden),
         ("a/../../x", ErrorCode::Forbidden),

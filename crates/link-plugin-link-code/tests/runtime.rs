@@ -82,7 +82,10 @@ fn search_and_patch(mode: Mode) {
         call(&c)["output"].to_string().contains("found 0 times"),
         "{c}"
     );
-    let c = rt.turn("a", "patch ../conversation.jsonl: user => admin");
+    let up = rt
+        .layout()
+        .seen_from_workspace("a", &rt.layout().agent_conversation("a"));
+    let c = rt.turn("a", &format!("patch {up}: user => admin"));
     assert_eq!(call(&c)["ok"], false, "{c}");
     assert!(call(&c)["output"].to_string().contains("protected"), "{c}");
     rt.down();

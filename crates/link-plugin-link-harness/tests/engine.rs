@@ -245,7 +245,8 @@ fn confined_file_and_run_tools() {
     assert_eq!(call["output"]["stdout"], "hi", "{ran}");
 
     // The conversation itself is out of the file tool's reach: refused, fed back, recorded.
-    let refused = link.turn(&a, "read ../conversation.jsonl");
+    let up = "../../agents/".to_owned() + a.as_str() + "/conversation.jsonl";
+    let refused = link.turn(&a, &format!("read {up}"));
     let call = &refused["tool_calls"][0];
     assert_eq!(call["ok"], false, "{refused}");
     let log = link.conversation(&a);

@@ -1,6 +1,6 @@
 //! The `sandbox.exec` route: one confined command for the agent a request acts for.
 //!
-//! The owner re-check: the workspace must be `<state>/data/file-store/agents/<agent>/workspace`
+//! The owner re-check: the workspace must be `<state>/data/file-store/workspaces/<agent>`
 //! and the home `<state>/data/agent/homes/<agent>`, for the agent named in `Request::agent`,
 //! after resolving symlinks and `..`. Anything else is `forbidden`. Not a directory *inside*
 //! them: the agent controls what is inside, and a path through it could be swapped for a

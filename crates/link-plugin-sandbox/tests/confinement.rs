@@ -87,7 +87,7 @@ fn other_agents_and_state_secrets_are_not_even_visible() {
         other,
         secrets.join("secrets.json"),
         root.path(),
-        root.layout.data("link-plugin-file-store").join("agents"),
+        root.layout.workspaces_dir(),
         root.layout.run_dir(),
     );
     let got = exec_py(&ws, None, &script);

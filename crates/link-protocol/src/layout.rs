@@ -10,8 +10,10 @@
 //! <root>/data/<p>/       the state area of a plugin that keeps one (`manifest::Plugin::data`)
 //! <root>/auth/tokens     bearer-token hashes shared by both connection services
 //! <root>/control/key     the running host's control key (no plugin's rules reach it)
-//! <root>/data/file-store/agents/<id>/{workspace/,conversation.jsonl}   full Link agents
-//! <root>/data/agent/homes/<id>/                                     their isolated homes
+//! <root>/data/file-store/agents/<id>/conversation.jsonl   full Link agents' conversations
+//! <root>/data/file-store/workspaces/<id>/                 their workspaces, apart, so the
+//!                                                         sandbox plugin is given them alone
+//! <root>/data/agent/homes/<id>/                           their isolated homes
 //! ```
 
 use crate::manifest::{self, Area};
@@ -113,16 +115,42 @@ impl StateLayout {
     pub fn schedule_ledger_file(&self) -> PathBuf {
         self.control_dir().join("schedules.json")
     }
-    /// Full Link: every agent's files, owned by the file store.
+    /// Full Link: every agent's conversation, owned by the file store.
     pub fn agents_dir(&self) -> PathBuf {
         self.data(programs::FILE_STORE).join("agents")
     }
-    /// Full Link: an agent's files, owned by the file store.
+    /// Full Link: an agent's conversation files, owned by the file store.
     pub fn agent_dir(&self, agent: &str) -> PathBuf {
         self.agents_dir().join(agent)
     }
+    /// Full Link: every agent's workspace, owned by the file store, apart from the
+    /// conversations: the root the sandbox plugin is given ([`Area::AgentWorkspaces`]).
+    pub fn workspaces_dir(&self) -> PathBuf {
+        self.data(programs::FILE_STORE).join("workspaces")
+    }
     /// The agent's workspace: the only place its tools may write.
     pub fn agent_workspace(&self, agent: &str) -> PathBuf {
+        self.workspaces_dir().join(agent)
+    }
+    /// `target` as a path relative to `agent`'s workspace: what a tool would be given to
+    /// reach it from there (`../../agents/<id>/conversation.jsonl` for the agent's own log).
+    pub fn seen_from_workspace(&self, agent: &str, target: &Path) -> String {
+        let from = self.agent_workspace(agent);
+        let common = from
+            .components()
+            .zip(target.components())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let up = from.components().count() - common;
+        let down = target.components().skip(common);
+        let parts: Vec<String> = std::iter::repeat_n("..".to_owned(), up)
+            .chain(down.map(|c| c.as_os_str().to_string_lossy().into_owned()))
+            .collect();
+        parts.join("/")
+    }
+    /// Where earlier versions kept the agent's workspace (inside its directory): the
+    /// file store moves it to [`StateLayout::agent_workspace`] when it starts.
+    pub fn old_agent_workspace(&self, agent: &str) -> PathBuf {
         self.agent_dir(agent).join("workspace")
     }
     /// The agent's conversation log (JSON lines); protected from every tool.
@@ -144,7 +172,7 @@ impl StateLayout {
         match area {
             Area::Auth => self.auth_dir(),
             Area::Run => self.run_dir(),
-            Area::AgentWorkspaces => self.agents_dir(),
+            Area::AgentWorkspaces => self.workspaces_dir(),
             Area::AgentHomes => self.agent_homes_dir(),
         }
     }
@@ -253,6 +281,19 @@ fn resolve_existing_prefix(path: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_agents_log_seen_from_its_workspace_lies_two_levels_up() {
+        let l = StateLayout::new("/s");
+        assert_eq!(
+            l.seen_from_workspace("a", &l.agent_conversation("a")),
+            "../../agents/a/conversation.jsonl"
+        );
+        let other = l.agent_workspace("b").join("f.txt");
+        assert_eq!(l.seen_from_workspace("a", &other), "../b/f.txt");
+        assert_eq!(l.seen_from_workspace("a", &l.agent_workspace("a")), "");
+    }
+
     use super::*;
 
     #[test]

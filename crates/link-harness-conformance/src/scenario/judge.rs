@@ -444,7 +444,7 @@ pub(super) fn holds_unauthenticated_turn(view: &AgentView) -> bool {
         .any(|e| e.text().contains("unauthenticated turn"))
 }
 
-/// `write ../conversation.jsonl: x` was refused as protected, and the log (`before`, then
+/// `write <the log, from the workspace>: x` was refused as protected, and the log (`before`, then
 /// `after` as read back) only grew by logged entries. Both reads must have worked and the log
 /// must have held alpha's turns before: against an unread or empty log any content passes.
 pub(super) fn conversation_write(
@@ -486,7 +486,7 @@ pub(super) fn conversation_write(
         }
     }
     Ok(format!(
-        "`write ../conversation.jsonl: x` refused as protected ({}); the log kept its {} earlier bytes and only gained the turn's own entries",
+        "a write to the conversation log refused as protected ({}); the log kept its {} earlier bytes and only gained the turn's own entries",
         short(&output),
         before.len()
     ))

@@ -38,7 +38,8 @@ pub(super) async fn write(
     };
     let before = read(&conversation);
     let t = rec.timer();
-    let write = s.turn(a, "write ../conversation.jsonl: x").await;
+    let up = s.layout.seen_from_workspace(a, &conversation);
+    let write = s.turn(a, &format!("write {up}: x")).await;
     rec.end_phase(PhaseName::RefusedWrite, 0, t);
     let result =
         write.and_then(|reply| judge::conversation_write(&reply, before, read(&conversation)));

@@ -5,6 +5,7 @@ use super::judge::{self, Workspaces};
 use super::report::Recorder;
 use super::session::Session;
 use super::turns::Alpha;
+use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
 use link_report::{CheckName, PhaseName};
 use std::path::Path;
@@ -82,7 +83,7 @@ async fn through_tools(s: &Session<'_>, a: &str, b: &str) -> Result<String, Stri
     judge::tool_ok(&rb?, "file")?;
     // From beta's workspace this path reaches alpha's file, were the file tool to let `..`
     // leave the workspace.
-    let cross = s.turn(b, &cross_read_message(a)).await?;
+    let cross = s.turn(b, &cross_read_message(&s.layout, a, b)).await?;
     judge::cross_read_refused(a, b, judge::tool_call(&cross, "file")?)?;
     let file = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
     let mut detail = judge::files_in_own_workspace(&Workspaces {
@@ -105,10 +106,10 @@ async fn through_tools(s: &Session<'_>, a: &str, b: &str) -> Result<String, Stri
     Ok(detail)
 }
 
-/// Beta's file-tool read of alpha's file: relative to beta's workspace
-/// (`<agents>/<b>/workspace`), `../../<a>/workspace/alpha-only.txt` is alpha's file.
-pub(super) fn cross_read_message(a: &str) -> String {
-    format!("read ../../{a}/workspace/alpha-only.txt")
+/// Beta's file-tool read of alpha's file by the path that reaches it from beta's workspace.
+pub(super) fn cross_read_message(layout: &StateLayout, a: &str, b: &str) -> String {
+    let alpha = layout.agent_workspace(a).join("alpha-only.txt");
+    format!("read {}", layout.seen_from_workspace(b, &alpha))
 }
 
 /// Beta's run-tool read of alpha's file by its absolute host path (`alpha_workspace`).

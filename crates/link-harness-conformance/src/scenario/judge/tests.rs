@@ -618,10 +618,11 @@ fn a_check_not_reached_fails_the_run_unlike_a_planned_skip() {
 fn cross_agent_reads_name_a_path_that_reaches_the_other_file() {
     use super::super::second_agent::{cross_cat_message, cross_read_message};
     // Resolved naively from beta's workspace, the file tool's path is alpha's file.
-    let agents = Path::new("/s/data/link-plugin-file-store/agents");
-    let msg = cross_read_message("a1");
+    let layout = link_protocol::layout::StateLayout::new("/s");
+    let agents = layout.workspaces_dir();
+    let msg = cross_read_message(&layout, "a1", "b1");
     let rel = msg.strip_prefix("read ").unwrap();
-    let resolved = agents.join("b1/workspace").join(rel);
+    let resolved = agents.join("b1").join(rel);
     let mut norm = std::path::PathBuf::new();
     for c in resolved.components() {
         match c {
@@ -631,10 +632,11 @@ fn cross_agent_reads_name_a_path_that_reaches_the_other_file() {
             other => norm.push(other),
         }
     }
-    assert_eq!(norm, agents.join("a1/workspace/alpha-only.txt"));
+    assert_eq!(norm, agents.join("a1/alpha-only.txt"));
+    assert_eq!(rel, "../a1/alpha-only.txt");
     assert_eq!(
-        cross_cat_message(&agents.join("a1/workspace")),
-        "run: cat '/s/data/link-plugin-file-store/agents/a1/workspace/alpha-only.txt'"
+        cross_cat_message(&agents.join("a1")),
+        format!("run: cat '{}'", agents.join("a1/alpha-only.txt").display())
     );
 }
 
