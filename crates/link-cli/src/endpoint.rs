@@ -128,8 +128,12 @@ impl Backend for Link {
     fn delete_agent<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
         Box::pin(self.json::<agent::Delete>(Some(id), &Empty {}))
     }
+    /// As `link status` answers it, and Mini's: after the health check ([`crate::health`]).
     fn status(&self) -> BackendFuture<'_> {
-        Box::pin(async move { Ok(self.shared.status_json()) })
+        Box::pin(async move {
+            crate::health::check(&self.shared).await;
+            Ok(self.shared.status_json())
+        })
     }
     /// The agent must exist: the scheduler alone would list nothing for a wrong name.
     fn list_schedules<'a>(&'a self, id: &'a str) -> BackendFuture<'a> {
