@@ -6,22 +6,17 @@
 //! router's grant checks.
 
 use link_protocol::layout::StateLayout;
+use link_protocol::manifest::{self, ModelAccess};
 use link_protocol::pids::PidsFile;
-use link_protocol::routes::programs;
 use std::collections::HashSet;
 use tokio::net::{UnixListener, UnixStream};
-
-/// The plugins granted the model.
-pub const GRANTED: &[&str] = &[programs::HARNESS, programs::MINI_HARNESS];
-/// The plugins granted the model list (`GET /v1/models[/{id}]`) only.
-pub const LIST_ONLY: &[&str] = &[programs::AGENT];
 
 /// What a connection's caller may ask, as the handlers read it (`ConnectInfo`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caller {
-    /// A turn engine, or the host: everything.
+    /// A turn engine, or the host: everything ([`ModelAccess::Full`]).
     Granted,
-    /// [`LIST_ONLY`]: the model list.
+    /// The model list ([`ModelAccess::ListOnly`]).
     ListOnly,
 }
 
@@ -31,7 +26,8 @@ impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Gran
     }
 }
 
-/// The model's listener: accepts only [`GRANTED`] callers and the parent.
+/// The model's listener: accepts only the callers the manifest grants the model
+/// (`manifest::Plugin::model`) and the parent.
 pub struct Granted {
     listener: UnixListener,
     layout: StateLayout,
@@ -63,18 +59,20 @@ impl Granted {
             return Ok(Caller::Granted);
         }
         let recorded = PidsFile::read(&self.layout).ok().flatten();
-        match recorded.as_ref().and_then(|f| f.plugin_of(pid)) {
-            Some(name) if GRANTED.contains(&name) => {
+        let Some(name) = recorded.as_ref().and_then(|f| f.plugin_of(pid)) else {
+            return Err(format!("pid {pid}, which the host did not start"));
+        };
+        match manifest::find(name).map_or(ModelAccess::None, |p| p.model) {
+            ModelAccess::Full => {
                 if let Some(t) = started {
                     self.known.insert((pid, t));
                 }
                 Ok(Caller::Granted)
             }
-            Some(name) if LIST_ONLY.contains(&name) => Ok(Caller::ListOnly),
-            Some(name) => Err(format!(
+            ModelAccess::ListOnly => Ok(Caller::ListOnly),
+            ModelAccess::None => Err(format!(
                 "{name} (pid {pid}), which holds no grant to the model"
             )),
-            None => Err(format!("pid {pid}, which the host did not start")),
         }
     }
 }

@@ -55,6 +55,20 @@ pub struct Plugin {
     pub confinement: Confinement,
     /// Whether it reaches the network.
     pub network: NetworkRule,
+    /// What it may ask the model service, whose socket is plain HTTP outside the router's
+    /// grants (the model's listener checks the caller's recorded program against this).
+    pub model: ModelAccess,
+}
+
+/// What a plugin may ask the model service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelAccess {
+    /// Nothing: its connection is answered `403` and closed.
+    None,
+    /// The model list (`GET /v1/models[/{id}]`) only.
+    ListOnly,
+    /// Everything: a turn engine.
+    Full,
 }
 
 /// What a plugin serves on its socket.
@@ -167,6 +181,7 @@ const PLAIN: Plugin = Plugin {
     capabilities: &[],
     confinement: Confinement::Landlock,
     network: NetworkRule::Off,
+    model: ModelAccess::None,
 };
 
 /// The workspace files of an agent, through the file store.
@@ -206,6 +221,7 @@ pub const MINI_HARNESS: Plugin = Plugin {
     profiles: MINI,
     env: &[ENV_TEST_DEADLINE_MS],
     data: true,
+    model: ModelAccess::Full,
     ..PLAIN
 };
 
@@ -254,8 +270,9 @@ pub const AGENT: Plugin = Plugin {
         RouteInfo::of::<r::store::AgentDelete>(),
         RouteInfo::of::<r::schedule::DeleteAgent>(),
     ],
-    // It asks the model which models it serves.
+    // It asks the model which models it serves (an agent's model is checked at its creation).
     env: &[ENV_TEST_DEADLINE_MS],
+    model: ModelAccess::ListOnly,
     data: true,
     // Homes the agents' uids own, removed on delete whatever modes their commands left
     // (issue 42); its Landlock rules keep both to its own data area.
@@ -332,6 +349,7 @@ pub const HARNESS: Plugin = Plugin {
     ],
     leased: true,
     env: &[ENV_TEST_DEADLINE_MS],
+    model: ModelAccess::Full,
     ..PLAIN
 };
 

@@ -230,3 +230,26 @@ fn every_plugin_crate_of_the_workspace_is_declared_and_every_entry_built() {
     let host = (HOST.package.to_owned(), HOST.program.to_owned());
     assert!(bins.contains(&host), "{bins:?}");
 }
+
+/// The model is each profile's turn engine's alone (full Link's: the owner of `turn.run`);
+/// the model list, besides, the agent registry's, which checks an agent's model when it is
+/// made.
+#[test]
+fn the_model_is_granted_to_the_turn_engine_of_each_profile() {
+    use crate::routes::Route;
+    for profile in [Profile::Mini, Profile::Link] {
+        let full: Vec<&str> = of(profile)
+            .filter(|p| p.model == ModelAccess::Full)
+            .map(|p| p.program)
+            .collect();
+        assert_eq!(full.len(), 1, "{profile:?}: {full:?}");
+    }
+    let link_engine = of(Profile::Link).find(|p| p.model == ModelAccess::Full);
+    assert_eq!(link_engine.map(|p| p.program), Some(r::agent::Turn::OWNER));
+    let list_only: Vec<&str> = ALL
+        .iter()
+        .filter(|p| p.model == ModelAccess::ListOnly)
+        .map(|p| p.program)
+        .collect();
+    assert_eq!(list_only, [programs::AGENT]);
+}
