@@ -37,7 +37,7 @@ fn cli(rt: &RuntimeProcess, args: &[&str], stdin: &str) -> (i32, String) {
 
 /// The refusals every runtime gives a turn on the stand-in's failing models, each naming the
 /// remote, its status and its message: its 429 as a 429 (`rate_limited`: the client may retry
-/// later), its 400 as a 502 (`upstream`: the request was Link's, not the client's), its 401
+/// later, after the remote's own `Retry-After`), its 400 as a 502 (`upstream`: the request was Link's, not the client's), its 401
 /// as a 502 about the stored key (not the client's token), and a remote past the deadline as
 /// a 504 (`timeout`).
 fn remote_failures_reach_the_client(rt: &RuntimeProcess, remote: &StandIn) {
@@ -79,6 +79,15 @@ fn remote_failures_reach_the_client(rt: &RuntimeProcess, remote: &StandIn) {
             assert!(message.contains(part), "{agent}: {part:?} not in {message}");
         }
     }
+    let message = json!({"message": "hello"});
+    let resp = rt.post("/v1/agents/broken/turns", rt.token(), message);
+    let wait = resp.headers.get("retry-after").map(|v| v.to_str().unwrap());
+    let want = stand_in::BROKEN_RETRY_AFTER_SECS.to_string();
+    assert_eq!(
+        (resp.status, wait),
+        (429, Some(want.as_str())),
+        "the remote's Retry-After"
+    );
     let (status, body, took) = turn(rt, "slow", "hello");
     assert_eq!(status, 504, "{body}");
     assert_eq!(body["error"]["code"], "timeout", "{body}");

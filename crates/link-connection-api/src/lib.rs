@@ -327,10 +327,18 @@ fn respond(ok: StatusCode, result: Result<Value, RemoteError>) -> Response {
 }
 
 /// The contract's `{"error": {"code", "message"}}` with the matching status.
+/// A `Retry-After` the error carries (a remote model's, passed on) is sent too.
 pub fn error_response(e: &RemoteError) -> Response {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.to_http_body())).into_response()
+    let mut response = (status, Json(e.to_http_body())).into_response();
+    if let Some(secs) = e.retry_after_secs {
+        let value = axum::http::HeaderValue::from(secs);
+        response
+            .headers_mut()
+            .insert(link_protocol::message::RETRY_AFTER, value);
+    }
+    response
 }
 
 /// How long a client may take to send a request's headers, counted from when the server

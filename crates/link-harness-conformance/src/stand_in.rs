@@ -6,7 +6,8 @@
 //! - [`MODEL`]: with tools offered and a user message last, one `file` tool call writing
 //!   [`WRITTEN_FILE`]; with a tool result last, a final reply quoting it; without tools (Mini
 //!   offers none), a plain reply quoting the user's message;
-//! - [`BROKEN`]: `429` with an OpenAI error body ([`BROKEN_MESSAGE`]) of no code of its own;
+//! - [`BROKEN`]: `429` with an OpenAI error body ([`BROKEN_MESSAGE`]) of no code of its own,
+//!   and `Retry-After` ([`BROKEN_RETRY_AFTER_SECS`]);
 //! - [`REFUSED`]: `400` with an OpenAI error body of its own type, param and code
 //!   ([`REFUSED_MESSAGE`], [`REFUSED_TYPE`], [`REFUSED_PARAM`], [`REFUSED_CODE`]);
 //! - [`UNKEYED`]: `401`, as a remote refuses a wrong key ([`UNKEYED_MESSAGE`]);
@@ -34,6 +35,8 @@ pub const BROKEN: &str = "gpt-stand-in-broken";
 pub const SLOW: &str = "gpt-stand-in-slow";
 /// What [`BROKEN`]'s refusal says.
 pub const BROKEN_MESSAGE: &str = "rate limited by the stand-in remote";
+/// The `Retry-After` (seconds) of [`BROKEN`]'s refusal.
+pub const BROKEN_RETRY_AFTER_SECS: u64 = 7;
 /// The model whose every completion is refused with `400` and an error of its own code.
 pub const REFUSED: &str = "gpt-stand-in-refused";
 /// What [`REFUSED`]'s refusal says, and its own `type`, `param` and `code`.
@@ -228,9 +231,13 @@ fn serve(stream: TcpStream, seen: &Mutex<Vec<Seen>>, gate: &Gate) -> std::io::Re
         429 => "Too Many Requests",
         _ => "Error",
     };
+    let retry = match status {
+        429 => format!("retry-after: {BROKEN_RETRY_AFTER_SECS}\r\n"),
+        _ => String::new(),
+    };
     write!(
         stream,
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n\
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: {content_type}\r\n{retry}\
          content-length: {}\r\nconnection: close\r\n\r\n{text}",
         text.len()
     )?;

@@ -228,7 +228,13 @@ impl Remote {
     /// message. The code Link's own callers read ([`Refusal::code`]) is `rate_limited` for
     /// a 429, `unavailable` and `timeout` for a 503 and 504, else `upstream`: a turn's
     /// request to the remote is Link's, so the remote's 400 is no fault of the turn's client.
-    pub fn refusal(&self, status: StatusCode, body: &[u8], key_sent: bool) -> Refusal {
+    pub fn refusal(
+        &self,
+        status: StatusCode,
+        body: &[u8],
+        key_sent: bool,
+        retry_after_secs: Option<u64>,
+    ) -> Refusal {
         let json: Value = serde_json::from_slice(body).unwrap_or_default();
         let theirs = &json["error"];
         let said = theirs["message"]
@@ -272,10 +278,13 @@ impl Remote {
         body["error"]["type"] = field("type").unwrap_or(json!(openai_error_type(code)));
         body["error"]["param"] = field("param").unwrap_or(Value::Null);
         body["error"]["code"] = field("code").unwrap_or(json!(code.as_str()));
+        // Only where the status passes through: a 502 asks nothing of the client's timing.
+        let passes = matches!(n, 429 | 503);
         Refusal {
             status: passed,
             code,
             body,
+            retry_after_secs: retry_after_secs.filter(|_| passes),
         }
     }
 
@@ -295,8 +304,13 @@ impl Remote {
             return Ok(resp);
         }
         tracing::info!("the remote answered HTTP {}", status.as_u16());
+        let wait = resp
+            .headers()
+            .get(link_protocol::message::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(link_protocol::message::retry_after_secs);
         let body = self.whole(resp.into_body(), MAX_REFUSAL).await?;
-        Err(self.refusal(status, &body, key.is_some()))
+        Err(self.refusal(status, &body, key.is_some(), wait))
     }
 
     /// The error of a remote that did not answer `within`.

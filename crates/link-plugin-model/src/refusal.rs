@@ -20,6 +20,8 @@ pub struct Refusal {
     pub code: ErrorCode,
     /// `{"error": {"message", "type", "param", "code"}}`.
     pub body: Value,
+    /// The `Retry-After` (seconds) to answer with: the remote's, passed on.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl Refusal {
@@ -29,6 +31,7 @@ impl Refusal {
             status: status_of(e.code),
             code: e.code,
             body: openai_error_body(e, Some(param)),
+            retry_after_secs: e.retry_after_secs,
         }
     }
 }
@@ -44,6 +47,7 @@ impl From<RemoteError> for Refusal {
             status: status_of(e.code),
             code: e.code,
             body: openai_error_body(&e, None),
+            retry_after_secs: e.retry_after_secs,
         }
     }
 }
@@ -51,6 +55,12 @@ impl From<RemoteError> for Refusal {
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let code = HeaderValue::from_static(self.code.as_str());
-        (self.status, [(ERROR_CODE_HEADER, code)], Json(self.body)).into_response()
+        let mut response =
+            (self.status, [(ERROR_CODE_HEADER, code)], Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            let headers = response.headers_mut();
+            headers.insert(link_protocol::message::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
     }
 }

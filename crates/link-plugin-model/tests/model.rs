@@ -591,14 +591,21 @@ async fn a_remotes_refusal_keeps_its_status_where_the_client_can_act_on_it() {
                 .await
                 .unwrap();
             let code = resp.headers[ERROR_CODE_HEADER].to_str().unwrap().to_owned();
-            (resp.status, code, resp.json())
+            let retry = resp
+                .headers
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (resp.status, (code, retry), resp.json())
         }
     };
     let models = ModelService::new(socket.clone());
 
-    // 429: passes through; the remote gave no code of its own, so the code is Link's.
-    let (status, code, body) = refused(stand_in::BROKEN).await;
+    // 429: passes through, with the remote's Retry-After; the remote gave no code of its
+    // own, so the code is Link's.
+    let (status, (code, retry), body) = refused(stand_in::BROKEN).await;
     assert_eq!((status, code.as_str()), (429, "rate_limited"), "{body}");
+    let wait = stand_in::BROKEN_RETRY_AFTER_SECS;
+    assert_eq!(retry, Some(wait.to_string()), "{body}");
     let error = &body["error"];
     assert_eq!(error["type"], "stand_in_error", "the remote's own: {body}");
     assert_eq!(error["code"], "rate_limited", "{body}");
@@ -608,12 +615,14 @@ async fn a_remotes_refusal_keeps_its_status_where_the_client_can_act_on_it() {
     }
     let e = models.complete(&ask(stand_in::BROKEN)).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::RateLimited, "{e}");
+    assert_eq!(e.retry_after_secs, Some(wait), "{e}");
     assert!(e.message.contains(stand_in::BROKEN_MESSAGE), "{e}");
 
     // 400: passes through with the remote's own type, param and code. To Link's own caller
     // it is the remote's refusal of Link's request: `upstream`.
-    let (status, code, body) = refused(stand_in::REFUSED).await;
+    let (status, (code, retry), body) = refused(stand_in::REFUSED).await;
     assert_eq!((status, code.as_str()), (400, "upstream"), "{body}");
+    assert_eq!(retry, None, "no Retry-After was given: {body}");
     let error = &body["error"];
     assert_eq!(
         (&error["type"], &error["param"], &error["code"]),
@@ -634,8 +643,9 @@ async fn a_remotes_refusal_keeps_its_status_where_the_client_can_act_on_it() {
 
     // 401: about Link's stored key, not the client's token: a 502 saying how to store it,
     // none of the remote's own fields.
-    let (status, code, body) = refused(stand_in::UNKEYED).await;
+    let (status, (code, retry), body) = refused(stand_in::UNKEYED).await;
     assert_eq!((status, code.as_str()), (502, "upstream"), "{body}");
+    assert_eq!(retry, None, "{body}");
     let error = &body["error"];
     assert_eq!(
         (&error["type"], &error["code"]),

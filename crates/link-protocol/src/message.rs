@@ -142,6 +142,20 @@ pub fn is_storage_full(e: &std::io::Error) -> bool {
 pub struct RemoteError {
     pub code: ErrorCode,
     pub message: String,
+    /// How many seconds whoever refused asked the client to wait before trying again (a
+    /// remote model's `Retry-After` on its 429 or 503), passed on as the client's own
+    /// `Retry-After`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_secs: Option<u64>,
+}
+
+/// HTTP's `Retry-After` header.
+pub const RETRY_AFTER: &str = "retry-after";
+
+/// A `Retry-After` value in seconds: its delta-seconds form. (Its HTTP-date form is not
+/// passed on: the clocks of a remote and a client need not agree.)
+pub fn retry_after_secs(value: &str) -> Option<u64> {
+    value.trim().parse().ok()
 }
 
 impl RemoteError {
@@ -149,7 +163,13 @@ impl RemoteError {
         RemoteError {
             code,
             message: message.into(),
+            retry_after_secs: None,
         }
+    }
+    /// This error, asking the client to wait `secs` before trying again (when given).
+    pub fn retry_after(mut self, secs: Option<u64>) -> Self {
+        self.retry_after_secs = secs;
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::BadRequest, message)
