@@ -198,10 +198,8 @@ async fn secret_call<R: Route>(
     let req = link_protocol::Request {
         id: 0,
         route: R::NAME.to_owned(),
-        agent: None,
-        caller: None,
-        not_after: None,
         body,
+        ..Default::default()
     };
     crate::routing::call(shared, crate::router::HOST, req).await
 }
@@ -270,10 +268,8 @@ mod tests {
         Request {
             id: 1,
             route: route.to_owned(),
-            agent: None,
-            caller: None,
-            not_after: None,
             body,
+            ..Default::default()
         }
     }
 

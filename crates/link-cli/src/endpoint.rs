@@ -31,9 +31,8 @@ impl Link {
             id: 0,
             route: route.into(),
             agent: agent.map(link_protocol::AgentId::parse).transpose()?,
-            caller: None,
-            not_after: None,
             body,
+            ..Default::default()
         };
         let mut stopping = self.shared.stopping.subscribe();
         tokio::select! {

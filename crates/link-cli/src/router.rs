@@ -166,10 +166,14 @@ const MAX_NESTING: usize = 8;
 /// A call the router forwards: who made it, to whom, since when.
 #[derive(Debug, Clone)]
 struct InFlight {
+    id: u64,
     caller: &'static str,
     owner: &'static str,
     route: String,
     since: Instant,
+    /// The call its caller was answering when it made this one (`Request::parent`), when
+    /// the caller named one it is indeed answering.
+    parent: Option<u64>,
 }
 
 #[derive(Default)]
@@ -305,17 +309,28 @@ impl Router {
         result
     }
 
-    /// Records a call being forwarded, until the returned guard drops.
-    fn track(&self, caller: &'static str, owner: &'static str, route: &str) -> Tracked<'_> {
+    /// Records a call being forwarded, until the returned guard drops. A `parent` is kept
+    /// only when it is a call in flight to `caller`: a plugin cannot shift blame onto a
+    /// request it is not answering.
+    fn track(
+        &self,
+        caller: &'static str,
+        owner: &'static str,
+        route: &str,
+        parent: Option<u64>,
+    ) -> Tracked<'_> {
+        let mut t = self.table.lock().expect("lock");
+        let id = t.next_call;
+        t.next_call += 1;
+        let parent = parent.filter(|p| t.in_flight.get(p).is_some_and(|c| c.owner == caller));
         let call = InFlight {
+            id,
             caller,
             owner,
             route: route.to_owned(),
             since: Instant::now(),
+            parent,
         };
-        let mut t = self.table.lock().expect("lock");
-        let id = t.next_call;
-        t.next_call += 1;
         t.in_flight.insert(id, call.clone());
         Tracked {
             router: self,
@@ -324,25 +339,31 @@ impl Router {
         }
     }
 
-    /// The innermost call that `owner`, silent on a call made at `since`, was waiting for:
-    /// the oldest call it made since then that is still unanswered (or that missed its own
-    /// deadline), then the one that call's owner made, and so on. `None` when `owner` was
-    /// waiting for nobody, so it is the silent one.
-    fn innermost_silent(&self, owner: &'static str, since: Instant) -> Option<InFlight> {
+    /// The innermost call that the owner of `call`, silent on it, was waiting for: the
+    /// oldest call it made for it that is still unanswered (or that missed its own deadline),
+    /// then the one that call's owner made, and so on. A call made for it is one naming it as
+    /// its parent; one naming no parent (made from a task of its own) counts when it was made
+    /// since. `None` when the owner was waiting for nobody, so it is the silent one.
+    fn innermost_silent(&self, call: &InFlight) -> Option<InFlight> {
         let t = self.table.lock().expect("lock");
         let mut found: Option<InFlight> = None;
-        let (mut who, mut from) = (owner, since);
+        let mut outer = call.clone();
         for _ in 0..MAX_NESTING {
+            let made_for = |c: &&InFlight| match c.parent {
+                Some(parent) => parent == outer.id,
+                None => c.since >= outer.since,
+            };
             let waited_for = t
                 .in_flight
                 .values()
-                .chain(t.silenced.get(who))
-                .filter(|c| c.caller == who && c.since >= from)
+                .chain(t.silenced.get(outer.owner))
+                .filter(|c| c.caller == outer.owner)
+                .filter(made_for)
                 .min_by_key(|c| c.since)
                 .cloned();
-            let Some(call) = waited_for else { break };
-            (who, from) = (call.owner, call.since);
-            found = Some(call);
+            let Some(inner) = waited_for else { break };
+            outer = inner.clone();
+            found = Some(inner);
         }
         found
     }
@@ -361,8 +382,9 @@ impl Router {
         let deadline = deadline(&req.route, &req.body);
         // The owner does not start what arrives after the router has given up on it.
         req.not_after = Some(NotAfter::within(deadline));
+        let tracked = self.track(caller, name, &req.route, req.parent);
+        req.call = Some(tracked.id);
         let req = &req;
-        let tracked = self.track(caller, name, &req.route);
         let resp = match tokio::time::timeout(deadline, self.pool.exchange(socket, req)).await {
             Ok(Ok(resp)) => resp,
             Ok(Err(e)) => {
@@ -400,7 +422,7 @@ impl Router {
         drop(tracked);
         let within = link_protocol::text::duration(deadline);
         let (name, route) = (call.owner, &call.route);
-        let blamed = self.innermost_silent(name, call.since);
+        let blamed = self.innermost_silent(&call);
         self.table
             .lock()
             .expect("lock")
@@ -623,18 +645,19 @@ mod tests {
     /// The host's call to the agent plugin times out while the agent plugin waits for the
     /// file store: the file store is blamed, whether its call is still unanswered or missed
     /// its own deadline a moment before; a call the agent made before is nobody's excuse.
+    /// (Calls naming no parent, as from a task of the agent's own: matched by time.)
     #[test]
     fn a_timeout_blames_the_innermost_silent_owner() {
         let (agent, store) = (programs::AGENT, programs::FILE_STORE);
         let router = Router::default();
-        let earlier = router.track(agent, store, r::store::FileRead::NAME);
+        let earlier = router.track(agent, store, r::store::FileRead::NAME, None);
         // Instants taken apart, whatever the clock's resolution.
         std::thread::sleep(Duration::from_millis(2));
-        let outer = router.track(HOST.name(), agent, r::agent::Create::NAME);
-        assert!(router.innermost_silent(agent, outer.call.since).is_none());
+        let outer = router.track(HOST.name(), agent, r::agent::Create::NAME, None);
+        assert!(router.innermost_silent(&outer.call).is_none());
         drop(earlier);
-        let inner = router.track(agent, store, r::store::AgentCreate::NAME);
-        let blamed = router.innermost_silent(agent, outer.call.since).unwrap();
+        let inner = router.track(agent, store, r::store::AgentCreate::NAME, None);
+        let blamed = router.innermost_silent(&outer.call).unwrap();
         assert_eq!(
             (blamed.owner, blamed.route.as_str()),
             (store, r::store::AgentCreate::NAME)
@@ -651,8 +674,32 @@ mod tests {
         );
         // A later call to the agent that times out, waiting for nobody: the agent.
         std::thread::sleep(Duration::from_millis(2));
-        let alone = router.track(HOST.name(), agent, r::agent::List::NAME);
+        let alone = router.track(HOST.name(), agent, r::agent::List::NAME, None);
         assert_eq!(router.silence(alone, DEFAULT_DEADLINE).1, agent);
+    }
+
+    /// The agent plugin answers two requests at once; the file store is silent on the call
+    /// it made for the second. When the first times out, the agent is blamed (it was waiting
+    /// for nobody on that request's behalf); when the second does, the store. A parent the
+    /// caller is not answering counts for nothing.
+    #[test]
+    fn blame_follows_the_request_not_whatever_else_its_owner_waits_for() {
+        let (agent, store) = (programs::AGENT, programs::FILE_STORE);
+        let router = Router::default();
+        let first = router.track(HOST.name(), agent, r::agent::List::NAME, None);
+        let second = router.track(HOST.name(), agent, r::agent::Create::NAME, None);
+        let for_second = Some(second.id);
+        let inner = router.track(agent, store, r::store::AgentCreate::NAME, for_second);
+        assert_eq!(inner.call.parent, for_second);
+        assert!(router.innermost_silent(&first.call).is_none());
+        let blamed = router.innermost_silent(&second.call).unwrap();
+        assert_eq!(blamed.owner, store);
+        assert_eq!(router.silence(first, DEFAULT_DEADLINE).1, agent);
+        // A plugin naming a call it is not answering: not kept.
+        let forged = router.track(store, agent, r::agent::Get::NAME, for_second);
+        assert_eq!(forged.call.parent, None);
+        drop((inner, forged));
+        assert_eq!(router.silence(second, DEFAULT_DEADLINE).1, agent);
     }
 
     #[test]

@@ -175,18 +175,19 @@ fn a_stopped_plugin_times_out_its_routes_is_marked_unresponsive_and_recovers() {
 }
 
 /// A token the auth plugin found valid is taken again without asking it (so a stopped auth
-/// plugin does not stall it) until the token store changes; then it is asked again — here it
+/// plugin does not stall it) until the token store changes (asked of `GET /v1/agents`, which
+/// needs no auth call beyond the token's: `/v1/status` health-checks every plugin, auth too); then it is asked again — here it
 /// is stopped, so the request times out instead of being let in — and answers once continued.
 #[test]
 fn a_verified_token_needs_no_auth_call_until_the_token_store_changes() {
     let root = state_root();
     let mut rt = up(&root);
     let token = rt.create_token();
-    assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    assert_eq!(rt.get("/v1/agents", Some(&token)).status, 200);
     let stopped = Stopped::new(rt.plugin_pid("link-plugin-auth"));
     let started = Instant::now();
     for _ in 0..3 {
-        let resp = rt.get("/v1/status", Some(&token));
+        let resp = rt.get("/v1/agents", Some(&token));
         assert_eq!(resp.status, 200, "{:?}", resp.json());
     }
     assert!(
@@ -195,11 +196,11 @@ fn a_verified_token_needs_no_auth_call_until_the_token_store_changes() {
     );
     // Another token made by hand changes the store: nothing remembered stands.
     link_protocol::tokens::create(&rt.layout().tokens_file()).unwrap();
-    let resp = rt.get("/v1/status", Some(&token));
+    let resp = rt.get("/v1/agents", Some(&token));
     assert_eq!(resp.status, 504, "{:?}", resp.json());
     assert_eq!(resp.json()["error"]["code"], "timeout", "{:?}", resp.json());
     drop(stopped);
-    assert_eq!(rt.get("/v1/status", Some(&token)).status, 200);
+    assert_eq!(rt.get("/v1/agents", Some(&token)).status, 200);
     rt.down();
 }
 

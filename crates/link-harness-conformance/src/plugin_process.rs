@@ -267,7 +267,7 @@ impl PluginProcess {
                 agent: agent.map(link_protocol::AgentId::parse).transpose()?,
                 caller: caller.map(str::to_owned),
                 body,
-                not_after: None,
+                ..Default::default()
             })
             .await
     }

@@ -48,6 +48,8 @@ fn request_for<R: Route>(
         agent: agent.cloned(),
         caller: None,
         not_after: None,
+        call: None,
+        parent: crate::server::current_call(),
         body: serde_json::to_value(body)?,
     })
 }
@@ -150,6 +152,8 @@ impl Client {
             agent: agent.map(AgentId::parse).transpose()?,
             caller: None,
             not_after: None,
+            call: None,
+            parent: crate::server::current_call(),
             body,
         };
         self.send(&req).await

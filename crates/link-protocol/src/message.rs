@@ -7,7 +7,7 @@ use crate::agent::AgentId;
 
 /// One call of a route. `caller` is written by the host's router only; a value sent by a
 /// plugin is overwritten with the identity the router confirmed from the socket.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Request {
     pub id: u64,
     pub route: String,
@@ -25,6 +25,15 @@ pub struct Request {
     /// by an effect that comes later (a turn stored after its client got 504).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_after: Option<NotAfter>,
+    /// The router's number for this call, as forwarded to its owner: the calls the owner
+    /// makes while answering it carry it as their [`Request::parent`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<u64>,
+    /// The router's number of the call its sender was answering when it made this one
+    /// (`server::current_call`): so a timeout is blamed along the chain of one request, not
+    /// on whatever else the same plugin was waiting for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
 }
 
 /// A moment on [`crate::clock::monotonic_ms`], in milliseconds.

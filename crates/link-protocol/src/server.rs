@@ -93,7 +93,10 @@ where
             Ok(req) if req.not_after.is_some_and(NotAfter::passed) => {
                 (req.id, Outcome::Error(too_late(&req)))
             }
-            Ok(req) => (req.id, outcome_of(answer(req).await)),
+            Ok(req) => {
+                let (id, call) = (req.id, req.call);
+                (id, outcome_of(CURRENT_CALL.scope(call, answer(req)).await))
+            }
             Err(e) => match frame.get("id").and_then(Value::as_u64) {
                 Some(id) => (
                     id,
@@ -105,6 +108,18 @@ where
         write_message(&mut stream, &Response { id, outcome }).await?;
     }
     Ok(())
+}
+
+tokio::task_local! {
+    /// The router's number of the call being answered ([`Request::call`]).
+    static CURRENT_CALL: Option<u64>;
+}
+
+/// The router's number of the call this task is answering, if it answers one: what the
+/// client stamps on the calls it makes meanwhile ([`Request::parent`]). A task spawned by a
+/// handler does not inherit it (its calls carry none, and the router falls back to timing).
+pub fn current_call() -> Option<u64> {
+    CURRENT_CALL.try_with(|c| *c).ok().flatten()
 }
 
 /// The answer to a request read after its deadline.
@@ -361,6 +376,44 @@ mod tests {
         assert_eq!(got.unwrap()["id"], "a-1");
         assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         served.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A call made while answering one the router numbered carries that number as its
+    /// parent; the twin, a call made while answering an unnumbered one, carries none.
+    #[tokio::test]
+    async fn a_call_made_while_answering_names_the_call_it_answers() {
+        let dir = std::env::temp_dir().join(format!("lnk-parent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (outer, inner) = (dir.join("outer.sock"), dir.join("inner.sock"));
+        let bind = |p: &std::path::Path| {
+            let _ = std::fs::remove_file(p);
+            UnixListener::bind(p).unwrap()
+        };
+        let echo = handler(|req: Request| async move { Ok(json!({ "parent": req.parent })) });
+        let inner_served = tokio::spawn(serve(bind(&inner), Peers::SameUser, echo));
+        let to_inner = inner.clone();
+        let relay = handler(move |_req: Request| {
+            let to_inner = to_inner.clone();
+            async move {
+                let mut c = crate::client::Client::connect(&to_inner).await.unwrap();
+                Ok(c.call("echo", None, json!({})).await.unwrap())
+            }
+        });
+        let outer_served = tokio::spawn(serve(bind(&outer), Peers::SameUser, relay));
+        let mut client = crate::client::Client::connect(&outer).await.unwrap();
+        for (call, parent) in [(Some(42), json!(42)), (None, Value::Null)] {
+            let req = Request {
+                id: 1,
+                route: "relay".into(),
+                call,
+                ..Default::default()
+            };
+            assert_eq!(client.send(&req).await.unwrap()["parent"], parent);
+        }
+        assert_eq!(current_call(), None, "outside any answer");
+        inner_served.abort();
+        outer_served.abort();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
