@@ -88,6 +88,7 @@ async fn main() -> anyhow::Result<()> {
 /// on one filesystem, so a workspace is in one place or the other, never half moved. One
 /// found in both places is left as it is and named.
 fn move_old_workspaces(layout: &StateLayout) -> std::io::Result<()> {
+    let mut moved = false;
     for entry in std::fs::read_dir(layout.agents_dir())? {
         let agent = entry?.file_name();
         let Some(agent) = agent.to_str() else {
@@ -108,9 +109,13 @@ fn move_old_workspaces(layout: &StateLayout) -> std::io::Result<()> {
         }
         std::fs::rename(&old, &new)?;
         tracing::info!("moved the workspace of agent {agent} apart from its conversation");
+        moved = true;
     }
-    sync_dir(&layout.workspaces_dir());
-    sync_dir(&layout.agents_dir());
+    // Only after a move: a start with nothing to move pays no sync.
+    if moved {
+        sync_dir(&layout.workspaces_dir());
+        sync_dir(&layout.agents_dir());
+    }
     Ok(())
 }
 
