@@ -370,9 +370,14 @@ async fn the_quota_holds_for_workspace_and_home_while_a_command_runs() {
     // Bytes, while it runs: files of 1 MiB each, which the file size limit lets through, one
     // after another until stopped.
     // Bounded, so that without the check the command ends by itself (and the test fails).
-    let forever = |make: &str| format!("i=0; while [ $i -lt 2000 ]; do i=$((i+1)); {make}; done");
+    // Long enough (seconds) that no check can come only after it ends.
+    let forever =
+        |make: &str, n: u32| format!("i=0; while [ $i -lt {n} ]; do i=$((i+1)); {make}; done");
     let r = p
-        .exec("a1", exec(&forever("head -c 1048576 /dev/zero > f$i")))
+        .exec(
+            "a1",
+            exec(&forever("head -c 1048576 /dev/zero > f$i", 2000)),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -400,7 +405,10 @@ async fn the_quota_holds_for_workspace_and_home_while_a_command_runs() {
     assert!(ws.join("more").exists());
 
     // Entries, while it runs: empty files cost no block but are counted.
-    let r = p.exec("a1", exec(&forever(": > e$i"))).await.unwrap();
+    let r = p
+        .exec("a1", exec(&forever(": > e$i", 20000)))
+        .await
+        .unwrap();
     assert_eq!(
         r["limit_hit"],
         json!({"limit": "workspace_entries", "entries": 100}),
