@@ -36,7 +36,7 @@ pub const STRACE: Package = Package {
     name: "strace",
     elsewhere: &[],
 };
-/// `link-plugin-sandbox`'s build script compiles the seccomp filter with libseccomp.
+/// `link-confine`'s build script compiles the seccomp filter with libseccomp.
 pub const LIBSECCOMP: Package = Package {
     provides: Provides::Header("seccomp.h"),
     name: "libseccomp-dev",

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Refuses confined mode where the kernel cannot confine the plugins.
 pub fn check_confinement() -> Result<()> {
-    use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
+    use link_confine::host::{prepare_plugin_ruleset, Network};
     prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], Network::Off)
         .map(drop)
         .map_err(|e| {
@@ -25,7 +25,7 @@ pub fn check_confinement() -> Result<()> {
 pub fn die_with_host(cmd: &mut tokio::process::Command) {
     let host = rustix::process::getpid();
     // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
-    unsafe { cmd.pre_exec(move || link_plugin_sandbox::run::die_with_parent(host)) };
+    unsafe { cmd.pre_exec(move || link_confine::run::die_with_parent(host)) };
 }
 
 /// What a confined plugin may touch besides system paths.
@@ -35,14 +35,14 @@ pub struct Allowance<'a> {
     pub writable: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
     /// Whether it reaches the network (`host::Network::of`, the one place that decides).
-    pub network: link_plugin_sandbox::host::Network,
+    pub network: link_confine::host::Network,
 }
 
 impl Allowance<'_> {
     /// The Landlock rules of a plugin other than the sandbox plugin: the one place they are
     /// made, for confining it and for checking what it could reach.
-    pub fn rules(&self) -> link_plugin_sandbox::Rules {
-        use link_plugin_sandbox::host;
+    pub fn rules(&self) -> link_confine::Rules {
+        use link_confine::host;
         let mut rules = host::plugin_rules(
             self.programs.to_owned(),
             &self.writable,
@@ -62,13 +62,13 @@ impl Allowance<'_> {
 /// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
 /// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
 /// and a mount namespace of its own in which only `allow.writable` and its socket directory
-/// can be written, with a network namespace without interfaces (`link_plugin_sandbox::view`).
+/// can be written, with a network namespace without interfaces (`link_confine::view`).
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     plugin: &link_protocol::manifest::Plugin,
     allow: Allowance<'_>,
 ) -> Result<crate::spawner::Forker> {
-    use link_plugin_sandbox::host;
+    use link_confine::host;
     let shedding = std::sync::Arc::new(host::Shedding::for_plugin(plugin, allow.network)?);
     let forker = match shedding.filter() {
         host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
@@ -80,7 +80,7 @@ pub fn confine_command(
         let mut dirs = allow.writable.clone();
         dirs.extend(allow.sockets.iter().cloned());
         let program = std::path::Path::new(cmd.as_std().get_program());
-        let view = link_plugin_sandbox::view::PluginView::prepare(&dirs, program)
+        let view = link_confine::view::PluginView::prepare(&dirs, program)
             .context("preparing the sandbox plugin's read-only view")?;
         // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
         // allocated.

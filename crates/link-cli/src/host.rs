@@ -234,7 +234,7 @@ async fn run(
     // only the host can now remove.
     reap_strays();
     if confined_link {
-        link_plugin_sandbox::probe::sweep_dead_probe_dirs();
+        link_confine::probe::sweep_dead_probe_dirs();
     }
     Ok(code)
 }

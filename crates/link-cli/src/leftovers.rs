@@ -23,7 +23,7 @@ pub fn clean_after_dead_host(layout: &StateLayout) -> Result<()> {
 
 /// Plugins a killed host left running, from its pids file: each whose start time still
 /// matches (a reused pid is never touched) is SIGKILLed, and so is every bwrap naming this
-/// state root (a sandbox the host's death left behind, `link_plugin_sandbox::leftovers`);
+/// state root (a sandbox the host's death left behind, `link_confine::leftovers`);
 /// `up` waits until all are gone. Called with the lock held, so the host that wrote the file
 /// is dead.
 fn kill_survivors(layout: &StateLayout) -> Result<()> {
@@ -49,7 +49,7 @@ fn kill_survivors(layout: &StateLayout) -> Result<()> {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
-    for (pid, start) in link_plugin_sandbox::leftovers::kill_bwraps_of(layout.root()) {
+    for (pid, start) in link_confine::leftovers::kill_bwraps_of(layout.root()) {
         link_protocol::errln!(
             "link: killing bwrap (pid {pid}), a sandbox of the previous `link up` (pid {}) on this state",
             recorded.host

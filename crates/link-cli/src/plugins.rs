@@ -198,7 +198,7 @@ impl Launch<'_> {
             readable: extra_readable(layout, plugin),
             writable,
             sockets: vec![layout.plugin_run_dir(plugin.program)],
-            network: link_plugin_sandbox::host::Network::of(plugin, plugin::model_forwards()),
+            network: link_confine::host::Network::of(plugin, plugin::model_forwards()),
         }
     }
 

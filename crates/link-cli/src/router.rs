@@ -137,7 +137,7 @@ pub fn deadline(route: &str, body: &Value) -> Duration {
     let field = |name: &str| body.get(name).and_then(Value::as_u64);
     match route {
         r::sandbox::Exec::NAME => {
-            use link_plugin_sandbox::service::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+            use r::sandbox::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
             let ms = field("timeout_ms").unwrap_or(DEFAULT_TIMEOUT_MS);
             Duration::from_millis(ms.min(MAX_TIMEOUT_MS)) + MARGIN
         }

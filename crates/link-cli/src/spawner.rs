@@ -1,6 +1,6 @@
 //! Which thread forks a plugin: the runtime's, or one of the host's spawner threads, which run
 //! under the commands' seccomp filter so that every plugin they fork inherits it
-//! (`link_plugin_sandbox::host::PluginFilter::Inherited`) instead of loading a copy of its
+//! (`link_confine::host::PluginFilter::Inherited`) instead of loading a copy of its
 //! own, which costs the kernel a check and a JIT of every program per plugin.
 //!
 //! There are two spawner threads: a fork waits for its child's exec (capabilities, Landlock,
@@ -85,7 +85,7 @@ fn start_filtered() -> Result<[mpsc::Sender<Job>; 2], String> {
     std::thread::Builder::new()
         .name("link-spawner".into())
         .spawn(move || {
-            if let Err(e) = link_plugin_sandbox::host::filter_this_thread() {
+            if let Err(e) = link_confine::host::filter_this_thread() {
                 let _ = ready.send(Err(format!(
                     "the host's spawner thread cannot take the plugins' seccomp filter: {e}"
                 )));

@@ -174,7 +174,7 @@ fn leftover_bwrap(dir: &std::path::Path, owner: &std::path::Path) -> Child {
         std::os::unix::fs::symlink("/bin/sh", &bwrap).unwrap();
     }
     Command::new(&bwrap)
-        .arg0(link_plugin_sandbox::leftovers::tag(owner))
+        .arg0(link_confine::leftovers::tag(owner))
         .args(["-c", "read x"])
         .stdin(std::process::Stdio::piped())
         .spawn()
@@ -249,7 +249,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
     assert!(names.iter().any(|n| n == "bwrap"), "{names:?}");
     // Each bwrap (and the namespace's init) runs under this state's tag: what the next `up`
     // looks for when one outlives the host.
-    let tag = link_plugin_sandbox::leftovers::tag(root.path());
+    let tag = link_confine::leftovers::tag(root.path());
     for (pid, _) in &started {
         let Some(p) = read_proc(*pid).filter(|p| p.comm == "bwrap") else {
             continue;
@@ -312,7 +312,7 @@ fn host_death_mid_probe_leaves_nothing() {
     let host = rt.host_pid();
     let (bwrap, sandbox) = probe_on_a_command(&mut rt);
     // What names the probe's directory (its bwrap and what that started) is checked after the
-    // next start instead: bubblewrap's own race (see `link_plugin_sandbox::leftovers`) can
+    // next start instead: bubblewrap's own race (see `link_confine::leftovers`) can
     // leave its sandbox init alive, even one already running at this snapshot, and the next
     // probe ends it.
     let started: Vec<_> = support::tree(host)

@@ -8,7 +8,7 @@
 //! tool.
 
 use crate::support::{self, state_root};
-use link_plugin_sandbox::host::{kept_capabilities, Shedding};
+use link_confine::host::{kept_capabilities, Shedding};
 use link_protocol::routes::programs;
 use serde_json::json;
 use std::os::unix::process::CommandExt;
@@ -24,7 +24,7 @@ fn mount_points(pid: &str) -> Vec<String> {
 
 /// At or below one of the mounts the sandbox plugin's view sheds.
 fn unused_by_the_sandbox(point: &str) -> bool {
-    link_plugin_sandbox::view::UNUSED
+    link_confine::view::UNUSED
         .iter()
         .any(|p| std::path::Path::new(point).starts_with(p))
 }
@@ -42,7 +42,7 @@ fn status_field(pid: i32, key: &str) -> String {
 /// Landlock domain: what a process of the plugin's uid and rights, but outside its domain, is.
 fn shed_like<'a>(plugin: &str, cmd: &'a mut Command) -> &'a mut Command {
     let plugin = link_protocol::manifest::find(plugin).expect("a declared plugin");
-    let network = link_plugin_sandbox::host::Network::of(plugin, false);
+    let network = link_confine::host::Network::of(plugin, false);
     let shedding = Shedding::for_plugin(plugin, network).unwrap();
     // SAFETY: drop_capabilities only makes system calls, with what was prepared before fork.
     unsafe { cmd.pre_exec(move || shedding.drop_capabilities()) }

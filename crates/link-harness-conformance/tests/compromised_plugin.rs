@@ -338,7 +338,7 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
 
 /// Issue 42: the sandbox plugin holds no privilege over the machine. As root it is root only
 /// in a user namespace of its own, whose root is an unprivileged uid on the host and which
-/// maps no host root (`link_plugin_sandbox::plugin_ns`); as either, it sees of the state root
+/// maps no host root (`link_confine::plugin_ns`); as either, it sees of the state root
 /// only what it serves. A stand-in in its place, as root and as an ordinary user: writing
 /// `core_pattern` is refused (and the host's is unchanged), reading `/etc/shadow` (`EACCES`)
 /// and the tokens, a stored secret, the control key, the conversation of an agent it serves

@@ -1,11 +1,17 @@
 //! `link-plugin-sandbox`: the sandbox plugin (no subcommand, started by the host), the
 //! capability probe and a one-off confined `exec` for people, and the probe's inside checks.
+//! A thin program: the confinement itself is the `link-confine` library's.
+
+mod service;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use link_plugin_sandbox::identity::{Identity, Slots};
-use link_plugin_sandbox::{helper, policy::Policy, run, service::Service};
+// The confinement library's modules, which `service.rs` also reaches as `crate::…`.
+use identity::{Identity, Slots};
+use link_confine::{helper, identity, limits, policy, probe, run, view};
 use link_protocol::routes::sandbox::ExecLimits;
+use policy::Policy;
+use service::Service;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -64,10 +70,8 @@ fn main() -> anyhow::Result<()> {
     }
     let cli = Cli::parse_from(args);
     match cli.cmd {
-        Some(Cmd::ProbeInside { port, name }) => {
-            link_plugin_sandbox::probe::inside::probe_inside(port, &name)
-        }
-        Some(Cmd::Probe) => probe(),
+        Some(Cmd::ProbeInside { port, name }) => probe::inside::probe_inside(port, &name),
+        Some(Cmd::Probe) => probe_and_exit(),
         Some(Cmd::Exec {
             workspace,
             home,
@@ -146,11 +150,11 @@ fn self_exe() -> anyhow::Result<PathBuf> {
     std::env::current_exe().context("cannot locate this program (the probe runs it inside)")
 }
 
-fn probe() -> anyhow::Result<()> {
+fn probe_and_exit() -> anyhow::Result<()> {
     // A panic is an answer too: `broken`, naming it, on stdout where the answer is read.
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        let report = link_plugin_sandbox::ProbeReport::panicked(info);
+        let report = probe::ProbeReport::panicked(info);
         if let Ok(json) = serde_json::to_string_pretty(&report) {
             link_protocol::outln!("{json}");
         }
@@ -160,7 +164,7 @@ fn probe() -> anyhow::Result<()> {
     run::set_single_threaded();
     let _ = run::become_subreaper();
     run::stop_all_on_signals().context("handling SIGTERM and SIGINT")?;
-    let report = link_plugin_sandbox::probe_blocking(&self_exe()?);
+    let report = probe::probe_blocking(&self_exe()?);
     run::reap_orphans();
     link_protocol::outln!("{}", serde_json::to_string_pretty(&report)?);
     std::process::exit(report.status.exit_code());
@@ -224,11 +228,11 @@ fn exec_status(a: ExecArgs) -> i32 {
             .chain(home.as_ref())
             .map(PathBuf::as_path)
             .collect();
-        if let Err(e) = link_plugin_sandbox::view::without_unused_mounts(&needed) {
+        if let Err(e) = view::without_unused_mounts(&needed) {
             return fail(anyhow::anyhow!("cannot shed unused mounts: {e}"));
         }
     }
-    let limits = match link_plugin_sandbox::limits::Limits::with(&a.limits) {
+    let limits = match limits::Limits::with(&a.limits) {
         Ok(l) => l,
         Err(e) => return fail(anyhow::anyhow!(e)),
     };
@@ -249,7 +253,7 @@ fn exec_status(a: ExecArgs) -> i32 {
         // Said by `exec`, with the signal: a bwrap that died of the same Ctrl-C is no fault.
         Err(_) if run::stopped_by().is_some() => return helper::EXIT_SETUP,
         Err(run::RunError::Bwrap { stderr, code }) => {
-            let reason = link_plugin_sandbox::probe::diagnose_bwrap(&stderr, code).1;
+            let reason = probe::diagnose_bwrap(&stderr, code).1;
             return fail(anyhow::anyhow!("{reason}"));
         }
         Err(e) => return fail(e.into()),

@@ -25,11 +25,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
-pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
-pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
-/// Per stream: two capped streams, JSON-escaped, must fit a 4 MiB frame.
-pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
+use link_protocol::routes::sandbox::{
+    DEFAULT_OUTPUT_CAP, DEFAULT_TIMEOUT_MS, MAX_OUTPUT_CAP, MAX_TIMEOUT_MS,
+};
 
 /// The plugin's state: where agents live, the mode, and the programs it runs.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! `pre_exec`. The child writes in its read-write directory and gets EACCES elsewhere.
 
 use crate::common::*;
-use link_plugin_sandbox::{host, SandboxError};
+use link_confine::{host, SandboxError};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -347,7 +347,7 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     let other = shedding.clone();
     let refused = std::thread::spawn(move || {
         rustix::thread::set_no_new_privs(true).unwrap();
-        let own = link_plugin_sandbox::seccomp::sandbox_plugin_filter();
+        let own = link_confine::seccomp::sandbox_plugin_filter();
         seccompiler::apply_filter(&own.bpf).unwrap();
         seccomp_child(other).expect_err("forked under another filter")
     })
@@ -374,7 +374,7 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
     // The sandbox plugin loads a filter of its own, so it is forked by the runtime's thread.
     let sandbox =
         host::Shedding::for_plugin(&link_protocol::manifest::SANDBOX, host::Network::Off).unwrap();
-    let own = &link_plugin_sandbox::seccomp::sandbox_plugin_filter().bpf;
+    let own = &link_confine::seccomp::sandbox_plugin_filter().bpf;
     assert!(matches!(sandbox.filter(), host::PluginFilter::Load(p) if p == own));
     // So is a plugin on the network, which loads the commands' filter (AF_INET allowed).
     let model = &link_protocol::manifest::MODEL;
@@ -385,6 +385,6 @@ fn a_plugin_inherits_its_filter_from_a_filtered_thread_and_is_refused_elsewhere(
         host::Network::Off
     );
     let online = host::Shedding::for_plugin(model, host::Network::On).unwrap();
-    let commands = &link_plugin_sandbox::seccomp::filter().bpf;
+    let commands = &link_confine::seccomp::filter().bpf;
     assert!(matches!(online.filter(), host::PluginFilter::Load(p) if p == commands));
 }

@@ -294,7 +294,7 @@ pub const SANDBOX: Plugin = Plugin {
     // the kernel asks of whoever maps root), the workspace handed to the agent's uid and its
     // setuid bits cleared (`CHOWN`, `FOWNER`, `DAC_OVERRIDE`). No `CAP_SYS_ADMIN`: it would
     // pass Landlock's ptrace bound. As root each is over its own user namespace only, whose
-    // root is an unprivileged uid on the host (`link-plugin-sandbox`'s `plugin_ns`).
+    // root is an unprivileged uid on the host (`link-confine`'s `plugin_ns`).
     capabilities: &[
         Capability::DacOverride,
         Capability::Fowner,

@@ -1,8 +1,8 @@
 //! The sandbox probe's answer (`link-plugin-sandbox probe`'s JSON, which a run report keeps
 //! verbatim in `platform.sandbox`) as every reader reads it: the kit, the xtask's `doctor`,
 //! `runtime` and `bench-sandbox`. The probe writes its full `ProbeReport`
-//! (`link-plugin-sandbox`); this is the part its readers decide on, typed, so none of them
-//! looks a field up by name. `link-plugin-sandbox`'s
+//! (`link-confine`); this is the part its readers decide on, typed, so none of them
+//! looks a field up by name. `link-confine`'s
 //! `probe::tests::every_reader_reads_the_report_the_probe_writes` pins the two together.
 
 use serde::{Deserialize, Serialize};

@@ -45,7 +45,7 @@ const NET_ALL: u64 = 0b11;
 const SCOPE_ALL: u64 = 0b11;
 
 /// The rights every inside ruleset handles, as the host's rulesets (the `landlock` crate at the
-/// same ABI) must handle them too: a test of `link-plugin-sandbox` (`rules.rs`) pins the two
+/// same ABI) must handle them too: a test of `link-confine` (`rules.rs`) pins the two
 /// sets together. Filesystem rights, TCP rights, scopes.
 pub const HANDLED: (u64, u64, u64) = (fs::ALL, NET_ALL, SCOPE_ALL);
 

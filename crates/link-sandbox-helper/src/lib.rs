@@ -5,7 +5,7 @@
 //! It runs before every confined command, so it is built to start fast: no C library, no
 //! allocator, no unwinding, raw system calls ([`sys`]), a static executable of a few pages
 //! (about 0.2 ms from `execve` to the command's, where the `link-plugin-sandbox` program it
-//! replaces took 1.2 ms). `link-plugin-sandbox`'s build script compiles `src/start.rs`
+//! replaces took 1.2 ms). `link-confine`'s build script compiles `src/start.rs`
 //! against this library and embeds the program; each sandbox gets it from a memory file.
 //!
 //! It reports on `--status-fd` one line per outcome, read by the parent after bwrap exits:

@@ -1,5 +1,5 @@
 //! The helper program's root: the process entry the kernel jumps to, with no C library to
-//! set anything up. Compiled by `link-plugin-sandbox`'s build script (see the library's
+//! set anything up. Compiled by `link-confine`'s build script (see the library's
 //! documentation), not by Cargo.
 #![no_std]
 #![no_main]

@@ -5,6 +5,15 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// `sandbox.exec`'s `timeout_ms` when the body gives none, and the largest it accepts (the
+/// sandbox plugin refuses more; the host's router waits that long, and a margin, for it).
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// `sandbox.exec`'s `output_cap` when the body gives none, and the largest it accepts.
+pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
+/// Per stream: two capped streams, JSON-escaped, must fit a 4 MiB frame.
+pub const MAX_OUTPUT_CAP: usize = 256 * 1024;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecBody {
     pub argv: Vec<String>,

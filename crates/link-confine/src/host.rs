@@ -178,7 +178,7 @@ impl PluginRuleset {
     /// ```no_run
     /// # use std::os::unix::process::CommandExt;
     /// # fn f(programs: std::path::PathBuf, data: std::path::PathBuf) -> anyhow::Result<()> {
-    /// use link_plugin_sandbox::host::{prepare_plugin_ruleset, Network};
+    /// use link_confine::host::{prepare_plugin_ruleset, Network};
     /// let mut ruleset = prepare_plugin_ruleset(programs, &[data], &[], Network::Off)?;
     /// let mut cmd = std::process::Command::new("/path/to/plugin");
     /// unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };

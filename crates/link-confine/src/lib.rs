@@ -1,4 +1,4 @@
-//! link-plugin-sandbox: confinement for Link.
+//! link-confine: confinement for Link, as a library.
 //!
 //! This crate owns, in one place each:
 //! - [`policy::Policy`]: the one description of a confined command, yielding both the
@@ -24,13 +24,14 @@
 //! - [`leftovers`]: the sandboxes a killed starter left (bubblewrap's `--die-with-parent` race),
 //!   found by their owner's tag (bwrap's `argv[0]`) and killed;
 //! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
-//! - [`service`]: the `sandbox.exec` route of the plugin;
 //! - [`view`]: the plugin's own mount namespace, read-only but what it must write;
 //! - [`plugin_ns`]: as root, the plugin's own user namespace (its root an unprivileged uid on
 //!   the host) and the tree it sees: only what it serves.
 //!
-//! The binary is the plugin, the `probe` and `exec` commands for people, and the probe's
-//! inside checks (`probe-inside`). There is never an unconfined fallback.
+//! The host (`link`) links this library to confine its plugins and clean up after them; the
+//! `link-plugin-sandbox` program is a thin binary over it: the plugin (its `sandbox.exec`
+//! route), the `probe` and `exec` commands for people, and the probe's inside checks
+//! (`probe-inside`, [`probe::inside`]). There is never an unconfined fallback.
 
 pub mod helper;
 pub mod host;
@@ -43,7 +44,6 @@ pub mod probe;
 pub mod rules;
 pub mod run;
 pub mod seccomp;
-pub mod service;
 #[cfg(test)]
 mod static_elf;
 pub mod view;

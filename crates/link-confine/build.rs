@@ -33,7 +33,7 @@ fn main() {
         target,
         std::env::consts::ARCH,
         "the seccomp filters are compiled with this build machine's system-call numbers; build \
-         link-plugin-sandbox on a {target} machine"
+         link-confine on a {target} machine"
     );
     assert_eq!(
         std::env::var("CARGO_CFG_TARGET_POINTER_WIDTH").as_deref(),
