@@ -184,6 +184,7 @@ fn commands(allowed: &[libc::c_int]) -> ScmpFilterContext {
         );
     }
     setid_files(&mut f);
+    deny(&mut f, libc::EOPNOTSUPP, PREALLOCATE, &[]);
     // Its flags sit in memory a filter cannot read: glibc then falls back to `clone`.
     deny(&mut f, libc::ENOSYS, libc::SYS_clone3, &[]);
     other_sockets(&mut f, allowed);

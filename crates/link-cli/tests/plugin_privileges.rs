@@ -159,7 +159,7 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
     let kind = if root_user { "dedicated" } else { "caller" };
     assert_eq!(sandbox["identity"]["kind"], kind, "{status:#}");
     assert_ne!(sandbox["identity"]["uid"], 0, "{status:#}");
-    assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v3", "{status:#}");
+    assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v4", "{status:#}");
     assert_eq!(sandbox["limits"]["processes"], 256, "{status:#}");
 
     let token = rt.create_token();

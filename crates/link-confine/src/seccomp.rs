@@ -12,6 +12,8 @@
 //!   one so with `open`, `openat`, `creat` or `mknod`;
 //! - `ENOSYS` for `clone3`, whose flags sit in memory a filter cannot read: glibc then falls
 //!   back to `clone`, which the `EPERM` rules check;
+//! - `EOPNOTSUPP` for `fallocate`, which allocates space the file size limit does not bound
+//!   (`seccomp_rules::PREALLOCATE`): glibc's `posix_fallocate` then writes instead;
 //! - `EAFNOSUPPORT` for sockets other than `AF_UNIX`, `AF_INET` and `AF_INET6`.
 //!
 //! The host applies the same filter, but with Unix sockets only ([`offline_filter`]: no
@@ -37,7 +39,7 @@ use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 
 /// The filter's name in reports; changed whenever the rules change.
-pub const NAME: &str = "link-seccomp-v3";
+pub const NAME: &str = "link-seccomp-v4";
 
 /// One compiled program.
 #[derive(Debug)]
@@ -201,6 +203,9 @@ mod tests {
         }
         if nr == libc::SYS_clone3 {
             return errno(libc::ENOSYS);
+        }
+        if nr == PREALLOCATE {
+            return errno(libc::EOPNOTSUPP);
         }
         // A domain with any of the upper 32 bits set is refused, whatever the lower ones say.
         let domain = i32::try_from(args[0]).ok();

@@ -56,6 +56,13 @@ pub const ALWAYS: &[libc::c_long] = &[
     libc::SYS_iopl,
 ];
 
+/// Refused to commands (and the plugins under their filter) with `EOPNOTSUPP`, as a
+/// filesystem that cannot do it answers, so glibc's `posix_fallocate` falls back to writing:
+/// `fallocate` allocates disk space that `RLIMIT_FSIZE` does not bound (past the end with
+/// `FALLOC_FL_KEEP_SIZE`, or inside a sparse file), so the workspace quota would not hold
+/// within one command. No plugin preallocates.
+pub const PREALLOCATE: libc::c_long = libc::SYS_fallocate;
+
 /// `clone` flags that create a namespace.
 pub const NAMESPACE_FLAGS: &[libc::c_int] = &[
     libc::CLONE_NEWUSER,

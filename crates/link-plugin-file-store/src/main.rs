@@ -91,25 +91,42 @@ fn move_old_workspaces(layout: &StateLayout) -> std::io::Result<()> {
     let mut moved = false;
     for entry in std::fs::read_dir(layout.agents_dir())? {
         let agent = entry?.file_name();
-        let Some(agent) = agent.to_str() else {
+        let Some(agent) = agent.to_str().filter(|a| AgentId::parse(*a).is_ok()) else {
             continue;
         };
         let (old, new) = (
             layout.old_agent_workspace(agent),
             layout.agent_workspace(agent),
         );
-        if !old.is_dir() {
+        // Not followed: only a real directory moves (a link there is no workspace of ours).
+        let is_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+        let exists = |p: &Path| std::fs::symlink_metadata(p).is_ok();
+        if !is_dir(&old) {
+            if exists(&old) {
+                tracing::warn!("agent {agent} has something not a directory where its workspace was; left as it is");
+            }
             continue;
         }
-        if new.exists() {
+        if exists(&new) {
             tracing::warn!(
                 "agent {agent} has a workspace in its directory and apart; the first is left"
             );
             continue;
         }
-        std::fs::rename(&old, &new)?;
-        tracing::info!("moved the workspace of agent {agent} apart from its conversation");
-        moved = true;
+        // A failed move (another filesystem mounted there, say) leaves that agent without a
+        // workspace, said, and the store serving every other.
+        match std::fs::rename(&old, &new) {
+            Ok(()) => {
+                tracing::info!("moved the workspace of agent {agent} apart from its conversation");
+                moved = true;
+            }
+            Err(e) => link_protocol::errln!(
+                "link-plugin-file-store: cannot move the workspace of agent {agent} from \
+                 data/file-store/agents/{agent}/workspace to data/file-store/workspaces/{agent} \
+                 under the state root: {e}; move it there by hand (on the same filesystem) and \
+                 restart"
+            ),
+        }
     }
     // Only after a move: a start with nothing to move pays no sync.
     if moved {
@@ -166,9 +183,10 @@ impl Store {
             }
             return Err(e);
         }
+        // The log's entry in the agent's directory, and each new directory's in its parent.
         sync_dir(&dir);
+        sync_dir(&self.layout.agents_dir());
         sync_dir(&self.layout.workspaces_dir());
-        sync_dir(&dir);
         tracing::info!("created files of agent {agent}");
         Ok(Workspace { workspace })
     }

@@ -531,6 +531,9 @@ async fn a_workspace_kept_beside_its_conversation_is_moved_apart_at_start() {
         std::fs::rename(&new, &old).unwrap();
     }
     std::fs::create_dir(layout.agent_workspace("b")).unwrap();
+    // A link where a workspace was is not followed: nothing moves for c.
+    std::fs::create_dir(layout.agent_dir("c")).unwrap();
+    std::os::unix::fs::symlink("/etc", layout.old_agent_workspace("c")).unwrap();
     s.0.restart();
     let got = s
         .call("store.file.read", "a", json!({"path": "notes.txt"}))
@@ -541,4 +544,6 @@ async fn a_workspace_kept_beside_its_conversation_is_moved_apart_at_start() {
     assert!(layout.agent_conversation("a").exists());
     assert!(layout.old_agent_workspace("b").join("notes.txt").exists());
     assert!(!layout.agent_workspace("b").join("notes.txt").exists());
+    assert!(std::fs::symlink_metadata(layout.agent_workspace("c")).is_err());
+    assert!(std::fs::symlink_metadata(layout.old_agent_workspace("c")).is_ok());
 }

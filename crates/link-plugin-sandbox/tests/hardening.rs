@@ -547,7 +547,7 @@ fn the_probe_names_identity_filter_and_limits() {
             }
             None => assert_eq!(identity["kind"], "caller"),
         }
-        assert_eq!(report["seccomp"]["name"], "link-seccomp-v3");
+        assert_eq!(report["seccomp"]["name"], "link-seccomp-v4");
         assert_eq!(report["seccomp"]["programs"], 1);
         assert_eq!(report["seccomp"]["sha256"].as_str().map(str::len), Some(64));
         assert_eq!(report["limits"]["processes"], 256);

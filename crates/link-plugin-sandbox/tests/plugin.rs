@@ -344,6 +344,15 @@ async fn the_quota_holds_for_workspace_and_home_while_a_command_runs() {
     let limits = json!({"workspace_bytes": 8u64 << 20, "workspace_entries": 100});
     let exec = |script: &str| json!({"argv": sh(script), "workspace": ws, "home": home, "limits": limits, "timeout_ms": 60_000});
 
+    // Preallocation, which the file size limit does not bound, is refused (`EOPNOTSUPP`) and
+    // takes no space; the twin, writing, is below.
+    let r = p
+        .exec("a1", exec(": > pre; fallocate -n -l 1G pre"))
+        .await
+        .unwrap();
+    assert_ne!(r["exit_code"], 0, "{r}");
+    assert!(r["stderr"].as_str().unwrap().contains("unsupported"), "{r}");
+    assert!(std::fs::metadata(ws.join("pre")).unwrap().blocks() < 2048);
     // The home counts: 6 MiB there leaves 2 MiB, so 3 MiB in the workspace is cut short.
     let r = p
         .exec("a1", exec("head -c 6291456 /dev/zero > ~/h"))

@@ -284,10 +284,13 @@ fn bwrap_version(bwrap: &Path) -> Option<String> {
     Some(out.trim().trim_start_matches("bubblewrap ").to_owned())
 }
 
-/// The probe's own scratch directory, removed on drop.
+/// The probe's own scratch directory, removed on drop. It holds an `flock` on the directory
+/// for its life, by which a sweep tells it is in use: not by its pid, which another pid
+/// namespace sharing the temporary directory would read as another process, or none.
 struct ProbeDir {
     root: PathBuf,
     name: String,
+    _lock: std::os::fd::OwnedFd,
 }
 
 impl ProbeDir {
@@ -296,13 +299,35 @@ impl ProbeDir {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let name = format!("{PROBE_DIR_PREFIX}{}-{nanos}", std::process::id());
-        sweep_probe_dirs(&std::env::temp_dir());
-        let root = std::env::temp_dir().join(&name);
-        std::fs::create_dir_all(root.join("workspace"))?;
-        Ok(ProbeDir { root, name })
+        let tmp = std::env::temp_dir();
+        sweep_probe_dirs(&tmp);
+        // Made and locked under a name no sweep reads, then renamed: a sweep never sees it
+        // unlocked.
+        let making = tmp.join(format!(".{name}"));
+        std::fs::create_dir_all(making.join("workspace"))?;
+        let lock = locked(&making)?.ok_or_else(|| std::io::Error::other("lock held"))?;
+        let root = tmp.join(&name);
+        std::fs::rename(&making, &root)?;
+        Ok(ProbeDir {
+            root,
+            name,
+            _lock: lock,
+        })
     }
     fn workspace(&self) -> PathBuf {
         self.root.join("workspace")
+    }
+}
+
+/// `dir` opened (not followed) and locked exclusively, or `None` when another holds it.
+fn locked(dir: &Path) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty())?;
+    match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(fd)),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -314,24 +339,24 @@ pub fn sweep_dead_probe_dirs() {
     sweep_probe_dirs(&std::env::temp_dir());
 }
 
-/// Ends what probes whose process is gone left: a probe killed mid-step (kill -9 of the host
-/// takes it down at once, a host stopping mid-probe kills it) cannot remove its scratch
-/// directory, and its bwrap may outlive it ([`crate::leftovers`]). A pid reused since keeps
-/// its directory until that process is gone.
+/// Ends what probes that are gone left: a probe killed mid-step (kill -9 of the host takes it
+/// down at once, a host stopping mid-probe kills it) cannot remove its scratch directory, and
+/// its bwrap may outlive it ([`crate::leftovers`]). A directory whose lock is held is a live
+/// probe's, whatever pid namespace it runs in; a link is not followed.
 fn sweep_probe_dirs(tmp: &Path) {
     let Ok(entries) = std::fs::read_dir(tmp) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let pid = name
+        let ours = entry
+            .file_name()
             .to_str()
-            .and_then(|n| n.strip_prefix(PROBE_DIR_PREFIX))
-            .and_then(|rest| rest.split_once('-'))
-            .and_then(|(pid, _)| pid.parse::<i32>().ok());
-        // A zombie is gone too: a killed probe may wait a while for its new parent to reap it.
-        let gone = pid.is_some_and(|pid| !link_protocol::exit::running(pid));
-        if gone && entry.file_type().is_ok_and(|t| t.is_dir()) {
+            .is_some_and(|n| n.starts_with(PROBE_DIR_PREFIX));
+        if !ours || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        // Held while it is swept, so no probe can take it meanwhile.
+        if let Ok(Some(_held)) = locked(&entry.path()) {
             crate::leftovers::kill_bwraps_of(&entry.path());
             let _ = std::fs::remove_dir_all(entry.path());
         }
@@ -650,6 +675,9 @@ mod tests {
         }
     }
 
+    /// A probe directory nobody holds is swept, with the sandbox left under it; one whose
+    /// lock is held is kept with its sandbox, whatever pid its name gives (a dead one here,
+    /// as a probe in another pid namespace would seem), and so is a link named like one.
     #[test]
     fn the_scratch_dirs_of_dead_probes_are_swept_and_only_those() {
         let tmp = std::env::temp_dir().join(format!("lnk-sweep-test-{}", std::process::id()));
@@ -658,12 +686,17 @@ mod tests {
         let dead = gone.id();
         gone.wait().unwrap();
         let dead_dir = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-1"));
-        let live_dir = tmp.join(format!("{PROBE_DIR_PREFIX}{}-1", std::process::id()));
+        let live_dir = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-3"));
         let other = tmp.join("lnk-probe-notapid-1");
         let target = tmp.join("kept");
         for d in [&dead_dir, &live_dir, &other, &target] {
             std::fs::create_dir_all(d.join("workspace")).unwrap();
         }
+        let held = locked(&live_dir).unwrap().expect("not yet held");
+        assert!(
+            locked(&live_dir).unwrap().is_none(),
+            "a second lock is refused"
+        );
         // A link named like a dead probe's directory is not followed.
         let link = tmp.join(format!("{PROBE_DIR_PREFIX}{dead}-2"));
         std::os::unix::fs::symlink(&target, &link).unwrap();
@@ -676,6 +709,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         sweep_probe_dirs(&tmp);
         assert!(!dead_dir.exists(), "a dead probe's directory is swept");
+        assert!(!other.exists(), "a probe directory nobody holds is swept");
         let status = left.wait().unwrap();
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&status),
@@ -688,10 +722,11 @@ mod tests {
         );
         running.kill().unwrap();
         running.wait().unwrap();
-        for kept in [&live_dir, &other, &target.join("workspace")] {
+        for kept in [&live_dir, &target.join("workspace")] {
             assert!(kept.exists(), "{} is kept", kept.display());
         }
         assert!(link.symlink_metadata().is_ok());
+        drop(held);
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

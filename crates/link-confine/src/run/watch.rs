@@ -60,7 +60,8 @@ impl Watch {
                 }
             }
             let mut now = Instant::now();
-            if let (Some(q), None) = (&mut self.quota, self.killed) {
+            // Not once both are gone: a command that ended by itself is not killed after.
+            if let (Some(q), None, false) = (&mut self.quota, self.killed, gone) {
                 if let Some(hit) = q.check(now) {
                     // Stopped as at its time limit, which waits for the init's pid too.
                     self.over_quota.get_or_insert(hit);
