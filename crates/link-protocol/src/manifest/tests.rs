@@ -162,20 +162,7 @@ fn only_the_sandbox_plugin_mounts_and_leads_a_session() {
 
 /// The workspace's binary targets, from `cargo metadata`: (package, binary).
 fn workspace_binaries() -> BTreeSet<(String, String)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args([
-            "metadata",
-            "--no-deps",
-            "--offline",
-            "--format-version",
-            "1",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("running cargo metadata");
-    assert!(out.status.success(), "cargo metadata: {out:?}");
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let meta = workspace_metadata();
     let mut bins = BTreeSet::new();
     for package in meta["packages"].as_array().unwrap() {
         for target in package["targets"].as_array().unwrap() {
@@ -191,6 +178,57 @@ fn workspace_binaries() -> BTreeSet<(String, String)> {
         }
     }
     bins
+}
+
+/// The plugin packages `package` (a `cargo metadata` package) depends on to build or run
+/// (not only in its tests).
+fn plugin_dependencies(package: &serde_json::Value) -> Vec<String> {
+    package["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["kind"].is_null() || d["kind"] == "build")
+        .filter_map(|d| d["name"].as_str())
+        .filter(|name| find(name).is_some())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// No crate links a plugin crate: a plugin is a program, and what others share with it lives
+/// in a library (the host's confinement in `link-confine`, the connection API in
+/// `link-connection-api`, `/proc` sampling in `link-os`). The twin: a package listing one is
+/// caught.
+#[test]
+fn no_crate_links_a_plugin_crate() {
+    let meta = workspace_metadata();
+    for package in meta["packages"].as_array().unwrap() {
+        let linked = plugin_dependencies(package);
+        assert!(linked.is_empty(), "{} links {linked:?}", package["name"]);
+    }
+    let twin = serde_json::json!({"dependencies": [
+        {"name": programs::SANDBOX, "kind": null},
+        {"name": "serde", "kind": null},
+        {"name": programs::MODEL, "kind": "dev"},
+    ]});
+    assert_eq!(plugin_dependencies(&twin), [programs::SANDBOX]);
+}
+
+/// `cargo metadata` of the workspace, its own packages only.
+fn workspace_metadata() -> serde_json::Value {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--offline",
+            "--format-version",
+            "1",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running cargo metadata");
+    assert!(out.status.success(), "cargo metadata: {out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Every `link-plugin-*` and `link-mini-*` binary of the workspace is a declared plugin,
