@@ -332,11 +332,7 @@ impl Router {
             parent,
         };
         t.in_flight.insert(id, call.clone());
-        Tracked {
-            router: self,
-            id,
-            call,
-        }
+        Tracked { router: self, call }
     }
 
     /// The innermost call that the owner of `call`, silent on it, was waiting for: the
@@ -383,7 +379,7 @@ impl Router {
         // The owner does not start what arrives after the router has given up on it.
         req.not_after = Some(NotAfter::within(deadline));
         let tracked = self.track(caller, name, &req.route, req.parent);
-        req.call = Some(tracked.id);
+        req.call = Some(tracked.call.id);
         let req = &req;
         let resp = match tokio::time::timeout(deadline, self.pool.exchange(socket, req)).await {
             Ok(Ok(resp)) => resp,
@@ -577,14 +573,13 @@ impl ScheduleChange {
 /// A call in flight ([`Router::track`]); dropping it ends the record.
 struct Tracked<'a> {
     router: &'a Router,
-    id: u64,
     call: InFlight,
 }
 
 impl Drop for Tracked<'_> {
     fn drop(&mut self) {
         let mut t = self.router.table.lock().expect("lock");
-        t.in_flight.remove(&self.id);
+        t.in_flight.remove(&self.call.id);
     }
 }
 
@@ -688,7 +683,7 @@ mod tests {
         let router = Router::default();
         let first = router.track(HOST.name(), agent, r::agent::List::NAME, None);
         let second = router.track(HOST.name(), agent, r::agent::Create::NAME, None);
-        let for_second = Some(second.id);
+        let for_second = Some(second.call.id);
         let inner = router.track(agent, store, r::store::AgentCreate::NAME, for_second);
         assert_eq!(inner.call.parent, for_second);
         assert!(router.innermost_silent(&first.call).is_none());

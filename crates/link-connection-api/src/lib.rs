@@ -332,12 +332,7 @@ pub fn error_response(e: &RemoteError) -> Response {
     let status =
         StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, Json(e.to_http_body())).into_response();
-    if let Some(secs) = e.retry_after_secs {
-        let value = axum::http::HeaderValue::from(secs);
-        response
-            .headers_mut()
-            .insert(link_protocol::message::RETRY_AFTER, value);
-    }
+    link_protocol::http::set_retry_after(response.headers_mut(), e.retry_after_secs);
     response
 }
 

@@ -304,11 +304,7 @@ impl Remote {
             return Ok(resp);
         }
         tracing::info!("the remote answered HTTP {}", status.as_u16());
-        let wait = resp
-            .headers()
-            .get(link_protocol::message::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(link_protocol::message::retry_after_secs);
+        let wait = link_protocol::http::retry_after(resp.headers());
         let body = self.whole(resp.into_body(), MAX_REFUSAL).await?;
         Err(self.refusal(status, &body, key.is_some(), wait))
     }

@@ -57,10 +57,7 @@ impl IntoResponse for Refusal {
         let code = HeaderValue::from_static(self.code.as_str());
         let mut response =
             (self.status, [(ERROR_CODE_HEADER, code)], Json(self.body)).into_response();
-        if let Some(secs) = self.retry_after_secs {
-            let headers = response.headers_mut();
-            headers.insert(link_protocol::message::RETRY_AFTER, HeaderValue::from(secs));
-        }
+        link_protocol::http::set_retry_after(response.headers_mut(), self.retry_after_secs);
         response
     }
 }

@@ -24,6 +24,20 @@ impl HttpResponse {
     }
 }
 
+/// The seconds a `Retry-After` header in `headers` asks for: its delta-seconds form. (Its
+/// HTTP-date form is not passed on: the clocks of a remote and a client need not agree.)
+pub fn retry_after(headers: &hyper::HeaderMap) -> Option<u64> {
+    let value = headers.get(hyper::header::RETRY_AFTER)?;
+    value.to_str().ok()?.trim().parse().ok()
+}
+
+/// Sets `Retry-After` to `secs`, when given.
+pub fn set_retry_after(headers: &mut hyper::HeaderMap, secs: Option<u64>) {
+    if let Some(secs) = secs {
+        headers.insert(hyper::header::RETRY_AFTER, secs.into());
+    }
+}
+
 /// Sends one request with an optional bearer token and raw body.
 pub async fn request(
     socket: &Path,

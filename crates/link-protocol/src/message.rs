@@ -153,18 +153,9 @@ pub struct RemoteError {
     pub message: String,
     /// How many seconds whoever refused asked the client to wait before trying again (a
     /// remote model's `Retry-After` on its 429 or 503), passed on as the client's own
-    /// `Retry-After`.
+    /// `Retry-After` ([`crate::http::retry_after`], [`crate::http::set_retry_after`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_secs: Option<u64>,
-}
-
-/// HTTP's `Retry-After` header.
-pub const RETRY_AFTER: &str = "retry-after";
-
-/// A `Retry-After` value in seconds: its delta-seconds form. (Its HTTP-date form is not
-/// passed on: the clocks of a remote and a client need not agree.)
-pub fn retry_after_secs(value: &str) -> Option<u64> {
-    value.trim().parse().ok()
 }
 
 impl RemoteError {

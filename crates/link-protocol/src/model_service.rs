@@ -232,16 +232,11 @@ fn refusal(resp: &crate::http::HttpResponse, json: &Value) -> RemoteError {
         _ if status >= 500 => ErrorCode::Unavailable,
         _ => ErrorCode::Internal,
     };
-    let wait = resp
-        .headers
-        .get(crate::message::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::message::retry_after_secs);
     RemoteError::new(
         code,
         format!("{} answered HTTP {status}: {detail}", programs::MODEL),
     )
-    .retry_after(wait)
+    .retry_after(crate::http::retry_after(&resp.headers))
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub(super) fn run_confined(spec: &Spec, quota: Option<Quota>) -> Result<Outcome, RunError> {
+pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunError> {
     let stop = &stop_pipe()?.0;
     if STOPPED.load(Ordering::SeqCst) {
         return Err(RunError::Stopped);

@@ -39,7 +39,7 @@ pub(super) struct Watch {
     /// When both processes were found gone (the pipes get [`GRACE`] from then).
     pub(super) quiet_since: Option<Instant>,
     /// The workspace quota, measured while the command runs.
-    pub(super) quota: Option<Quota>,
+    pub(super) quota: Quota,
     /// The quota limit the command's files passed: it was stopped for it.
     pub(super) over_quota: Option<link_protocol::routes::sandbox::LimitHit>,
 }
@@ -61,8 +61,8 @@ impl Watch {
             }
             let mut now = Instant::now();
             // Not once both are gone: a command that ended by itself is not killed after.
-            if let (Some(q), None, false) = (&mut self.quota, self.killed, gone) {
-                if let Some(hit) = q.check(now) {
+            if self.killed.is_none() && !gone {
+                if let Some(hit) = self.quota.check(now) {
                     // Stopped as at its time limit, which waits for the init's pid too.
                     self.over_quota.get_or_insert(hit);
                     self.deadline = self.deadline.min(now);
@@ -141,9 +141,9 @@ impl Watch {
         if let Some(since) = self.quiet_since {
             return GRACE.saturating_sub(since.elapsed());
         }
-        let quota = match (&self.quota, self.over_quota) {
-            (Some(q), None) => q.due_in(now),
-            _ => Duration::MAX,
+        let quota = match self.over_quota {
+            None => self.quota.due_in(now),
+            Some(_) => Duration::MAX,
         };
         match self.killed {
             None if now < self.deadline => (self.deadline - now).min(quota),
