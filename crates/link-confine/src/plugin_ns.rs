@@ -21,7 +21,10 @@
 //! namespace (files on disk of host root show as the plugin's own root, so it and its bwrap
 //! reach them by owner bits, and what they create is root's on disk as before) — and the
 //! programs directory if it lies beneath. The secret store, the tokens, the control key, the
-//! pids file and the other plugins' sockets are not even there.
+//! pids file and the other plugins' sockets are not even there. The directories where other
+//! programs keep files ([`SHARED`]: `/tmp`, `/var/tmp`, `/dev/shm`, and an ordinary user's
+//! `/run/user/<uid>` and home) are covered the same way ([`covers`]), so neither a file left
+//! world-readable there nor a user's agent socket is in its view.
 //!
 //! What still needs the initial namespace is done by the host before the plugin joins: the
 //! mount namespace and its read-only, device and shed mounts, the network namespace without
@@ -60,7 +63,21 @@ fn map(base: u32) -> String {
     format!("0 {plugin} 1\n{first} {first} {}\n", SLOTS - 2)
 }
 
-/// A directory attached again in the cover, at its own path.
+/// Where other programs of the machine (and an ordinary user's other programs) keep files the
+/// plugin serves nothing from: covered too ([`covers`]), so a file left readable there (a
+/// 0644 file in `/tmp`, another runtime's scratch, a user's agent socket in `/run/user`) is not
+/// in its view. An ordinary user's `/run/user/<uid>` and home are added to these.
+const SHARED: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
+
+/// A directory covered with an empty tmpfs, and the way down to each tree beneath it.
+#[derive(Debug)]
+struct Cover {
+    path: CString,
+    /// Made in the cover, parents first.
+    skeleton: Vec<CString>,
+}
+
+/// A directory attached again in a cover, at its own path.
 #[derive(Debug)]
 struct Tree {
     path: CString,
@@ -74,10 +91,8 @@ struct Tree {
 pub struct PluginNamespace {
     /// As root: the namespace to join. An ordinary user's view makes its own.
     ns: Option<OwnedFd>,
-    /// Covered with an empty tmpfs.
-    cover: CString,
-    /// Made in the cover, parents first.
-    skeleton: Vec<CString>,
+    /// The state root's cover first, then the [`SHARED`] directories outside it.
+    covers: Vec<Cover>,
     trees: Vec<Tree>,
     /// The process preparing it, the plugin's parent: a change of credentials disarms the
     /// parent-death signal, which [`PluginNamespace::join`] arms again.
@@ -132,17 +147,21 @@ impl PluginNamespace {
         // An ordinary user's plugin is that user: its first own directory on the way (its
         // home, say) is covered too, so no other file of that user there is in its view.
         let mine = (!root).then(|| rustix::process::geteuid().as_raw());
-        let cover = cover(served, mine)?;
+        let covers = covers(cover(served, mine)?, &shared_dirs(mine));
         let mut trees = Vec::new();
         for dir in served {
             let real = dir.canonicalize()?;
             if &real != dir {
-                return Err(PluginNamespaceError::NotReal(dir.clone(), real, cover));
+                return Err(PluginNamespaceError::NotReal(
+                    dir.clone(),
+                    real,
+                    covers[0].clone(),
+                ));
             }
             trees.push((real, root));
         }
         let programs = program.parent().unwrap_or(Path::new("/")).canonicalize()?;
-        if programs.starts_with(&cover) {
+        if covers.iter().any(|c| programs.starts_with(c)) {
             trees.push((programs, false));
         } else if let Some((dir, mode)) = unsearchable(&programs)?.filter(|_| root) {
             return Err(PluginNamespaceError::Unreachable(dir, mode));
@@ -165,24 +184,21 @@ impl PluginNamespace {
                 made.map_err(|e| PluginNamespaceError::NoIdmap(dir.clone(), e))?;
             }
         }
-        let mut skeleton: Vec<PathBuf> = Vec::new();
-        for (path, _) in &trees {
-            for dir in path
-                .ancestors()
-                .filter(|a| a.starts_with(&cover) && *a != cover)
-            {
-                skeleton.push(dir.to_path_buf());
-            }
-        }
-        skeleton.sort_by_key(|p| p.components().count());
-        skeleton.dedup();
+        let paths: Vec<&Path> = trees.iter().map(|(p, _)| p.as_path()).collect();
         Ok(PluginNamespace {
             parent: rustix::process::getpid(),
             ns,
-            cover: c_path(&cover)?,
-            skeleton: skeleton
+            covers: covers
                 .iter()
-                .map(|p| c_path(p))
+                .map(|c| {
+                    Ok(Cover {
+                        path: c_path(c)?,
+                        skeleton: skeleton(c, &paths)
+                            .iter()
+                            .map(|p| c_path(p))
+                            .collect::<io::Result<_>>()?,
+                    })
+                })
                 .collect::<io::Result<_>>()?,
             trees: trees
                 .iter()
@@ -197,7 +213,7 @@ impl PluginNamespace {
     }
 
     /// In the view's new mount namespace, still as the host's root: clones each tree (idmapped
-    /// through the plugin's namespace where it serves it), covers the cover with an empty
+    /// through the plugin's namespace where it serves it), covers each cover with an empty
     /// tmpfs, makes the way down to each tree and attaches it there. The view's read-only
     /// step, after, applies to all of it.
     pub fn build_tree(&self) -> io::Result<()> {
@@ -215,22 +231,8 @@ impl PluginNamespace {
             let idmap = self.ns.as_ref().filter(|_| tree.idmapped);
             clone_tree(&tree.path, idmap.map(|ns| ns.as_raw_fd()), fd)?;
         }
-        // SAFETY: NUL-terminated strings.
-        check(unsafe {
-            libc::mount(
-                c"tmpfs".as_ptr(),
-                self.cover.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                c"mode=0755,size=64k".as_ptr().cast(),
-            ) as libc::c_long
-        })?;
-        for dir in &self.skeleton {
-            // SAFETY: a NUL-terminated path. Searchable by the plugin's uid whatever the umask.
-            unsafe {
-                check(libc::mkdir(dir.as_ptr(), 0o755) as libc::c_long)?;
-                check(libc::chmod(dir.as_ptr(), 0o755) as libc::c_long)?;
-            }
+        for cover in &self.covers {
+            cover.mount()?;
         }
         for (tree, fd) in self.trees.iter().zip(fds.iter()) {
             // SAFETY: a descriptor, an empty path and a NUL-terminated target.
@@ -273,6 +275,30 @@ impl PluginNamespace {
         // The kernel clears the parent-death signal when the credentials change, and the host
         // armed it before (`plugin dies with its host`): armed again, the parent checked again.
         crate::run::die_with_parent(self.parent)
+    }
+}
+
+impl Cover {
+    /// An empty tmpfs over the cover, and the way down to its trees in it.
+    fn mount(&self) -> io::Result<()> {
+        // SAFETY: NUL-terminated strings.
+        check(unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                self.path.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                c"mode=0755,size=64k".as_ptr().cast(),
+            ) as libc::c_long
+        })?;
+        for dir in &self.skeleton {
+            // SAFETY: a NUL-terminated path. Searchable by the plugin's uid whatever the umask.
+            unsafe {
+                check(libc::mkdir(dir.as_ptr(), 0o755) as libc::c_long)?;
+                check(libc::chmod(dir.as_ptr(), 0o755) as libc::c_long)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -354,6 +380,82 @@ fn cover(served: &[PathBuf], mine: Option<u32>) -> io::Result<PathBuf> {
     Ok(unsearchable(&common)?.map_or(common, |(dir, _)| dir))
 }
 
+/// The state root's cover, or the [`SHARED`] directory holding it (whose tmpfs then hides the
+/// rest of it), then every other shared directory not already beneath a cover.
+fn covers(state: PathBuf, shared: &[PathBuf]) -> Vec<PathBuf> {
+    let mut shared = shared.to_vec();
+    shared.sort_by_key(|s| s.components().count());
+    let first = shared
+        .iter()
+        .find(|s| state.starts_with(s))
+        .cloned()
+        .unwrap_or(state);
+    let mut covers = vec![first];
+    for dir in shared {
+        if !covers.iter().any(|c| dir.starts_with(c)) {
+            covers.push(dir);
+        }
+    }
+    covers
+}
+
+/// The [`SHARED`] directories there are (by their real paths), and an ordinary user's
+/// runtime directory and home.
+fn shared_dirs(mine: Option<u32>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = SHARED.iter().map(PathBuf::from).collect();
+    if let Some(uid) = mine {
+        dirs.push(PathBuf::from(format!("/run/user/{uid}")));
+        dirs.extend(home_of(uid));
+    }
+    dirs.into_iter()
+        .filter_map(|d| d.canonicalize().ok())
+        .filter(|d| d.is_dir() && d != Path::new("/"))
+        .collect()
+}
+
+/// `uid`'s home as the user database gives it (not `HOME`, which the caller sets).
+fn home_of(uid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut buf = vec![0u8; 16 * 1024];
+    // SAFETY: an all-zero passwd is a valid out-parameter (null pointers).
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: the buffer and out-parameters live across the call; on success `pw_dir` points
+    // into `buf` as a NUL-terminated string.
+    let ret = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if ret != 0 || found.is_null() || pwd.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: see above.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
+    Some(PathBuf::from(std::ffi::OsString::from_vec(
+        dir.to_bytes().to_vec(),
+    )))
+}
+
+/// The directories to make in `cover`, parents first, so each of `trees` beneath it can be
+/// attached at its own path.
+fn skeleton(cover: &Path, trees: &[&Path]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = trees
+        .iter()
+        .flat_map(|t| t.ancestors())
+        .filter(|a| a.starts_with(cover) && *a != cover)
+        .map(Path::to_path_buf)
+        .collect();
+    // By depth, then by path, so that each appears once.
+    dirs.sort_by(|a, b| (a.components().count(), a).cmp(&(b.components().count(), b)));
+    dirs.dedup();
+    dirs
+}
+
 /// The first directory from `/` down to `dir` (included) that others may not search.
 fn unsearchable(dir: &Path) -> io::Result<Option<(PathBuf, u32)>> {
     use std::os::unix::fs::PermissionsExt;
@@ -393,6 +495,74 @@ mod tests {
         );
         // The two ranges do not meet on the host: the plugin's id lies just past the agents'.
         assert_eq!(base + 1 + (SLOTS - 2), base + PLUGIN_SLOT);
+    }
+
+    #[test]
+    fn the_shared_directories_are_covered_and_one_holding_the_state_root_is_its_cover() {
+        let p = PathBuf::from;
+        let shared = [p("/home/u"), p("/tmp"), p("/var/tmp"), p("/dev/shm")];
+        // The state root's cover elsewhere: every shared directory covered beside it.
+        assert_eq!(
+            covers(p("/root"), &shared),
+            [
+                p("/root"),
+                p("/tmp"),
+                p("/home/u"),
+                p("/var/tmp"),
+                p("/dev/shm")
+            ]
+        );
+        // A state root in `/tmp`: `/tmp` is its cover, hiding the rest of it.
+        assert_eq!(
+            covers(p("/tmp/lnk-x"), &shared),
+            [p("/tmp"), p("/home/u"), p("/var/tmp"), p("/dev/shm")]
+        );
+        // An ordinary user's home as the state root's cover is not covered twice.
+        assert_eq!(
+            covers(p("/home/u"), &shared),
+            [p("/home/u"), p("/tmp"), p("/var/tmp"), p("/dev/shm")]
+        );
+        // A shared directory beneath another is hidden with it.
+        assert_eq!(
+            covers(p("/srv/x"), &[p("/tmp/u"), p("/tmp")]),
+            [p("/srv/x"), p("/tmp")]
+        );
+    }
+
+    #[test]
+    fn the_way_down_to_each_tree_is_made_parents_first_once() {
+        let p = PathBuf::from;
+        let trees = [
+            p("/c/s/data/x"),
+            p("/c/s/run/y"),
+            p("/c/s/data/w"),
+            p("/elsewhere/z"),
+        ];
+        let trees: Vec<&Path> = trees.iter().map(PathBuf::as_path).collect();
+        // Each tree's own mount point too.
+        assert_eq!(
+            skeleton(Path::new("/c"), &trees),
+            [
+                p("/c/s"),
+                p("/c/s/data"),
+                p("/c/s/run"),
+                p("/c/s/data/w"),
+                p("/c/s/data/x"),
+                p("/c/s/run/y")
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ordinary_users_home_comes_from_the_user_database() {
+        let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+        let roots = passwd
+            .lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() > 5 && f[2] == "0")
+            .map(|f| PathBuf::from(f[5]));
+        assert_eq!(home_of(0), roots);
+        assert!(home_of(u32::MAX - 7).is_none(), "no such user");
     }
 
     #[test]

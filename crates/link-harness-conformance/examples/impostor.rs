@@ -34,6 +34,7 @@
 //! runs, writes what each attempt got to `<its home>/network.json`, and execs the real plugin
 //! (`<name>.real`): [`off_network`].
 
+use link_harness_conformance::fixture::planted_in_tmp;
 use link_harness_conformance::syscalls;
 use link_protocol::control_key::ControlKey;
 use link_protocol::plugin::{PluginEnv, ENV_PROGRAMS};
@@ -274,6 +275,12 @@ impl Impostor {
         let mut other = layout.root().as_os_str().to_owned();
         other.push(".other/secret");
         self.record("read_other_runtime", outcome(std::fs::read(other)));
+        // A world-readable file in `/tmp` (`link_confine::plugin_ns::SHARED`), planted by the
+        // test and named after the state root.
+        self.record(
+            "read_shared_tmp",
+            outcome(std::fs::read(planted_in_tmp(layout.root()))),
+        );
         let conversation = layout.agent_conversation(VICTIM);
         self.record("read_conversation", outcome(std::fs::read(conversation)));
         let link = std::fs::read_link("/proc/self/ns/user");

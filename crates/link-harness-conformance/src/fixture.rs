@@ -97,6 +97,14 @@ fn child_name(n: u32) -> String {
 }
 
 /// One run's state root; removed on drop.
+/// The world-readable file the compromised-plugin test plants in `/tmp` for the runtime at
+/// `root` (named after it and the user), which the sandbox plugin's view must not show.
+pub fn planted_in_tmp(root: &Path) -> PathBuf {
+    let name = root.file_name().unwrap_or_default().to_string_lossy();
+    let uid = rustix::process::getuid().as_raw();
+    PathBuf::from(format!("/tmp/lnk-planted-{uid}-{name}"))
+}
+
 #[derive(Debug)]
 pub struct StateRoot {
     layout: StateLayout,

@@ -343,7 +343,7 @@ fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
 /// `core_pattern` is refused (and the host's is unchanged), reading `/etc/shadow` (`EACCES`)
 /// and the tokens, a stored secret, the control key, the conversation of an agent it serves
 /// (which lies apart from the workspaces it is given) and another runtime's file beside the
-/// state root (not in its view: `ENOENT`) too; the twins: reading
+/// state root and a world-readable file in `/tmp` (not in its view: `ENOENT`) too; the twins: reading
 /// `core_pattern` and `/etc/passwd`, writing its data area and the agents' workspaces, and the
 /// real plugin's confined command after. It is not in the host's user namespace, and its uid
 /// map maps no host uid 0.
@@ -371,6 +371,12 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     other.push(".other");
     let other = PathBuf::from(other);
     planted(other.join("secret"));
+    let in_tmp = RemovedOnDrop(link_harness_conformance::fixture::planted_in_tmp(
+        root.path(),
+    ));
+    std::fs::write(&in_tmp.0, b"planted\n").unwrap();
+    let world_readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    std::fs::set_permissions(&in_tmp.0, world_readable).unwrap();
     let core = std::path::Path::new("/proc/sys/kernel/core_pattern");
     let core_before = std::fs::read(core).unwrap();
     let programs = Programs::new(&built, Role::Sandbox);
@@ -388,6 +394,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         ("read_control_key", "ENOENT"),
         ("read_other_runtime", "ENOENT"),
         ("read_conversation", "ENOENT"),
+        ("read_shared_tmp", "ENOENT"),
         ("own_data_file", "ok"),
         ("workspaces_file", "ok"),
     ] {
@@ -436,6 +443,19 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     assert!(reply.to_string().contains("confined-42"), "{reply}");
     rt.down();
     std::fs::remove_dir_all(&other).unwrap();
+    assert!(
+        std::fs::read(&in_tmp.0).is_ok(),
+        "the twin: the test reads the file in /tmp the plugin could not"
+    );
+}
+
+/// A file the test planted outside its state root, removed however the test ends.
+struct RemovedOnDrop(PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// The three tests above, run again as an ordinary user made for the test (as root; an
