@@ -180,7 +180,9 @@ fn the_quota_of_entries_holds_while_a_command_runs() {
         let (code, stderr) = run("echo x > more");
         assert_ne!(code, Some(0), "{stderr}");
         assert!(
-            stderr.contains("Permission denied") && stderr.contains("workspace full"),
+            stderr.contains("Permission denied")
+                && stderr.contains("workspace full: ")
+                && stderr.contains(" entries of its quota of 100 ("),
             "{stderr}"
         );
         assert!(!ws.join("more").exists());

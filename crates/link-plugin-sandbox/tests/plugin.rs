@@ -314,6 +314,11 @@ async fn limits_end_or_refuse_what_exceeds_them_and_say_which() {
     // Full: a new file is refused (the shell cannot create it) and the result says why.
     let r = p.exec("q1", in_q(write(1 << 10, "third"))).await.unwrap();
     assert_eq!(r["limit_hit"]["limit"], "workspace_full", "full: {r}");
+    // It says how much was used of which bound: the bytes, as counted by the walk.
+    let hit = &r["limit_hit"];
+    assert_eq!(hit["bytes"], 2u64 << 20, "{r}");
+    assert!(hit["used_bytes"].as_u64().unwrap() >= 2 << 20, "{r}");
+    assert_eq!(hit["used_entries"], 2, "{r}");
     assert!(
         r["stderr"].as_str().unwrap().contains("Permission denied"),
         "{r}"

@@ -169,7 +169,9 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
         }
         if full && o.limit_hit.is_none() {
             o.limit_hit = Some(LimitHit::WorkspaceFull {
+                used_bytes: used.bytes,
                 bytes: limits.workspace_bytes,
+                used_entries: used.entries,
                 entries: limits.workspace_entries,
             });
         }

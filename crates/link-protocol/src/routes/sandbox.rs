@@ -83,7 +83,13 @@ pub enum LimitHit {
     WorkspaceEntries { entries: u64 },
     /// The workspace and home were full when the command began (bytes or entries at their
     /// quota), so it could remove files and write within existing ones, but make nothing.
-    WorkspaceFull { bytes: u64, entries: u64 },
+    /// `used_*` is what they held then, `bytes` and `entries` the quota.
+    WorkspaceFull {
+        used_bytes: u64,
+        bytes: u64,
+        used_entries: u64,
+        entries: u64,
+    },
 }
 
 impl std::fmt::Display for LimitHit {
@@ -98,11 +104,27 @@ impl std::fmt::Display for LimitHit {
             LimitHit::WorkspaceEntries { entries } => {
                 write!(f, "killed: workspace quota {entries} entries")
             }
-            LimitHit::WorkspaceFull { bytes, entries } => write!(
-                f,
-                "workspace full (quota {} or {entries} entries): files could be removed, none made",
-                size(*bytes)
-            ),
+            LimitHit::WorkspaceFull {
+                used_bytes,
+                bytes,
+                used_entries,
+                entries,
+            } => {
+                let (bytes_used, quota) = (about(*used_bytes), size(*bytes));
+                match used_bytes >= bytes {
+                    true => write!(
+                        f,
+                        "workspace full: {bytes_used} used of its {quota} quota \
+                         ({used_entries} of {entries} entries)"
+                    )?,
+                    false => write!(
+                        f,
+                        "workspace full: {used_entries} entries of its quota of {entries} \
+                         ({bytes_used} of {quota})"
+                    )?,
+                }
+                write!(f, "; files could be removed, none made")
+            }
         }
     }
 }
@@ -120,6 +142,16 @@ pub fn size(bytes: u64) -> String {
     for (unit, name) in [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
         if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{} {name}", bytes / unit);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Bytes in the largest binary unit they reach, to one decimal (`3.2 GiB`, `512 B`).
+fn about(bytes: u64) -> String {
+    for (unit, name) in [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")] {
+        if bytes >= unit {
+            return format!("{:.1} {name}", bytes as f64 / unit as f64);
         }
     }
     format!("{bytes} B")
@@ -163,13 +195,28 @@ mod tests {
             "killed: CPU time limit 5 s"
         );
         assert_eq!(size(1000), "1000 B");
+        // Which bound is reached, and how much is used of each.
         assert_eq!(
             LimitHit::WorkspaceFull {
+                used_bytes: 4 << 30,
                 bytes: 4 << 30,
+                used_entries: 31,
                 entries: 250_000
             }
             .to_string(),
-            "workspace full (quota 4 GiB or 250000 entries): files could be removed, none made"
+            "workspace full: 4.0 GiB used of its 4 GiB quota (31 of 250000 entries); \
+             files could be removed, none made"
+        );
+        assert_eq!(
+            LimitHit::WorkspaceFull {
+                used_bytes: 1536,
+                bytes: 4 << 30,
+                used_entries: 250_000,
+                entries: 250_000
+            }
+            .to_string(),
+            "workspace full: 250000 entries of its quota of 250000 (1.5 KiB of 4 GiB); \
+             files could be removed, none made"
         );
         let unknown = serde_json::from_str::<ExecLimits>(r#"{"cpu": 1}"#);
         assert!(unknown.is_err(), "a misspelt limit is refused, not ignored");
