@@ -104,6 +104,7 @@ mod tests {
             identity: serde_json::json!({"kind": "dedicated"}),
             seccomp: serde_json::json!({"sha256": "ab"}),
             limits: serde_json::json!({}),
+            bounds: Vec::new(),
             probe: "ran".into(),
         }
     }

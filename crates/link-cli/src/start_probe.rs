@@ -192,6 +192,7 @@ async fn sandbox_probe(
             identity: report["identity"].clone(),
             seccomp: report["seccomp"].clone(),
             limits: report["limits"].clone(),
+            bounds: answer.map(|a| a.bounds).unwrap_or_default(),
             probe: "ran".into(),
         });
     }

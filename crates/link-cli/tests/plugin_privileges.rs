@@ -161,6 +161,34 @@ fn plugins_keep_only_what_they_need_and_the_tools_still_work() {
     assert_ne!(sandbox["identity"]["uid"], 0, "{status:#}");
     assert_eq!(sandbox["seccomp"]["name"], "link-seccomp-v4", "{status:#}");
     assert_eq!(sandbox["limits"]["processes"], 256, "{status:#}");
+    // And which bounds hold over what, as the probe found them (one of each kind here).
+    let bounds = sandbox["bounds"].as_array().cloned().unwrap_or_default();
+    let over = |what: &str, scope: &str| {
+        bounds
+            .iter()
+            .find(|b| b["what"] == what && b["over"] == scope)
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        over("cpu_seconds", "process")["checked"],
+        true,
+        "{status:#}"
+    );
+    assert_eq!(
+        over("workspace_bytes", "agent")["value"],
+        4u64 << 30,
+        "{status:#}"
+    );
+    assert_eq!(
+        over("processes", "agent")["value"],
+        serde_json::Value::Null,
+        "{status:#}"
+    );
+    assert!(
+        over("processes", "agent")["reason"].is_string(),
+        "{status:#}"
+    );
 
     let token = rt.create_token();
     assert_eq!(

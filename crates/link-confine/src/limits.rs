@@ -22,7 +22,8 @@
 //! open or made unnamed, a directory an ordinary user's command made unreadable) is bounded
 //! only by the time limit.
 
-use link_protocol::routes::sandbox::{ExecLimits, LimitHit};
+use link_protocol::routes::sandbox::{ExecLimits, LimitHit, DEFAULT_TIMEOUT_MS};
+use link_report::probe::{Bound, Bounded, Scope};
 use serde::{Deserialize, Serialize};
 
 /// The limits a command runs under.
@@ -36,6 +37,10 @@ pub struct Limits {
     pub workspace_bytes: u64,
     pub workspace_entries: u64,
 }
+
+/// Why memory, CPU and processes are not bounded per agent.
+const NOT_PER_AGENT: &str = "Link puts no command in a cgroup (yet): an agent's processes are \
+     bounded one by one, so together they may use more than one process's bound";
 
 /// How often, at least, a running command's workspace and home are measured against the
 /// quota; a larger tree is measured less often, so its walks take at most a tenth of the time.
@@ -115,6 +120,52 @@ impl Limits {
         )
     }
 
+    /// Which of these bound a command and over what (issue 42: one command held 9.2 GiB as
+    /// three processes, each within the per-process bound), with what the probe saw in
+    /// force: `checked` names the check (`limit_<what>`) that must have passed. What Link
+    /// does not bound per agent is listed as such, with the reason.
+    pub fn bounds(&self, passed: impl Fn(&str) -> bool) -> Vec<Bound> {
+        use Bounded as B;
+        use Scope as S;
+        let rlimit = |what: Bounded, value: u64| Bound {
+            what,
+            over: S::Process,
+            value: Some(value),
+            checked: passed(&format!("limit_{what}")),
+            reason: None,
+        };
+        let held = |what, over, value| Bound {
+            what,
+            over,
+            value: Some(value),
+            checked: false,
+            reason: None,
+        };
+        let unbounded = |what| Bound {
+            what,
+            over: S::Agent,
+            value: None,
+            checked: false,
+            reason: Some(NOT_PER_AGENT.into()),
+        };
+        vec![
+            rlimit(B::MemoryBytes, self.memory_bytes),
+            rlimit(B::CpuSeconds, self.cpu_seconds),
+            rlimit(B::FileSizeBytes, self.file_size_bytes),
+            Bound {
+                over: S::Command,
+                ..rlimit(B::Processes, self.processes)
+            },
+            held(B::TmpBytes, S::Command, self.tmp_bytes),
+            held(B::WallTimeMs, S::Command, DEFAULT_TIMEOUT_MS),
+            held(B::WorkspaceBytes, S::Agent, self.workspace_bytes),
+            held(B::WorkspaceEntries, S::Agent, self.workspace_entries),
+            unbounded(B::MemoryBytes),
+            unbounded(B::CpuSeconds),
+            unbounded(B::Processes),
+        ]
+    }
+
     /// The limit a signal names: SIGXCPU for CPU time, SIGXFSZ for file size.
     pub fn hit_by_signal(&self, signal: i32) -> Option<LimitHit> {
         match signal {
@@ -141,6 +192,37 @@ fn pick(name: &str, requested: Option<u64>, default: u64, max: u64) -> Result<u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_bound_says_over_what_and_only_a_passed_check_is_seen() {
+        let bounds = Limits::DEFAULT.bounds(|check| check == "limit_memory_bytes");
+        let find = |what, over| {
+            bounds
+                .iter()
+                .find(|b| b.what == what && b.over == over)
+                .unwrap_or_else(|| panic!("{what} over {over}"))
+        };
+        let memory = find(Bounded::MemoryBytes, Scope::Process);
+        assert_eq!((memory.value, memory.checked), (Some(4 << 30), true));
+        // A check that did not pass (or was not made) is not claimed as seen.
+        assert!(!find(Bounded::CpuSeconds, Scope::Process).checked);
+        assert!(!find(Bounded::WorkspaceBytes, Scope::Agent).checked);
+        assert_eq!(find(Bounded::Processes, Scope::Command).value, Some(256));
+        // Nothing bounds an agent's memory, CPU or processes together: said, with why.
+        for what in [
+            Bounded::MemoryBytes,
+            Bounded::CpuSeconds,
+            Bounded::Processes,
+        ] {
+            let b = find(what, Scope::Agent);
+            assert_eq!(b.value, None);
+            assert!(b.reason.as_deref().unwrap().contains("cgroup"));
+        }
+        // Every bound held is a value; every bound not held has a reason.
+        assert!(bounds
+            .iter()
+            .all(|b| b.value.is_some() != b.reason.is_some()));
+    }
 
     #[test]
     fn requests_are_checked_and_round_trip_to_the_helper() {

@@ -5,7 +5,7 @@
 
 use crate::common::*;
 use link_harness_conformance::fixture::{OpenParent, TestUser};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -553,6 +553,28 @@ fn the_probe_names_identity_filter_and_limits() {
         assert_eq!(report["seccomp"]["programs"], 1);
         assert_eq!(report["seccomp"]["sha256"].as_str().map(str::len), Some(64));
         assert_eq!(report["limits"]["processes"], 256);
+        // Which bounds hold over what: the rlimits per process, seen in force; the quota per
+        // agent; memory per agent said to be unbounded, with why.
+        let bound = |what: &str, over: &str| {
+            let bounds = report["bounds"].as_array().cloned().unwrap_or_default();
+            bounds
+                .into_iter()
+                .find(|b| b["what"] == what && b["over"] == over)
+                .unwrap_or_else(|| panic!("no {what} bound over {over}: {report}"))
+        };
+        let memory = bound("memory_bytes", "process");
+        assert_eq!(
+            (&memory["value"], &memory["checked"]),
+            (&json!(4u64 << 30), &json!(true))
+        );
+        assert_eq!(bound("processes", "command")["checked"], true);
+        assert_eq!(bound("workspace_entries", "agent")["value"], 250_000);
+        let per_agent = bound("memory_bytes", "agent");
+        assert_eq!(per_agent["value"], Value::Null, "{per_agent}");
+        assert!(
+            per_agent["reason"].as_str().unwrap().contains("cgroup"),
+            "{per_agent}"
+        );
         for check in [
             "syscall_unshare_user",
             "syscall_keyctl",

@@ -39,6 +39,47 @@ vocabulary! {
     }
 }
 
+vocabulary! {
+    /// What a bound on a confined command limits; the unit is in the name.
+    pub enum Bounded ("bounded") {
+        MemoryBytes = "memory_bytes",
+        CpuSeconds = "cpu_seconds",
+        FileSizeBytes = "file_size_bytes",
+        Processes = "processes",
+        TmpBytes = "tmp_bytes",
+        WallTimeMs = "wall_time_ms",
+        WorkspaceBytes = "workspace_bytes",
+        WorkspaceEntries = "workspace_entries",
+    }
+}
+
+vocabulary! {
+    /// Over what a bound is counted.
+    pub enum Scope ("bound scope") {
+        /// Each process of a command on its own (an rlimit): N processes may use N times it.
+        Process = "process",
+        /// A command with every process it starts.
+        Command = "command",
+        /// Every command of one agent together.
+        Agent = "agent",
+    }
+}
+
+/// One bound on a confined command, as the probe and `link status` report it: what it
+/// limits, over what, to how much by default, and whether the probe saw it in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bound {
+    pub what: Bounded,
+    pub over: Scope,
+    /// The default limit; `None`: not enforced over this scope (`reason` says why).
+    pub value: Option<u64>,
+    /// Whether this probe saw the limit in force inside its own sandbox (the others hold by
+    /// the sandbox plugin's own checks, which its tests prove).
+    pub checked: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// What the sandbox probe found, as its readers need it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxProbe {
@@ -57,6 +98,9 @@ pub struct SandboxProbe {
     /// For `unavailable`: what is missing, typed.
     #[serde(default)]
     pub cause: Option<Cause>,
+    /// Which bounds hold for a confined command, and over what.
+    #[serde(default)]
+    pub bounds: Vec<Bound>,
 }
 
 impl SandboxProbe {

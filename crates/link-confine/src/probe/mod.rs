@@ -77,6 +77,8 @@ pub struct ProbeReport {
     pub seccomp: Option<FilterInfo>,
     /// The default limits of a confined command.
     pub limits: Option<Limits>,
+    /// Which bounds hold for a confined command, over what, and which this probe saw.
+    pub bounds: Vec<link_report::probe::Bound>,
     /// Each check: name → `ok` or what was seen instead.
     pub checks: std::collections::BTreeMap<String, String>,
     /// For `unavailable`: what the machine lacks, typed (`doctor` names its fix).
@@ -126,6 +128,7 @@ impl ProbeReport {
             identity: None,
             seccomp: None,
             limits: None,
+            bounds: Vec::new(),
             checks: Default::default(),
             cause: None,
         }
@@ -214,7 +217,10 @@ pub fn probe_blocking(program: &Path) -> ProbeReport {
             )
         }
     };
-    production_run(report, &bwrap, program, &dir)
+    let mut report = production_run(report, &bwrap, program, &dir);
+    report.bounds =
+        Limits::DEFAULT.bounds(|check| report.checks.get(check).is_some_and(|seen| seen == "ok"));
+    report
 }
 
 /// Step 1: the helper applies the inside ruleset in a child, outside any namespace.
@@ -658,6 +664,7 @@ mod tests {
             let mut report = ProbeReport::new().fail(status, "bwrap: no user namespaces");
             report.landlock_abi = Some(7);
             report.bwrap_version = Some("0.11.0".into());
+            report.bounds = Limits::DEFAULT.bounds(|_| true);
             let json = serde_json::to_string(&report).unwrap();
             let read = SandboxProbe::parse(&json).expect("a reader reads the probe's JSON");
             assert_eq!(
@@ -669,6 +676,7 @@ mod tests {
                     landlock_abi_pinned: Some(crate::rules::PINNED_ABI_NUMBER),
                     bwrap_version: Some("0.11.0".into()),
                     cause: None,
+                    bounds: report.bounds.clone(),
                 }
             );
             assert_eq!(status.as_str(), serde_json::to_value(want).unwrap());

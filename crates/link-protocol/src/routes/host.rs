@@ -77,6 +77,10 @@ pub struct SandboxStatus {
     pub identity: serde_json::Value,
     pub seccomp: serde_json::Value,
     pub limits: serde_json::Value,
+    /// Which bounds hold for a command, over what (a process, a command, an agent), and
+    /// which the probe saw in force; what is not bounded per agent says why.
+    #[serde(default)]
+    pub bounds: Vec<link_report::probe::Bound>,
     /// How this start knew: `ran` (probed before ready), `cached` (a kept answer for this
     /// machine as it is; the probe runs behind it), `cached, confirmed` (and it agreed).
     #[serde(default)]
