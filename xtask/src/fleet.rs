@@ -298,7 +298,26 @@ fn side_cell(s: &SideRow) -> String {
     }
 }
 
+/// The row's outcome; a diagnostic run's pass is said to be unconfined (never qualification).
+fn outcome_text(r: &Row) -> String {
+    match (r.outcome, r.mode) {
+        (Status::Passed, Mode::Diagnostic) => format!("{} ({UNCONFINED})", status_word(r.outcome)),
+        _ => status_word(r.outcome).to_string(),
+    }
+}
+
+/// What a diagnostic row's pass and ratio are: not a confined runtime's.
+const UNCONFINED: &str = "diagnostic: unconfined";
+
 fn ratio_text(r: &Row) -> String {
+    let figure = ratio_figure(r);
+    match (&r.shared_ratio, r.mode) {
+        (Some(_), Mode::Diagnostic) => format!("{figure}, {UNCONFINED}"),
+        _ => figure,
+    }
+}
+
+fn ratio_figure(r: &Row) -> String {
     match (&r.shared_ratio, r.outcome) {
         (Some(m), _) => match (m.low, m.high) {
             (Some(lo), Some(hi)) => {
@@ -319,7 +338,7 @@ fn machine_cells(m: Option<&Machine>) -> [String; 6] {
         m.kernel.clone(),
         m.distribution.clone(),
         m.arch.clone(),
-        m.bwrap_version.clone().unwrap_or_else(|| "none".into()),
+        m.bwrap_version.clone().unwrap_or_else(|| "unknown".into()),
         m.landlock_abi.map_or("none".into(), |a| a.to_string()),
         if m.userns_sysctls.is_empty() {
             "no such sysctl".into()
@@ -344,7 +363,7 @@ pub fn markdown(f: &Fleet) -> String {
     );
     for r in &f.machines {
         let execs = |s: &SideRow| s.execs.map_or("—".into(), |n| n.to_string());
-        let mut cells = vec![r.name.clone(), status_word(r.outcome).to_string()];
+        let mut cells = vec![r.name.clone(), outcome_text(r)];
         cells.extend(machine_cells(r.machine.as_ref()));
         cells.extend([
             r.mode.to_string(),
@@ -359,11 +378,22 @@ pub fn markdown(f: &Fleet) -> String {
         md.push_str(&format!("| {} |\n", cells.join(" | ")));
     }
     let count = |s: Status| f.machines.iter().filter(|r| r.outcome == s).count();
+    let unconfined = f
+        .machines
+        .iter()
+        .filter(|r| r.outcome == Status::Passed && r.mode == Mode::Diagnostic)
+        .count();
+    let passed = match unconfined {
+        0 => count(Status::Passed).to_string(),
+        n => format!(
+            "{} ({n} of them diagnostic: unconfined, not a qualification)",
+            count(Status::Passed)
+        ),
+    };
     md.push_str(&format!(
-        "\n{} machine(s): {} passed, {} skipped, {} failed. A machine whose side did not pass \
-         has no ratio.\n",
+        "\n{} machine(s): {passed} passed, {} skipped, {} failed. A machine whose side did not \
+         pass has no ratio.\n",
         f.machines.len(),
-        count(Status::Passed),
         count(Status::Skipped),
         count(Status::Failed)
     ));
@@ -535,6 +565,31 @@ mod tests {
             out
         };
         assert_eq!(html.matches("<tr>").count(), 4, "{html}");
+    }
+
+    #[test]
+    fn a_diagnostic_machine_passes_only_as_unconfined() {
+        let confined = comparison_of_cycles(12, 1.2, 1.2);
+        let mut diagnostic = comparison_of_cycles(12, 1.2, 1.2);
+        diagnostic.mode = Mode::Diagnostic;
+        let f = build(&fleet_of(vec![confined, diagnostic]), false).unwrap();
+        let md = markdown(&f);
+        let row = |name: &str| md.lines().find(|l| l.starts_with(name)).unwrap_or_default();
+        let rows = [row("| m0 |"), row("| m1 |")];
+        assert!(
+            !rows[0].is_empty() && !rows[0].contains("unconfined"),
+            "{md}"
+        );
+        assert!(
+            rows[1].contains("| passed (diagnostic: unconfined) |"),
+            "{md}"
+        );
+        assert!(rows[1].contains("pairs), diagnostic: unconfined |"), "{md}");
+        assert!(
+            md.contains("2 (1 of them diagnostic: unconfined, not a qualification) passed"),
+            "{md}"
+        );
+        assert!(svg(&f).contains("diagnostic: unconfined"));
     }
 
     fn built(arch: &str) -> Comparison {

@@ -583,6 +583,187 @@ fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
     );
 }
 
+/// A target directory `dir/<name>` whose `release/` holds hard links to the built programs
+/// (and the runner): Landlock lets plugins execute only what lies under the programs
+/// directory, which a symlink resolving elsewhere does not. A copy where a link cannot be made.
+fn hard_linked_target(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let (built, target) = (release_dir(), dir.join(name));
+    let programs: Vec<std::path::PathBuf> = std::fs::read_dir(&built)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().to_string_lossy();
+            (n == "link" || n.starts_with("link-plugin-") || n.starts_with("link-mini-"))
+                && !n.ends_with(".d")
+                && p.is_file()
+        })
+        .chain([built.join("examples/runtime")])
+        .collect();
+    for from in programs {
+        let to = target
+            .join("release")
+            .join(from.strip_prefix(&built).unwrap());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        if std::fs::hard_link(&from, &to).is_err() {
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+    target
+}
+
+/// `cargo xtask runtime` with `args` on the programs in `target`, the environment's
+/// requirements lifted (a skip is what one run here must show) and `path` first on PATH.
+fn runtime_in(
+    target: &std::path::Path,
+    state: &std::path::Path,
+    path: Option<&std::path::Path>,
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = xtask();
+    cmd.args([
+        "runtime",
+        "--allow-stale",
+        "--budget",
+        "10",
+        "--rounds",
+        "2",
+    ])
+    .args(args)
+    .env("CARGO_TARGET_DIR", target)
+    .env("LNK_TEST_STATE_DIR", state);
+    for name in [
+        "LNK_REQUIRE_SANDBOX",
+        "LNK_REQUIRE_NATIVE",
+        "LNK_REQUIRE_RUNTIME",
+    ] {
+        cmd.env_remove(name);
+    }
+    if let Some(first) = path {
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        let paths = std::iter::once(first.to_path_buf()).chain(std::env::split_paths(&rest));
+        cmd.env("PATH", std::env::join_paths(paths).unwrap());
+    }
+    cmd.output().unwrap()
+}
+
+/// Issue 41: the fleet table of four real runs made here under different conditions, each
+/// standing for a machine: confined; user namespaces refused (a bwrap saying so first on
+/// PATH), so skipped; a bwrap failing in a way nobody knows, so failed; diagnostic. Each row
+/// says what happened and nothing more: a ratio for the confined pass and, said to be
+/// unconfined, the diagnostic one; the reasons and no figure for the others; exit 1, as one
+/// machine failed.
+#[test]
+fn a_fleet_of_real_runs_says_what_happened_on_each_and_nothing_more() {
+    if linked_target("fl")
+        .map(|t| std::fs::remove_dir_all(t).unwrap())
+        .is_none()
+    {
+        return;
+    }
+    let dir = state_dir("fl");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let fake = |name: &str, says: &str| {
+        let bin = dir.join(name);
+        std::fs::create_dir_all(&bin).unwrap();
+        let script = format!("#!/bin/sh\necho '{says}' >&2\nexit 1\n");
+        std::fs::write(bin.join("bwrap"), script).unwrap();
+        let exe = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(bin.join("bwrap"), exe).unwrap();
+        bin
+    };
+    let denied = fake("denied-bin", "bwrap: setting up uid map: Permission denied");
+    let broken = fake("broken-bin", "bwrap: a failure nobody has seen");
+    let runs: [(&str, Option<&std::path::Path>, &[&str], u8); 4] = [
+        ("confined", None, &[], exit::PASSED),
+        (
+            "denied",
+            Some(&denied),
+            &["--allow-skip"],
+            exit::UNCONFINABLE,
+        ),
+        ("broken", Some(&broken), &[], exit::FAILED),
+        ("diagnostic", None, &["--mode", "diagnostic"], exit::PASSED),
+    ];
+    let mut machines = Vec::new();
+    for (name, path, args, want) in runs {
+        let target = hard_linked_target(&dir, name);
+        let out = runtime_in(&target, &state, path, args);
+        let said = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(want.into()), "{name}: {said}");
+        machines.push(target);
+    }
+    let out_dir = dir.join("out");
+    let fleet = xtask()
+        .args(["fleet", "--out"])
+        .arg(&out_dir)
+        .args(&machines)
+        .output()
+        .unwrap();
+    let json = std::fs::read_to_string(out_dir.join("fleet.json"));
+    let md = std::fs::read_to_string(out_dir.join("fleet.md")).unwrap_or_default();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(fleet.status.code(), Some(exit::FAILED.into()), "{md}");
+    let v: serde_json::Value = serde_json::from_str(&json.unwrap()).unwrap();
+    let row = |name: &str| {
+        v["machines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no row {name}: {v}"))
+    };
+    let confined = row("confined");
+    assert_eq!(
+        (&confined["outcome"], &confined["mode"]),
+        (&"passed".into(), &"confined".into())
+    );
+    assert!(
+        confined["shared_ratio"]["estimate"].as_f64().is_some(),
+        "{confined}"
+    );
+    assert!(
+        confined["machine"]["bwrap_version"].is_string(),
+        "{confined}"
+    );
+    for (name, outcome, why) in [
+        ("denied", "skipped", "setting up uid map: Permission denied"),
+        (
+            "broken",
+            "failed",
+            "bubblewrap failed (exit status 1): bwrap: a failure nobody has seen",
+        ),
+    ] {
+        let r = row(name);
+        assert_eq!(r["outcome"], outcome, "{r}");
+        // The stand-in bwrap prints no version: none is claimed.
+        assert!(r["machine"]["bwrap_version"].is_null(), "{r}");
+        assert!(
+            r["shared_ratio"].is_null(),
+            "no figure where nothing passed: {r}"
+        );
+        for side in ["mini", "link"] {
+            assert_eq!(r[side]["outcome"], outcome, "{r}");
+            assert!(
+                r[side]["reason"].as_str().unwrap_or_default().contains(why),
+                "{r}"
+            );
+            assert!(r[side]["execs"].is_null(), "{r}");
+        }
+    }
+    let diagnostic = row("diagnostic");
+    assert_eq!(diagnostic["mode"], "diagnostic", "{diagnostic}");
+    let line = md
+        .lines()
+        .find(|l| l.starts_with("| diagnostic |"))
+        .unwrap_or_default();
+    assert!(line.contains("| passed (diagnostic: unconfined) |"), "{md}");
+    assert!(md.contains("4 machine(s): 2 (1 of them diagnostic: unconfined, not a qualification) passed, 1 skipped, 1 failed"), "{md}");
+}
+
 #[test]
 fn the_qualify_workflow_passes_actionlint() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

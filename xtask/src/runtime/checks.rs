@@ -45,9 +45,16 @@ pub fn require_outputs(ws: &Workspace) -> Result<()> {
     link_protocol::errln!("or run `cargo xtask runtime --build`");
     bail!(
         "{} of {} release outputs missing, stale or a test build; build them with the commands above",
-        problems.len(),
+        outputs_with_problems(&problems),
         outputs::expected_outputs().len()
     )
+}
+
+/// How many outputs `problems` name: one can be both stale and a test build.
+fn outputs_with_problems(problems: &[outputs::Problem]) -> usize {
+    let named: std::collections::BTreeSet<&std::path::Path> =
+        problems.iter().map(outputs::Problem::output).collect();
+    named.len()
 }
 
 /// With `--allow-stale`: missing outputs still refuse; stale ones and a test build are

@@ -287,7 +287,9 @@ fn bwrap_version(bwrap: &Path) -> Option<String> {
     crate::run::wait_timeout(&mut child, STEP_TIMEOUT).ok()??;
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
-    Some(out.trim().trim_start_matches("bubblewrap ").to_owned())
+    // A bwrap that prints no version (a wrapper, a stand-in) has none, not an empty one.
+    let version = out.trim().trim_start_matches("bubblewrap ").to_owned();
+    (!version.is_empty()).then_some(version)
 }
 
 /// The probe's own scratch directory, removed on drop. It holds an `flock` on the directory
@@ -642,7 +644,7 @@ pub fn diagnose_bwrap(stderr: &str, code: Option<i32>) -> (Option<Cause>, String
     };
     match known {
         Some((cause, why)) => (Some(cause), format!("{why}; bwrap said: {msg}")),
-        None => (None, format!("bubblewrap failed (exit {code:?}): {msg}")),
+        None => (None, crate::run::bwrap_failed(code, msg)),
     }
 }
 
@@ -776,7 +778,12 @@ mod tests {
         }
         let (cause, reason) = diagnose_bwrap("bwrap: something new", Some(1));
         assert_eq!(cause, None);
-        assert!(reason.contains("something new"));
+        assert_eq!(
+            reason,
+            "bubblewrap failed (exit status 1): bwrap: something new"
+        );
+        let (_, killed) = diagnose_bwrap("", None);
+        assert_eq!(killed, "bubblewrap failed (ended by a signal): ");
         assert_eq!(
             ProbeReport::new().lacking(cause, reason).status,
             ProbeStatus::Broken

@@ -91,11 +91,21 @@ pub struct Outcome {
     pub limit_hit: Option<LimitHit>,
 }
 
+/// bwrap's failure as a person reads it: its exit status (or that a signal ended it) and
+/// what it said. The probe's diagnosis and [`RunError::Bwrap`] both say it so.
+pub fn bwrap_failed(code: Option<i32>, stderr: &str) -> String {
+    let status = match code {
+        Some(c) => format!("exit status {c}"),
+        None => "ended by a signal".to_string(),
+    };
+    format!("bubblewrap failed ({status}): {}", stderr.trim())
+}
+
 /// Why a command did not run confined.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// bwrap failed before the helper ran (namespaces, mounts); `stderr` is bwrap's message.
-    #[error("bubblewrap failed (exit {code:?}): {}", stderr.trim())]
+    #[error("{}", bwrap_failed(*code, stderr))]
     Bwrap { code: Option<i32>, stderr: String },
     /// The helper refused: Landlock could not be fully enforced. Nothing ran.
     #[error("Landlock not enforced inside the sandbox: {0}")]
