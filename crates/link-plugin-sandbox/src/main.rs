@@ -6,11 +6,10 @@ mod service;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-// The confinement library's modules, which `service.rs` also reaches as `crate::…`.
-use identity::{Identity, Slots};
-use link_confine::{helper, identity, limits, policy, probe, run, view};
+use link_confine::identity::{Identity, Slots};
+use link_confine::policy::Policy;
+use link_confine::{helper, limits, probe, run, view};
 use link_protocol::routes::sandbox::ExecLimits;
-use policy::Policy;
 use service::Service;
 use std::ffi::OsString;
 use std::path::PathBuf;
