@@ -93,7 +93,7 @@ fn peer_pidfd(stream: &UnixStream, pid: i32) -> Result<OwnedFd, Undetermined> {
     match so_peerpidfd(stream) {
         Ok(fd) => Ok(fd),
         Err(e) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
-            match link_protocol::exit::pidfd(pid) {
+            match link_os::process::pidfd(pid) {
                 Ok(Some(fd)) => Ok(fd),
                 Ok(None) => Err(Undetermined::Exited),
                 Err(_) => Err(Undetermined::NoPidfd),
@@ -138,7 +138,7 @@ fn so_peerpidfd(stream: &UnixStream) -> std::io::Result<OwnedFd> {
 fn lineage(pid: i32, pidfd: &OwnedFd, host: i32) -> Result<Vec<i32>, Undetermined> {
     let first = ancestors(pid, host)?;
     let second = ancestors(pid, host)?;
-    if !running(pidfd) {
+    if !link_os::process::still_running(pidfd) {
         return Err(Undetermined::Exited);
     }
     if first != second {
@@ -159,18 +159,6 @@ fn ancestors(pid: i32, host: i32) -> Result<Vec<i32>, Undetermined> {
         chain.push(current);
     }
     Ok(chain)
-}
-
-/// True while the process behind `pidfd` has not exited; a pidfd turns readable when it does.
-/// Any doubt (an error) counts as exited.
-fn running(pidfd: &OwnedFd) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let now = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
-    matches!(poll(&mut fds, Some(&now)), Ok(0))
 }
 
 #[cfg(test)]

@@ -133,7 +133,7 @@ pub fn down(state: &Path) -> Result<i32> {
     })?;
     // The host answers before it stops; wait for the process itself, not its word (on its
     // pidfd: `down` returns the moment it exits).
-    if !link_protocol::exit::wait_pid(host_pid, Duration::from_secs(30)) {
+    if !link_os::process::wait_pid(host_pid, Duration::from_secs(30)) {
         bail!(
             "host pid {host_pid} is still running 30 s after `down`; see {}",
             layout.log_dir().display()
@@ -148,18 +148,26 @@ pub fn down(state: &Path) -> Result<i32> {
 /// left is cleared. `unanswered` is the error when there is neither.
 fn down_unanswered(layout: &StateLayout, unanswered: anyhow::Error) -> Result<i32> {
     use crate::state_lock;
-    // The host holding the lock; else one still before the lock (after a dead host's
-    // leftovers are cleared, which may hold the lock a moment and keep an `up` waiting).
+    use link_os::process::signal_checked;
+    use rustix::process::Signal;
+    // SIGTERM, which a host handles as an orderly stop, to the host holding the lock; else to
+    // one still before the lock (after a dead host's leftovers are cleared, which may hold the
+    // lock a moment and keep an `up` waiting). Each is checked again once its pidfd is open,
+    // so a reused pid is never signalled.
     let holder = |layout: &StateLayout| {
         state_lock::host(layout).and_then(|pid| {
-            state_lock::terminate(pid, |pid| state_lock::host(layout) == Some(pid))
-                .map(|fd| (pid, fd))
+            signal_checked(pid, Signal::TERM, |pid| {
+                state_lock::host(layout) == Some(pid)
+            })
+            .map(|fd| (pid, fd))
         })
     };
     let starting = |layout: &StateLayout| {
         state_lock::starting_up(layout).into_iter().find_map(|pid| {
-            state_lock::terminate(pid, |pid| state_lock::starting_up(layout).contains(&pid))
-                .map(|fd| (pid, fd))
+            signal_checked(pid, Signal::TERM, |pid| {
+                state_lock::starting_up(layout).contains(&pid)
+            })
+            .map(|fd| (pid, fd))
         })
     };
     let mut cleaned = false;
@@ -178,7 +186,7 @@ fn down_unanswered(layout: &StateLayout, unanswered: anyhow::Error) -> Result<i3
          run/ was removed): asked it to stop with SIGTERM",
         layout.host_socket().display()
     );
-    if !link_protocol::exit::wait(&fd, Duration::from_secs(30)) {
+    if !link_os::process::wait(&fd, Duration::from_secs(30)) {
         bail!(
             "host pid {pid} is still running 30 s after SIGTERM; see {}",
             layout.log_dir().display()

@@ -25,7 +25,7 @@ pub fn check_confinement() -> Result<()> {
 pub fn die_with_host(cmd: &mut tokio::process::Command) {
     let host = rustix::process::getpid();
     // SAFETY: die_with_parent makes two system calls (prctl, getppid) and allocates nothing.
-    unsafe { cmd.pre_exec(move || link_confine::run::die_with_parent(host)) };
+    unsafe { cmd.pre_exec(move || link_os::reaper::die_with_parent(host)) };
 }
 
 /// What a confined plugin may touch besides system paths.

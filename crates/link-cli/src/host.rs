@@ -7,9 +7,10 @@ use crate::shared::{HostState, PluginState, PluginStatus, SandboxStatus, Shared}
 use crate::start_probe::Probe;
 use crate::UpArgs;
 use anyhow::{bail, Context, Result};
+use link_os::process::start_time;
 use link_protocol::control_key::ControlKey;
 use link_protocol::layout::StateLayout;
-use link_protocol::pids::{start_time, PidsFile, RecordedPlugin};
+use link_protocol::pids::{PidsFile, RecordedPlugin};
 use link_protocol::plugin::{Mode, Profile};
 use link_protocol::routes::programs;
 use std::path::{Path, PathBuf};
@@ -128,8 +129,7 @@ pub fn up(args: UpArgs) -> Result<i32> {
         check_confinement()?;
     }
     // Orphans of a killed plugin's helpers are re-parented to us, so we can reap them.
-    rustix::process::set_child_subreaper(Some(rustix::process::getpid()))
-        .context("setting the host as child subreaper")?;
+    link_os::reaper::become_subreaper().context("setting the host as child subreaper")?;
     let code = rt.block_on(run(args, layout.clone(), programs, signals, &lock));
     // Plugins remove their own sockets, but one that was killed cannot.
     crate::state_lock::remove_own_files(&lock, &layout);
@@ -431,7 +431,7 @@ async fn stop_all(shared: &Shared, started: &mut Vec<Plugin>) {
 fn reap_strays() {
     // Every descendant is under a child: with no child at all (one waitid) nothing is left,
     // and the scan of /proc, milliseconds long, is not needed.
-    if !has_children() {
+    if !link_os::reaper::has_children() {
         return;
     }
     let me = std::process::id() as i32;
@@ -448,13 +448,6 @@ fn reap_strays() {
             let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         }
     }
-}
-
-/// Whether this process has a child, exited or running (any thread's: wait(2) sees them all).
-fn has_children() -> bool {
-    use rustix::process::{waitid, WaitId, WaitIdOptions};
-    let any = WaitIdOptions::NOHANG | WaitIdOptions::EXITED | WaitIdOptions::NOWAIT;
-    !matches!(waitid(WaitId::All, any), Err(rustix::io::Errno::CHILD))
 }
 
 /// Rewrites the pids file with every plugin started so far.

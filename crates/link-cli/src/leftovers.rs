@@ -4,8 +4,9 @@
 //! them is dead.
 
 use anyhow::{bail, Context, Result};
+use link_os::process::start_time;
 use link_protocol::layout::StateLayout;
-use link_protocol::pids::{start_time, PidsFile};
+use link_protocol::pids::PidsFile;
 use std::time::Duration;
 
 /// How long `up` waits for a previous run's surviving plugins to die once SIGKILLed.

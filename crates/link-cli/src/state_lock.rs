@@ -10,7 +10,6 @@
 use anyhow::{bail, Context, Result};
 use link_protocol::layout::StateLayout;
 use std::fs::File;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -156,18 +155,6 @@ fn up_state(pid: i32) -> Option<PathBuf> {
             .ok()?
             .join(state),
     )
-}
-
-/// Sends SIGTERM, which a host handles as an orderly stop, to `pid` if it is still what
-/// `still` says (checked once its pidfd is open, so a reused pid is never signalled);
-/// returns the pidfd to wait on.
-pub(crate) fn terminate(pid: i32, still: impl Fn(i32) -> bool) -> Option<OwnedFd> {
-    let fd = link_protocol::exit::pidfd(pid).ok()??;
-    if !still(pid) {
-        return None;
-    }
-    rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::TERM).ok()?;
-    Some(fd)
 }
 
 /// How often a running host checks that its state root is still the directory it locked

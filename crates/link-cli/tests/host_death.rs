@@ -372,7 +372,7 @@ fn down_mid_probe_leaves_no_scratch_directory() {
         held
     });
     assert!(
-        !link_protocol::exit::running(probe),
+        !link_os::process::running(probe),
         "the probe {probe} outlived the host"
     );
     assert_eq!(probe_dirs_of(probe), Vec::<std::path::PathBuf>::new());
@@ -403,7 +403,7 @@ fn down_mid_probe_stops_the_probe_which_leaves_nothing_behind() {
         rt.stderr()
     );
     assert!(
-        !link_protocol::exit::running(probe),
+        !link_os::process::running(probe),
         "the probe {probe} outlived the host"
     );
     let left: Vec<String> = naming_the_scratch_dir_of(probe)

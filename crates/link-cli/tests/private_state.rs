@@ -298,11 +298,7 @@ fn model_key_set_refuses_an_unsafe_state_root_before_reading_the_key() {
     // Held open and never written until the command has ended (or been given up on).
     let stdin = child.stdin.take();
     let limit = std::time::Duration::from_secs(30);
-    let exited = link_harness_conformance::reaper::wait_child(&mut child, limit).unwrap();
-    if exited.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
+    let exited = link_os::process::wait_or_kill(&mut child, limit).unwrap();
     drop(stdin);
     let status = exited.expect("model-key set waited for standard input on a refused root");
     let mut err = String::new();

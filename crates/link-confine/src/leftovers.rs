@@ -75,7 +75,7 @@ pub fn kill_bwraps_of(owner: &Path) -> Vec<(i32, u64)> {
 pub fn live_bwrap(pid: i32) -> Option<u64> {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     (comm.trim_end() == "bwrap")
-        .then(|| link_protocol::pids::start_time(pid))
+        .then(|| link_os::process::start_time(pid))
         .flatten()
 }
 

@@ -274,7 +274,7 @@ impl PluginNamespace {
         }
         // The kernel clears the parent-death signal when the credentials change, and the host
         // armed it before (`plugin dies with its host`): armed again, the parent checked again.
-        crate::run::die_with_parent(self.parent)
+        link_os::reaper::die_with_parent(self.parent)
     }
 }
 

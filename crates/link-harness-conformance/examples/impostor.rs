@@ -553,22 +553,9 @@ fn read_environ(pid: i32) -> std::io::Result<Vec<u8>> {
 
 /// A child of `parent` other than `not`, from `/proc`.
 fn child_of(parent: i32, not: i32) -> Option<i32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .find_map(|entry| {
-            let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            // The fields after the command name, which may hold spaces: state, then ppid.
-            let ppid: i32 = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            (ppid == parent && pid != not).then_some(pid)
-        })
+    link_os::sample::children(parent)
+        .into_iter()
+        .find(|&pid| pid != not)
 }
 
 /// The pid serving `socket` (a sibling plugin), from the connection's credentials.

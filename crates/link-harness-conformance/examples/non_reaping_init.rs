@@ -7,7 +7,7 @@
 //! was left with (`left: pid <pid> (<comm>) state <state>`), then kills and reaps them so the
 //! test leaves nothing behind, and exits with PROGRAM's exit code (1 if it had none).
 
-use rustix::process::{getpid, set_child_subreaper};
+use rustix::process::getpid;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         eprintln!("usage: non_reaping_init PROGRAM [ARGS...]");
         return ExitCode::from(2);
     };
-    if let Err(e) = set_child_subreaper(Some(getpid())) {
+    if let Err(e) = link_os::reaper::become_subreaper() {
         eprintln!("non_reaping_init: cannot become a child subreaper: {e}");
         return ExitCode::from(2);
     }

@@ -24,7 +24,7 @@ pub(crate) fn first_line(out: impl Read + Send + 'static) -> mpsc::Receiver<Stri
 
 /// Polls for the child's exit for up to `timeout`.
 pub(crate) fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    crate::reaper::wait_child(child, timeout).expect("waiting for a child")
+    link_os::process::wait_child(child, timeout).expect("waiting for a child")
 }
 
 /// Sends `sig` unless the child has already been reaped (its pid may be reused).

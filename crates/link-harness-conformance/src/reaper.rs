@@ -13,7 +13,7 @@
 //! a recycled pid is never mistaken for a process the runtime started.
 
 use link_os::sample::descendants;
-use rustix::process::{Pid, Signal, WaitIdOptions, WaitOptions};
+use rustix::process::{Pid, Signal, WaitOptions};
 use std::collections::{HashMap, HashSet};
 use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -64,13 +64,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Reaper {
     /// Makes this process a child subreaper and checks it with the getter; starts reaping.
     pub fn become_subreaper(&'static self) -> std::io::Result<()> {
-        rustix::process::set_child_subreaper(Some(rustix::process::getpid()))?;
-        match rustix::process::child_subreaper()? {
-            Some(_) => {
+        link_os::reaper::become_subreaper()?;
+        match link_os::reaper::is_subreaper()? {
+            true => {
                 self.start();
                 Ok(())
             }
-            None => Err(std::io::Error::other(
+            false => Err(std::io::Error::other(
                 "PR_GET_CHILD_SUBREAPER reads 0 right after PR_SET_CHILD_SUBREAPER",
             )),
         }
@@ -78,7 +78,7 @@ impl Reaper {
 
     /// Whether this process is a child subreaper now.
     pub fn is_subreaper() -> bool {
-        matches!(rustix::process::child_subreaper(), Ok(Some(_)))
+        matches!(link_os::reaper::is_subreaper(), Ok(true))
     }
 
     fn start(&'static self) {
@@ -156,7 +156,7 @@ impl Reaper {
     /// One pass: reaps every zombie child that is not owned and has waited out [`GRACE`].
     /// Returns what it reaped.
     pub fn reap_orphans(&self) -> Vec<Reaped> {
-        if !any_zombie_child() {
+        if !link_os::reaper::zombie_child() {
             lock(&self.pending).clear();
             return Vec::new();
         }
@@ -204,7 +204,7 @@ impl Reaper {
     /// Zombie children of this process that no [`Owned`] handle waits for: adopted orphans
     /// the reaper has not collected yet (it leaves each alone for [`GRACE`] first).
     pub fn unreaped(&self) -> Vec<ProcInfo> {
-        if !any_zombie_child() {
+        if !link_os::reaper::zombie_child() {
             return Vec::new();
         }
         let owned = lock(&self.owned).clone();
@@ -215,17 +215,6 @@ impl Reaper {
             .filter_map(|(pid, _, _)| read_proc(pid))
             .filter(|p| p.state == 'Z')
             .collect()
-    }
-}
-
-/// `waitid(P_ALL, WEXITED|WNOHANG|WNOWAIT)`: is any child a zombie? Leaves it unreaped.
-fn any_zombie_child() -> bool {
-    let opts = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-    match rustix::process::waitid(rustix::process::WaitId::All, opts) {
-        Ok(Some(_)) => true,
-        Ok(None) => false,
-        // ECHILD: no children at all.
-        Err(_) => false,
     }
 }
 
@@ -249,12 +238,6 @@ fn describe_wait(status: rustix::process::WaitStatus) -> String {
     } else {
         "stopped".into()
     }
-}
-
-/// Waits up to `timeout` for a child of this process to exit and collects it; `None` if it
-/// still runs ([`link_protocol::exit::wait_child`], the one owner of such waits).
-pub fn wait_child(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
-    link_protocol::exit::wait_child(child, timeout)
 }
 
 /// A child the kit started; only this handle waits for it. Dropping an unfinished child kills it.
@@ -285,7 +268,7 @@ impl Owned {
         if self.status.is_some() {
             return Ok(self.status);
         }
-        let s = wait_child(&mut self.child, timeout)?;
+        let s = link_os::process::wait_child(&mut self.child, timeout)?;
         if s.is_some() {
             self.status = s;
             global().release(self.pid);
@@ -364,8 +347,7 @@ pub fn read_proc(pid: i32) -> Option<ProcInfo> {
 
 /// Whether the process `pid` started at `start_time_ticks` is still alive (not a zombie).
 pub fn is_alive(pid: i32, start_time_ticks: u64) -> bool {
-    read_proc(pid)
-        .is_some_and(|p| p.start_time_ticks == start_time_ticks && !matches!(p.state, 'Z' | 'X'))
+    link_os::process::start_time(pid) == Some(start_time_ticks)
 }
 
 /// Every live (non-zombie) descendant of this process.
@@ -402,16 +384,8 @@ pub fn leftovers(recorded: &[(i32, u64)], ignore: &HashSet<i32>) -> Vec<ProcInfo
 /// SIGKILLs a process through a pidfd after re-checking its start time, so a recycled pid
 /// is never hit.
 pub fn kill_exact(pid: i32, start_time_ticks: u64) -> bool {
-    let Some(p) = Pid::from_raw(pid) else {
-        return false;
-    };
-    let Ok(fd) = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()) else {
-        return false;
-    };
-    if !is_alive(pid, start_time_ticks) {
-        return false;
-    }
-    rustix::process::pidfd_send_signal(&fd, Signal::KILL).is_ok()
+    link_os::process::signal_checked(pid, Signal::KILL, |pid| is_alive(pid, start_time_ticks))
+        .is_some()
 }
 
 /// Polls until `cond` holds or `timeout` passes; returns whether it held.

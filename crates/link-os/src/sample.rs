@@ -11,6 +11,18 @@ pub fn unix_ns() -> u128 {
         .unwrap_or(0)
 }
 
+/// The pids of the processes whose parent is `parent` now, zombies included.
+pub fn children(parent: i32) -> Vec<i32> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    all.flatten()
+        .filter_map(|p| p.stat().ok())
+        .filter(|s| s.ppid == parent)
+        .map(|s| s.pid)
+        .collect()
+}
+
 /// The pids of every live process whose ancestry includes `root` (not `root` itself).
 pub fn descendants(root: i32) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
@@ -72,11 +84,6 @@ pub fn sample_round(index: u64, pids: &[i32]) -> SampleRound {
     }
 }
 
-/// True when the process exists and is not a zombie.
-pub fn is_alive(pid: i32) -> bool {
-    sample_process(pid).is_some_and(|s| s.state != "Z" && s.state != "X")
-}
-
 #[cfg(test)]
 mod tests {
     /// CPU used by any thread counts, to the nanosecond; a process that is gone has none.
@@ -116,8 +123,9 @@ mod tests {
             .spawn()
             .unwrap();
         assert!(super::descendants(me).contains(&(child.id() as i32)));
+        assert!(super::children(me).contains(&(child.id() as i32)));
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(!super::is_alive(child.id() as i32));
+        assert!(!crate::process::running(child.id() as i32));
     }
 }

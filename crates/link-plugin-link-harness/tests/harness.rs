@@ -81,7 +81,7 @@ mod runtime {
     /// A passed run stopped the host with `link down` alone, so where pidfds work the host's
     /// own exit time was seen on one: it starts with `shutdown` and ends within it.
     fn assert_host_exit_within_shutdown(report: &Report) {
-        if link_protocol::exit::pidfd(std::process::id() as i32).is_err() {
+        if link_os::process::pidfd(std::process::id() as i32).is_err() {
             println!("no pidfds here (Linux before 5.3): no host_exit phase to check");
             return;
         }

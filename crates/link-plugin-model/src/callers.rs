@@ -54,7 +54,7 @@ impl Granted {
         if pid == std::os::unix::process::parent_id() as i32 {
             return Ok(Caller::Granted);
         }
-        let started = link_protocol::pids::start_time(pid);
+        let started = link_os::process::start_time(pid);
         if started.is_some_and(|t| self.known.contains(&(pid, t))) {
             return Ok(Caller::Granted);
         }

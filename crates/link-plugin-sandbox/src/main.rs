@@ -6,11 +6,10 @@ mod service;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-// The confinement library's modules, which `service.rs` also reaches as `crate::…`.
-use identity::{Identity, Slots};
-use link_confine::{helper, identity, limits, policy, probe, run, view};
+use link_confine::identity::{Identity, Slots};
+use link_confine::policy::Policy;
+use link_confine::{helper, limits, probe, run, view};
 use link_protocol::routes::sandbox::ExecLimits;
-use policy::Policy;
 use service::Service;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -162,7 +161,7 @@ fn probe_and_exit() -> anyhow::Result<()> {
     }));
     // The namespace's init outlives bwrap: as a subreaper, the probe reaps it itself.
     run::set_single_threaded();
-    let _ = run::become_subreaper();
+    let _ = link_os::reaper::become_subreaper();
     run::stop_all_on_signals().context("handling SIGTERM and SIGINT")?;
     let report = probe::probe_blocking(&self_exe()?);
     run::reap_orphans();
@@ -175,7 +174,7 @@ fn probe_and_exit() -> anyhow::Result<()> {
 /// ends the command first, then dies of that signal, as a shell running it expects.
 fn exec(a: ExecArgs) -> ! {
     run::set_single_threaded();
-    let _ = run::become_subreaper();
+    let _ = link_os::reaper::become_subreaper();
     let code = match run::stop_all_on_signals() {
         Ok(()) => exec_status(a),
         Err(e) => fail(anyhow::anyhow!("cannot handle SIGTERM and SIGINT: {e}")),
@@ -281,7 +280,7 @@ fn fail(e: anyhow::Error) -> i32 {
 
 fn plugin() -> anyhow::Result<()> {
     let env = link_protocol::plugin::start()?;
-    run::become_subreaper().context("prctl(PR_SET_CHILD_SUBREAPER)")?;
+    link_os::reaper::become_subreaper().context("prctl(PR_SET_CHILD_SUBREAPER)")?;
     let bwrap = which::which("bwrap").ok();
     if bwrap.is_none() {
         tracing::warn!("bwrap is not on PATH: every sandbox.exec will be refused as unavailable");

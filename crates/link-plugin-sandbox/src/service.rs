@@ -10,10 +10,10 @@
 //! One agent's commands run one at a time, so no command of an agent is running while the
 //! workspace is walked before or after another.
 
-use crate::identity::{Identity, Slots};
-use crate::limits::Limits;
-use crate::policy::Policy;
-use crate::run::{Output, RunError, Spec};
+use link_confine::identity::{Identity, Slots};
+use link_confine::limits::Limits;
+use link_confine::policy::Policy;
+use link_confine::run::{Output, RunError, Spec};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::Mode;
 use link_protocol::routes::sandbox::{ExecBody, ExecReply};
@@ -36,7 +36,7 @@ pub struct Service {
     pub mode: Mode,
     /// bwrap, located once at start; `None` makes every call `unavailable`.
     pub bwrap: Option<PathBuf>,
-    /// Each agent's dedicated identity when Link runs as root ([`crate::identity`]).
+    /// Each agent's dedicated identity when Link runs as root ([`link_confine::identity`]).
     pub slots: std::sync::Mutex<Slots>,
     /// One lock per agent: its commands run one at a time.
     pub running: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
@@ -107,7 +107,7 @@ impl Service {
         };
         let turn = self.agent_lock(agent);
         let _one_at_a_time = turn.lock().await;
-        let outcome = crate::run::run(&spec).await.map_err(run_error)?;
+        let outcome = link_confine::run::run(&spec).await.map_err(run_error)?;
         tracing::info!(
             agent = %agent,
             exit = ?outcome.exit_code,
@@ -153,7 +153,7 @@ fn unavailable(msg: impl Into<String>) -> RemoteError {
 fn run_error(e: RunError) -> RemoteError {
     match e {
         RunError::Bwrap { stderr, code } => {
-            unavailable(crate::probe::diagnose_bwrap(&stderr, code).1)
+            unavailable(link_confine::probe::diagnose_bwrap(&stderr, code).1)
         }
         RunError::Landlock(reason) => unavailable(format!(
             "Landlock not enforced inside the sandbox, nothing ran: {reason}"

@@ -8,7 +8,6 @@ use common::*;
 use link_harness_conformance::plugin_process::PluginSpec;
 use link_protocol::plugin::Mode;
 use rustix::process::Signal;
-use rustix::process::{WaitId, WaitIdOptions};
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -24,8 +23,7 @@ fn assert_nothing_adopted(after: &str) {
         })
         .collect();
     // ECHILD: no child, alive or exited; anything else means one was adopted.
-    let any = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
-    let waited = rustix::process::waitid(WaitId::All, any);
+    let waited = link_os::reaper::peek_children();
     assert!(
         left.is_empty() && waited.is_err(),
         "after {after}, this subreaper adopted {left:?} (waitid: {waited:?})"
@@ -39,8 +37,7 @@ fn exec_status(ws: &std::path::Path, extra: &[&str], argv: &[&str]) -> Option<i3
 
 #[test]
 fn no_process_outlives_the_probe_exec_or_the_plugin() {
-    let me = rustix::process::getpid();
-    rustix::process::set_child_subreaper(Some(me)).expect("PR_SET_CHILD_SUBREAPER");
+    link_os::reaper::become_subreaper().expect("PR_SET_CHILD_SUBREAPER");
 
     // The probe runs bwrap on a real command: its namespace init must not be left to us.
     let probe = Command::new(BIN)

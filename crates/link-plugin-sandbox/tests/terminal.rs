@@ -334,9 +334,8 @@ fn plugin_from_a_terminal() {
 
 /// (session id, controlling terminal's device number) of `pid`, from `/proc/PID/stat`.
 fn session_and_tty(pid: u32) -> (u32, u64) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let rest = stat.rsplit_once(')').unwrap().1;
-    // After the command name: state ppid pgrp session tty_nr ...
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    (fields[3].parse().unwrap(), fields[4].parse().unwrap())
+    let stat = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .unwrap();
+    (stat.session as u32, stat.tty_nr as u64)
 }

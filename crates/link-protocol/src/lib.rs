@@ -58,8 +58,6 @@ pub mod client;
 pub mod clock;
 pub mod control_key;
 pub mod digest;
-#[cfg(feature = "exit")]
-pub mod exit;
 pub mod files;
 #[cfg(feature = "runtime")]
 pub mod frame;

@@ -7,6 +7,7 @@
 
 use crate::layout::StateLayout;
 use crate::routes::programs;
+use link_os::process::start_time;
 use serde::{Deserialize, Serialize};
 
 /// One started process.
@@ -52,15 +53,6 @@ impl PidsFile {
             .find(|p| p.name == programs::MINI_CONNECTION)
             .map_or(self.host as i32, |p| p.pid)
     }
-}
-
-/// The start time (clock ticks after boot) of `pid` while it is alive and not a zombie.
-pub fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    // After the command: state is field 3 of stat(5), starttime field 22.
-    let live = !matches!(fields.first(), Some(&"Z") | Some(&"X"));
-    live.then(|| fields.get(19)?.parse().ok())?
 }
 
 #[cfg(test)]

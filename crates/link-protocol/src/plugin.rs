@@ -537,16 +537,9 @@ mod tests {
         contract.apply_from(&mut cmd, |_| None);
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{out:?}");
-        let stat = String::from_utf8(out.stdout).unwrap();
-        let pid = stat.split(' ').next().unwrap().parse().unwrap();
-        // After the command name: state, ppid, pgrp, session.
-        let rest: Vec<&str> = stat
-            .rsplit_once(')')
-            .unwrap()
-            .1
-            .split_whitespace()
-            .collect();
-        (pid, rest[2].parse().unwrap(), rest[3].parse().unwrap())
+        use procfs::FromRead;
+        let stat = procfs::process::Stat::from_read(out.stdout.as_slice()).unwrap();
+        (stat.pid as u32, stat.pgrp as u32, stat.session as u32)
     }
 
     #[test]
@@ -556,16 +549,10 @@ mod tests {
         // As /proc shows it, like the child's: 0 when the session's leader is outside this
         // pid namespace (as a CI runner may start the tests), which rustix's `getsid` cannot
         // return.
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-        let ours: u32 = stat
-            .rsplit_once(')')
+        let ours = procfs::process::Process::myself()
+            .and_then(|me| me.stat())
             .unwrap()
-            .1
-            .split_whitespace()
-            .nth(3)
-            .unwrap()
-            .parse()
-            .unwrap();
+            .session as u32;
         let (pid, group, session) = started_ids("link-plugin-model");
         assert_eq!((group, session), (pid, ours));
     }

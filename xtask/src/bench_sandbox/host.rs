@@ -91,7 +91,7 @@ pub(super) fn sweep(ws: &Workspace, fixture: &Path) {
 /// A process `pid` exists and is not a zombie waiting to be reaped: it has a start time, read
 /// by the one `/proc/PID/stat` reader the host's pid records use.
 pub(super) fn alive(pid: u32) -> bool {
-    i32::try_from(pid).is_ok_and(|pid| link_protocol::pids::start_time(pid).is_some())
+    i32::try_from(pid).is_ok_and(|pid| link_os::process::start_time(pid).is_some())
 }
 
 /// The pid in `bs<pid>` / `bw<pid>`.
@@ -333,11 +333,9 @@ impl Drop for Runtime {
 }
 
 /// The child's exit status once it exits, or `None` past `within` (through
-/// [`link_protocol::exit::wait_child`], which wakes at the exit rather than polling).
+/// [`link_os::process::wait_child`], which wakes at the exit rather than polling).
 pub(super) fn wait_until(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
-    link_protocol::exit::wait_child(child, within)
-        .ok()
-        .flatten()
+    link_os::process::wait_child(child, within).ok().flatten()
 }
 
 /// A turn's reply is what it asked for: `run: true` made exactly one `run` call, which

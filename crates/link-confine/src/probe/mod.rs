@@ -170,7 +170,7 @@ pub async fn probe(program: &Path) -> ProbeReport {
 /// Runs the probe with `program` (the path of the `link-plugin-sandbox` binary, which runs the
 /// inside checks). Every process
 /// it starts is waited for; the namespace's init is reaped here when the calling process is a
-/// child subreaper ([`crate::run::become_subreaper`]), as the binary's `probe` command is.
+/// child subreaper ([`link_os::reaper::become_subreaper`]), as the binary's `probe` command is.
 pub fn probe_blocking(program: &Path) -> ProbeReport {
     let report = ProbeReport::new();
     let report = match landlock_in_child() {
@@ -242,7 +242,7 @@ fn landlock_in_child() -> Result<u32, (Option<Cause>, String)> {
     // SAFETY: fcntl on one descriptor we own, and prctl/getppid: async-signal-safe calls.
     unsafe {
         cmd.pre_exec(move || {
-            crate::run::die_with_parent(parent)?;
+            link_os::reaper::die_with_parent(parent)?;
             let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             Ok(())
@@ -251,7 +251,7 @@ fn landlock_in_child() -> Result<u32, (Option<Cause>, String)> {
     let cannot_run = |e: std::io::Error| (None, format!("cannot run the helper ({helper}): {e}"));
     let mut child = cmd.spawn().map_err(cannot_run)?;
     drop(w);
-    match crate::run::wait_timeout(&mut child, STEP_TIMEOUT) {
+    match link_os::process::wait_or_kill(&mut child, STEP_TIMEOUT) {
         Ok(Some(_)) => {}
         Ok(None) => return Err((None, "the Landlock check hung".into())),
         Err(e) => return Err(cannot_run(e)),
@@ -281,10 +281,10 @@ fn bwrap_version(bwrap: &Path) -> Option<String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     // SAFETY: prctl and getppid are async-signal-safe.
-    unsafe { cmd.pre_exec(move || crate::run::die_with_parent(parent)) };
+    unsafe { cmd.pre_exec(move || link_os::reaper::die_with_parent(parent)) };
     let mut child = cmd.spawn().ok()?;
     // One short line: it fits the pipe, so bwrap never blocks writing it.
-    crate::run::wait_timeout(&mut child, STEP_TIMEOUT).ok()??;
+    link_os::process::wait_or_kill(&mut child, STEP_TIMEOUT).ok()??;
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take()?, &mut out).ok()?;
     // A bwrap that prints no version (a wrapper, a stand-in) has none, not an empty one.

@@ -9,8 +9,8 @@
 //! child subreaper. So [`run_blocking`] never returns while either is alive: it watches both
 //! through pidfds, kills both on the time limit or [`stop_all`] (killing the init takes every
 //! process of the namespace with it), and reaps the init when it was reparented to this
-//! process, which it is when the process is a child subreaper ([`become_subreaper`]; every
-//! mode of the binary is one). [`reap_orphans`] is the last line: binaries call it before
+//! process, which it is when the process is a child subreaper ([`link_os::reaper::become_subreaper`];
+//! every mode of the binary is one). [`reap_orphans`] is the last line: binaries call it before
 //! exiting.
 //!
 //! The loop is synchronous (poll(2) on pipes and pidfds) so the `exec` command needs no async
@@ -19,8 +19,8 @@
 //! One concept a file: `spawn.rs` starts bwrap, `watch.rs` waits for its processes and pipes
 //! under the time limit, `quota.rs` measures the workspace while it runs, `output.rs` makes
 //! its pipes and keeps what they give, `stop.rs` ends
-//! every run of the process, and `process.rs` holds the process-wide parts (parent death, the
-//! subreaper, orphans, a child's wait with a time limit).
+//! every run of the process, and `process.rs` the last reap of orphans. Parent death, the
+//! subreaper and a child's wait with a time limit are `link_os`'s (`reaper`, `process`).
 
 mod output;
 mod process;
@@ -29,7 +29,7 @@ mod spawn;
 mod stop;
 mod watch;
 
-pub use process::{become_subreaper, die_with_parent, reap_orphans, wait_timeout};
+pub use process::reap_orphans;
 pub use spawn::set_single_threaded;
 pub use stop::{die_of, stop_all, stop_all_on_signals, stopped_by};
 

@@ -98,7 +98,7 @@ pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunErro
         // fork and exec.
         unsafe {
             cmd.pre_exec(move || {
-                super::die_with_parent(parent)?;
+                link_os::reaper::die_with_parent(parent)?;
                 inherited.iter().try_for_each(|fd| inherit(*fd))
             })
         };
@@ -109,7 +109,7 @@ pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunErro
         .map_err(|e| RunError::Spawn(spec.bwrap.clone(), e))?;
     drop((info_w, status_w, args, seccomp, helper, userns));
     // An uncollected child's pid names it: no process there is as fatal as no pidfds.
-    let pidfd = link_protocol::exit::pidfd(child.id() as i32)
+    let pidfd = link_os::process::pidfd(child.id() as i32)
         .and_then(|fd| fd.ok_or_else(|| std::io::Error::from_raw_os_error(libc::ESRCH)));
     let pidfd = match pidfd {
         Ok(fd) => fd,

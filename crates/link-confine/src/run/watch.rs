@@ -2,7 +2,6 @@
 //! init's, killing the tree at the deadline or on a stop, and reaping what was ours.
 
 use super::output::Reader;
-use super::process::children;
 use super::quota::Quota;
 use super::{RunError, GRACE};
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -97,8 +96,8 @@ impl Watch {
             return;
         }
         self.init_known = true;
-        self.init = init_pid(&self.info.kept)
-            .and_then(|pid| link_protocol::exit::pidfd(pid).ok().flatten());
+        self.init =
+            init_pid(&self.info.kept).and_then(|pid| link_os::process::pidfd(pid).ok().flatten());
         self.init_gone = self.init.is_none();
         if let (Some(fd), Some(_)) = (&self.init, self.killed) {
             let _ = rustix::process::pidfd_send_signal(fd, Signal::KILL);
@@ -222,7 +221,7 @@ impl Watch {
     /// bwrap killed after creating the init but before writing its pid
     /// (containers/bubblewrap#633; see [`crate::leftovers`]) leaves that init alive, blocked
     /// for good, its parent-death signal not yet armed. Reparented to this process, our
-    /// children's subreaper ([`super::become_subreaper`]), it keeps the output pipes open,
+    /// children's subreaper ([`link_os::reaper::become_subreaper`]), it keeps the output pipes open,
     /// and only they name it: without this the run would wait [`GRACE`] for them, and leave
     /// it. The
     /// tag leaves out a child another thread forked and has not yet exec'd, which holds
@@ -235,8 +234,8 @@ impl Watch {
             .filter_map(|fd| rustix::fs::fstat(fd).ok())
             .map(|st| format!("pipe:[{}]", st.st_ino))
             .collect();
-        let ours = |pid: u32| {
-            crate::leftovers::is_tagged(pid as i32, &self.tag)
+        let ours = |pid: i32| {
+            crate::leftovers::is_tagged(pid, &self.tag)
                 && std::fs::read_dir(format!("/proc/{pid}/fd"))
                     .into_iter()
                     .flatten()
@@ -244,8 +243,12 @@ impl Watch {
                     .filter_map(|fd| std::fs::read_link(fd.path()).ok())
                     .any(|target| pipes.iter().any(|p| target.as_os_str() == p.as_str()))
         };
-        for pid in children().into_iter().filter(|&pid| ours(pid)) {
-            let Ok(Some(fd)) = link_protocol::exit::pidfd(pid as i32) else {
+        let me = std::process::id() as i32;
+        for pid in link_os::sample::children(me)
+            .into_iter()
+            .filter(|&pid| ours(pid))
+        {
+            let Ok(Some(fd)) = link_os::process::pidfd(pid) else {
                 continue;
             };
             if !ours(pid) {
@@ -253,7 +256,7 @@ impl Watch {
             }
             tracing::warn!(pid, "killing a sandbox init its killed bwrap left behind");
             let _ = rustix::process::pidfd_send_signal(&fd, Signal::KILL);
-            if link_protocol::exit::wait(&fd, GRACE) {
+            if link_os::process::wait(&fd, GRACE) {
                 let _ = rustix::process::waitid(
                     WaitId::PidFd(fd.as_fd()),
                     WaitIdOptions::EXITED | WaitIdOptions::NOHANG,

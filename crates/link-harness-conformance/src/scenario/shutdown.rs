@@ -169,11 +169,11 @@ impl HostExit {
     /// Starts watching `pid` (a child of this runner not yet collected, so the pidfd is the
     /// host's) for up to `limit`; without a pidfd there is nothing to watch.
     fn watch(pid: i32, limit: Duration) -> HostExit {
-        let Ok(Some(fd)) = link_protocol::exit::pidfd(pid) else {
+        let Ok(Some(fd)) = link_os::process::pidfd(pid) else {
             return HostExit(None);
         };
         HostExit(Some(std::thread::spawn(move || {
-            link_protocol::exit::wait(&fd, limit).then(Instant::now)
+            link_os::process::wait(&fd, limit).then(Instant::now)
         })))
     }
 

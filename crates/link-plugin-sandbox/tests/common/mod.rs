@@ -175,19 +175,10 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
 
 /// Host processes (zombies included) whose parent is `ppid`.
 pub fn children_of(ppid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        // Fields after the command name (which may hold spaces): state, ppid, ...
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        if rest.split_whitespace().nth(1) == Some(&ppid.to_string()) {
-            found.push(pid);
-        }
-    }
-    found
+    link_os::sample::children(ppid as i32)
+        .into_iter()
+        .map(|pid| pid as u32)
+        .collect()
 }
 
 /// Polls `cond` every 50 ms for up to `secs` seconds (the kit's
