@@ -3,13 +3,15 @@
 //! Every failure to reach a dependency becomes an `unavailable` error naming the plugin, so
 //! a turn that ends because something died says what died.
 
+use crate::conversation::Message;
 use link_protocol::client::Pool;
 use link_protocol::model::Model;
 use link_protocol::model_service::ModelService;
 use link_protocol::routes::store::{AppendBody, ConversationAppend};
 use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -119,10 +121,21 @@ impl Deps {
     pub async fn complete(
         &self,
         model: &Model,
-        messages: &[Value],
+        messages: &[Message<'_>],
         tools: &[Value],
     ) -> Result<Value, RemoteError> {
-        let body = json!({"model": model, "messages": messages, "tools": tools});
+        /// The request's fields in the order of their names, as a JSON object's are written.
+        #[derive(Serialize)]
+        struct Request<'a> {
+            messages: &'a [Message<'a>],
+            model: &'a Model,
+            tools: &'a [Value],
+        }
+        let body = Request {
+            messages,
+            model,
+            tools,
+        };
         self.model.complete(&body).await
     }
 }
@@ -131,6 +144,7 @@ impl Deps {
 mod tests {
     use super::*;
     use link_protocol::routes::agent;
+    use serde_json::json;
 
     #[tokio::test]
     async fn dead_dependencies_are_named() {
