@@ -11,13 +11,14 @@
 //! message so a tool call is never separated from its answer), so a turn's cost does not grow
 //! with the conversation, and the harness needs only the log's tail page to build it.
 //!
-//! A model call is the harness's main cost, so it copies no entry: each entry is measured
-//! once, when it comes ([`Conversation::push`]), and the messages borrow the entries' text
-//! ([`Message`]), written once as the request's JSON.
+//! A model call is the harness's main cost, so it reads no entry again: each entry is
+//! measured and written as its model message once, when it comes ([`Conversation::push`]);
+//! a call picks the window and pairs tool calls with their answers on what was kept ([`Part`]).
 
 use link_conversation::{context_window_measured, entry_bytes};
 use link_protocol::model::Model;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -31,7 +32,7 @@ const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call fin
 
 /// An agent's conversation as the harness holds it between turns: how many entries the log
 /// has, and the last ones, enough to build the same model messages as the whole log would.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Conversation {
     /// Entries in the log.
     pub total: usize,
@@ -41,6 +42,8 @@ pub struct Conversation {
     tail: Vec<Value>,
     /// The size of each entry of `tail` ([`entry_bytes`]), measured when it came.
     bytes: Vec<usize>,
+    /// What the model reads of each entry of `tail`, written when it came.
+    parts: Vec<Option<Part>>,
     /// The model the agent's turns use, read with the log (`agent.get`) and kept with it,
     /// so a warm turn asks nobody for it: it changes only with the agent, and a re-created
     /// agent's log does not continue this one, so the next turn loads both again.
@@ -60,10 +63,12 @@ impl Conversation {
     pub fn from_tail(total: usize, tail: Vec<Value>, model: Model) -> Conversation {
         debug_assert!(tail.len() <= total);
         let bytes = tail.iter().map(entry_bytes).collect();
+        let parts = tail.iter().map(Part::of).collect();
         let mut c = Conversation {
             total,
             tail,
             bytes,
+            parts,
             model,
         };
         c.trim();
@@ -74,13 +79,15 @@ impl Conversation {
     pub fn push(&mut self, entry: Value) {
         self.total += 1;
         self.bytes.push(entry_bytes(&entry));
+        self.parts.push(Part::of(&entry));
         self.tail.push(entry);
         self.trim();
     }
 
     /// The model messages for this conversation.
-    pub fn messages(&self) -> Vec<Message<'_>> {
-        messages_of(context_window_measured(&self.tail, &self.bytes))
+    pub fn messages(&self) -> Vec<Cow<'_, RawValue>> {
+        let window = context_window_measured(&self.tail, &self.bytes);
+        messages_of(&self.parts[self.tail.len() - window.len()..])
     }
 
     /// The stored turn whose message carries `key` ([`link_conversation::earlier_turn`]),
@@ -99,6 +106,7 @@ impl Conversation {
             let old = self.tail.len() - WINDOW;
             self.tail.drain(..old);
             self.bytes.drain(..old);
+            self.parts.drain(..old);
         }
     }
 }
@@ -150,8 +158,8 @@ pub fn tool_content(ok: bool, output: &Value) -> String {
 /// One model message in the OpenAI shape, borrowing the text of the entry it is built from.
 /// Its fields are in the order of their names, as a JSON object's are written, so it is
 /// written as the same bytes as that object.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Message<'a> {
+#[derive(Serialize)]
+struct Message<'a> {
     content: Cow<'a, str>,
     role: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -170,45 +178,91 @@ impl<'a> Message<'a> {
             tool_calls: None,
         }
     }
+
+    fn to_json(&self) -> Box<RawValue> {
+        // Text and JSON values only: nothing that fails to serialize.
+        serde_json::value::to_raw_value(self).expect("a message serializes")
+    }
 }
 
-/// The model messages for a conversation's entries.
-#[cfg(test)]
-pub fn messages(entries: &[Value]) -> Vec<Message<'_>> {
-    messages_of(link_conversation::context_window(entries))
+/// What the model reads of an entry the model is sent: its message, written as JSON, and how
+/// it pairs with tool calls.
+#[derive(Debug, Clone)]
+struct Part {
+    pairing: Pairing,
+    message: Box<RawValue>,
 }
 
-/// The model messages for a context window.
-fn messages_of(window: &[Value]) -> Vec<Message<'_>> {
-    let mut out = Vec::with_capacity(window.len());
-    // Calls of the last assistant message still waiting for their tool answer.
-    let mut pending: Vec<&str> = Vec::new();
-    for entry in window {
+#[derive(Debug, Clone)]
+enum Pairing {
+    /// A tool's answer to call `0`: sent only while that call waits for its answer.
+    Answer(String),
+    /// A user, assistant or system message: the calls still waiting get an interrupted
+    /// answer before it, then the calls it makes (assistant) wait for theirs.
+    Turn(Vec<String>),
+}
+
+impl Part {
+    /// The part of `entry`; `None` for an entry of another role, which the model is not sent.
+    fn of(entry: &Value) -> Option<Part> {
         let role = entry["role"].as_str().unwrap_or_default();
-        match role {
+        let (pairing, message) = match role {
             "tool" => {
                 let id = entry["tool_call_id"].as_str().unwrap_or_default();
-                if let Some(i) = pending.iter().position(|p| *p == id) {
-                    pending.remove(i);
-                    out.push(Message::tool(id, content_of(entry)));
-                }
+                let message = Message::tool(id, content_of(entry));
+                (Pairing::Answer(id.to_owned()), message)
             }
             "user" | "assistant" | "system" => {
-                close_pending(&mut out, &mut pending);
                 let calls = entry["tool_calls"]
                     .as_array()
                     .filter(|c| role == "assistant" && !c.is_empty());
-                if let Some(calls) = calls {
-                    pending = unique_ids(calls);
-                }
-                out.push(Message {
+                let waiting = calls.map_or_else(Vec::new, |c| unique_ids(c));
+                let message = Message {
                     content: content_of(entry),
                     role,
                     tool_call_id: None,
                     tool_calls: calls.map(Vec::as_slice),
-                });
+                };
+                (Pairing::Turn(waiting), message)
             }
-            _ => {}
+            _ => return None,
+        };
+        Some(Part {
+            pairing,
+            message: message.to_json(),
+        })
+    }
+}
+
+/// The model messages for a conversation's entries.
+#[cfg(test)]
+pub fn messages(entries: &[Value]) -> Vec<Cow<'static, RawValue>> {
+    let window = link_conversation::context_window(entries);
+    let parts: Vec<Option<Part>> = window.iter().map(Part::of).collect();
+    messages_of(&parts)
+        .into_iter()
+        .map(|m| Cow::Owned(m.into_owned()))
+        .collect()
+}
+
+/// The model messages for the parts of a context window.
+fn messages_of(window: &[Option<Part>]) -> Vec<Cow<'_, RawValue>> {
+    let mut out = Vec::with_capacity(window.len());
+    // Calls of the last assistant message still waiting for their tool answer.
+    let mut pending: Vec<&str> = Vec::new();
+    for part in window.iter().flatten() {
+        match &part.pairing {
+            Pairing::Answer(id) => {
+                if let Some(i) = pending.iter().position(|p| p == id) {
+                    pending.remove(i);
+                    out.push(Cow::Borrowed(&*part.message));
+                }
+            }
+            Pairing::Turn(calls) => {
+                close_pending(&mut out, &mut pending);
+                pending.extend(calls.iter().map(String::as_str));
+                out.push(Cow::Borrowed(&*part.message));
+            }
         }
     }
     close_pending(&mut out, &mut pending);
@@ -223,18 +277,21 @@ fn content_of(entry: &Value) -> Cow<'_, str> {
     }
 }
 
-fn unique_ids(calls: &[Value]) -> Vec<&str> {
+fn unique_ids(calls: &[Value]) -> Vec<String> {
     let mut seen = HashSet::new();
     calls
         .iter()
         .filter_map(|c| c["id"].as_str())
         .filter(|id| seen.insert(*id))
+        .map(str::to_owned)
         .collect()
 }
 
-fn close_pending<'a>(out: &mut Vec<Message<'a>>, pending: &mut Vec<&'a str>) {
+fn close_pending(out: &mut Vec<Cow<'_, RawValue>>, pending: &mut Vec<&str>) {
     for id in pending.drain(..) {
-        out.push(Message::tool(id, Cow::Borrowed(INTERRUPTED)));
+        out.push(Cow::Owned(
+            Message::tool(id, Cow::Borrowed(INTERRUPTED)).to_json(),
+        ));
     }
 }
 
@@ -249,7 +306,14 @@ mod tests {
     /// The messages as JSON values, to look into.
     fn json_messages(entries: &[Value]) -> Vec<Value> {
         let m = messages(entries);
-        m.iter().map(|m| serde_json::to_value(m).unwrap()).collect()
+        m.iter()
+            .map(|m| serde_json::from_str(m.get()).unwrap())
+            .collect()
+    }
+
+    /// The messages as the model reads them.
+    fn text(messages: &[Cow<'_, RawValue>]) -> String {
+        serde_json::to_string(messages).unwrap()
     }
 
     /// The messages as the harness built them before [`Message`]: JSON objects, copied
@@ -278,7 +342,7 @@ mod tests {
                     let mut message = json!({"role": role, "content": content});
                     let calls = entry["tool_calls"].as_array().filter(|c| !c.is_empty());
                     if let Some(calls) = calls.filter(|_| role == "assistant") {
-                        pending = unique_ids(calls).into_iter().map(str::to_owned).collect();
+                        pending = unique_ids(calls);
                         message["tool_calls"] = Value::Array(calls.clone());
                     }
                     out.push(message);
@@ -310,7 +374,7 @@ mod tests {
             for end in start..=entries.len() {
                 let e = &entries[start..end];
                 assert_eq!(
-                    serde_json::to_string(&messages(e)).unwrap(),
+                    text(&messages(e)),
                     serde_json::to_string(&messages_as_objects(e)).unwrap(),
                     "entries {start}..{end}"
                 );
@@ -403,15 +467,16 @@ mod tests {
             kept.push(entry);
             assert_eq!(kept.total, all.len());
             assert!(kept.tail.len() <= 2 * WINDOW);
+            let as_objects = serde_json::to_string(&messages_as_objects(&all)).unwrap();
             assert_eq!(
-                kept.messages(),
-                messages(&all),
+                text(&kept.messages()),
+                as_objects,
                 "after {} entries",
                 all.len()
             );
         }
         let loaded = Conversation::new(all.clone());
-        assert_eq!(loaded.messages(), messages(&all));
+        assert_eq!(text(&loaded.messages()), text(&messages(&all)));
         assert_eq!(loaded.total, all.len());
     }
 
@@ -445,14 +510,18 @@ mod tests {
             let page = link_conversation::page(log, req);
             let mut kept =
                 Conversation::from_tail(page.total, log[page.start..].to_vec(), Model::local());
-            assert_eq!(kept.messages(), messages(log), "at {cut}");
+            assert_eq!(text(&kept.messages()), text(&messages(log)), "at {cut}");
             let mut grown = log.to_vec();
             for i in 0..30 {
                 let entry = user_entry(&big(i * 3));
                 grown.push(entry.clone());
                 kept.push(entry);
                 assert_eq!(kept.total, grown.len());
-                assert_eq!(kept.messages(), messages(&grown), "at {cut} + {i}");
+                assert_eq!(
+                    text(&kept.messages()),
+                    text(&messages(&grown)),
+                    "at {cut} + {i}"
+                );
             }
         }
     }

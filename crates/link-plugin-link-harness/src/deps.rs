@@ -3,7 +3,6 @@
 //! Every failure to reach a dependency becomes an `unavailable` error naming the plugin, so
 //! a turn that ends because something died says what died.
 
-use crate::conversation::Message;
 use link_protocol::client::Pool;
 use link_protocol::model::Model;
 use link_protocol::model_service::ModelService;
@@ -11,7 +10,9 @@ use link_protocol::routes::store::{AppendBody, ConversationAppend};
 use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -121,13 +122,13 @@ impl Deps {
     pub async fn complete(
         &self,
         model: &Model,
-        messages: &[Message<'_>],
+        messages: &[Cow<'_, RawValue>],
         tools: &[Value],
     ) -> Result<Value, RemoteError> {
         /// The request's fields in the order of their names, as a JSON object's are written.
         #[derive(Serialize)]
         struct Request<'a> {
-            messages: &'a [Message<'a>],
+            messages: &'a [Cow<'a, RawValue>],
             model: &'a Model,
             tools: &'a [Value],
         }
