@@ -53,8 +53,8 @@ pub use dir::{agent_logs, create};
 pub use earlier::{earlier_turn, user_entry, KeyReused, KEY_FIELD};
 pub use log::{check_entries, scan, Appended, Count, Known, Log, PageRead, Repair, Scan};
 pub use window::{
-    context_window, entry_bytes, page, Page, PageRequest, CONTEXT_BYTES, CONTEXT_ENTRIES,
-    MAX_PAGE_ENTRIES, PAGE_BYTES, PAGE_ENTRIES,
+    context_window, context_window_measured, entry_bytes, page, Page, PageRequest, CONTEXT_BYTES,
+    CONTEXT_ENTRIES, MAX_PAGE_ENTRIES, PAGE_BYTES, PAGE_ENTRIES,
 };
 
 use std::path::PathBuf;

@@ -622,6 +622,36 @@ fn the_window_of_a_tail_page_is_the_window_of_the_whole_log() {
     }
 }
 
+/// Sizes measured beforehand pick the very entries measuring them on the spot does, with
+/// the entry count, the byte budget and a last entry beyond it binding in turn.
+#[test]
+fn a_measured_window_is_the_context_window() {
+    let sizes = [1, 700, 9_000, 40 * 1024, CONTEXT_BYTES + 5];
+    let roles = ["user", "assistant", "tool", "assistant", "tool"];
+    let (mut entries, mut bytes) = (Vec::new(), Vec::new());
+    for i in 0..3 * CONTEXT_ENTRIES {
+        let entry = sized(
+            roles[(i * 3 + i / 7) % roles.len()],
+            sizes[(i * i) % 17 % 5],
+        );
+        bytes.push(entry_bytes(&entry));
+        entries.push(entry);
+        for start in [0, entries.len().saturating_sub(CONTEXT_ENTRIES + 3)] {
+            let (e, b) = (&entries[start..], &bytes[start..]);
+            let (measured, measuring) = (context_window_measured(e, b), context_window(e));
+            assert_eq!(
+                (measured.as_ptr(), measured.len()),
+                (measuring.as_ptr(), measuring.len()),
+                "{} entries from {start}",
+                entries.len()
+            );
+            let sum: usize = b[b.len() - measured.len()..].iter().sum();
+            assert!(measured.len() <= CONTEXT_ENTRIES);
+            assert!(measured.len() <= 1 || sum <= CONTEXT_BYTES, "{sum} bytes");
+        }
+    }
+}
+
 #[test]
 fn pages_read_from_a_known_log_are_the_pages_of_a_full_scan() {
     let (_dir, log) = Temp::log("pages");

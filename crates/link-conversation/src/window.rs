@@ -69,7 +69,8 @@ pub fn page(entries: &[Value], req: PageRequest) -> Page {
     let total = entries.len();
     let limit = req.limit.unwrap_or(PAGE_ENTRIES).min(MAX_PAGE_ENTRIES);
     let (start, end) = if req.tail {
-        (suffix_start(entries, limit, PAGE_BYTES), total)
+        let size = |i| entry_bytes(&entries[i]);
+        (suffix_start(total, limit, PAGE_BYTES, size), total)
     } else {
         let start = req.after.unwrap_or(0).min(total);
         let mut end = start;
@@ -91,14 +92,15 @@ pub fn page(entries: &[Value], req: PageRequest) -> Page {
     }
 }
 
-/// Where the longest suffix of `entries` of at most `count` entries and `budget` bytes
-/// starts; it holds at least the last entry (when `count > 0`), whatever its size.
-fn suffix_start(entries: &[Value], count: usize, budget: usize) -> usize {
-    let mut start = entries.len();
+/// Where the longest suffix of `len` entries, entry `i` being `size(i)` bytes, of at most
+/// `count` entries and `budget` bytes starts; it holds at least the last entry (when
+/// `count > 0`), whatever its size.
+fn suffix_start(len: usize, count: usize, budget: usize, size: impl Fn(usize) -> usize) -> usize {
+    let mut start = len;
     let mut bytes = 0;
-    while start > 0 && entries.len() - start < count {
-        bytes += entry_bytes(&entries[start - 1]);
-        if bytes > budget && start < entries.len() {
+    while start > 0 && len - start < count {
+        bytes += size(start - 1);
+        if bytes > budget && start < len {
             break;
         }
         start -= 1;
@@ -116,7 +118,21 @@ fn suffix_start(entries: &[Value], count: usize, budget: usize) -> usize {
 /// [`page`] with a limit of at least [`CONTEXT_ENTRIES`] (the default), or that holds at
 /// least [`CONTEXT_ENTRIES`] entries, gives the same window as the whole log.
 pub fn context_window(entries: &[Value]) -> &[Value] {
-    let window = &entries[suffix_start(entries, CONTEXT_ENTRIES, CONTEXT_BYTES)..];
+    window_of(entries, |i| entry_bytes(&entries[i]))
+}
+
+/// [`context_window`] of entries whose sizes are known already: `bytes[i]` is
+/// [`entry_bytes`] of `entries[i]`. A turn engine that keeps a log's last entries between
+/// turns measures each one once, when it comes, not on every model call.
+pub fn context_window_measured<'a>(entries: &'a [Value], bytes: &[usize]) -> &'a [Value] {
+    assert_eq!(entries.len(), bytes.len(), "one size per entry");
+    window_of(entries, |i| bytes[i])
+}
+
+/// [`context_window`] with entry `i` being `size(i)` bytes.
+fn window_of(entries: &[Value], size: impl Fn(usize) -> usize) -> &[Value] {
+    let start = suffix_start(entries.len(), CONTEXT_ENTRIES, CONTEXT_BYTES, size);
+    let window = &entries[start..];
     fn role(e: &Value) -> Option<&str> {
         e.get("role").and_then(Value::as_str)
     }

@@ -55,29 +55,37 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(store.layout.workspaces_dir())?;
     move_old_workspaces(&store.layout)?;
     let service = Service::new(store)
-        .on::<AgentCreate, _, _>(|s, call: Call, _| async move { s.create(&call) })
-        .on::<AgentDelete, _, _>(|s, call: Call, _| async move { s.delete(&call) })
-        .on::<ConversationAppend, _, _>(|s, call: Call, body| async move { s.append(&call, body) })
-        .on::<ConversationRead, _, _>(
-            |s, call: Call, body| async move { s.read(call.agent()?, body) },
-        )
-        .on::<FileRead, _, _>(|s, call: Call, body: PathBody| async move {
-            let content = s.workspace(call.agent()?)?.read(&body.path)?;
-            Ok(Content { content })
+        .on::<AgentCreate, _, _>(|s, call: Call, _| for_agent(s, call, |s, call| s.create(&call)))
+        .on::<AgentDelete, _, _>(|s, call: Call, _| for_agent(s, call, |s, call| s.delete(&call)))
+        .on::<ConversationAppend, _, _>(|s, call: Call, body| {
+            for_agent(s, call, move |s, call| s.append(&call, body))
         })
-        .on::<FileWrite, _, _>(|s, call: Call, body: WriteBody| async move {
-            let agent = call.agent()?;
-            let bytes = s.workspace(agent)?.write(&body.path, &body.content)?;
-            // Lengths only: the path and the content are the agent's.
-            tracing::info!(
-                "agent {agent} wrote {bytes} bytes to a path of {} bytes",
-                body.path.len()
-            );
-            Ok(Written { bytes })
+        .on::<ConversationRead, _, _>(|s, call: Call, body| {
+            for_agent(s, call, move |s, call| s.read(call.agent()?, body))
         })
-        .on::<FileList, _, _>(|s, call: Call, body: PathBody| async move {
-            let (entries, truncated) = s.workspace(call.agent()?)?.list(&body.path)?;
-            Ok(Listing { entries, truncated })
+        .on::<FileRead, _, _>(|s, call: Call, body: PathBody| {
+            for_agent(s, call, move |s, call| {
+                let content = s.workspace(call.agent()?)?.read(&body.path)?;
+                Ok(Content { content })
+            })
+        })
+        .on::<FileWrite, _, _>(|s, call: Call, body: WriteBody| {
+            for_agent(s, call, move |s, call| {
+                let agent = call.agent()?;
+                let bytes = s.workspace(agent)?.write(&body.path, &body.content)?;
+                // Lengths only: the path and the content are the agent's.
+                tracing::info!(
+                    "agent {agent} wrote {bytes} bytes to a path of {} bytes",
+                    body.path.len()
+                );
+                Ok(Written { bytes })
+            })
+        })
+        .on::<FileList, _, _>(|s, call: Call, body: PathBody| {
+            for_agent(s, call, move |s, call| {
+                let (entries, truncated) = s.workspace(call.agent()?)?.list(&body.path)?;
+                Ok(Listing { entries, truncated })
+            })
         });
     link_protocol::plugin::serve_service(&env, Peers::Parent, service).await?;
     Ok(())
@@ -136,11 +144,37 @@ fn move_old_workspaces(layout: &StateLayout) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Runs `work` for the call's agent on a blocking thread, holding the agent's lock: an
+/// agent's calls run one at a time, so a repair and an append, or a create and a delete, or
+/// two file writes never mix, while other agents' calls go on. A call waits on the disk (an
+/// fsync, a rename: milliseconds each on a busy disk), and one thread doing every agent's
+/// in turn made that wait every agent's.
+async fn for_agent<T: Send + 'static>(
+    store: Arc<Store>,
+    call: Call,
+    work: impl FnOnce(&Store, Call) -> Result<T, RemoteError> + Send + 'static,
+) -> Result<T, RemoteError> {
+    let agent = call.agent()?.as_str().to_owned();
+    let lock = store.lock_for(&agent);
+    let held = lock.clone().lock_owned().await;
+    let worker = store.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        let _held = held;
+        work(&worker, call)
+    })
+    .await;
+    drop(lock);
+    store.forget_idle(&agent);
+    done.map_err(|e| RemoteError::internal(format!("a file store call ended: {e}")))?
+}
+
 struct Store {
     layout: StateLayout,
-    /// Serializes changes so a repair and an append, or a create and a delete, never mix;
-    /// it guards what the store knows of each agent's log (see [`conversation::Known`]).
+    /// What the store knows of each agent's log (see [`conversation::Known`]), changed
+    /// only under the agent's lock.
     known: Mutex<HashMap<String, conversation::Known>>,
+    /// One lock per agent with a call in progress ([`for_agent`]).
+    agents: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Store {
@@ -148,22 +182,35 @@ impl Store {
         Store {
             layout,
             known: Mutex::new(HashMap::new()),
+            agents: Mutex::new(HashMap::new()),
         }
     }
 
-    /// What the store knows of each agent's log; every route that reads or changes a log or
-    /// an agent's directory holds it, so a repair and an append, or a create and a delete,
-    /// never mix. (Handlers do no I/O across an await on this current-thread runtime, so
-    /// workspace file calls cannot interleave with them either.)
+    /// What the store knows of each agent's log; held only to take or put back an agent's.
     fn known(&self) -> MutexGuard<'_, HashMap<String, conversation::Known>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn agents(&self) -> MutexGuard<'_, HashMap<String, Arc<tokio::sync::Mutex<()>>>> {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_for(&self, agent: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.agents().entry(agent.to_owned()).or_default().clone()
+    }
+
+    /// Drops an agent's lock once no call holds or waits for it, so the map stays small.
+    fn forget_idle(&self, agent: &str) {
+        let mut agents = self.agents();
+        if agents.get(agent).is_some_and(|l| Arc::strong_count(l) == 1) {
+            agents.remove(agent);
+        }
     }
 
     fn create(&self, call: &Call) -> Result<Workspace, RemoteError> {
         only_callers::<AgentCreate>(call, &[AGENT_PLUGIN])?;
         let agent = call.agent()?;
-        let mut known = self.known();
-        known.remove(agent.as_str());
+        self.known().remove(agent.as_str());
         let workspace = self.layout.agent_workspace(agent);
         let dir = self.layout.agent_dir(agent);
         let fresh = !dir.exists() && !workspace.exists();
@@ -194,8 +241,7 @@ impl Store {
     fn delete(&self, call: &Call) -> Result<Empty, RemoteError> {
         only_callers::<AgentDelete>(call, &[AGENT_PLUGIN])?;
         let agent = call.agent()?;
-        let mut known = self.known();
-        known.remove(agent.as_str());
+        self.known().remove(agent.as_str());
         // The workspace first: while it is there, the agent's conversation is too. Whatever
         // the agent's commands did to the modes of its files (issue 42).
         for dir in [
@@ -214,16 +260,15 @@ impl Store {
     /// a frame however long the conversation is; while the store knows the log (it scanned
     /// it or appended to it last), only the page's lines are read.
     fn read(&self, agent: &AgentId, body: ReadBody) -> Result<Conversation, RemoteError> {
-        let mut known = self.known();
         let req = link_conversation::PageRequest {
             after: body.after,
             limit: body.limit,
             tail: body.tail,
         };
         // Taken first: after a failed read only a full scan may be trusted.
-        let before = known.remove(agent.as_str());
+        let before = self.known().remove(agent.as_str());
         let (read, now) = self.log(agent)?.read_page(req, before)?;
-        remember(&mut known, agent, now);
+        remember(&mut self.known(), agent, now);
         Ok(Conversation {
             entries: read.entries,
             torn: read.torn,
@@ -241,13 +286,12 @@ impl Store {
             )));
         }
         let agent = call.agent()?;
-        let mut known = self.known();
         // Forgotten first: after a failed append only a full scan may be trusted.
-        let before = known.remove(agent.as_str());
+        let before = self.known().remove(agent.as_str());
         let done = self
             .log(agent)?
             .append(&body.entries, body.expect_total, before)?;
-        remember(&mut known, agent, done.known);
+        remember(&mut self.known(), agent, done.known);
         Ok(Appended {
             count: done.count,
             total: done.total,
@@ -326,4 +370,64 @@ fn sync_dir(dir: &Path) {
 
 fn internal(path: &Path, e: std::io::Error) -> RemoteError {
     RemoteError::internal(format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// The most calls in progress at once when one call runs for each of `agents` together.
+    fn most_at_once(agents: &[&str]) -> usize {
+        let store = Arc::new(Store::new(StateLayout::new("/nonexistent")));
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let calls: Vec<_> = agents
+                .iter()
+                .map(|a| {
+                    let call = Call {
+                        agent: Some(a.parse().unwrap()),
+                        caller: None,
+                    };
+                    let (now, most) = (now.clone(), most.clone());
+                    for_agent(store.clone(), call, move |_, _| {
+                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(n, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(100));
+                        now.fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    })
+                })
+                .collect();
+            for result in together(calls).await {
+                result.unwrap();
+            }
+        });
+        assert!(store.agents().is_empty(), "idle locks are forgotten");
+        most.load(Ordering::SeqCst)
+    }
+
+    /// Runs `calls` as tasks at once; → their results in order.
+    async fn together<F>(calls: Vec<F>) -> Vec<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let tasks: Vec<_> = calls.into_iter().map(tokio::spawn).collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn an_agents_calls_run_one_at_a_time_and_other_agents_meanwhile() {
+        assert_eq!(most_at_once(&["a", "a", "a"]), 1);
+        assert_eq!(most_at_once(&["a", "b", "c"]), 3);
+    }
 }

@@ -10,10 +10,17 @@
 //! same rule as Mini's (the last [`WINDOW`] entries within a byte budget, starting at a user
 //! message so a tool call is never separated from its answer), so a turn's cost does not grow
 //! with the conversation, and the harness needs only the log's tail page to build it.
+//!
+//! A model call is the harness's main cost, so it reads no entry again: each entry is
+//! measured and written as its model message once, when it comes ([`Conversation::push`]);
+//! a call picks the window and pairs tool calls with their answers on what was kept ([`Part`]).
 
-use link_conversation::context_window;
+use link_conversation::{context_window_measured, entry_bytes};
 use link_protocol::model::Model;
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 /// At most this many entries of the log go to the model (within
@@ -25,14 +32,18 @@ const INTERRUPTED: &str = "{\"error\":\"the turn ended before this tool call fin
 
 /// An agent's conversation as the harness holds it between turns: how many entries the log
 /// has, and the last ones, enough to build the same model messages as the whole log would.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Conversation {
     /// Entries in the log.
     pub total: usize,
     /// The log's last entries: all of them, or at least [`WINDOW`] of them, or a tail page
-    /// of the log with entries appended since (so [`context_window`] picks the same start
+    /// of the log with entries appended since (so the context window starts at the same entry
     /// as on the whole log).
     tail: Vec<Value>,
+    /// The size of each entry of `tail` ([`entry_bytes`]), measured when it came.
+    bytes: Vec<usize>,
+    /// What the model reads of each entry of `tail`, written when it came.
+    parts: Vec<Option<Part>>,
     /// The model the agent's turns use, read with the log (`agent.get`) and kept with it,
     /// so a warm turn asks nobody for it: it changes only with the agent, and a re-created
     /// agent's log does not continue this one, so the next turn loads both again.
@@ -51,7 +62,15 @@ impl Conversation {
     /// with `model`.
     pub fn from_tail(total: usize, tail: Vec<Value>, model: Model) -> Conversation {
         debug_assert!(tail.len() <= total);
-        let mut c = Conversation { total, tail, model };
+        let bytes = tail.iter().map(entry_bytes).collect();
+        let parts = tail.iter().map(Part::of).collect();
+        let mut c = Conversation {
+            total,
+            tail,
+            bytes,
+            parts,
+            model,
+        };
         c.trim();
         c
     }
@@ -59,13 +78,16 @@ impl Conversation {
     /// Records an entry the log now ends with.
     pub fn push(&mut self, entry: Value) {
         self.total += 1;
+        self.bytes.push(entry_bytes(&entry));
+        self.parts.push(Part::of(&entry));
         self.tail.push(entry);
         self.trim();
     }
 
     /// The model messages for this conversation.
-    pub fn messages(&self) -> Vec<Value> {
-        messages(&self.tail)
+    pub fn messages(&self) -> Vec<Cow<'_, RawValue>> {
+        let window = context_window_measured(&self.tail, &self.bytes);
+        messages_of(&self.parts[self.tail.len() - window.len()..])
     }
 
     /// The stored turn whose message carries `key` ([`link_conversation::earlier_turn`]),
@@ -81,7 +103,10 @@ impl Conversation {
     /// Keeps memory bounded: drops old entries in batches, keeping `WINDOW`.
     fn trim(&mut self) {
         if self.tail.len() > 2 * WINDOW {
-            self.tail.drain(..self.tail.len() - WINDOW);
+            let old = self.tail.len() - WINDOW;
+            self.tail.drain(..old);
+            self.bytes.drain(..old);
+            self.parts.drain(..old);
         }
     }
 }
@@ -113,7 +138,7 @@ pub fn tool_output(entry: &Value) -> (bool, Value) {
     let output = match (ok, parsed) {
         (true, Some(v)) if !v.is_string() => v,
         (false, Some(mut v)) if v.get("error").is_some() => v["error"].take(),
-        _ => Value::String(content),
+        _ => Value::String(content.into_owned()),
     };
     (ok, output)
 }
@@ -130,46 +155,125 @@ pub fn tool_content(ok: bool, output: &Value) -> String {
     }
 }
 
-/// The model messages for a conversation's entries.
-pub fn messages(entries: &[Value]) -> Vec<Value> {
-    let entries = context_window(entries);
-    let mut out = Vec::with_capacity(entries.len());
-    // Calls of the last assistant message still waiting for their tool answer.
-    let mut pending: Vec<String> = Vec::new();
-    for entry in entries {
+/// One model message in the OpenAI shape, borrowing the text of the entry it is built from.
+/// Its fields are in the order of their names, as a JSON object's are written, so it is
+/// written as the same bytes as that object.
+#[derive(Serialize)]
+struct Message<'a> {
+    content: Cow<'a, str>,
+    role: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<&'a [Value]>,
+}
+
+impl<'a> Message<'a> {
+    /// The answer to tool call `id`.
+    fn tool(id: &'a str, content: Cow<'a, str>) -> Message<'a> {
+        Message {
+            content,
+            role: "tool",
+            tool_call_id: Some(id),
+            tool_calls: None,
+        }
+    }
+
+    fn to_json(&self) -> Box<RawValue> {
+        // Text and JSON values only: nothing that fails to serialize.
+        serde_json::value::to_raw_value(self).expect("a message serializes")
+    }
+}
+
+/// What the model reads of an entry the model is sent: its message, written as JSON, and how
+/// it pairs with tool calls.
+#[derive(Debug, Clone)]
+struct Part {
+    pairing: Pairing,
+    message: Box<RawValue>,
+}
+
+#[derive(Debug, Clone)]
+enum Pairing {
+    /// A tool's answer to call `0`: sent only while that call waits for its answer.
+    Answer(String),
+    /// A user, assistant or system message: the calls still waiting get an interrupted
+    /// answer before it, then the calls it makes (assistant) wait for theirs.
+    Turn(Vec<String>),
+}
+
+impl Part {
+    /// The part of `entry`; `None` for an entry of another role, which the model is not sent.
+    fn of(entry: &Value) -> Option<Part> {
         let role = entry["role"].as_str().unwrap_or_default();
-        let content = content_of(entry);
-        match role {
+        let (pairing, message) = match role {
             "tool" => {
                 let id = entry["tool_call_id"].as_str().unwrap_or_default();
-                if let Some(i) = pending.iter().position(|p| p == id) {
-                    pending.remove(i);
-                    out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
-                }
+                let message = Message::tool(id, content_of(entry));
+                (Pairing::Answer(id.to_owned()), message)
             }
             "user" | "assistant" | "system" => {
-                close_pending(&mut out, &mut pending);
-                let mut message = json!({"role": role, "content": content});
-                if role == "assistant" {
-                    if let Some(calls) = entry["tool_calls"].as_array().filter(|c| !c.is_empty()) {
-                        pending = unique_ids(calls);
-                        message["tool_calls"] = Value::Array(calls.clone());
-                    }
-                }
-                out.push(message);
+                let calls = entry["tool_calls"]
+                    .as_array()
+                    .filter(|c| role == "assistant" && !c.is_empty());
+                let waiting = calls.map_or_else(Vec::new, |c| unique_ids(c));
+                let message = Message {
+                    content: content_of(entry),
+                    role,
+                    tool_call_id: None,
+                    tool_calls: calls.map(Vec::as_slice),
+                };
+                (Pairing::Turn(waiting), message)
             }
-            _ => {}
+            _ => return None,
+        };
+        Some(Part {
+            pairing,
+            message: message.to_json(),
+        })
+    }
+}
+
+/// The model messages for a conversation's entries.
+#[cfg(test)]
+pub fn messages(entries: &[Value]) -> Vec<Cow<'static, RawValue>> {
+    let window = link_conversation::context_window(entries);
+    let parts: Vec<Option<Part>> = window.iter().map(Part::of).collect();
+    messages_of(&parts)
+        .into_iter()
+        .map(|m| Cow::Owned(m.into_owned()))
+        .collect()
+}
+
+/// The model messages for the parts of a context window.
+fn messages_of(window: &[Option<Part>]) -> Vec<Cow<'_, RawValue>> {
+    let mut out = Vec::with_capacity(window.len());
+    // Calls of the last assistant message still waiting for their tool answer.
+    let mut pending: Vec<&str> = Vec::new();
+    for part in window.iter().flatten() {
+        match &part.pairing {
+            Pairing::Answer(id) => {
+                if let Some(i) = pending.iter().position(|p| p == id) {
+                    pending.remove(i);
+                    out.push(Cow::Borrowed(&*part.message));
+                }
+            }
+            Pairing::Turn(calls) => {
+                close_pending(&mut out, &mut pending);
+                pending.extend(calls.iter().map(String::as_str));
+                out.push(Cow::Borrowed(&*part.message));
+            }
         }
     }
     close_pending(&mut out, &mut pending);
     out
 }
 
-fn content_of(entry: &Value) -> String {
+fn content_of(entry: &Value) -> Cow<'_, str> {
     match &entry["content"] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
+        Value::String(s) => Cow::Borrowed(s),
+        Value::Null => Cow::Borrowed(""),
+        other => Cow::Owned(other.to_string()),
     }
 }
 
@@ -178,14 +282,16 @@ fn unique_ids(calls: &[Value]) -> Vec<String> {
     calls
         .iter()
         .filter_map(|c| c["id"].as_str())
-        .filter(|id| seen.insert(id.to_owned()))
+        .filter(|id| seen.insert(*id))
         .map(str::to_owned)
         .collect()
 }
 
-fn close_pending(out: &mut Vec<Value>, pending: &mut Vec<String>) {
+fn close_pending(out: &mut Vec<Cow<'_, RawValue>>, pending: &mut Vec<&str>) {
     for id in pending.drain(..) {
-        out.push(json!({"role": "tool", "tool_call_id": id, "content": INTERRUPTED}));
+        out.push(Cow::Owned(
+            Message::tool(id, Cow::Borrowed(INTERRUPTED)).to_json(),
+        ));
     }
 }
 
@@ -197,6 +303,85 @@ mod tests {
         json!({"id": id, "type": "function", "function": {"name": "file", "arguments": "{}"}})
     }
 
+    /// The messages as JSON values, to look into.
+    fn json_messages(entries: &[Value]) -> Vec<Value> {
+        let m = messages(entries);
+        m.iter()
+            .map(|m| serde_json::from_str(m.get()).unwrap())
+            .collect()
+    }
+
+    /// The messages as the model reads them.
+    fn text(messages: &[Cow<'_, RawValue>]) -> String {
+        serde_json::to_string(messages).unwrap()
+    }
+
+    /// The messages as the harness built them before [`Message`]: JSON objects, copied
+    /// from the entries.
+    fn messages_as_objects(entries: &[Value]) -> Vec<Value> {
+        let mut out = Vec::new();
+        let mut pending: Vec<String> = Vec::new();
+        let close = |out: &mut Vec<Value>, pending: &mut Vec<String>| {
+            for id in pending.drain(..) {
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": INTERRUPTED}));
+            }
+        };
+        for entry in link_conversation::context_window(entries) {
+            let role = entry["role"].as_str().unwrap_or_default();
+            let content = content_of(entry).into_owned();
+            match role {
+                "tool" => {
+                    let id = entry["tool_call_id"].as_str().unwrap_or_default();
+                    if let Some(i) = pending.iter().position(|p| p == id) {
+                        pending.remove(i);
+                        out.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                    }
+                }
+                "user" | "assistant" | "system" => {
+                    close(&mut out, &mut pending);
+                    let mut message = json!({"role": role, "content": content});
+                    let calls = entry["tool_calls"].as_array().filter(|c| !c.is_empty());
+                    if let Some(calls) = calls.filter(|_| role == "assistant") {
+                        pending = unique_ids(calls);
+                        message["tool_calls"] = Value::Array(calls.clone());
+                    }
+                    out.push(message);
+                }
+                _ => {}
+            }
+        }
+        close(&mut out, &mut pending);
+        out
+    }
+
+    /// The borrowed messages are written as the very bytes of the objects they replace,
+    /// whatever the entries hold.
+    #[test]
+    fn messages_are_written_as_the_objects_they_replace() {
+        let entries = vec![
+            json!({"role": "system", "content": "be brief"}),
+            link_conversation::user_entry("with a key", Some("k1")),
+            json!({"role": "assistant", "content": null, "tool_calls": [call("c1"), call("c1"), call("c2")]}),
+            tool_entry("c2", "file", true, &json!({"bytes": 2, "path": "é\"\n"})),
+            tool_entry("zz", "file", false, &json!("stray")),
+            json!({"role": "assistant", "content": {"not": "text"}, "tool_calls": []}),
+            json!({"role": "user", "content": 7, "tool_calls": [call("c3")]}),
+            json!({"role": "other", "content": "dropped"}),
+            json!("not an object"),
+            json!({"role": "assistant", "content": "", "tool_calls": [call("c4"), {"no": "id"}]}),
+        ];
+        for start in 0..entries.len() {
+            for end in start..=entries.len() {
+                let e = &entries[start..end];
+                assert_eq!(
+                    text(&messages(e)),
+                    serde_json::to_string(&messages_as_objects(e)).unwrap(),
+                    "entries {start}..{end}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn builds_openai_messages_from_entries() {
         let entries = vec![
@@ -206,7 +391,7 @@ mod tests {
             json!({"role": "assistant", "content": "wrote a.txt"}),
             user_entry("hello"),
         ];
-        let m = messages(&entries);
+        let m = json_messages(&entries);
         assert_eq!(m.len(), 5);
         assert_eq!(m[0], json!({"role": "user", "content": "write a.txt: hi"}));
         assert_eq!(m[1]["tool_calls"][0]["id"], "c1");
@@ -253,7 +438,7 @@ mod tests {
             tool_entry("zz", "file", true, &json!({})),
             user_entry("again"),
         ];
-        let m = messages(&entries);
+        let m = json_messages(&entries);
         let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user"]);
         assert_eq!(m[1]["content"], "");
@@ -261,7 +446,7 @@ mod tests {
         assert!(m[3]["content"].as_str().unwrap().contains("ended before"));
 
         // A log ending right after the calls also gets answers.
-        let m = messages(&entries[..2]);
+        let m = json_messages(&entries[..2]);
         assert_eq!(m.len(), 4);
     }
 
@@ -282,15 +467,16 @@ mod tests {
             kept.push(entry);
             assert_eq!(kept.total, all.len());
             assert!(kept.tail.len() <= 2 * WINDOW);
+            let as_objects = serde_json::to_string(&messages_as_objects(&all)).unwrap();
             assert_eq!(
-                kept.messages(),
-                messages(&all),
+                text(&kept.messages()),
+                as_objects,
                 "after {} entries",
                 all.len()
             );
         }
         let loaded = Conversation::new(all.clone());
-        assert_eq!(loaded.messages(), messages(&all));
+        assert_eq!(text(&loaded.messages()), text(&messages(&all)));
         assert_eq!(loaded.total, all.len());
     }
 
@@ -324,14 +510,18 @@ mod tests {
             let page = link_conversation::page(log, req);
             let mut kept =
                 Conversation::from_tail(page.total, log[page.start..].to_vec(), Model::local());
-            assert_eq!(kept.messages(), messages(log), "at {cut}");
+            assert_eq!(text(&kept.messages()), text(&messages(log)), "at {cut}");
             let mut grown = log.to_vec();
             for i in 0..30 {
                 let entry = user_entry(&big(i * 3));
                 grown.push(entry.clone());
                 kept.push(entry);
                 assert_eq!(kept.total, grown.len());
-                assert_eq!(kept.messages(), messages(&grown), "at {cut} + {i}");
+                assert_eq!(
+                    text(&kept.messages()),
+                    text(&messages(&grown)),
+                    "at {cut} + {i}"
+                );
             }
         }
     }
@@ -348,7 +538,7 @@ mod tests {
                 entries.push(user_entry(&format!("u{i}")));
             }
         }
-        let m = messages(&entries);
+        let m = json_messages(&entries);
         assert!(m.len() <= WINDOW);
         assert_eq!(m[0]["role"], "user");
         assert_eq!(m.last().unwrap()["role"], "user");

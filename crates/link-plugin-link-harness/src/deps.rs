@@ -9,7 +9,10 @@ use link_protocol::model_service::ModelService;
 use link_protocol::routes::store::{AppendBody, ConversationAppend};
 use link_protocol::routes::{owner_of, programs, schedule, tool, Route};
 use link_protocol::{AgentId, ErrorCode, RemoteError};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -119,10 +122,21 @@ impl Deps {
     pub async fn complete(
         &self,
         model: &Model,
-        messages: &[Value],
+        messages: &[Cow<'_, RawValue>],
         tools: &[Value],
     ) -> Result<Value, RemoteError> {
-        let body = json!({"model": model, "messages": messages, "tools": tools});
+        /// The request's fields in the order of their names, as a JSON object's are written.
+        #[derive(Serialize)]
+        struct Request<'a> {
+            messages: &'a [Cow<'a, RawValue>],
+            model: &'a Model,
+            tools: &'a [Value],
+        }
+        let body = Request {
+            messages,
+            model,
+            tools,
+        };
         self.model.complete(&body).await
     }
 }
@@ -131,6 +145,7 @@ impl Deps {
 mod tests {
     use super::*;
     use link_protocol::routes::agent;
+    use serde_json::json;
 
     #[tokio::test]
     async fn dead_dependencies_are_named() {

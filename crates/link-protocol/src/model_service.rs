@@ -11,6 +11,7 @@ use crate::model::{Model, LOCAL};
 use crate::plugin::{test_millis, ENV_TEST_DEADLINE_MS, ENV_TEST_MODEL_TIMEOUT_MS};
 use crate::routes::programs;
 use crate::{ErrorCode, RemoteError};
+use serde::Serialize;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -101,7 +102,9 @@ impl ModelService {
     /// code where it says what happened beyond the request (the remote's error, its
     /// deadline, a service that is down); anything else is this caller's fault, so
     /// `internal`.
-    pub async fn complete(&self, body: &Value) -> Result<Value, RemoteError> {
+    pub async fn complete(&self, body: &impl Serialize) -> Result<Value, RemoteError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| RemoteError::internal(format!("a chat request that is not JSON: {e}")))?;
         let resp = self
             .call("POST", "/v1/chat/completions", Some(body))
             .await?;
@@ -166,7 +169,7 @@ impl ModelService {
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<Vec<u8>>,
     ) -> Result<crate::http::HttpResponse, RemoteError> {
         self.call_within(method, path, body, self.deadline).await
     }
@@ -176,10 +179,10 @@ impl ModelService {
         &self,
         method: &str,
         path: &str,
-        body: Option<&Value>,
+        body: Option<Vec<u8>>,
         deadline: Duration,
     ) -> Result<crate::http::HttpResponse, RemoteError> {
-        let request = crate::http::json(&self.socket, method, path, None, body);
+        let request = crate::http::request(&self.socket, method, path, None, body);
         match tokio::time::timeout(deadline, request).await {
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) => Err(RemoteError::new(
