@@ -157,6 +157,14 @@ async fn for_agent<T: Send + 'static>(
     let agent = call.agent()?.as_str().to_owned();
     let lock = store.lock_for(&agent);
     let held = lock.clone().lock_owned().await;
+    // Read in time, it may have waited for the agent's earlier call past its deadline: then
+    // its caller was told it timed out, and it must not be done.
+    if let Err(late) = link_protocol::server::still_in_time() {
+        drop(held);
+        drop(lock);
+        store.forget_idle(&agent);
+        return Err(late);
+    }
     let worker = store.clone();
     let done = tokio::task::spawn_blocking(move || {
         let _held = held;
@@ -423,6 +431,56 @@ mod tests {
             out.push(t.await.unwrap());
         }
         out
+    }
+
+    /// A call read in time that waits for its agent's earlier call past its deadline is
+    /// answered `timeout` and not done (its caller was told it timed out); the twin, with a
+    /// far deadline, is done after the same wait.
+    #[test]
+    fn a_call_that_waited_past_its_deadline_for_its_agent_is_not_done() {
+        use link_protocol::message::NotAfter;
+        let store = Arc::new(Store::new(StateLayout::new("/nonexistent")));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let call = || Call {
+            agent: Some("a".parse().unwrap()),
+            caller: None,
+        };
+        let results = rt.block_on(async {
+            let slow = for_agent(store.clone(), call(), |_, _| {
+                std::thread::sleep(Duration::from_millis(150));
+                Ok(())
+            });
+            let queued = |within: u64| {
+                let (store, done) = (store.clone(), done.clone());
+                let due = Some((NotAfter::within(Duration::from_millis(within)), "x".into()));
+                link_protocol::server::answering_by(
+                    due,
+                    for_agent(store, call(), move |_, _| {
+                        done.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }),
+                )
+            };
+            let slow = tokio::spawn(slow);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let late = tokio::spawn(queued(50));
+            let in_time = tokio::spawn(queued(60_000));
+            slow.await.unwrap().unwrap();
+            (late.await.unwrap(), in_time.await.unwrap())
+        });
+        let late = results.0.unwrap_err();
+        assert_eq!(late.code, link_protocol::ErrorCode::Timeout, "{late}");
+        assert!(results.1.is_ok());
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            1,
+            "only the twin's work was done"
+        );
+        assert!(store.agents().is_empty(), "no lock kept");
     }
 
     #[test]

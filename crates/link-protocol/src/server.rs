@@ -90,12 +90,15 @@ where
 {
     while let Some(frame) = read_message::<Value, _>(&mut stream).await? {
         let (id, outcome) = match Request::deserialize(&frame) {
-            Ok(req) if req.not_after.is_some_and(NotAfter::passed) => {
-                (req.id, Outcome::Error(too_late(&req)))
-            }
+            Ok(req) if req.not_after.is_some_and(NotAfter::passed) => (
+                req.id,
+                Outcome::Error(too_late(&req.route, "arrived after")),
+            ),
             Ok(req) => {
                 let (id, call) = (req.id, req.call);
-                (id, outcome_of(CURRENT_CALL.scope(call, answer(req)).await))
+                let deadline = req.not_after.map(|at| (at, req.route.clone()));
+                let answering = CURRENT_CALL.scope(call, answer(req));
+                (id, outcome_of(answering_by(deadline, answering).await))
             }
             Err(e) => match frame.get("id").and_then(Value::as_u64) {
                 Some(id) => (
@@ -122,18 +125,41 @@ pub fn current_call() -> Option<u64> {
     CURRENT_CALL.try_with(|c| *c).ok().flatten()
 }
 
+tokio::task_local! {
+    /// The deadline of the request being answered ([`Request::not_after`]), and its route.
+    static DEADLINE: Option<(NotAfter, String)>;
+}
+
+/// Runs `answering` as the answer to a request of `route` due by `at` ([`still_in_time`]).
+pub async fn answering_by<F: Future>(
+    deadline: Option<(NotAfter, String)>,
+    answering: F,
+) -> F::Output {
+    DEADLINE.scope(deadline, answering).await
+}
+
+/// `timeout` when the request this task answers has passed its deadline: for a handler that
+/// waited (for a lock, say) after the request was read, before it changes anything, so a
+/// caller told it timed out never finds it done. `Ok` outside a request.
+pub fn still_in_time() -> Result<(), RemoteError> {
+    let late = DEADLINE.try_with(|d| match d {
+        Some((at, route)) if at.passed() => Some(too_late(route, "waited past")),
+        _ => None,
+    });
+    match late.ok().flatten() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
 /// The answer to a request read after its deadline.
-fn too_late(req: &Request) -> RemoteError {
-    tracing::warn!(
-        "{} arrived after its deadline; not done (its caller was told it timed out)",
-        req.route
-    );
+fn too_late(route: &str, how: &str) -> RemoteError {
+    tracing::warn!("{route} {how} its deadline; not done (its caller was told it timed out)");
     RemoteError::new(
         crate::ErrorCode::Timeout,
         format!(
-            "{} arrived after its deadline and was not done: its caller had been told it \
-             timed out",
-            req.route
+            "{route} {how} its deadline and was not done: its caller had been told it timed \
+             out"
         ),
     )
 }
@@ -346,6 +372,36 @@ mod tests {
             }
         }
         assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A handler that waited past its request's deadline learns so before doing anything
+    /// ([`still_in_time`]); the twin, one whose deadline is far, goes on.
+    #[tokio::test]
+    async fn a_handler_that_waited_past_the_deadline_is_told_so() {
+        let waited = handler(|_req: Request| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            still_in_time().map(|()| json!("done"))
+        });
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        tokio::spawn(serve_connection(theirs, move |req| waited(req)));
+        for (id, within_ms, done) in [(1, 30, false), (2, 60_000, true)] {
+            let not_after = crate::clock::monotonic_ms() + within_ms;
+            let frame = json!({"id": id, "route": "store.x", "not_after": not_after, "body": {}});
+            write_message(&mut ours, &frame).await.unwrap();
+            let resp: Response = read_message(&mut ours).await.unwrap().unwrap();
+            match (resp.outcome, done) {
+                (Outcome::Ok(v), true) => assert_eq!(v, "done"),
+                (Outcome::Error(e), false) => {
+                    assert_eq!(e.code, crate::ErrorCode::Timeout);
+                    assert!(
+                        e.message.contains("store.x waited past its deadline"),
+                        "{e}"
+                    );
+                }
+                (other, _) => panic!("{id}: {other:?}"),
+            }
+        }
+        assert!(still_in_time().is_ok(), "outside a request");
     }
 
     /// A plugin's socket answers [`PING`] before its handler, whatever routes it serves;
