@@ -228,14 +228,12 @@ fn release_dir() -> std::path::PathBuf {
         .to_path_buf()
 }
 
-/// A target directory of the test's own whose `release/` links to the built programs, so the
-/// benchmark's `bench-sandbox.json` never overwrites a real one. `None` when a program is not
-/// built (a failure with `LNK_REQUIRE_RUNTIME=1`).
-fn linked_target(tag: &str) -> Option<std::path::PathBuf> {
-    let release = release_dir();
-    let programs: Vec<String> = std::fs::read_dir(&release)
+/// The names of the runtime's programs built in `release` (the host and every plugin).
+fn built_programs(release: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(release)
         .map(|d| {
             d.flatten()
+                .filter(|e| e.path().is_file())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| {
                     n == "link" || n.starts_with("link-plugin-") || n.starts_with("link-mini-")
@@ -243,7 +241,15 @@ fn linked_target(tag: &str) -> Option<std::path::PathBuf> {
                 .filter(|n| !n.ends_with(".d"))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// A target directory of the test's own whose `release/` links to the built programs, so the
+/// benchmark's `bench-sandbox.json` never overwrites a real one. `None` when a program is not
+/// built (a failure with `LNK_REQUIRE_RUNTIME=1`).
+fn linked_target(tag: &str) -> Option<std::path::PathBuf> {
+    let release = release_dir();
+    let programs = built_programs(&release);
     let needed = [
         "link",
         "link-plugin-sandbox",
@@ -588,22 +594,10 @@ fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
 /// directory, which a symlink resolving elsewhere does not. A copy where a link cannot be made.
 fn hard_linked_target(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     let (built, target) = (release_dir(), dir.join(name));
-    let programs: Vec<std::path::PathBuf> = std::fs::read_dir(&built)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().to_string_lossy();
-            (n == "link" || n.starts_with("link-plugin-") || n.starts_with("link-mini-"))
-                && !n.ends_with(".d")
-                && p.is_file()
-        })
-        .chain([built.join("examples/runtime")])
-        .collect();
-    for from in programs {
-        let to = target
-            .join("release")
-            .join(from.strip_prefix(&built).unwrap());
+    let mut programs = built_programs(&built);
+    programs.push("examples/runtime".into());
+    for program in programs {
+        let (from, to) = (built.join(&program), target.join("release").join(&program));
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         if std::fs::hard_link(&from, &to).is_err() {
             std::fs::copy(&from, &to).unwrap();

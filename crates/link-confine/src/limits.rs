@@ -127,18 +127,12 @@ impl Limits {
     pub fn bounds(&self, passed: impl Fn(&str) -> bool) -> Vec<Bound> {
         use Bounded as B;
         use Scope as S;
-        let rlimit = |what: Bounded, value: u64| Bound {
-            what,
-            over: S::Process,
-            value: Some(value),
-            checked: passed(&format!("limit_{what}")),
-            reason: None,
-        };
-        let held = |what, over, value| Bound {
+        // Seen in force where the probe's check of it passed (the rlimits and the processes).
+        let held = |what: Bounded, over, value| Bound {
             what,
             over,
             value: Some(value),
-            checked: false,
+            checked: passed(&format!("limit_{what}")),
             reason: None,
         };
         let unbounded = |what| Bound {
@@ -149,13 +143,10 @@ impl Limits {
             reason: Some(NOT_PER_AGENT.into()),
         };
         vec![
-            rlimit(B::MemoryBytes, self.memory_bytes),
-            rlimit(B::CpuSeconds, self.cpu_seconds),
-            rlimit(B::FileSizeBytes, self.file_size_bytes),
-            Bound {
-                over: S::Command,
-                ..rlimit(B::Processes, self.processes)
-            },
+            held(B::MemoryBytes, S::Process, self.memory_bytes),
+            held(B::CpuSeconds, S::Process, self.cpu_seconds),
+            held(B::FileSizeBytes, S::Process, self.file_size_bytes),
+            held(B::Processes, S::Command, self.processes),
             held(B::TmpBytes, S::Command, self.tmp_bytes),
             held(B::WallTimeMs, S::Command, DEFAULT_TIMEOUT_MS),
             held(B::WorkspaceBytes, S::Agent, self.workspace_bytes),

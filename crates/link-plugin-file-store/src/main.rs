@@ -157,23 +157,28 @@ async fn for_agent<T: Send + 'static>(
     let agent = call.agent()?.as_str().to_owned();
     let lock = store.lock_for(&agent);
     let held = lock.clone().lock_owned().await;
-    // Read in time, it may have waited for the agent's earlier call past its deadline: then
-    // its caller was told it timed out, and it must not be done.
-    if let Err(late) = link_protocol::server::still_in_time() {
-        drop(held);
-        drop(lock);
-        store.forget_idle(&agent);
-        return Err(late);
-    }
-    let worker = store.clone();
-    let done = tokio::task::spawn_blocking(move || {
-        let _held = held;
-        work(&worker, call)
-    })
-    .await;
+    let done = in_time(store.clone(), held, call, work).await;
     drop(lock);
     store.forget_idle(&agent);
-    done.map_err(|e| RemoteError::internal(format!("a file store call ended: {e}")))?
+    done
+}
+
+/// `work` on a blocking thread holding `held` (its agent's lock) until it ends; not at all
+/// when the call, read in time, waited for the agent's earlier call past its deadline: its
+/// caller was told it timed out.
+async fn in_time<T: Send + 'static>(
+    store: Arc<Store>,
+    held: tokio::sync::OwnedMutexGuard<()>,
+    call: Call,
+    work: impl FnOnce(&Store, Call) -> Result<T, RemoteError> + Send + 'static,
+) -> Result<T, RemoteError> {
+    link_protocol::server::still_in_time()?;
+    tokio::task::spawn_blocking(move || {
+        let _held = held;
+        work(&store, call)
+    })
+    .await
+    .map_err(|e| RemoteError::internal(format!("a file store call ended: {e}")))?
 }
 
 struct Store {
@@ -456,8 +461,11 @@ mod tests {
             });
             let queued = |within: u64| {
                 let (store, done) = (store.clone(), done.clone());
-                let due = Some((NotAfter::within(Duration::from_millis(within)), "x".into()));
-                link_protocol::server::answering_by(
+                let due = link_protocol::server::Answering {
+                    call: None,
+                    deadline: Some((NotAfter::within(Duration::from_millis(within)), "x".into())),
+                };
+                link_protocol::server::answering(
                     due,
                     for_agent(store, call(), move |_, _| {
                         done.fetch_add(1, Ordering::SeqCst);

@@ -95,10 +95,11 @@ where
                 Outcome::Error(too_late(&req.route, "arrived after")),
             ),
             Ok(req) => {
-                let (id, call) = (req.id, req.call);
-                let deadline = req.not_after.map(|at| (at, req.route.clone()));
-                let answering = CURRENT_CALL.scope(call, answer(req));
-                (id, outcome_of(answering_by(deadline, answering).await))
+                let request = Answering {
+                    call: req.call,
+                    deadline: req.not_after.map(|at| (at, req.route.clone())),
+                };
+                (req.id, outcome_of(answering(request, answer(req)).await))
             }
             Err(e) => match frame.get("id").and_then(Value::as_u64) {
                 Some(id) => (
@@ -113,43 +114,41 @@ where
     Ok(())
 }
 
+/// What a task answering a request knows of it, for the calls it makes meanwhile and for
+/// its handler.
+#[derive(Debug, Clone, Default)]
+pub struct Answering {
+    /// The router's number of the call ([`Request::call`]).
+    pub call: Option<u64>,
+    /// Its deadline ([`Request::not_after`]) and its route.
+    pub deadline: Option<(NotAfter, String)>,
+}
+
 tokio::task_local! {
-    /// The router's number of the call being answered ([`Request::call`]).
-    static CURRENT_CALL: Option<u64>;
+    static ANSWERING: Answering;
+}
+
+/// Runs `answer` as the answer to `request` ([`current_call`], [`still_in_time`]).
+pub async fn answering<F: Future>(request: Answering, answer: F) -> F::Output {
+    ANSWERING.scope(request, answer).await
 }
 
 /// The router's number of the call this task is answering, if it answers one: what the
 /// client stamps on the calls it makes meanwhile ([`Request::parent`]). A task spawned by a
 /// handler does not inherit it (its calls carry none, and the router falls back to timing).
 pub fn current_call() -> Option<u64> {
-    CURRENT_CALL.try_with(|c| *c).ok().flatten()
-}
-
-tokio::task_local! {
-    /// The deadline of the request being answered ([`Request::not_after`]), and its route.
-    static DEADLINE: Option<(NotAfter, String)>;
-}
-
-/// Runs `answering` as the answer to a request of `route` due by `at` ([`still_in_time`]).
-pub async fn answering_by<F: Future>(
-    deadline: Option<(NotAfter, String)>,
-    answering: F,
-) -> F::Output {
-    DEADLINE.scope(deadline, answering).await
+    ANSWERING.try_with(|a| a.call).ok().flatten()
 }
 
 /// `timeout` when the request this task answers has passed its deadline: for a handler that
 /// waited (for a lock, say) after the request was read, before it changes anything, so a
 /// caller told it timed out never finds it done. `Ok` outside a request.
 pub fn still_in_time() -> Result<(), RemoteError> {
-    let late = DEADLINE.try_with(|d| match d {
+    let late = ANSWERING.try_with(|a| match &a.deadline {
         Some((at, route)) if at.passed() => Some(too_late(route, "waited past")),
         _ => None,
     });
-    match late.ok().flatten() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    late.ok().flatten().map_or(Ok(()), Err)
 }
 
 /// The answer to a request read after its deadline.
