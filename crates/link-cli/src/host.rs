@@ -154,6 +154,12 @@ async fn run(
         router: crate::router::Router::default(),
         sandbox: Mutex::new(None),
     });
+    // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
+    let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
+    let cgroups = match confined_link {
+        true => agent_cgroups(&layout)?,
+        false => None,
+    };
     let launch = Launch {
         layout: &layout,
         programs: &programs,
@@ -161,6 +167,7 @@ async fn run(
         mode: args.mode,
         monitor_interval: args.monitor_interval,
         default_model: &args.model,
+        cgroups: cgroups.as_ref(),
     };
     if args.mode == Mode::Confined {
         launch.refuse_reachable(&layout.control_dir())?;
@@ -188,8 +195,6 @@ async fn run(
     }
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
-    // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
-    let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let mut probe = confined_link.then(|| Probe::start(&programs));
     let all_started = start_all(
         &launch,
@@ -237,6 +242,21 @@ async fn run(
         link_confine::probe::sweep_dead_probe_dirs();
     }
     Ok(code)
+}
+
+/// As root where the machine allows it: the runtime's cgroups, in which the sandbox plugin
+/// bounds each agent's commands together (`link_confine::cgroup`); where it does not, `None`
+/// (the probe and `link status` say why). Removed when dropped, after the plugins.
+fn agent_cgroups(layout: &StateLayout) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
+    use link_confine::cgroup::{support, RuntimeCgroups};
+    let Ok(parents) = support() else {
+        return Ok(None);
+    };
+    let uid = link_confine::plugin_ns::plugin_id().map_err(anyhow::Error::msg)?;
+    let made = RuntimeCgroups::create(&parents, layout.root(), uid).context(
+        "the sandbox plugin bounds each agent's commands together in cgroups; nothing was started",
+    )?;
+    Ok(Some(made))
 }
 
 async fn start_all(

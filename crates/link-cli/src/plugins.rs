@@ -62,6 +62,9 @@ pub struct Launch<'a> {
     pub monitor_interval: f64,
     /// The model of an agent created without one.
     pub default_model: &'a link_protocol::model::Model,
+    /// As root where the machine allows: the cgroups handed to the sandbox plugin, in which
+    /// it bounds each agent's commands together (`link_confine::cgroup`).
+    pub cgroups: Option<&'a link_confine::cgroup::RuntimeCgroups>,
 }
 
 impl Plugin {
@@ -184,6 +187,9 @@ impl Launch<'_> {
             root.dir_all(&dir)
                 .with_context(|| format!("creating {}", dir.display()))?;
         }
+        if let (Some(cgroups), Confinement::Mounting) = (self.cgroups, plugin.confinement) {
+            hand_cgroups(cmd, cgroups);
+        }
         crate::confine::confine_command(cmd, plugin, self.allowance(plugin))
             .with_context(|| format!("confining {}", plugin.program))
     }
@@ -227,6 +233,22 @@ impl Launch<'_> {
     }
 }
 
+/// The sandbox plugin inherits the runtime's cgroup directories, named in its environment
+/// (its view has no `/sys`).
+fn hand_cgroups(cmd: &mut Command, cgroups: &link_confine::cgroup::RuntimeCgroups) {
+    let (value, fds) = cgroups.handed();
+    cmd.env(link_confine::cgroup::ENV_FDS, value);
+    // SAFETY: fcntl on descriptors the host keeps open for the runtime; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(move || {
+            fds.iter().try_for_each(|fd| {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(Into::into)
+            })
+        })
+    };
+}
+
 /// "exit status 3", "killed by signal 9", or "still running".
 pub fn describe(status: Option<&ExitStatus>) -> String {
     use std::os::unix::process::ExitStatusExt;
@@ -255,6 +277,7 @@ mod tests {
             mode: Mode::Confined,
             monitor_interval: 1.0,
             default_model: &LOCAL,
+            cgroups: None,
         }
     }
 

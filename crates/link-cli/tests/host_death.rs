@@ -261,6 +261,10 @@ fn host_death_takes_a_running_confined_command_with_it() {
             root.path().display()
         );
     }
+    let cgroups = AgentCgroups::of(&root);
+    if let Some(c) = &cgroups {
+        c.hold_the_command_of_agent_1(&started);
+    }
     let took = kill_host_until_gone(&mut rt, &started);
     eprintln!(
         "link (confined, running `sleep` in bwrap): kill -9 of the host to the last of {} processes gone: {took:?}",
@@ -268,6 +272,97 @@ fn host_death_takes_a_running_confined_command_with_it() {
     );
     // The turn's connection ends with the host; its answer does not matter here.
     let _ = turn.join().unwrap();
+    let Some(cgroups) = cgroups else {
+        return;
+    };
+    // The dead runtime's cgroups stay, empty; the next `up` makes them anew, `down` removes
+    // them.
+    assert!(cgroups.agent_1().iter().all(|d| d.is_dir()));
+    let mut again = support::up_in(&root, "link", "confined");
+    assert!(cgroups.runtime.iter().all(|d| d.is_dir()));
+    assert!(cgroups.agent_1().iter().all(|d| !d.exists()));
+    again.down();
+    for dir in &cgroups.runtime {
+        assert!(!dir.exists(), "{} outlived `link down`", dir.display());
+    }
+}
+
+/// As root where cgroup v1 has memory and pids (`link_confine::cgroup`): the runtime's
+/// cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
+struct AgentCgroups {
+    runtime: Vec<std::path::PathBuf>,
+}
+
+impl AgentCgroups {
+    fn of(root: &StateRoot) -> Option<AgentCgroups> {
+        let parents = match link_confine::cgroup::support() {
+            Ok(p) => p,
+            Err(why) => {
+                link_harness_conformance::probe::skipped(&format!(
+                    "SKIPPED (the agents' cgroups): {why}"
+                ));
+                return None;
+            }
+        };
+        let name = format!("link-{}", link_confine::leftovers::digest(root.path()));
+        let runtime = parents.iter().map(|(_, p)| p.join(&name)).collect();
+        Some(AgentCgroups { runtime })
+    }
+
+    /// The first agent's (slot 1).
+    fn agent_1(&self) -> Vec<std::path::PathBuf> {
+        self.runtime.iter().map(|d| d.join("agent-1")).collect()
+    }
+
+    /// Each runtime cgroup is the sandbox plugin's uid's; the first agent's holds every
+    /// process of its command (bwrap, the namespace's init, the shell's `sleep`), with the
+    /// command's default limits.
+    fn hold_the_command_of_agent_1(&self, started: &[(i32, u64)]) {
+        use std::os::unix::fs::MetadataExt;
+        let plugin = link_confine::plugin_ns::plugin_id().unwrap();
+        for dir in &self.runtime {
+            assert_eq!(
+                std::fs::metadata(dir).unwrap().uid(),
+                plugin,
+                "{}",
+                dir.display()
+            );
+        }
+        let sleep: Vec<i32> = started
+            .iter()
+            .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == "sleep"))
+            .map(|(pid, _)| *pid)
+            .collect();
+        assert_eq!(sleep.len(), 1, "{started:?}");
+        for dir in self.agent_1() {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+            let members: Vec<i32> = procs.lines().map(|l| l.parse().unwrap()).collect();
+            assert!(
+                members.contains(&sleep[0]),
+                "{}: {members:?}",
+                dir.display()
+            );
+            // Nothing but the command: no plugin, no host.
+            let plugins = started
+                .iter()
+                .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm.starts_with("link")));
+            for (pid, _) in plugins {
+                assert!(!members.contains(pid), "{pid} in {}", dir.display());
+            }
+        }
+        let read = |dir: &std::path::Path, file: &str| {
+            std::fs::read_to_string(dir.join(file))
+                .unwrap()
+                .trim()
+                .to_owned()
+        };
+        let agent = self.agent_1();
+        assert_eq!(
+            read(&agent[0], "memory.limit_in_bytes"),
+            (4u64 << 30).to_string()
+        );
+        assert_eq!(read(&agent[1], "pids.max"), "256");
+    }
 }
 
 /// `pid`'s program, state, parent and command line, for a failure's message.

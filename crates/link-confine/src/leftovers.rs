@@ -20,16 +20,20 @@ use std::ffi::OsString;
 use std::path::Path;
 
 /// The `argv[0]` of every bwrap started for `owner` (a runtime's state root, a probe's scratch
-/// directory): `bwrap@lnk-` and the first 16 hex digits of the sha256 of its canonical path.
+/// directory): `bwrap@lnk-` and its [`digest`].
 pub fn tag(owner: &Path) -> OsString {
+    format!("bwrap@lnk-{}", digest(owner)).into()
+}
+
+/// What names `owner`'s leftovers: the first 16 hex digits of the sha256 of its canonical path.
+pub fn digest(owner: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     // The same directory under another spelling (a trailing slash, `.`, a symlink) from a
-    // later start must give the same tag.
+    // later start must give the same name.
     let canonical = std::fs::canonicalize(owner)
         .unwrap_or_else(|_| owner.components().collect::<std::path::PathBuf>());
     let digest = Sha256::digest(canonical.as_os_str().as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("bwrap@lnk-{hex}").into()
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Whether the `argv[0]` of `pid` is `tag`.

@@ -33,6 +33,7 @@
 //! route), the `probe` and `exec` commands for people, and the probe's inside checks
 //! (`probe-inside`, [`probe::inside`]). There is never an unconfined fallback.
 
+pub mod cgroup;
 pub mod helper;
 pub mod host;
 pub mod identity;

@@ -38,9 +38,9 @@ pub struct Limits {
     pub workspace_entries: u64,
 }
 
-/// Why memory, CPU and processes are not bounded per agent.
-const NOT_PER_AGENT: &str = "Link puts no command in a cgroup (yet): an agent's processes are \
-     bounded one by one, so together they may use more than one process's bound";
+/// Why CPU time is not bounded per agent.
+const CPU_NOT_PER_AGENT: &str = "CPU time is bounded per process (and a command by its wall \
+     time), not over an agent's processes together";
 
 /// How often, at least, a running command's workspace and home are measured against the
 /// quota; a larger tree is measured less often, so its walks take at most a tenth of the time.
@@ -122,9 +122,15 @@ impl Limits {
 
     /// Which of these bound a command and over what (issue 42: one command held 9.2 GiB as
     /// three processes, each within the per-process bound), with what the probe saw in
-    /// force: `checked` names the check (`limit_<what>`) that must have passed. What Link
-    /// does not bound per agent is listed as such, with the reason.
-    pub fn bounds(&self, passed: impl Fn(&str) -> bool) -> Vec<Bound> {
+    /// force: `checked` names the check (`limit_<what>`) that must have passed. Memory and
+    /// processes hold over an agent's commands together where it has cgroups (`per_agent`:
+    /// [`crate::cgroup::support`], or why not; an agent's commands run one at a time); what
+    /// Link does not bound per agent is listed as such, with the reason.
+    pub fn bounds(
+        &self,
+        passed: impl Fn(&str) -> bool,
+        per_agent: Result<(), String>,
+    ) -> Vec<Bound> {
         use Bounded as B;
         use Scope as S;
         // Seen in force where the probe's check of it passed (the rlimits and the processes).
@@ -135,12 +141,20 @@ impl Limits {
             checked: passed(&format!("limit_{what}")),
             reason: None,
         };
-        let unbounded = |what| Bound {
+        let unbounded = |what, reason: &str| Bound {
             what,
             over: S::Agent,
             value: None,
             checked: false,
-            reason: Some(NOT_PER_AGENT.into()),
+            reason: Some(reason.to_owned()),
+        };
+        // The probe's own sandbox has no cgroup: what holds per agent is not seen by it.
+        let per_agent = |what, value| match &per_agent {
+            Ok(()) => Bound {
+                checked: false,
+                ..held(what, S::Agent, value)
+            },
+            Err(why) => unbounded(what, why),
         };
         vec![
             held(B::MemoryBytes, S::Process, self.memory_bytes),
@@ -151,9 +165,9 @@ impl Limits {
             held(B::WallTimeMs, S::Command, DEFAULT_TIMEOUT_MS),
             held(B::WorkspaceBytes, S::Agent, self.workspace_bytes),
             held(B::WorkspaceEntries, S::Agent, self.workspace_entries),
-            unbounded(B::MemoryBytes),
-            unbounded(B::CpuSeconds),
-            unbounded(B::Processes),
+            per_agent(B::MemoryBytes, self.memory_bytes),
+            per_agent(B::Processes, self.processes),
+            unbounded(B::CpuSeconds, CPU_NOT_PER_AGENT),
         ]
     }
 
@@ -186,7 +200,10 @@ mod tests {
 
     #[test]
     fn each_bound_says_over_what_and_only_a_passed_check_is_seen() {
-        let bounds = Limits::DEFAULT.bounds(|check| check == "limit_memory_bytes");
+        let bounds = Limits::DEFAULT.bounds(
+            |check| check == "limit_memory_bytes",
+            Err("no cgroup here".into()),
+        );
         let find = |what, over| {
             bounds
                 .iter()
@@ -207,8 +224,24 @@ mod tests {
         ] {
             let b = find(what, Scope::Agent);
             assert_eq!(b.value, None);
-            assert!(b.reason.as_deref().unwrap().contains("cgroup"));
+            assert!(b.reason.is_some(), "{what}");
         }
+        assert_eq!(
+            find(Bounded::MemoryBytes, Scope::Agent).reason.as_deref(),
+            Some("no cgroup here")
+        );
+        // With cgroups, memory and processes hold per agent; CPU time still does not.
+        let with = Limits::DEFAULT.bounds(|_| true, Ok(()));
+        let agent = |what| {
+            with.iter()
+                .find(|b| b.what == what && b.over == Scope::Agent)
+                .unwrap()
+        };
+        assert_eq!(agent(Bounded::MemoryBytes).value, Some(4 << 30));
+        assert_eq!(agent(Bounded::Processes).value, Some(256));
+        // The probe's own sandbox has no cgroup: never claimed as seen.
+        assert!(!agent(Bounded::MemoryBytes).checked);
+        assert_eq!(agent(Bounded::CpuSeconds).value, None);
         // Every bound held is a value; every bound not held has a reason.
         assert!(bounds
             .iter()

@@ -246,6 +246,7 @@ fn exec_status(a: ExecArgs) -> i32 {
         env,
         timeout: Duration::from_secs(a.timeout),
         output: run::Output::Inherit,
+        cgroup: None,
     };
     let outcome = match run::run_blocking(&spec) {
         Ok(o) => o,
@@ -297,6 +298,7 @@ fn plugin() -> anyhow::Result<()> {
         mode: env.mode,
         bwrap,
         slots: std::sync::Mutex::new(slots),
+        cgroups: link_confine::cgroup::Cgroups::from_env().map_err(anyhow::Error::msg)?,
         running: Default::default(),
     });
     let service = link_protocol::server::Service::new(service)

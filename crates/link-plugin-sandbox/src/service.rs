@@ -10,6 +10,7 @@
 //! One agent's commands run one at a time, so no command of an agent is running while the
 //! workspace is walked before or after another.
 
+use link_confine::cgroup::{AgentCgroup, Cgroups};
 use link_confine::identity::{Identity, Slots};
 use link_confine::limits::Limits;
 use link_confine::policy::Policy;
@@ -38,6 +39,9 @@ pub struct Service {
     pub bwrap: Option<PathBuf>,
     /// Each agent's dedicated identity when Link runs as root ([`link_confine::identity`]).
     pub slots: std::sync::Mutex<Slots>,
+    /// As root where the host made them: the runtime's cgroups, in which each agent's
+    /// commands are bounded together ([`link_confine::cgroup`]).
+    pub cgroups: Option<Cgroups>,
     /// One lock per agent: its commands run one at a time.
     pub running: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -87,12 +91,16 @@ impl Service {
             ));
         }
         let limits = Limits::with(&body.limits).map_err(RemoteError::bad_request)?;
-        let identity = self.identity(agent)?;
+        let (slot, identity) = self.identity(agent)?;
         let bwrap = self.bwrap.clone().ok_or_else(|| {
             unavailable(
                 "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)",
             )
         })?;
+        let turn = self.agent_lock(agent);
+        let _one_at_a_time = turn.lock().await;
+        // Set while the agent's lock is held: its limits are this command's.
+        let cgroup = self.cgroup(slot, &limits)?;
         let spec = Spec {
             bwrap,
             owner: self.layout.root().to_owned(),
@@ -104,9 +112,8 @@ impl Service {
             env,
             timeout: Duration::from_millis(timeout_ms),
             output: Output::Capture { cap },
+            cgroup,
         };
-        let turn = self.agent_lock(agent);
-        let _one_at_a_time = turn.lock().await;
         let outcome = link_confine::run::run(&spec).await.map_err(run_error)?;
         tracing::info!(
             agent = %agent,
@@ -134,15 +141,29 @@ impl Service {
         running.entry(agent.clone()).or_default().clone()
     }
 
-    /// The agent's identity: its own dedicated uid as root, the caller's otherwise.
-    fn identity(&self, agent: &AgentId) -> Result<Identity, RemoteError> {
+    /// The agent's cgroups set for its next command, where the host made the runtime's.
+    fn cgroup(&self, slot: u32, limits: &Limits) -> Result<Option<Arc<AgentCgroup>>, RemoteError> {
+        let Some(cgroups) = &self.cgroups else {
+            return Ok(None);
+        };
+        let cgroup = cgroups.for_agent(slot, limits).map_err(|e| {
+            RemoteError::internal(format!(
+                "the agent's cgroup (slot {slot}): {e}; nothing ran"
+            ))
+        })?;
+        Ok(Some(Arc::new(cgroup)))
+    }
+
+    /// The agent's slot and identity: its own dedicated uid as root, the caller's otherwise
+    /// (slot 0).
+    fn identity(&self, agent: &AgentId) -> Result<(u32, Identity), RemoteError> {
         let slot = if rustix::process::geteuid().is_root() {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.slot(agent.as_str()).map_err(RemoteError::internal)?
         } else {
             0
         };
-        Identity::for_slot(slot).map_err(unavailable)
+        Ok((slot, Identity::for_slot(slot).map_err(unavailable)?))
     }
 }
 

@@ -569,12 +569,27 @@ fn the_probe_names_identity_filter_and_limits() {
         );
         assert_eq!(bound("processes", "command")["checked"], true);
         assert_eq!(bound("workspace_entries", "agent")["value"], 250_000);
-        let per_agent = bound("memory_bytes", "agent");
-        assert_eq!(per_agent["value"], Value::Null, "{per_agent}");
-        assert!(
-            per_agent["reason"].as_str().unwrap().contains("cgroup"),
-            "{per_agent}"
-        );
+        // Memory and processes per agent where this machine gives Link cgroups (as root on
+        // cgroup v1), else said unbounded with why; CPU time never per agent.
+        for what in ["memory_bytes", "processes"] {
+            let per_agent = bound(what, "agent");
+            let support = match &who.user {
+                Some(_) => Err("Link bounds an agent's processes together only as root".into()),
+                None => link_confine::cgroup::support().map(drop),
+            };
+            match support {
+                Ok(()) => {
+                    assert_eq!(per_agent["value"], report["limits"][what], "{per_agent}");
+                    assert_eq!(per_agent["checked"], false, "{per_agent}");
+                }
+                Err(why) => {
+                    assert_eq!(per_agent["value"], Value::Null, "{per_agent}");
+                    let said = per_agent["reason"].as_str().unwrap_or_default();
+                    assert!(said.starts_with(&why), "{per_agent}");
+                }
+            }
+        }
+        assert_eq!(bound("cpu_seconds", "agent")["value"], Value::Null);
         for check in [
             "syscall_unshare_user",
             "syscall_keyctl",

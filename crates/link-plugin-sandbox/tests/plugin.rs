@@ -545,3 +545,113 @@ async fn one_agents_commands_run_one_at_a_time() {
     assert!(done2 < done1, "a2 waited for a1's command");
     p.stop();
 }
+
+/// As root where cgroup v1 has memory and pids (`link_confine::cgroup`): an agent's processes
+/// share one memory and one process bound. Three processes of 120 MiB each pass a 256 MiB
+/// limit together though each is within it alone: the kernel kills one, and the reply says
+/// so; their twin of 40 MiB each runs. A command forking 40 processes under a bound of 24 is
+/// refused forks by the cgroup (its `pids.events`), its twin forking 10 is not.
+#[tokio::test(flavor = "current_thread")]
+async fn an_agents_processes_share_one_memory_and_one_process_bound() {
+    if !sandbox_or_skip() {
+        return;
+    }
+    let parents = match link_confine::cgroup::support() {
+        Ok(p) => p,
+        Err(why) => {
+            link_harness_conformance::probe::skipped(&format!(
+                "SKIPPED (the agents' cgroups): {why}"
+            ));
+            return;
+        }
+    };
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let cgroups = link_confine::cgroup::RuntimeCgroups::create(&parents, root.path(), 0).unwrap();
+    let (value, fds) = cgroups.handed();
+    for fd in fds {
+        // The plugin inherits them, as from the host.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+    }
+    let process = PluginSpec::new(BIN, "link-plugin-sandbox")
+        .mode(Mode::Confined)
+        .env(link_confine::cgroup::ENV_FDS, value)
+        .ready_within(Duration::from_secs(30))
+        .start_in(root.state());
+    let client = process.client().await;
+    let mut p = Plugin { process, client };
+    // The first agent of the plugin's slots: `agent-1` in each hierarchy.
+    let dirs: Vec<_> = cgroups.dirs().map(|(_, d)| d.join("agent-1")).collect();
+    let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
+    let counter = |text: String, key: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    };
+
+    let alloc = "import os, sys, time\n\
+        n = int(sys.argv[1]) << 20\n\
+        kids = []\n\
+        for _ in range(2):\n  pid = os.fork()\n  if pid == 0:\n    b = b'x' * n\n    time.sleep(1)\n    os._exit(0)\n  kids.append(pid)\n\
+        b = b'x' * n\n\
+        time.sleep(1)\n\
+        print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])";
+    let limit = 256u64 << 20;
+    let memory = |mib: u32| {
+        json!({
+            "argv": [PYTHON, "-I", "-S", "-c", alloc, mib.to_string()],
+            "workspace": ws,
+            "limits": {"memory_bytes": limit},
+        })
+    };
+    let r = p.exec("a1", memory(40)).await.unwrap();
+    ran_within_its_limits(&r);
+    assert_eq!(r["stdout"], "[0, 0]\n", "{r}");
+    assert_eq!(
+        counter(read(&dirs[0], "memory.oom_control"), "oom_kill "),
+        0
+    );
+    let r = p.exec("a1", memory(120)).await.unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "memory", "bytes": limit}),
+        "{r}"
+    );
+    // On the host: the kernel killed in the agent's cgroup, which never held more than it.
+    assert!(counter(read(&dirs[0], "memory.oom_control"), "oom_kill ") >= 1);
+    let peak: u64 = read(&dirs[0], "memory.max_usage_in_bytes")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(peak <= limit, "peak {peak}");
+
+    let forks = "import os, sys, time\n\
+        started, err = 0, None\n\
+        for _ in range(int(sys.argv[1])):\n  try:\n    pid = os.fork()\n  except OSError as e:\n    err = e.errno\n    break\n  if pid == 0:\n    time.sleep(2)\n    os._exit(0)\n  started += 1\n\
+        print(started, err)";
+    let fork = |n: u32| {
+        json!({
+            "argv": [PYTHON, "-I", "-S", "-c", forks, n.to_string()],
+            "workspace": ws,
+            "limits": {"processes": 24},
+        })
+    };
+    let refused = || counter(read(&dirs[1], "pids.events"), "max ");
+    let r = p.exec("a1", fork(10)).await.unwrap();
+    ran_within_its_limits(&r);
+    assert_eq!(r["stdout"], "10 None\n", "{r}");
+    assert_eq!(refused(), 0);
+    let r = p.exec("a1", fork(40)).await.unwrap();
+    let said = r["stdout"].as_str().unwrap().to_owned();
+    let (started, err) = said.trim().split_once(' ').unwrap();
+    assert!(started.parse::<u32>().unwrap() < 24, "{r}");
+    assert_eq!(err, libc::EAGAIN.to_string(), "{r}");
+    // The cgroup refused it, before the agent's own process limit (which counts only the
+    // agent's uid; the cgroup counts bwrap and its init too).
+    assert!(refused() >= 1, "{r}");
+    p.stop();
+    drop(cgroups);
+    assert!(dirs.iter().all(|d| !d.exists()));
+}

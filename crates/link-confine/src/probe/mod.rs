@@ -218,8 +218,10 @@ pub fn probe_blocking(program: &Path) -> ProbeReport {
         }
     };
     let mut report = production_run(report, &bwrap, program, &dir);
-    report.bounds =
-        Limits::DEFAULT.bounds(|check| report.checks.get(check).is_some_and(|seen| seen == "ok"));
+    report.bounds = Limits::DEFAULT.bounds(
+        |check| report.checks.get(check).is_some_and(|seen| seen == "ok"),
+        crate::cgroup::support().map(drop),
+    );
     report
 }
 
@@ -412,6 +414,7 @@ fn production_run(
         env: Policy::env(|_| None, &[]).unwrap_or_default(),
         timeout: STEP_TIMEOUT,
         output: Output::Capture { cap: 64 * 1024 },
+        cgroup: None,
     };
     let outcome = match crate::run::run_blocking(&spec) {
         Ok(o) => o,
@@ -666,7 +669,7 @@ mod tests {
             let mut report = ProbeReport::new().fail(status, "bwrap: no user namespaces");
             report.landlock_abi = Some(7);
             report.bwrap_version = Some("0.11.0".into());
-            report.bounds = Limits::DEFAULT.bounds(|_| true);
+            report.bounds = Limits::DEFAULT.bounds(|_| true, Ok(()));
             let json = serde_json::to_string(&report).unwrap();
             let read = SandboxProbe::parse(&json).expect("a reader reads the probe's JSON");
             assert_eq!(

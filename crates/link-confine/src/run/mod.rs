@@ -68,6 +68,9 @@ pub struct Spec {
     pub env: Vec<(OsString, OsString)>,
     pub timeout: Duration,
     pub output: Output,
+    /// The agent's cgroups, which bwrap joins before it runs ([`crate::cgroup`]); `None`
+    /// where there are none (an ordinary user, cgroup v2, the `exec` command, the probe).
+    pub cgroup: Option<std::sync::Arc<crate::cgroup::AgentCgroup>>,
 }
 
 /// What happened to a command that ran confined.
@@ -176,6 +179,9 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
             o.limit_hit = Some(LimitHit::WorkspaceQuota {
                 bytes: limits.workspace_bytes,
             });
+        }
+        if o.limit_hit.is_none() {
+            o.limit_hit = spec.cgroup.as_ref().and_then(|c| c.memory_hit());
         }
         if full && o.limit_hit.is_none() {
             o.limit_hit = Some(LimitHit::WorkspaceFull {

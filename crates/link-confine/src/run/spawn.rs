@@ -81,6 +81,10 @@ pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunErro
         // bwrap's setsid makes one, and would fail in a group leader.)
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     }
+    if let Some(cgroup) = spec.cgroup.clone() {
+        // SAFETY: write(2) calls on descriptors the cgroup keeps open; nothing is allocated.
+        unsafe { cmd.pre_exec(move || cgroup.join()) };
+    }
     let mut bwrap_leads = false;
     if SINGLE_THREADED.load(Ordering::Relaxed) {
         // No other thread can spawn meanwhile: the descriptors may be inheritable for the

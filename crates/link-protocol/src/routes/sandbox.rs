@@ -74,6 +74,9 @@ pub enum LimitHit {
     CpuTime { seconds: u64 },
     /// A process wrote past the file size limit (SIGXFSZ).
     FileSize { bytes: u64 },
+    /// The command's processes together passed the memory limit, and the kernel killed one
+    /// (as root where the agent has a memory cgroup: `link_confine::cgroup`).
+    Memory { bytes: u64 },
     /// A process wrote past what was left of the workspace quota (SIGXFSZ), or the files of
     /// the workspace and home together passed it while the command ran (the sandbox stopped
     /// the whole command).
@@ -98,6 +101,11 @@ impl std::fmt::Display for LimitHit {
             LimitHit::Time { ms } => write!(f, "killed: time limit {}", seconds(*ms)),
             LimitHit::CpuTime { seconds } => write!(f, "killed: CPU time limit {seconds} s"),
             LimitHit::FileSize { bytes } => write!(f, "killed: file size limit {}", size(*bytes)),
+            LimitHit::Memory { bytes } => write!(
+                f,
+                "killed: memory limit {} of all the command's processes together",
+                size(*bytes)
+            ),
             LimitHit::WorkspaceQuota { bytes } => {
                 write!(f, "killed: workspace quota {}", size(*bytes))
             }

@@ -1,0 +1,376 @@
+//! Bounds over all of an agent's processes together (issue 42: one command held 9.2 GiB as
+//! three processes, each within its own `RLIMIT_AS`): memory and processes, in a cgroup per
+//! agent.
+//!
+//! As root, where the memory and pids controllers are cgroup v1 hierarchies, the host makes
+//! one directory for its runtime in each, beneath its own cgroup there (`link-<digest of the
+//! state root>`), owned by the sandbox plugin's uid ([`RuntimeCgroups`]), and hands the plugin
+//! a descriptor of each ([`ENV_FDS`]): its view has no `/sys`. The plugin makes `agent-<slot>`
+//! in each and, before each command of that agent (an agent's commands run one at a time),
+//! sets the command's memory and process limits there ([`Cgroups::for_agent`]); bwrap joins
+//! them between fork and exec ([`AgentCgroup::join`]), so every process of the command is
+//! counted. Past its memory the kernel's OOM killer ends a process of the command (said as
+//! [`LimitHit::Memory`]); a fork past the process limit fails with `EAGAIN`.
+//!
+//! Where it cannot be done, [`support`] says why, and the probe and `link status` list memory
+//! and processes per agent as not enforced with that reason: an ordinary user (v1 hierarchies
+//! are root's), and cgroup v2, whose controllers Link would need in a delegated subtree of its
+//! own (a unit with `Delegate=yes`): not done yet. CPU time stays per process.
+//!
+//! A killed runtime leaves its directories; the next start on the same state root from the
+//! same cgroup removes them ([`RuntimeCgroups::create`]), killing what is still inside.
+
+use link_protocol::routes::sandbox::LimitHit;
+use rustix::fd::{AsRawFd, OwnedFd, RawFd};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// The sandbox plugin's variable naming its runtime's cgroup descriptors:
+/// `memory:FD,pids:FD`.
+pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
+
+/// A cgroup v1 controller Link bounds an agent with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Controller {
+    Memory,
+    Pids,
+}
+
+impl Controller {
+    pub const ALL: [Controller; 2] = [Controller::Memory, Controller::Pids];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory",
+            Controller::Pids => "pids",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Controller> {
+        Controller::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// The file holding the limit, and its value for `limits`.
+    fn limit(self, limits: &crate::limits::Limits) -> (&'static str, u64) {
+        match self {
+            Controller::Memory => ("memory.limit_in_bytes", limits.memory_bytes),
+            Controller::Pids => ("pids.max", limits.processes),
+        }
+    }
+}
+
+/// Where this machine lets Link bound an agent's processes together: this process's own
+/// cgroup directory in each controller's v1 hierarchy; or why not.
+pub fn support() -> Result<Vec<(Controller, PathBuf)>, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(
+            "Link bounds an agent's processes together only as root (the cgroup \
+                    hierarchies are root's); each process is bounded on its own"
+                .into(),
+        );
+    }
+    let me = procfs::process::Process::myself().map_err(|e| format!("/proc/self: {e}"))?;
+    let mounts = me
+        .mountinfo()
+        .map_err(|e| format!("/proc/self/mountinfo: {e}"))?;
+    let own = me
+        .cgroups()
+        .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+    let mut dirs = Vec::new();
+    for controller in Controller::ALL {
+        let name = controller.name();
+        let Some(mount) = mounts
+            .iter()
+            .find(|m| m.fs_type == "cgroup" && m.super_options.contains_key(name))
+        else {
+            let v2 = mounts.iter().any(|m| m.fs_type == "cgroup2");
+            return Err(match v2 {
+                true => format!(
+                    "the {name} controller is not a cgroup v1 hierarchy here, and Link does not \
+                     yet make a delegated cgroup v2 subtree for its agents"
+                ),
+                false => format!("no cgroup hierarchy with the {name} controller is mounted"),
+            });
+        };
+        if mount.mount_options.contains_key("ro") {
+            return Err(format!(
+                "the {name} cgroup hierarchy {} is mounted read-only",
+                mount.mount_point.display()
+            ));
+        }
+        let path = own
+            .0
+            .iter()
+            .find(|g| g.controllers.iter().any(|c| c == name))
+            .map(|g| g.pathname.clone())
+            .ok_or_else(|| format!("/proc/self/cgroup names no {name} cgroup"))?;
+        // The mount may show a subtree (a container's): the path is relative to its root.
+        let relative = Path::new(&path)
+            .strip_prefix(&mount.root)
+            .map_err(|_| format!("this process's {name} cgroup {path} is outside its mount"))?;
+        dirs.push((controller, mount.mount_point.join(relative)));
+    }
+    Ok(dirs)
+}
+
+/// Why a runtime's cgroups could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make the agents' cgroup {}: {error}", dir.display())]
+pub struct CgroupError {
+    pub dir: PathBuf,
+    pub error: io::Error,
+}
+
+/// One runtime's cgroups, made by the host: a directory in each hierarchy, owned by the
+/// sandbox plugin's uid so it may make its agents' beneath.
+#[derive(Debug)]
+pub struct RuntimeCgroups {
+    dirs: Vec<(Controller, PathBuf, OwnedFd)>,
+}
+
+impl RuntimeCgroups {
+    /// Makes them for the runtime of `owner` (its state root) beneath `parents` (of
+    /// [`support`]), owned by `uid`, once what a killed runtime of the same state root left
+    /// there is removed.
+    pub fn create(
+        parents: &[(Controller, PathBuf)],
+        owner: &Path,
+        uid: u32,
+    ) -> Result<RuntimeCgroups, CgroupError> {
+        let name = format!("link-{}", crate::leftovers::digest(owner));
+        let mut dirs = Vec::new();
+        for (controller, parent) in parents {
+            let dir = parent.join(&name);
+            let fail = |error| CgroupError {
+                dir: dir.clone(),
+                error,
+            };
+            remove_tree(&dir).map_err(fail)?;
+            std::fs::create_dir(&dir).map_err(fail)?;
+            let fd = open_dir(&dir).map_err(fail)?;
+            let id = rustix::fs::Uid::from_raw(uid);
+            let gid = rustix::fs::Gid::from_raw(uid);
+            rustix::fs::fchown(&fd, Some(id), Some(gid)).map_err(|e| fail(e.into()))?;
+            dirs.push((*controller, dir, fd));
+        }
+        Ok(RuntimeCgroups { dirs })
+    }
+
+    /// The value of [`ENV_FDS`] and the descriptors the plugin must inherit.
+    pub fn handed(&self) -> (String, Vec<RawFd>) {
+        let fds: Vec<RawFd> = self.dirs.iter().map(|(_, _, fd)| fd.as_raw_fd()).collect();
+        let value = self
+            .dirs
+            .iter()
+            .map(|(c, _, fd)| format!("{}:{}", c.name(), fd.as_raw_fd()))
+            .collect::<Vec<_>>()
+            .join(",");
+        (value, fds)
+    }
+
+    /// The directories, for a report or a test.
+    pub fn dirs(&self) -> impl Iterator<Item = (Controller, &Path)> {
+        self.dirs.iter().map(|(c, p, _)| (*c, p.as_path()))
+    }
+}
+
+impl Drop for RuntimeCgroups {
+    /// Removes them, with every agent's, once the runtime is done (what is still inside is
+    /// killed first); a start on the same state root removes what a killed runtime left.
+    fn drop(&mut self) {
+        for (_, dir, _) in &self.dirs {
+            if let Err(e) = remove_tree(dir) {
+                tracing::warn!(dir = %dir.display(), "cannot remove the agents' cgroup: {e}");
+            }
+        }
+    }
+}
+
+fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    Ok(rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?)
+}
+
+/// Removes `dir`, a cgroup, and the cgroups beneath it, deepest first; a process still in
+/// one is killed, and the removal tried again for up to about two seconds.
+fn remove_tree(dir: &Path) -> io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        }
+    }
+    for _ in 0..200 {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => kill_members(dir),
+            Err(e) => return Err(e),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(io::Error::other(format!(
+        "processes are still in {} after they were killed",
+        dir.display()
+    )))
+}
+
+/// SIGKILL to each process in the cgroup `dir` (a dead runtime's command, which nothing else
+/// may be: only the sandbox plugin moves processes there).
+fn kill_members(dir: &Path) {
+    let members = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in members.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// The sandbox plugin's handles on its runtime's cgroups, from [`ENV_FDS`].
+#[derive(Debug)]
+pub struct Cgroups {
+    dirs: Vec<(Controller, OwnedFd)>,
+}
+
+impl Cgroups {
+    /// The descriptors the host handed this process; `None` where it handed none (an
+    /// ordinary user, cgroup v2, diagnostic mode, a test).
+    pub fn from_env() -> Result<Option<Cgroups>, String> {
+        let Some(value) = std::env::var_os(ENV_FDS) else {
+            return Ok(None);
+        };
+        let bad = || format!("{ENV_FDS}={value:?} is not `memory:FD,pids:FD`");
+        let value = value.to_str().ok_or_else(bad)?;
+        let mut dirs = Vec::new();
+        for item in value.split(',') {
+            let (name, fd) = item.split_once(':').ok_or_else(bad)?;
+            let controller = Controller::from_name(name).ok_or_else(bad)?;
+            let fd: RawFd = fd.parse().map_err(|_| bad())?;
+            // SAFETY: `fcntl` on a number: refused (EBADF) when nothing is open there.
+            let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0;
+            if !open || fd <= 2 {
+                return Err(format!("{}: descriptor {fd} is not open", bad()));
+            }
+            // SAFETY: open (checked above), handed to this process alone, owned from here.
+            let owned = unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(fd) };
+            rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)
+                .map_err(|e| format!("{}: {e}", bad()))?;
+            dirs.push((controller, owned));
+        }
+        if dirs.len() != Controller::ALL.len() {
+            return Err(bad());
+        }
+        Ok(Some(Cgroups { dirs }))
+    }
+
+    /// Handles on the cgroups of the agent in `slot`, made if new, with `limits`' memory and
+    /// processes set for its next command (the one before it has ended).
+    pub fn for_agent(&self, slot: u32, limits: &crate::limits::Limits) -> io::Result<AgentCgroup> {
+        use rustix::fs::{Mode, OFlags};
+        let name = format!("agent-{slot}");
+        let mut procs = Vec::new();
+        let mut memory = None;
+        for (controller, parent) in &self.dirs {
+            match rustix::fs::mkdirat(parent, &name, Mode::from_raw_mode(0o755)) {
+                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let dir = rustix::fs::openat(
+                parent,
+                &name,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                Mode::empty(),
+            )?;
+            let (file, value) = controller.limit(limits);
+            write_at(&dir, file, &value.to_string())?;
+            procs.push(rustix::fs::openat(
+                &dir,
+                "cgroup.procs",
+                OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?);
+            if *controller == Controller::Memory {
+                memory = Some(dir);
+            }
+        }
+        let memory = memory.ok_or_else(|| io::Error::other("no memory cgroup"))?;
+        let ooms_before = oom_kills(&memory)?;
+        Ok(AgentCgroup {
+            raw: procs.iter().map(|fd| fd.as_raw_fd()).collect(),
+            _procs: procs,
+            memory,
+            memory_bytes: limits.memory_bytes,
+            ooms_before,
+        })
+    }
+}
+
+fn write_at(dir: &OwnedFd, file: &str, value: &str) -> io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(dir, file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::io::write(&fd, value.as_bytes())
+        .map(drop)
+        .map_err(|e| io::Error::other(format!("writing {value} to {file}: {e}")))
+}
+
+/// The count of processes the OOM killer ended in a memory cgroup (`oom_kill` of
+/// `memory.oom_control`, Linux 4.13).
+fn oom_kills(dir: &OwnedFd) -> io::Result<u64> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(
+        dir,
+        "memory.oom_control",
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let mut text = String::new();
+    io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0))
+}
+
+/// One agent's cgroups, set for its next command.
+#[derive(Debug)]
+pub struct AgentCgroup {
+    _procs: Vec<OwnedFd>,
+    /// The same descriptors, read between fork and exec without touching the allocator.
+    raw: Vec<RawFd>,
+    memory: OwnedFd,
+    memory_bytes: u64,
+    ooms_before: u64,
+}
+
+impl AgentCgroup {
+    /// Between fork and exec: moves the calling process into each of the agent's cgroups
+    /// (`0` is the writer itself). Every process it starts is then counted there.
+    pub fn join(&self) -> io::Result<()> {
+        for fd in &self.raw {
+            // SAFETY: a write(2) of two bytes to a descriptor this value keeps open.
+            if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the kernel killed a process of the agent for its memory since these handles
+    /// were made (the command that just ran: an agent runs one at a time).
+    pub fn memory_hit(&self) -> Option<LimitHit> {
+        let now = oom_kills(&self.memory).ok()?;
+        (now > self.ooms_before).then_some(LimitHit::Memory {
+            bytes: self.memory_bytes,
+        })
+    }
+}
