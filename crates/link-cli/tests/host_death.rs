@@ -287,7 +287,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
     }
 }
 
-/// As root where cgroup v1 has memory and pids (`link_confine::cgroup`): the runtime's
+/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): the runtime's
 /// cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
 struct AgentCgroups {
     runtime: Vec<std::path::PathBuf>,

@@ -1,8 +1,9 @@
 //! Bounds over all of an agent's processes together (issue 42: one command held 9.2 GiB as
-//! three processes, each within its own `RLIMIT_AS`): memory and processes, in a cgroup per
-//! agent.
+//! three processes, each within its own `RLIMIT_AS`): memory, processes and CPU time, in a
+//! cgroup per agent.
 //!
-//! As root, where the memory and pids controllers are cgroup v1 hierarchies, the host makes
+//! As root, where the memory, pids and cpuacct controllers are cgroup v1 hierarchies, the host
+//! makes
 //! one directory for its runtime in each, beneath its own cgroup there (`link-<digest of the
 //! state root>`), owned by the sandbox plugin's uid ([`RuntimeCgroups`]), and hands the plugin
 //! a descriptor of each ([`ENV_FDS`]): its view has no `/sys`. The plugin makes `agent-<slot>`
@@ -10,12 +11,14 @@
 //! sets the command's memory and process limits there ([`Cgroups::for_agent`]); bwrap joins
 //! them between fork and exec ([`AgentCgroup::join`]), so every process of the command is
 //! counted. Past its memory the kernel's OOM killer ends a process of the command (said as
-//! [`LimitHit::Memory`]); a fork past the process limit fails with `EAGAIN`.
+//! [`LimitHit::Memory`]); a fork past the process limit fails with `EAGAIN`; past its CPU time
+//! (all its processes' together, `cpuacct.usage`) the sandbox stops it as it stops one past
+//! the workspace quota ([`AgentCgroup::cpu_passed`], [`LimitHit::CpuTime`]).
 //!
 //! Where it cannot be done, [`support`] says why, and the probe and `link status` list memory
 //! and processes per agent as not enforced with that reason: an ordinary user (v1 hierarchies
 //! are root's), and cgroup v2, whose controllers Link would need in a delegated subtree of its
-//! own (a unit with `Delegate=yes`): not done yet. CPU time stays per process.
+//! own (a unit with `Delegate=yes`): not done yet.
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
 //! same cgroup removes them ([`RuntimeCgroups::create`]), killing what is still inside.
@@ -26,7 +29,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The sandbox plugin's variable naming its runtime's cgroup descriptors:
-/// `memory:FD,pids:FD`.
+/// `memory:FD,pids:FD,cpuacct:FD`.
 pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
 
 /// A cgroup v1 controller Link bounds an agent with.
@@ -34,15 +37,17 @@ pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
 pub enum Controller {
     Memory,
     Pids,
+    Cpuacct,
 }
 
 impl Controller {
-    pub const ALL: [Controller; 2] = [Controller::Memory, Controller::Pids];
+    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpuacct];
 
     pub fn name(self) -> &'static str {
         match self {
             Controller::Memory => "memory",
             Controller::Pids => "pids",
+            Controller::Cpuacct => "cpuacct",
         }
     }
 
@@ -50,11 +55,13 @@ impl Controller {
         Controller::ALL.into_iter().find(|c| c.name() == name)
     }
 
-    /// The file holding the limit, and its value for `limits`.
-    fn limit(self, limits: &crate::limits::Limits) -> (&'static str, u64) {
+    /// The file holding the kernel's limit, and its value for `limits` (CPU time is the
+    /// sandbox's to hold: the kernel only counts it).
+    fn limit(self, limits: &crate::limits::Limits) -> Option<(&'static str, u64)> {
         match self {
-            Controller::Memory => ("memory.limit_in_bytes", limits.memory_bytes),
-            Controller::Pids => ("pids.max", limits.processes),
+            Controller::Memory => Some(("memory.limit_in_bytes", limits.memory_bytes)),
+            Controller::Pids => Some(("pids.max", limits.processes)),
+            Controller::Cpuacct => None,
         }
     }
 }
@@ -248,7 +255,7 @@ impl Cgroups {
         let Some(value) = std::env::var_os(ENV_FDS) else {
             return Ok(None);
         };
-        let bad = || format!("{ENV_FDS}={value:?} is not `memory:FD,pids:FD`");
+        let bad = || format!("{ENV_FDS}={value:?} is not `memory:FD,pids:FD,cpuacct:FD`");
         let value = value.to_str().ok_or_else(bad)?;
         let mut dirs = Vec::new();
         for item in value.split(',') {
@@ -278,7 +285,7 @@ impl Cgroups {
         use rustix::fs::{Mode, OFlags};
         let name = format!("agent-{slot}");
         let mut procs = Vec::new();
-        let mut memory = None;
+        let (mut memory, mut cpu) = (None, None);
         for (controller, parent) in &self.dirs {
             match rustix::fs::mkdirat(parent, &name, Mode::from_raw_mode(0o755)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
@@ -290,26 +297,34 @@ impl Cgroups {
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
                 Mode::empty(),
             )?;
-            let (file, value) = controller.limit(limits);
-            write_at(&dir, file, &value.to_string())?;
+            if let Some((file, value)) = controller.limit(limits) {
+                write_at(&dir, file, &value.to_string())?;
+            }
             procs.push(rustix::fs::openat(
                 &dir,
                 "cgroup.procs",
                 OFlags::WRONLY | OFlags::CLOEXEC,
                 Mode::empty(),
             )?);
-            if *controller == Controller::Memory {
-                memory = Some(dir);
+            match controller {
+                Controller::Memory => memory = Some(dir),
+                Controller::Cpuacct => cpu = Some(dir),
+                Controller::Pids => {}
             }
         }
         let memory = memory.ok_or_else(|| io::Error::other("no memory cgroup"))?;
+        let cpu = cpu.ok_or_else(|| io::Error::other("no cpuacct cgroup"))?;
         let ooms_before = oom_kills(&memory)?;
+        let cpu_before = cpu_ns(&cpu)?;
         Ok(AgentCgroup {
             raw: procs.iter().map(|fd| fd.as_raw_fd()).collect(),
             _procs: procs,
             memory,
             memory_bytes: limits.memory_bytes,
             ooms_before,
+            cpu,
+            cpu_seconds: limits.cpu_seconds,
+            cpu_before,
         })
     }
 }
@@ -322,19 +337,26 @@ fn write_at(dir: &OwnedFd, file: &str, value: &str) -> io::Result<()> {
         .map_err(|e| io::Error::other(format!("writing {value} to {file}: {e}")))
 }
 
+/// The CPU time every process in a cpuacct cgroup used so far, in nanoseconds.
+fn cpu_ns(dir: &OwnedFd) -> io::Result<u64> {
+    read_at(dir, "cpuacct.usage")?
+        .trim()
+        .parse()
+        .map_err(|e| io::Error::other(format!("cpuacct.usage: {e}")))
+}
+
+fn read_at(dir: &OwnedFd, file: &str) -> io::Result<String> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let mut text = String::new();
+    io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
+    Ok(text)
+}
+
 /// The count of processes the OOM killer ended in a memory cgroup (`oom_kill` of
 /// `memory.oom_control`, Linux 4.13).
 fn oom_kills(dir: &OwnedFd) -> io::Result<u64> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(
-        dir,
-        "memory.oom_control",
-        OFlags::RDONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let mut text = String::new();
-    io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
-    Ok(text
+    Ok(read_at(dir, "memory.oom_control")?
         .lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|n| n.trim().parse().ok())
@@ -350,6 +372,9 @@ pub struct AgentCgroup {
     memory: OwnedFd,
     memory_bytes: u64,
     ooms_before: u64,
+    cpu: OwnedFd,
+    cpu_seconds: u64,
+    cpu_before: u64,
 }
 
 impl AgentCgroup {
@@ -363,6 +388,15 @@ impl AgentCgroup {
             }
         }
         Ok(())
+    }
+
+    /// Whether the command's processes together used more CPU time than its limit since
+    /// these handles were made: the sandbox then stops it.
+    pub fn cpu_passed(&self) -> Option<LimitHit> {
+        let used = cpu_ns(&self.cpu).ok()?.saturating_sub(self.cpu_before);
+        (used > self.cpu_seconds.saturating_mul(1_000_000_000)).then_some(LimitHit::CpuTime {
+            seconds: self.cpu_seconds,
+        })
     }
 
     /// Whether the kernel killed a process of the agent for its memory since these handles

@@ -38,10 +38,6 @@ pub struct Limits {
     pub workspace_entries: u64,
 }
 
-/// Why CPU time is not bounded per agent.
-const CPU_NOT_PER_AGENT: &str = "CPU time is bounded per process (and a command by its wall \
-     time), not over an agent's processes together";
-
 /// How often, at least, a running command's workspace and home are measured against the
 /// quota; a larger tree is measured less often, so its walks take at most a tenth of the time.
 pub const QUOTA_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
@@ -122,10 +118,10 @@ impl Limits {
 
     /// Which of these bound a command and over what (issue 42: one command held 9.2 GiB as
     /// three processes, each within the per-process bound), with what the probe saw in
-    /// force: `checked` names the check (`limit_<what>`) that must have passed. Memory and
-    /// processes hold over an agent's commands together where it has cgroups (`per_agent`:
-    /// [`crate::cgroup::support`], or why not; an agent's commands run one at a time); what
-    /// Link does not bound per agent is listed as such, with the reason.
+    /// force: `checked` names the check (`limit_<what>`) that must have passed. Memory,
+    /// processes and CPU time hold over an agent's commands together where it has cgroups
+    /// (`per_agent`: [`crate::cgroup::support`], or why not; an agent's commands run one at a
+    /// time), and are listed as not bounded per agent with the reason where it has none.
     pub fn bounds(
         &self,
         passed: impl Fn(&str) -> bool,
@@ -141,20 +137,19 @@ impl Limits {
             checked: passed(&format!("limit_{what}")),
             reason: None,
         };
-        let unbounded = |what, reason: &str| Bound {
-            what,
-            over: S::Agent,
-            value: None,
-            checked: false,
-            reason: Some(reason.to_owned()),
-        };
         // The probe's own sandbox has no cgroup: what holds per agent is not seen by it.
         let per_agent = |what, value| match &per_agent {
             Ok(()) => Bound {
                 checked: false,
                 ..held(what, S::Agent, value)
             },
-            Err(why) => unbounded(what, why),
+            Err(why) => Bound {
+                what,
+                over: S::Agent,
+                value: None,
+                checked: false,
+                reason: Some(why.clone()),
+            },
         };
         vec![
             held(B::MemoryBytes, S::Process, self.memory_bytes),
@@ -167,7 +162,7 @@ impl Limits {
             held(B::WorkspaceEntries, S::Agent, self.workspace_entries),
             per_agent(B::MemoryBytes, self.memory_bytes),
             per_agent(B::Processes, self.processes),
-            unbounded(B::CpuSeconds, CPU_NOT_PER_AGENT),
+            per_agent(B::CpuSeconds, self.cpu_seconds),
         ]
     }
 
@@ -216,7 +211,8 @@ mod tests {
         assert!(!find(Bounded::CpuSeconds, Scope::Process).checked);
         assert!(!find(Bounded::WorkspaceBytes, Scope::Agent).checked);
         assert_eq!(find(Bounded::Processes, Scope::Command).value, Some(256));
-        // Nothing bounds an agent's memory, CPU or processes together: said, with why.
+        // Without cgroups nothing bounds an agent's memory, CPU or processes together: said,
+        // with why.
         for what in [
             Bounded::MemoryBytes,
             Bounded::CpuSeconds,
@@ -230,7 +226,7 @@ mod tests {
             find(Bounded::MemoryBytes, Scope::Agent).reason.as_deref(),
             Some("no cgroup here")
         );
-        // With cgroups, memory and processes hold per agent; CPU time still does not.
+        // With cgroups, memory, processes and CPU time hold per agent.
         let with = Limits::DEFAULT.bounds(|_| true, Ok(()));
         let agent = |what| {
             with.iter()
@@ -241,7 +237,7 @@ mod tests {
         assert_eq!(agent(Bounded::Processes).value, Some(256));
         // The probe's own sandbox has no cgroup: never claimed as seen.
         assert!(!agent(Bounded::MemoryBytes).checked);
-        assert_eq!(agent(Bounded::CpuSeconds).value, None);
+        assert_eq!(agent(Bounded::CpuSeconds).value, Some(600));
         // Every bound held is a value; every bound not held has a reason.
         assert!(bounds
             .iter()

@@ -569,9 +569,9 @@ fn the_probe_names_identity_filter_and_limits() {
         );
         assert_eq!(bound("processes", "command")["checked"], true);
         assert_eq!(bound("workspace_entries", "agent")["value"], 250_000);
-        // Memory and processes per agent where this machine gives Link cgroups (as root on
-        // cgroup v1), else said unbounded with why; CPU time never per agent.
-        for what in ["memory_bytes", "processes"] {
+        // Memory, processes and CPU time per agent where this machine gives Link cgroups (as
+        // root on cgroup v1), else said unbounded with why.
+        for what in ["memory_bytes", "processes", "cpu_seconds"] {
             let per_agent = bound(what, "agent");
             let support = match &who.user {
                 Some(_) => Err("Link bounds an agent's processes together only as root".into()),
@@ -589,7 +589,6 @@ fn the_probe_names_identity_filter_and_limits() {
                 }
             }
         }
-        assert_eq!(bound("cpu_seconds", "agent")["value"], Value::Null);
         for check in [
             "syscall_unshare_user",
             "syscall_keyctl",

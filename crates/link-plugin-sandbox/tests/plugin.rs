@@ -546,13 +546,15 @@ async fn one_agents_commands_run_one_at_a_time() {
     p.stop();
 }
 
-/// As root where cgroup v1 has memory and pids (`link_confine::cgroup`): an agent's processes
+/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): an agent's processes
 /// share one memory and one process bound. Three processes of 120 MiB each pass a 256 MiB
 /// limit together though each is within it alone: the kernel kills one, and the reply says
 /// so; their twin of 40 MiB each runs. A command forking 40 processes under a bound of 24 is
-/// refused forks by the cgroup (its `pids.events`), its twin forking 10 is not.
+/// refused forks by the cgroup (its `pids.events`), its twin forking 10 is not. Three
+/// processes of 0.6 s of CPU time each pass a limit of 1 s together (none alone): the command
+/// is stopped for it; one of them alone runs.
 #[tokio::test(flavor = "current_thread")]
-async fn an_agents_processes_share_one_memory_and_one_process_bound() {
+async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     if !sandbox_or_skip() {
         return;
     }
@@ -651,6 +653,44 @@ async fn an_agents_processes_share_one_memory_and_one_process_bound() {
     // The cgroup refused it, before the agent's own process limit (which counts only the
     // agent's uid; the cgroup counts bwrap and its init too).
     assert!(refused() >= 1, "{r}");
+
+    let burn = "import os, sys, time\n\
+        kids, child = [], False\n\
+        for _ in range(int(sys.argv[1]) - 1):\n  pid = os.fork()\n  if pid == 0:\n    child = True\n    break\n  kids.append(pid)\n\
+        end = time.process_time() + 0.6\n\
+        while time.process_time() < end:\n  pass\n\
+        if child:\n  os._exit(0)\n\
+        for k in kids:\n  os.waitpid(k, 0)\n\
+        print('done')";
+    let cpu = |n: u32| {
+        json!({
+            "argv": [PYTHON, "-I", "-S", "-c", burn, n.to_string()],
+            "workspace": ws,
+            "limits": {"cpu_seconds": 1},
+        })
+    };
+    let used = || -> u64 { read(&dirs[2], "cpuacct.usage").trim().parse().unwrap() };
+    let before = used();
+    let r = p.exec("a1", cpu(1)).await.unwrap();
+    ran_within_its_limits(&r);
+    assert_eq!(r["stdout"], "done\n", "{r}");
+    let between = used();
+    let r = p.exec("a1", cpu(3)).await.unwrap();
+    assert_eq!(
+        r["limit_hit"],
+        json!({"limit": "cpu_time", "seconds": 1}),
+        "{r}"
+    );
+    assert_eq!(r["signal"], 9, "{r}");
+    // On the host: the agent's cgroup counted both, and the three were stopped past 1 s
+    // together, well before their 1.8 s.
+    let (first, second) = (between - before, used() - between);
+    assert!(first >= 500_000_000, "the twin used {first} ns");
+    assert!(
+        (1_000_000_000..1_700_000_000).contains(&second),
+        "the three used {second} ns"
+    );
+
     p.stop();
     drop(cgroups);
     assert!(dirs.iter().all(|d| !d.exists()));

@@ -172,7 +172,7 @@ pub fn run_blocking(spec: &Spec) -> Result<Outcome, RunError> {
     let mut spec = spec.clone();
     spec.policy.limits.file_size_bytes = left.min(limits.file_size_bytes);
     spec.policy.full = full;
-    let quota = quota::Quota::new(dirs.clone(), used, &limits);
+    let quota = quota::Quota::new(dirs.clone(), used, &limits, spec.cgroup.clone());
     let mut outcome = spawn::run_confined(&spec, quota);
     if let Ok(o) = &mut outcome {
         if by_quota && o.signal == Some(libc::SIGXFSZ) {

@@ -1,10 +1,13 @@
-//! The workspace quota while a command runs: the workspace and home measured again every
-//! [`QUOTA_CHECK`] or so, and the limit they passed, which stops the command.
+//! What a command uses while it runs, measured again every [`QUOTA_CHECK`] or so: its
+//! workspace and home against the quota and, in the agent's cgroup, the CPU time of all its
+//! processes together ([`crate::cgroup`]); the limit passed stops the command.
 
+use crate::cgroup::AgentCgroup;
 use crate::identity::{usage_seen, Usage};
 use crate::limits::{Limits, QUOTA_CHECK};
 use link_protocol::routes::sandbox::LimitHit;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A tree whose walk takes longer is measured less often: walks take at most one part in this.
@@ -20,10 +23,17 @@ pub(super) struct Quota {
     quota: Usage,
     next: Instant,
     every: Duration,
+    /// The agent's cgroup, which counts the command's CPU time.
+    cgroup: Option<Arc<AgentCgroup>>,
 }
 
 impl Quota {
-    pub(super) fn new(dirs: Vec<PathBuf>, at_start: Usage, limits: &Limits) -> Quota {
+    pub(super) fn new(
+        dirs: Vec<PathBuf>,
+        at_start: Usage,
+        limits: &Limits,
+        cgroup: Option<Arc<AgentCgroup>>,
+    ) -> Quota {
         let quota = Usage {
             bytes: limits.workspace_bytes,
             entries: limits.workspace_entries,
@@ -37,6 +47,7 @@ impl Quota {
             quota,
             next: Instant::now() + QUOTA_CHECK,
             every: QUOTA_CHECK,
+            cgroup,
         }
     }
 
@@ -59,6 +70,7 @@ impl Quota {
         self.every = QUOTA_CHECK.max(took * WALK_SHARE);
         self.next = Instant::now() + self.every;
         self.passed(used)
+            .or_else(|| self.cgroup.as_ref().and_then(|c| c.cpu_passed()))
     }
 
     fn passed(&self, used: Usage) -> Option<LimitHit> {
@@ -91,6 +103,7 @@ mod tests {
                 entries: 5,
             },
             &limits,
+            None,
         );
         let at = |bytes, entries| Usage { bytes, entries };
         assert_eq!(under.passed(at(100, 10)), None);
@@ -103,7 +116,7 @@ mod tests {
             Some(LimitHit::WorkspaceEntries { entries: 10 })
         );
         // Over both when it began: removing is fine, growing is not.
-        let over = Quota::new(vec![], at(500, 50), &limits);
+        let over = Quota::new(vec![], at(500, 50), &limits, None);
         assert_eq!(over.passed(at(400, 50)), None);
         assert_eq!(
             over.passed(at(400, 51)),
