@@ -129,10 +129,13 @@ pub struct CgroupError {
 }
 
 /// One runtime's cgroups, made by the host: a directory in each hierarchy, owned by the
-/// sandbox plugin's uid so it may make its agents' beneath.
+/// sandbox plugin's uid so it may make its agents' beneath, and for each a descriptor of a
+/// detached mount whose root it is, the one the plugin gets: from it `..` leads to no other
+/// cgroup of the machine (their names, members and figures).
 #[derive(Debug)]
 pub struct RuntimeCgroups {
-    dirs: Vec<(Controller, PathBuf, OwnedFd)>,
+    dirs: Vec<(Controller, PathBuf)>,
+    handed: Vec<OwnedFd>,
 }
 
 impl RuntimeCgroups {
@@ -145,7 +148,7 @@ impl RuntimeCgroups {
         uid: u32,
     ) -> Result<RuntimeCgroups, CgroupError> {
         let name = format!("link-{}", crate::leftovers::digest(owner));
-        let mut dirs = Vec::new();
+        let (mut dirs, mut handed) = (Vec::new(), Vec::new());
         for (controller, parent) in parents {
             let dir = parent.join(&name);
             let fail = |error| CgroupError {
@@ -158,18 +161,22 @@ impl RuntimeCgroups {
             let id = rustix::fs::Uid::from_raw(uid);
             let gid = rustix::fs::Gid::from_raw(uid);
             rustix::fs::fchown(&fd, Some(id), Some(gid)).map_err(|e| fail(e.into()))?;
-            dirs.push((*controller, dir, fd));
+            let copy = crate::plugin_ns::detached(fd.as_raw_fd(), 0).map_err(fail)?;
+            // SAFETY: open_tree's new descriptor, owned from here.
+            handed.push(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) });
+            dirs.push((*controller, dir));
         }
-        Ok(RuntimeCgroups { dirs })
+        Ok(RuntimeCgroups { dirs, handed })
     }
 
     /// The value of [`ENV_FDS`] and the descriptors the plugin must inherit.
     pub fn handed(&self) -> (String, Vec<RawFd>) {
-        let fds: Vec<RawFd> = self.dirs.iter().map(|(_, _, fd)| fd.as_raw_fd()).collect();
+        let fds: Vec<RawFd> = self.handed.iter().map(|fd| fd.as_raw_fd()).collect();
         let value = self
             .dirs
             .iter()
-            .map(|(c, _, fd)| format!("{}:{}", c.name(), fd.as_raw_fd()))
+            .zip(&fds)
+            .map(|((c, _), fd)| format!("{}:{fd}", c.name()))
             .collect::<Vec<_>>()
             .join(",");
         (value, fds)
@@ -177,7 +184,7 @@ impl RuntimeCgroups {
 
     /// The directories, for a report or a test.
     pub fn dirs(&self) -> impl Iterator<Item = (Controller, &Path)> {
-        self.dirs.iter().map(|(c, p, _)| (*c, p.as_path()))
+        self.dirs.iter().map(|(c, p)| (*c, p.as_path()))
     }
 }
 
@@ -185,7 +192,8 @@ impl Drop for RuntimeCgroups {
     /// Removes them, with every agent's, once the runtime is done (what is still inside is
     /// killed first); a start on the same state root removes what a killed runtime left.
     fn drop(&mut self) {
-        for (_, dir, _) in &self.dirs {
+        drop(std::mem::take(&mut self.handed));
+        for (_, dir) in &self.dirs {
             if let Err(e) = remove_tree(dir) {
                 tracing::warn!(dir = %dir.display(), "cannot remove the agents' cgroup: {e}");
             }

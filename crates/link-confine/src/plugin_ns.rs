@@ -311,15 +311,7 @@ fn clone_tree(
 ) -> io::Result<()> {
     // Not through a symlink put in place of the tree (`rules::open_dir_not_link`).
     let dir = crate::rules::open_dir_not_link(path)?;
-    let flags = libc::OPEN_TREE_CLONE
-        | RECURSIVE
-        | libc::AT_EMPTY_PATH as libc::c_uint
-        | libc::O_CLOEXEC as libc::c_uint;
-    // SAFETY: a descriptor, an empty NUL-terminated path and flags.
-    let opened =
-        unsafe { libc::syscall(libc::SYS_open_tree, dir.as_raw_fd(), c"".as_ptr(), flags) };
-    check(opened)?;
-    *fd = opened as libc::c_int;
+    *fd = detached(dir.as_raw_fd(), RECURSIVE)?;
     let Some(userns) = userns else { return Ok(()) };
     let attr = libc::mount_attr {
         attr_set: libc::MOUNT_ATTR_IDMAP,
@@ -338,6 +330,19 @@ fn clone_tree(
             std::mem::size_of::<libc::mount_attr>(),
         )
     })
+}
+
+/// A detached copy of the mount at `dir` (with those below it: `recursive` is
+/// `AT_RECURSIVE`), whose root is `dir`: from it `..` leads nowhere above. System calls only.
+pub(crate) fn detached(dir: libc::c_int, recursive: libc::c_uint) -> io::Result<libc::c_int> {
+    let flags = libc::OPEN_TREE_CLONE
+        | recursive
+        | libc::AT_EMPTY_PATH as libc::c_uint
+        | libc::O_CLOEXEC as libc::c_uint;
+    // SAFETY: a descriptor, an empty NUL-terminated path and flags.
+    let opened = unsafe { libc::syscall(libc::SYS_open_tree, dir, c"".as_ptr(), flags) };
+    check(opened)?;
+    Ok(opened as libc::c_int)
 }
 
 /// What is covered: the first directory, from `/` down to the one holding every served

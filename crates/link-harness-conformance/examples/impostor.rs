@@ -291,6 +291,37 @@ impl Impostor {
         );
         let map = std::fs::read_to_string("/proc/self/uid_map");
         self.record("uid_map", map.unwrap_or_else(|e| e.to_string()).into());
+        self.cgroups_handed();
+    }
+
+    /// The runtime's cgroups the host hands it (as root on cgroup v1): it may make an agent's
+    /// in each (the twin), but `..` of each is the directory itself, so no other cgroup of the
+    /// machine is in reach. `none` where it was handed none.
+    fn cgroups_handed(&self) {
+        use rustix::fs::{AtFlags, Mode};
+        let Some(value) = std::env::var(link_confine::cgroup::ENV_FDS).ok() else {
+            self.record("cgroup_parent", "none".into());
+            return;
+        };
+        let (mut parent, mut make) = ("itself", Ok(()));
+        for item in value.split(',') {
+            let fd: i32 = item
+                .split_once(':')
+                .and_then(|(_, n)| n.parse().ok())
+                .unwrap_or(-1);
+            // SAFETY: a descriptor the host handed this process, open for its life.
+            let dir = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            let own = rustix::fs::fstat(dir).map(|s| s.st_ino);
+            let up = rustix::fs::statat(dir, "..", AtFlags::empty()).map(|s| s.st_ino);
+            if own.is_err() || own != up {
+                parent = "above";
+            }
+            let made = rustix::fs::mkdirat(dir, "impostor-twin", Mode::from_raw_mode(0o755))
+                .and_then(|()| rustix::fs::unlinkat(dir, "impostor-twin", AtFlags::REMOVEDIR));
+            make = make.and(made.map_err(std::io::Error::from));
+        }
+        self.record("cgroup_parent", parent.into());
+        self.record("cgroup_make", outcome(make));
     }
 
     /// [`read_environs`](Self::read_environs) with a sibling plugin (another child of the

@@ -405,6 +405,15 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         core_before,
         "core_pattern changed"
     );
+    // Handed its runtime's cgroups where the machine allows them, it makes an agent's there
+    // and reaches no other cgroup (`..` is the directory itself).
+    match link_confine::cgroup::support() {
+        Ok(_) => {
+            assert_eq!(got["cgroup_parent"], "itself", "{got}");
+            assert_eq!(got["cgroup_make"], "ok", "{got}");
+        }
+        Err(_) => assert_eq!(got["cgroup_parent"], "none", "{got}"),
+    }
     let host_ns = std::fs::read_link("/proc/self/ns/user").unwrap();
     let its_ns = got["user_namespace"].as_str().unwrap_or_default();
     assert!(its_ns.starts_with("user:["), "{got}");
