@@ -546,8 +546,8 @@ async fn one_agents_commands_run_one_at_a_time() {
     p.stop();
 }
 
-/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): an agent's processes
-/// share one memory and one process bound. Three processes of 120 MiB each pass a 256 MiB
+/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): an agent's
+/// processes share one memory, process and CPU bound. Three processes of 120 MiB each pass a 256 MiB
 /// limit together though each is within it alone: the kernel kills one, and the reply says
 /// so; their twin of 40 MiB each runs. A command forking 40 processes under a bound of 24 is
 /// refused forks by the cgroup (its `pids.events`), its twin forking 10 is not. Three
