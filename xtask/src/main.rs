@@ -61,8 +61,7 @@ commands:
             exit 0 none failed, 1 a machine failed, 2 usage error or mixed sources
   build     run the spec's two locked release build commands
   schemas   rewrite schemas/*.schema.json (run report, comparison, sandbox benchmark, load,
-            fleet)
-            from the types
+            fleet) from the types
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
   install   install the missing system packages (bubblewrap, strace, libseccomp-dev),
@@ -195,7 +194,7 @@ struct BenchArgs {
 struct LoadArgs {
     /// Client counts, comma-separated, each measured in its own rounds.
     #[arg(long, value_name = "N,N", value_delimiter = ',',
-          default_values_t = load::DEFAULT_CLIENTS,
+          default_value = load::DEFAULT_CLIENTS,
           value_parser = clap::value_parser!(u32).range(1..))]
     clients: Vec<u32>,
     /// Rounds per client count (at least 2, for an interval).

@@ -27,7 +27,7 @@ use std::time::Instant;
 pub use report::{FILE_JSON, FILE_MD};
 
 /// Client counts unless `--clients` says otherwise.
-pub const DEFAULT_CLIENTS: [u32; 2] = [8, 32];
+pub const DEFAULT_CLIENTS: &str = "8,32";
 /// Rounds per client count unless `--rounds` says otherwise.
 pub const DEFAULT_ROUNDS: u32 = 6;
 /// Seconds per kind per round unless `--secs` says otherwise.
