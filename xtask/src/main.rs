@@ -5,7 +5,8 @@
 //! directory), [`runtime`] (the runs), [`compare`] (comparison JSON/Markdown), [`svg`] (the
 //! per-phase picture), [`stats`] (medians and bootstrap intervals), [`baseline`] (regressions
 //! against an earlier comparison), [`ci`] (JUnit XML, the GitHub step summary),
-//! [`bench_sandbox`] (what confinement costs per command), [`qualify`] and [`doctor`].
+//! [`bench_sandbox`] (what confinement costs per command), [`load`] (throughput under load),
+//! [`qualify`] and [`doctor`].
 
 mod baseline;
 mod bench_sandbox;
@@ -15,6 +16,7 @@ mod cycles;
 mod doctor;
 mod exit;
 mod fleet;
+mod load;
 mod noise;
 mod outputs;
 mod paired;
@@ -48,12 +50,18 @@ commands:
             path, interleaved, with ratios and intervals (target/bench-sandbox.json);
             --rounds N (100), --turn-rounds N (40), --allow-stale; exit 0 measured,
             1 error, 2 usage error, 3 skipped (no bwrap or confinement unavailable)
+  load      throughput under load: Mini's plain turn against full Link's plain, `write` and
+            `run: true` turns and a bare bwrap per command (the floor), CLIENTS clients,
+            interleaved rounds, ratios with intervals and issue 43's goals
+            (target/load.{json,md}); --clients N,N (8,32), --rounds N (6), --secs S (3),
+            --allow-stale; exit 0 measured, 1 error, 2 usage error, 3 skipped (no bwrap or
+            confinement unavailable)
   fleet     one table (target/fleet.{md,json,svg}) of several machines' comparisons, each
             DIR holding one machine's target/runtime-* outputs; --allow-mixed, --out DIR;
             exit 0 none failed, 1 a machine failed, 2 usage error or mixed sources
   build     run the spec's two locked release build commands
-  schemas   rewrite schemas/*.schema.json (run report, comparison, sandbox benchmark, fleet)
-            from the types
+  schemas   rewrite schemas/*.schema.json (run report, comparison, sandbox benchmark, load,
+            fleet) from the types
   qualify   build, the spec's confined tests, runtime --trace, then a checklist
   doctor    probe confinement and tracing on this machine and say what to install or change
   install   install the missing system packages (bubblewrap, strace, libseccomp-dev),
@@ -78,6 +86,8 @@ enum Cmd {
     Runtime(RuntimeArgs),
     /// Time bare bwrap, the CLI `exec` and the plugin path of a confined `run`, interleaved.
     BenchSandbox(BenchArgs),
+    /// Throughput under load: Mini against full Link's turns and the bwrap floor, with ratios.
+    Load(LoadArgs),
     /// One table of several machines' comparisons (each DIR: one machine's `target/runtime-*`).
     Fleet(FleetArgs),
     /// Run the spec's two locked release build commands.
@@ -181,6 +191,34 @@ struct BenchArgs {
 }
 
 #[derive(Args)]
+struct LoadArgs {
+    /// Client counts, comma-separated, each measured in its own rounds.
+    #[arg(long, value_name = "N,N", value_delimiter = ',',
+          default_value = load::DEFAULT_CLIENTS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    clients: Vec<u32>,
+    /// Rounds per client count (at least 2, for an interval).
+    #[arg(long, value_name = "N", default_value_t = load::DEFAULT_ROUNDS,
+          value_parser = clap::value_parser!(u32).range(2..))]
+    rounds: u32,
+    /// Seconds each kind runs in each round.
+    #[arg(long, value_name = "S", default_value_t = load::DEFAULT_SECS, value_parser = positive_secs)]
+    secs: f64,
+    /// Measure release programs older than their sources or built with test hooks (said in
+    /// the JSON's warnings) instead of refusing. Missing ones still refuse.
+    #[arg(long)]
+    allow_stale: bool,
+}
+
+/// `--secs`: a positive, finite number of seconds.
+fn positive_secs(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
+}
+
+#[derive(Args)]
 struct BaselineArgs {
     /// An earlier runtime-comparison.json to compare each phase with.
     #[arg(long, value_name = "FILE")]
@@ -263,6 +301,15 @@ fn dispatch(command: Cmd) -> anyhow::Result<u8> {
             };
             bench_sandbox::main(&ws, &opts)
         }
+        Cmd::Load(a) => load::main(
+            &ws,
+            &load::Options {
+                clients: a.clients,
+                rounds: a.rounds,
+                secs: a.secs,
+                allow_stale: a.allow_stale,
+            },
+        ),
         Cmd::Fleet(a) => {
             // Bad input (no comparison, mixed sources) is a usage error: 2, nothing written.
             let table = match fleet::load(&a.dirs)

@@ -74,6 +74,35 @@ pub fn build_commands() -> Vec<Vec<String>> {
     vec![programs, runner]
 }
 
+/// The load benchmark's measuring program under the release directory. Not an output of the
+/// spec's two build commands (no `runtime` needs it): `cargo xtask load` asks for it with
+/// [`load_build_command`].
+pub const LOAD: &str = "examples/load";
+
+/// The build command of [`LOAD`], as arguments after `cargo`.
+pub fn load_build_command() -> Vec<String> {
+    [
+        "build",
+        "--locked",
+        "--release",
+        "-p",
+        "link-cli",
+        "--example",
+        "load",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The outputs of the first build command (the host and every plugin), relative to the
+/// release directory.
+pub fn program_outputs() -> Vec<PathBuf> {
+    packages()
+        .iter()
+        .map(|p| PathBuf::from(binary_name(p)))
+        .collect()
+}
+
 /// A build command as a person would type it.
 pub fn command_text(args: &[String]) -> String {
     format!("cargo {}", args.join(" "))
@@ -91,10 +120,7 @@ pub fn binary_name(package: &str) -> &str {
 
 /// Every output of the two build commands, relative to the release directory.
 pub fn expected_outputs() -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = packages()
-        .iter()
-        .map(|p| PathBuf::from(binary_name(p)))
-        .collect();
+    let mut all = program_outputs();
     all.push(PathBuf::from(RUNNER));
     all
 }
@@ -213,13 +239,18 @@ impl std::fmt::Display for Problem {
 /// `cargo xtask build` leaves [`BUILT_STAMP`]; configuration older than the output or the
 /// stamp is current.
 pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
+    verify_outputs(release, root, &expected_outputs())
+}
+
+/// [`verify`] of `outputs` (relative to `release`) instead of every expected output.
+pub fn verify_outputs(release: &Path, root: &Path, outputs: &[PathBuf]) -> Result<Vec<Problem>> {
     let crates = root.join("crates");
     let config = newest_existing(&workspace_config(root));
     let stamp = modified(&release.join(BUILT_STAMP));
     let mut problems = Vec::new();
     let mut fallback: Option<Option<(SystemTime, PathBuf)>> = None;
-    for rel in expected_outputs() {
-        let output = release.join(&rel);
+    for rel in outputs {
+        let output = release.join(rel);
         let Some(built) = modified(&output) else {
             problems.push(Problem::Missing { output });
             continue;
@@ -251,6 +282,40 @@ pub fn verify(release: &Path, root: &Path) -> Result<Vec<Problem>> {
         problems.push(Problem::TestHooks { output: host });
     }
     Ok(problems)
+}
+
+/// A benchmark's programs (`needed`, relative to the release directory) ready to measure:
+/// missing ones refuse, naming `builds` (the build commands that make them); stale ones and a
+/// test build refuse unless `allow_stale`, which returns them, said.
+pub fn ready(
+    ws: &Workspace,
+    allow_stale: bool,
+    needed: &[PathBuf],
+    builds: &[Vec<String>],
+) -> Result<Vec<String>> {
+    let problems = verify_outputs(&ws.release(), &ws.root, needed)?;
+    let refused = problems.iter().any(|p| !p.measurable());
+    if problems.is_empty() || (allow_stale && !refused) {
+        for p in &problems {
+            link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");
+        }
+        return Ok(problems.iter().map(|p| p.to_string()).collect());
+    }
+    link_protocol::errln!("xtask: the release programs are not ready:");
+    for p in &problems {
+        link_protocol::errln!("  {p}");
+    }
+    link_protocol::errln!("build them (from {}) with:", ws.root.display());
+    for build in builds {
+        link_protocol::errln!("  {}", command_text(build));
+    }
+    if !refused {
+        link_protocol::errln!("or pass --allow-stale to measure them as built");
+    }
+    anyhow::bail!(
+        "{} release program(s) missing or stale; build them with the command above",
+        problems.len()
+    )
 }
 
 /// What a report measured with `--allow-stale` says of its `count` programs with problems.

@@ -98,6 +98,12 @@ fn r4(x: f64) -> f64 {
 
 /// The paired figure from per-pair log ratios; `None` without a pair.
 pub fn ratio(log_ratios: &[f64]) -> Option<LogMean> {
+    ratio_from(log_ratios, MIN_PAIRS)
+}
+
+/// [`ratio`] with an interval from `min_pairs` pairs on (at least 2): for few, long pairs,
+/// such as the load benchmark's rounds, where a wide interval beats none.
+pub fn ratio_from(log_ratios: &[f64], min_pairs: usize) -> Option<LogMean> {
     let n = log_ratios.len();
     if n == 0 {
         return None;
@@ -112,7 +118,7 @@ pub fn ratio(log_ratios: &[f64]) -> Option<LogMean> {
         p_above: None,
         p_below: None,
     };
-    if n < MIN_PAIRS {
+    if n < min_pairs.max(2) {
         return Some(out);
     }
     let df = (n - 1) as f64;

@@ -26,6 +26,10 @@ pub fn generated() -> Vec<(&'static str, String)> {
             )),
         ),
         (
+            "load.schema.json",
+            pretty(schemars::schema_for!(crate::load::report::LoadReport)),
+        ),
+        (
             "fleet.schema.json",
             pretty(schemars::schema_for!(crate::fleet::Fleet)),
         ),
@@ -118,6 +122,25 @@ mod tests {
             "fleet.json",
             json(&crate::fleet::build(&machines, false).unwrap()),
         )];
+        // A load result, measured and skipped.
+        let mut measured = crate::load::report::LoadReport::empty(
+            &crate::load::Options {
+                clients: vec![32],
+                rounds: 6,
+                secs: 1.0,
+                allow_stale: false,
+            },
+            "abc",
+            &["load".into()],
+        );
+        let skipped_load = measured.clone();
+        measured
+            .measured(crate::load::report::tests::samples(32, 0.6, 0.15))
+            .unwrap();
+        let loads = vec![
+            write("load.json", json(&measured)),
+            write("load-skipped.json", json(&skipped_load)),
+        ];
         let bad = vec![write(
             "bad.json",
             std::fs::read_to_string(&reports[0])
@@ -135,6 +158,7 @@ mod tests {
                 validate(&schema("runtime-comparison.schema.json"), &comparisons),
             ),
             ("fleet", validate(&schema("fleet.schema.json"), &fleet)),
+            ("loads", validate(&schema("load.schema.json"), &loads)),
         ];
         let control = validate(&schema("run-report.schema.json"), &bad);
         std::fs::remove_dir_all(&dir).unwrap();

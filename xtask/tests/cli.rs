@@ -19,6 +19,7 @@ fn no_arguments_lists_the_commands() {
     for c in [
         "runtime",
         "bench-sandbox",
+        "load",
         "build",
         "qualify",
         "doctor",
@@ -593,9 +594,14 @@ fn fleet_without_a_comparison_names_the_directory_and_writes_nothing() {
 /// (and the runner): Landlock lets plugins execute only what lies under the programs
 /// directory, which a symlink resolving elsewhere does not. A copy where a link cannot be made.
 fn hard_linked_target(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    hard_linked_with(dir, name, "examples/runtime")
+}
+
+/// [`hard_linked_target`] with `example` (under the release directory) instead of the runner.
+fn hard_linked_with(dir: &std::path::Path, name: &str, example: &str) -> std::path::PathBuf {
     let (built, target) = (release_dir(), dir.join(name));
     let mut programs = built_programs(&built);
-    programs.push("examples/runtime".into());
+    programs.push(example.into());
     for program in programs {
         let (from, to) = (built.join(&program), target.join("release").join(&program));
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
@@ -787,4 +793,146 @@ fn the_qualify_workflow_passes_actionlint() {
         !refused.status.success(),
         "actionlint passed a job without runs-on"
     );
+}
+
+#[test]
+fn load_refuses_bad_options() {
+    for args in [
+        &["load", "--rounds", "1"][..],
+        &["load", "--secs", "0"],
+        &["load", "--clients", "0,8"],
+        &["load", "--clients", "many"],
+    ] {
+        let out = xtask().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(exit::USAGE.into()), "{args:?}");
+    }
+}
+
+/// A tiny load benchmark on the built programs (hard links: Landlock refuses a symlinked
+/// program) and its measuring program: both ratios with an interval, the floor beside the run
+/// goal, each kind's CPU per process, the samples typed, the JSON valid against its schema.
+/// An earlier result is removed first. No figure is judged.
+#[test]
+fn a_tiny_load_benchmark_has_every_ratio_with_an_interval_and_the_floor() {
+    if which("bwrap").is_none() {
+        if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_SANDBOX=1 but bwrap is not on PATH");
+        }
+        link_report::skip::skipped("SKIPPED: bwrap is not on PATH");
+        return;
+    }
+    let load = release_dir().join("examples/load");
+    if linked_target("ld")
+        .map(|t| std::fs::remove_dir_all(t).unwrap())
+        .is_none()
+    {
+        return;
+    }
+    if !load.is_file() {
+        let why = format!("{} is not built", load.display());
+        if std::env::var("LNK_REQUIRE_RUNTIME").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_RUNTIME=1 but {why}");
+        }
+        link_report::skip::skipped(&format!("SKIPPED: {why}"));
+        return;
+    }
+    let dir = state_dir("ld");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let target = hard_linked_with(&dir, "t", "examples/load");
+    std::fs::write(target.join("load.md"), "an earlier run's").unwrap();
+    let started = std::time::Instant::now();
+    let out = xtask()
+        .args(["load", "--clients", "2", "--rounds", "2", "--secs", "0.5"])
+        .arg("--allow-stale")
+        .env("CARGO_TARGET_DIR", &target)
+        .env("LNK_TEST_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let json = std::fs::read_to_string(target.join("load.json"));
+    let md = std::fs::read_to_string(target.join("load.md")).unwrap_or_default();
+    let schema =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/load.schema.json");
+    let valid = std::process::Command::new("check-jsonschema")
+        .arg("--schemafile")
+        .arg(&schema)
+        .arg(target.join("load.json"))
+        .output();
+    let left: Vec<_> = std::fs::read_dir(&state)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(exit::UNCONFINABLE.into()) {
+        if std::env::var("LNK_REQUIRE_SANDBOX").is_ok_and(|v| v == "1") {
+            panic!("LNK_REQUIRE_SANDBOX=1 but the benchmark skipped: {said}");
+        }
+        link_report::skip::skipped("SKIPPED: confinement unavailable");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(exit::PASSED.into()), "{said}");
+    assert!(
+        left.is_empty(),
+        "the benchmark left {left:?} in its fixture dir"
+    );
+    eprintln!("load took {took:?}");
+    let v: serde_json::Value = serde_json::from_str(&json.expect("load.json")).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["status"], "measured", "{v}");
+    let samples: link_report::load::LoadSamples =
+        serde_json::from_value(v["samples"].clone()).expect("the samples, typed");
+    assert_eq!(samples.counts.len(), 1);
+    assert_eq!(samples.counts[0].clients, 2);
+    assert_eq!(samples.counts[0].rounds.len(), 2);
+    let count = &v["counts"][0];
+    assert_eq!(count["clients"], 2);
+    let kinds = count["kinds"].as_array().unwrap();
+    let names: Vec<&str> = kinds.iter().map(|k| k["kind"].as_str().unwrap()).collect();
+    assert_eq!(names, link_report::load::LoadKind::NAMES);
+    for k in kinds {
+        assert!(k["median_turns_per_s"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(!k["cpu"].as_array().unwrap().is_empty(), "{k}");
+        if k["kind"] == "mini_plain" {
+            assert!(k["ratio"].is_null(), "{k}");
+            continue;
+        }
+        let r = &k["ratio"];
+        let f = |x: &str| r[x].as_f64().unwrap_or_else(|| panic!("{x}: {k}"));
+        assert!(
+            f("low") <= f("estimate") && f("estimate") <= f("high"),
+            "{k}"
+        );
+    }
+    let goals = v["goals"].as_array().unwrap();
+    let goal_kinds: Vec<&str> = goals.iter().map(|g| g["kind"].as_str().unwrap()).collect();
+    assert_eq!(goal_kinds, ["link_write", "link_run"]);
+    for g in goals {
+        assert!(g["ratio"]["low"].as_f64().is_some(), "{g}");
+        assert!(
+            ["met", "not_met", "undecided"].contains(&g["verdict"].as_str().unwrap()),
+            "{g}"
+        );
+    }
+    assert!(
+        goals[1]["floor"]["low"].as_f64().is_some(),
+        "the floor: {}",
+        goals[1]
+    );
+    assert!(
+        md.contains("## 2 clients") && md.contains("bare bwrap (floor)"),
+        "{md}"
+    );
+    assert!(!md.contains("an earlier run's"), "{md}");
+    match valid {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "load.json is not valid against {}: {}{}",
+            schema.display(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(_) => link_report::skip::tool_missing("check-jsonschema"),
+    }
 }

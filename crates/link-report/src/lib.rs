@@ -108,6 +108,7 @@ macro_rules! vocabulary {
     };
 }
 
+pub mod load;
 pub mod machine;
 pub mod probe;
 pub mod records;

@@ -33,11 +33,13 @@ pub use report::{BenchStatus, SandboxBench, FILE};
 use schedule::{schedule, Samples, Step, Turn};
 
 use crate::noise::{Noise, WIDE_INTERVAL};
-use crate::outputs::{self, Problem, Workspace};
+use crate::outputs::{self, Workspace};
 use crate::{doctor, exit, source, state, system};
 use anyhow::{anyhow, bail, Context, Result};
 use link_protocol::layout::StateLayout;
+// The floor's argv, owned with the load benchmark's samples.
 use link_protocol::routes::programs::HOST;
+use link_report::load::BARE_BWRAP;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -121,35 +123,8 @@ pub fn within_runtime(ws: &Workspace, fixture: &Path, source: &str) -> SandboxBe
 /// example is not needed): missing ones refuse with the build command; stale ones refuse
 /// unless `allow_stale`, which returns them.
 fn programs_ready(ws: &Workspace, allow_stale: bool) -> Result<Vec<String>> {
-    let runner = ws.release().join(outputs::RUNNER);
-    let problems: Vec<Problem> = outputs::verify(&ws.release(), &ws.root)?
-        .into_iter()
-        .filter(|p| p.output() != runner)
-        .collect();
-    let refused = problems.iter().any(|p| !p.measurable());
-    if problems.is_empty() || (allow_stale && !refused) {
-        for p in &problems {
-            link_protocol::errln!("xtask: --allow-stale: measuring anyway: {p}");
-        }
-        return Ok(problems.iter().map(|p| p.to_string()).collect());
-    }
-    link_protocol::errln!("xtask: the release programs are not ready:");
-    for p in &problems {
-        link_protocol::errln!("  {p}");
-    }
-    let build = &outputs::build_commands()[0];
-    link_protocol::errln!(
-        "build them (from {}) with:\n  {}",
-        ws.root.display(),
-        outputs::command_text(build)
-    );
-    if !refused {
-        link_protocol::errln!("or pass --allow-stale to measure them as built");
-    }
-    bail!(
-        "{} release program(s) missing or stale; build them with the command above",
-        problems.len()
-    )
+    let builds = [outputs::build_commands().swap_remove(0)];
+    outputs::ready(ws, allow_stale, &outputs::program_outputs(), &builds)
 }
 
 fn stale_warning(stale: &[String]) -> Option<String> {
@@ -199,19 +174,6 @@ fn commands(ws: &Workspace, fixture: &Path) -> Commands {
     }
 }
 
-const BARE_BWRAP: [&str; 10] = [
-    "--ro-bind",
-    "/",
-    "/",
-    "--dev",
-    "/dev",
-    "--proc",
-    "/proc",
-    "--unshare-all",
-    "--die-with-parent",
-    "/bin/true",
-];
-
 /// A result with nothing measured.
 fn empty(opts: &Options, source: &str, commands: &Commands) -> SandboxBench {
     SandboxBench {
@@ -244,7 +206,7 @@ fn skipped(opts: &Options, source: &str, commands: &Commands, reason: String) ->
 }
 
 /// Why there is no bare bwrap run to compare with, if there is none.
-fn no_bwrap() -> Option<String> {
+pub(crate) fn no_bwrap() -> Option<String> {
     which::which("bwrap").is_err().then(|| {
         format!(
             "bwrap is not on PATH, so there is no bare bwrap run to compare with ({})",
@@ -255,7 +217,7 @@ fn no_bwrap() -> Option<String> {
 
 /// Why this machine cannot run the benchmark, if it cannot: bwrap missing from PATH, or the
 /// sandbox probe finding confinement unavailable. A broken probe is an error.
-fn unavailable(ws: &Workspace) -> Result<Option<String>> {
+pub(crate) fn unavailable(ws: &Workspace) -> Result<Option<String>> {
     if let Some(reason) = no_bwrap() {
         return Ok(Some(reason));
     }

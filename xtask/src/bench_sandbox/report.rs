@@ -61,6 +61,16 @@ impl Goal {
         }
     }
 
+    /// A floor: met when the whole interval is at or above `min`, not met when wholly below;
+    /// without an interval, undecided.
+    pub fn at_least(interval: Option<&Interval>, min: f64) -> Goal {
+        match interval {
+            Some(i) if i.low >= min => Goal::Met,
+            Some(i) if i.high < min => Goal::NotMet,
+            _ => Goal::Undecided,
+        }
+    }
+
     pub fn word(self) -> &'static str {
         match self {
             Goal::Met => "met",
