@@ -36,6 +36,9 @@ pub struct Allowance<'a> {
     pub sockets: Vec<PathBuf>,
     /// Whether it reaches the network (`host::Network::of`, the one place that decides).
     pub network: link_confine::host::Network,
+    /// The first uid of the runtime's range (`link_confine::identity::base_for`), which the
+    /// sandbox plugin's namespace maps as root.
+    pub uid_base: u32,
 }
 
 impl Allowance<'_> {
@@ -80,7 +83,7 @@ pub fn confine_command(
         let mut dirs = allow.writable.clone();
         dirs.extend(allow.sockets.iter().cloned());
         let program = std::path::Path::new(cmd.as_std().get_program());
-        let view = link_confine::view::PluginView::prepare(&dirs, program)
+        let view = link_confine::view::PluginView::prepare(&dirs, program, allow.uid_base)
             .context("preparing the sandbox plugin's read-only view")?;
         // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
         // allocated.

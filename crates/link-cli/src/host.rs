@@ -156,8 +156,9 @@ async fn run(
     });
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
+    let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
     let cgroups = match confined_link {
-        true => agent_cgroups(&layout)?,
+        true => agent_cgroups(&layout, uid_base)?,
         false => None,
     };
     let launch = Launch {
@@ -168,6 +169,7 @@ async fn run(
         monitor_interval: args.monitor_interval,
         default_model: &args.model,
         cgroups: cgroups.as_ref(),
+        uid_base,
     };
     if args.mode == Mode::Confined {
         launch.refuse_reachable(&layout.control_dir())?;
@@ -247,12 +249,15 @@ async fn run(
 /// As root where the machine allows it: the runtime's cgroups, in which the sandbox plugin
 /// bounds each agent's commands together (`link_confine::cgroup`); where it does not, `None`
 /// (the probe and `link status` say why). Removed when dropped, after the plugins.
-fn agent_cgroups(layout: &StateLayout) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
+fn agent_cgroups(
+    layout: &StateLayout,
+    uid_base: u32,
+) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
     use link_confine::cgroup::{support, RuntimeCgroups};
     let Ok(parents) = support() else {
         return Ok(None);
     };
-    let uid = link_confine::plugin_ns::plugin_id().map_err(anyhow::Error::msg)?;
+    let uid = link_confine::plugin_ns::plugin_id(uid_base);
     let made = RuntimeCgroups::create(&parents, layout.root(), uid).context(
         "the sandbox plugin bounds each agent's commands together in cgroups; nothing was started",
     )?;

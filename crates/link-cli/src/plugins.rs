@@ -65,6 +65,8 @@ pub struct Launch<'a> {
     /// As root where the machine allows: the cgroups handed to the sandbox plugin, in which
     /// it bounds each agent's commands together (`link_confine::cgroup`).
     pub cgroups: Option<&'a link_confine::cgroup::RuntimeCgroups>,
+    /// The first uid of this runtime's range of identities (`identity::base_for`).
+    pub uid_base: u32,
 }
 
 impl Plugin {
@@ -187,8 +189,12 @@ impl Launch<'_> {
             root.dir_all(&dir)
                 .with_context(|| format!("creating {}", dir.display()))?;
         }
-        if let (Some(cgroups), Confinement::Mounting) = (self.cgroups, plugin.confinement) {
-            hand_cgroups(cmd, cgroups);
+        if plugin.confinement == Confinement::Mounting {
+            // Its agents' identities are this runtime's own range.
+            cmd.env(plugin::ENV_SANDBOX_UID_BASE, self.uid_base.to_string());
+            if let Some(cgroups) = self.cgroups {
+                hand_cgroups(cmd, cgroups);
+            }
         }
         crate::confine::confine_command(cmd, plugin, self.allowance(plugin))
             .with_context(|| format!("confining {}", plugin.program))
@@ -205,6 +211,7 @@ impl Launch<'_> {
             writable,
             sockets: vec![layout.plugin_run_dir(plugin.program)],
             network: link_confine::host::Network::of(plugin, plugin::model_forwards()),
+            uid_base: self.uid_base,
         }
     }
 
@@ -278,6 +285,7 @@ mod tests {
             monitor_interval: 1.0,
             default_model: &LOCAL,
             cgroups: None,
+            uid_base: link_confine::identity::DEFAULT_BASE,
         }
     }
 

@@ -290,6 +290,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
 /// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): the runtime's
 /// cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
 struct AgentCgroups {
+    root: std::path::PathBuf,
     runtime: Vec<std::path::PathBuf>,
 }
 
@@ -306,7 +307,10 @@ impl AgentCgroups {
         };
         let name = format!("link-{}", link_confine::leftovers::digest(root.path()));
         let runtime = parents.iter().map(|(_, p)| p.join(&name)).collect();
-        Some(AgentCgroups { runtime })
+        Some(AgentCgroups {
+            root: root.path().to_owned(),
+            runtime,
+        })
     }
 
     /// The first agent's (slot 1).
@@ -319,7 +323,8 @@ impl AgentCgroups {
     /// command's default limits.
     fn hold_the_command_of_agent_1(&self, started: &[(i32, u64)]) {
         use std::os::unix::fs::MetadataExt;
-        let plugin = link_confine::plugin_ns::plugin_id().unwrap();
+        let base = link_confine::identity::base_for(&self.root).unwrap();
+        let plugin = link_confine::plugin_ns::plugin_id(base);
         for dir in &self.runtime {
             assert_eq!(
                 std::fs::metadata(dir).unwrap().uid(),

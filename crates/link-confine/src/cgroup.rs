@@ -148,7 +148,11 @@ impl RuntimeCgroups {
         uid: u32,
     ) -> Result<RuntimeCgroups, CgroupError> {
         let name = format!("link-{}", crate::leftovers::digest(owner));
-        let (mut dirs, mut handed) = (Vec::new(), Vec::new());
+        // Built up one hierarchy at a time: a failure drops what was made so far.
+        let mut made = RuntimeCgroups {
+            dirs: Vec::new(),
+            handed: Vec::new(),
+        };
         for (controller, parent) in parents {
             let dir = parent.join(&name);
             let fail = |error| CgroupError {
@@ -157,16 +161,17 @@ impl RuntimeCgroups {
             };
             remove_tree(&dir).map_err(fail)?;
             std::fs::create_dir(&dir).map_err(fail)?;
+            made.dirs.push((*controller, dir.clone()));
             let fd = open_dir(&dir).map_err(fail)?;
             let id = rustix::fs::Uid::from_raw(uid);
             let gid = rustix::fs::Gid::from_raw(uid);
             rustix::fs::fchown(&fd, Some(id), Some(gid)).map_err(|e| fail(e.into()))?;
             let copy = crate::plugin_ns::detached(fd.as_raw_fd(), 0).map_err(fail)?;
             // SAFETY: open_tree's new descriptor, owned from here.
-            handed.push(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) });
-            dirs.push((*controller, dir));
+            made.handed
+                .push(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) });
         }
-        Ok(RuntimeCgroups { dirs, handed })
+        Ok(made)
     }
 
     /// The value of [`ENV_FDS`] and the descriptors the plugin must inherit.
@@ -210,44 +215,74 @@ fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// Removes `dir`, a cgroup, and the cgroups beneath it, deepest first; a process still in
-/// one is killed, and the removal tried again for up to about two seconds.
+/// Removes `dir`, a cgroup, and the cgroups beneath it, deepest first, through directory
+/// descriptors (a tree deeper than a path may be long is removed too). A process still in
+/// one is moved to `dir`'s parent, never killed: the sandbox plugin can move a process of its
+/// own uid into its cgroups, so what is found there need not be this runtime's.
 fn remove_tree(dir: &Path) -> io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(io::Error::other(format!("{} has no parent", dir.display())));
     };
-    for entry in entries {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            remove_tree(&entry.path())?;
+    let parent = open_dir(parent)?;
+    let procs = open_file(&parent, "cgroup.procs", rustix::fs::OFlags::WRONLY)?;
+    remove_beneath(&parent, name, &procs)
+}
+
+fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io::Result<()> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
+    let dir = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+        Ok(dir) => dir,
+        Err(rustix::io::Errno::NOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let children: Vec<std::ffi::OsString> = {
+        let entries = rustix::fs::Dir::read_from(&dir)?;
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if entry.file_type() == rustix::fs::FileType::Directory && name != b"." && name != b".."
+            {
+                names.push(
+                    <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name).to_owned(),
+                );
+            }
         }
+        names
+    };
+    for child in &children {
+        remove_beneath(&dir, child, to)?;
     }
-    for _ in 0..200 {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => kill_members(dir),
-            Err(e) => return Err(e),
+    for _ in 0..100 {
+        match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(rustix::io::Errno::BUSY) => move_members(&dir, to),
+            Err(e) => return Err(e.into()),
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     Err(io::Error::other(format!(
-        "processes are still in {} after they were killed",
-        dir.display()
+        "{name:?}: processes stay in it though moved out"
     )))
 }
 
-/// SIGKILL to each process in the cgroup `dir` (a dead runtime's command, which nothing else
-/// may be: only the sandbox plugin moves processes there).
-fn kill_members(dir: &Path) {
-    let members = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-    for pid in members.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
+/// Moves each process in the cgroup `dir` to the one `to` is the `cgroup.procs` of.
+fn move_members(dir: &OwnedFd, to: &OwnedFd) {
+    let members = read_at(dir, "cgroup.procs").unwrap_or_default();
+    for pid in members.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let _ = rustix::io::write(to, pid.as_bytes());
     }
+}
+
+fn open_file(dir: &OwnedFd, file: &str, how: rustix::fs::OFlags) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    Ok(rustix::fs::openat(
+        dir,
+        file,
+        how | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+        Mode::empty(),
+    )?)
 }
 
 /// The sandbox plugin's handles on its runtime's cgroups, from [`ENV_FDS`].
@@ -305,8 +340,11 @@ impl Cgroups {
                 OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
                 Mode::empty(),
             )?;
-            if let Some((file, value)) = controller.limit(limits) {
-                write_at(&dir, file, &value.to_string())?;
+            match controller.limit(limits) {
+                Some((_, bytes)) if *controller == Controller::Memory => set_memory(&dir, bytes)?,
+                Some((file, value)) => write_at(&dir, file, &value.to_string())
+                    .map_err(|e| io::Error::other(format!("writing {value} to {file}: {e}")))?,
+                None => {}
             }
             procs.push(rustix::fs::openat(
                 &dir,
@@ -337,12 +375,39 @@ impl Cgroups {
     }
 }
 
+/// Sets a memory cgroup's limit to `bytes`, of memory and swap together where the kernel
+/// counts swap (`memory.memsw.limit_in_bytes`; it may never be below the memory limit, so
+/// the two are written in the order that keeps it so). Memory the agent's processes left
+/// charged that cannot be given back (files in a tmpfs) may refuse a lower limit: said so.
+fn set_memory(dir: &OwnedFd, bytes: u64) -> io::Result<()> {
+    let value = bytes.to_string();
+    let memory = |v: &str| write_at(dir, "memory.limit_in_bytes", v);
+    let swap = |v: &str| match write_at(dir, "memory.memsw.limit_in_bytes", v) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    };
+    let lower = read_at(dir, "memory.limit_in_bytes")?
+        .trim()
+        .parse::<u64>()
+        .is_ok_and(|now| bytes < now);
+    let set = match lower {
+        true => memory(&value).and_then(|()| swap(&value)),
+        false => swap(&value).and_then(|()| memory(&value)),
+    };
+    set.map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => io::Error::other(format!(
+            "the agent's processes left more than {bytes} bytes charged that cannot be given \
+             back (files in a tmpfs?), so its memory limit cannot be set that low: {e}"
+        )),
+        _ => io::Error::other(format!("setting the memory limit to {bytes}: {e}")),
+    })
+}
+
 fn write_at(dir: &OwnedFd, file: &str, value: &str) -> io::Result<()> {
     use rustix::fs::{Mode, OFlags};
     let fd = rustix::fs::openat(dir, file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
-    rustix::io::write(&fd, value.as_bytes())
-        .map(drop)
-        .map_err(|e| io::Error::other(format!("writing {value} to {file}: {e}")))
+    rustix::io::write(&fd, value.as_bytes())?;
+    Ok(())
 }
 
 /// The CPU time every process in a cpuacct cgroup used so far, in nanoseconds.
@@ -399,12 +464,17 @@ impl AgentCgroup {
     }
 
     /// Whether the command's processes together used more CPU time than its limit since
-    /// these handles were made: the sandbox then stops it.
+    /// these handles were made: the sandbox then stops it. A counter that cannot be read
+    /// counts as passed: the command is not left without its bound.
     pub fn cpu_passed(&self) -> Option<LimitHit> {
-        let used = cpu_ns(&self.cpu).ok()?.saturating_sub(self.cpu_before);
-        (used > self.cpu_seconds.saturating_mul(1_000_000_000)).then_some(LimitHit::CpuTime {
+        let hit = LimitHit::CpuTime {
             seconds: self.cpu_seconds,
-        })
+        };
+        let Ok(now) = cpu_ns(&self.cpu) else {
+            return Some(hit);
+        };
+        let used = now.saturating_sub(self.cpu_before);
+        (used > self.cpu_seconds.saturating_mul(1_000_000_000)).then_some(hit)
     }
 
     /// Whether the kernel killed a process of the agent for its memory since these handles

@@ -76,7 +76,27 @@ impl Identity {
     }
 }
 
-/// The first uid of the dedicated range: [`DEFAULT_BASE`] or `LNK_SANDBOX_UID_BASE`.
+/// How many runtimes' ranges lie between [`DEFAULT_BASE`] and 2^31 (ids past it are left
+/// alone: some programs take a uid for a signed number).
+const RANGES: u32 = ((1u64 << 31) - DEFAULT_BASE as u64) as u32 / SLOTS;
+
+/// The first uid of the range of the runtime on `state_root`: `LNK_SANDBOX_UID_BASE` where
+/// set (every runtime shares it then), else one of [`RANGES`] ranges from [`DEFAULT_BASE`] on,
+/// picked by the digest of the state root. Two runtimes' sandbox plugins and agents are then
+/// not the same kernel identities, so a compromised sandbox plugin, which may act as any uid
+/// of its range, reaches no process of another runtime by uid (a cgroup v1 move, say); two
+/// state roots whose digests pick the same range (one chance in [`RANGES`]) share it.
+pub fn base_for(state_root: &Path) -> Result<u32, String> {
+    if std::env::var_os(ENV_BASE).is_some() {
+        return base();
+    }
+    let digest = crate::leftovers::digest(state_root);
+    let pick = u64::from_str_radix(&digest, 16).map_err(|e| format!("{digest}: {e}"))?;
+    Ok(DEFAULT_BASE + (pick % u64::from(RANGES)) as u32 * SLOTS)
+}
+
+/// The first uid of the dedicated range: [`DEFAULT_BASE`] or `LNK_SANDBOX_UID_BASE` (which
+/// the host sets for its sandbox plugin to [`base_for`] its state root).
 pub fn base() -> Result<u32, String> {
     let Some(v) = std::env::var_os(ENV_BASE) else {
         return Ok(DEFAULT_BASE);
@@ -585,6 +605,25 @@ fn open_dir<P: rustix::path::Arg>(at: impl AsFd, path: P) -> std::io::Result<Own
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_state_root_picks_a_range_below_2_31() {
+        if std::env::var_os(ENV_BASE).is_some() {
+            return;
+        }
+        let a = base_for(Path::new("/srv/link-a")).unwrap();
+        let b = base_for(Path::new("/srv/link-b")).unwrap();
+        assert_ne!(a, b);
+        for base in [a, b] {
+            assert!(
+                base >= DEFAULT_BASE && (base - DEFAULT_BASE).is_multiple_of(SLOTS),
+                "{base}"
+            );
+            assert!(u64::from(base) + u64::from(SLOTS) <= 1 << 31, "{base}");
+        }
+        // The same directory under another spelling picks the same range.
+        assert_eq!(base_for(Path::new("/srv/link-a/")).unwrap(), a);
+    }
     use std::os::unix::fs::{symlink, PermissionsExt};
 
     #[test]

@@ -118,10 +118,11 @@ impl Limits {
 
     /// Which of these bound a command and over what (issue 42: one command held 9.2 GiB as
     /// three processes, each within the per-process bound), with what the probe saw in
-    /// force: `checked` names the check (`limit_<what>`) that must have passed. Memory,
-    /// processes and CPU time hold over an agent's commands together where it has cgroups
-    /// (`per_agent`: [`crate::cgroup::support`], or why not; an agent's commands run one at a
-    /// time), and are listed as not bounded per agent with the reason where it has none.
+    /// force: `checked` names the check (`limit_<what>`) that must have passed. Where the agent
+    /// has cgroups (`per_agent`: [`crate::cgroup::support`], or why not), memory and processes
+    /// hold over its processes together (an agent's commands run one at a time) and CPU time
+    /// over all of one command's; where it has none they are listed as not held over these,
+    /// with the reason.
     pub fn bounds(
         &self,
         passed: impl Fn(&str) -> bool,
@@ -137,15 +138,15 @@ impl Limits {
             checked: passed(&format!("limit_{what}")),
             reason: None,
         };
-        // The probe's own sandbox has no cgroup: what holds per agent is not seen by it.
-        let per_agent = |what, value| match &per_agent {
+        // The probe's own sandbox has no cgroup: what the cgroups hold is not seen by it.
+        let together = |what, over, value| match &per_agent {
             Ok(()) => Bound {
                 checked: false,
-                ..held(what, S::Agent, value)
+                ..held(what, over, value)
             },
             Err(why) => Bound {
                 what,
-                over: S::Agent,
+                over,
                 value: None,
                 checked: false,
                 reason: Some(why.clone()),
@@ -160,9 +161,10 @@ impl Limits {
             held(B::WallTimeMs, S::Command, DEFAULT_TIMEOUT_MS),
             held(B::WorkspaceBytes, S::Agent, self.workspace_bytes),
             held(B::WorkspaceEntries, S::Agent, self.workspace_entries),
-            per_agent(B::MemoryBytes, self.memory_bytes),
-            per_agent(B::Processes, self.processes),
-            per_agent(B::CpuSeconds, self.cpu_seconds),
+            together(B::MemoryBytes, S::Agent, self.memory_bytes),
+            together(B::Processes, S::Agent, self.processes),
+            // Counted from each command's start: a budget per command, not per agent.
+            together(B::CpuSeconds, S::Command, self.cpu_seconds),
         ]
     }
 
@@ -213,11 +215,7 @@ mod tests {
         assert_eq!(find(Bounded::Processes, Scope::Command).value, Some(256));
         // Without cgroups nothing bounds an agent's memory, CPU or processes together: said,
         // with why.
-        for what in [
-            Bounded::MemoryBytes,
-            Bounded::CpuSeconds,
-            Bounded::Processes,
-        ] {
+        for what in [Bounded::MemoryBytes, Bounded::Processes] {
             let b = find(what, Scope::Agent);
             assert_eq!(b.value, None);
             assert!(b.reason.is_some(), "{what}");
@@ -226,7 +224,8 @@ mod tests {
             find(Bounded::MemoryBytes, Scope::Agent).reason.as_deref(),
             Some("no cgroup here")
         );
-        // With cgroups, memory, processes and CPU time hold per agent.
+        assert_eq!(find(Bounded::CpuSeconds, Scope::Command).value, None);
+        // With cgroups, memory and processes hold per agent, CPU time over a whole command.
         let with = Limits::DEFAULT.bounds(|_| true, Ok(()));
         let agent = |what| {
             with.iter()
@@ -237,7 +236,11 @@ mod tests {
         assert_eq!(agent(Bounded::Processes).value, Some(256));
         // The probe's own sandbox has no cgroup: never claimed as seen.
         assert!(!agent(Bounded::MemoryBytes).checked);
-        assert_eq!(agent(Bounded::CpuSeconds).value, Some(600));
+        let cpu = with
+            .iter()
+            .find(|b| b.what == Bounded::CpuSeconds && b.over == Scope::Command)
+            .unwrap();
+        assert_eq!(cpu.value, Some(600));
         // Every bound held is a value; every bound not held has a reason.
         assert!(bounds
             .iter()

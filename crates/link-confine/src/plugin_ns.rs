@@ -50,9 +50,10 @@ const RECURSIVE: libc::c_uint = libc::AT_RECURSIVE as libc::c_uint;
 /// the programs).
 const MAX_TREES: usize = 8;
 
-/// The plugin's identity on the host as root: the last slot of the dedicated range.
-pub fn plugin_id() -> Result<u32, String> {
-    identity::base().map(|base| base + PLUGIN_SLOT)
+/// The plugin's identity on the host as root: the last slot of its runtime's range (from
+/// [`identity::base_for`]).
+pub fn plugin_id(base: u32) -> u32 {
+    base + PLUGIN_SLOT
 }
 
 /// The namespace's maps: its root to the plugin's id, the agents' slots (1 up to the
@@ -102,8 +103,6 @@ pub struct PluginNamespace {
 /// Why the plugin's namespace could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginNamespaceError {
-    #[error("the sandbox plugin's identity: {0}")]
-    Identity(String),
     #[error("the sandbox plugin's user namespace: {0}")]
     Namespace(#[from] UserNamespaceError),
     #[error(
@@ -128,15 +127,16 @@ pub enum PluginNamespaceError {
 
 impl PluginNamespace {
     /// The tree in which `served` (the plugin's own directories and the roots it serves; each
-    /// must exist) and the directory of `program` are reachable, and as root the namespace.
+    /// must exist) and the directory of `program` are reachable, and as root the namespace
+    /// mapping the runtime's range from `base` ([`identity::base_for`]).
     pub fn prepare(
         served: &[PathBuf],
         program: &Path,
+        base: u32,
     ) -> Result<PluginNamespace, PluginNamespaceError> {
         let root = rustix::process::geteuid().is_root();
         let ns = match root {
             true => {
-                let base = identity::base().map_err(PluginNamespaceError::Identity)?;
                 let map = map(base);
                 // Owned by the plugin's own uid, not root (see `user_namespace_mapped`).
                 let owner = Some(base + PLUGIN_SLOT);

@@ -177,6 +177,8 @@ impl Policy {
             "--unshare-net",
             "--unshare-ipc",
             "--unshare-uts",
+            // Its cgroups show as `/`: not the host's path, nor the runtime's digest.
+            "--unshare-cgroup",
         ]);
         match self.identity {
             // A user namespace of its own, in which no further one can be made.
@@ -425,7 +427,8 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.starts_with(
             "--new-session --die-with-parent --unshare-pid --unshare-net --unshare-ipc \
-             --unshare-uts --unshare-user --disable-userns --cap-drop ALL --info-fd 5 \
+             --unshare-uts --unshare-cgroup --unshare-user --disable-userns --cap-drop ALL \
+             --info-fd 5 \
              --add-seccomp-fd 7"
         ));
         assert_eq!(args.iter().filter(|a| *a == "--bind").count(), 1);

@@ -95,14 +95,14 @@ struct IdMaps {
 impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
     /// `program`.
-    pub fn prepare(writable: &[PathBuf], program: &Path) -> io::Result<PluginView> {
+    pub fn prepare(writable: &[PathBuf], program: &Path, base: u32) -> io::Result<PluginView> {
         let needed: Vec<&Path> = writable
             .iter()
             .map(PathBuf::as_path)
             .chain([program])
             .collect();
         let shed = sheddable(UNUSED, &needed)?;
-        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program)
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base)
             .map_err(|e| io::Error::other(e.to_string()))?;
         let writable = writable
             .iter()

@@ -569,10 +569,15 @@ fn the_probe_names_identity_filter_and_limits() {
         );
         assert_eq!(bound("processes", "command")["checked"], true);
         assert_eq!(bound("workspace_entries", "agent")["value"], 250_000);
-        // Memory, processes and CPU time per agent where this machine gives Link cgroups (as
-        // root on cgroup v1), else said unbounded with why.
-        for what in ["memory_bytes", "processes", "cpu_seconds"] {
-            let per_agent = bound(what, "agent");
+        // Memory and processes per agent, CPU time over a whole command, where this machine
+        // gives Link cgroups (as root on cgroup v1), else said unbounded with why.
+        let together = [
+            ("memory_bytes", "agent"),
+            ("processes", "agent"),
+            ("cpu_seconds", "command"),
+        ];
+        for (what, over) in together {
+            let per_agent = bound(what, over);
             let support = match &who.user {
                 Some(_) => Err("Link bounds an agent's processes together only as root".into()),
                 None => link_confine::cgroup::support().map(drop),

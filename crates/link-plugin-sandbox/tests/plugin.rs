@@ -593,12 +593,20 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
             .unwrap()
     };
 
-    let alloc = "import os, sys, time\n\
+    // Each child holds its memory until the parent has its own and has heard from both (a
+    // pipe, not a sleep: on a busy machine they still overlap).
+    let alloc = "import os, sys\n\
         n = int(sys.argv[1]) << 20\n\
+        ready_r, ready_w = os.pipe()\n\
+        go_r, go_w = os.pipe()\n\
         kids = []\n\
-        for _ in range(2):\n  pid = os.fork()\n  if pid == 0:\n    b = b'x' * n\n    time.sleep(1)\n    os._exit(0)\n  kids.append(pid)\n\
+        for _ in range(2):\n  pid = os.fork()\n  if pid == 0:\n    os.close(ready_r)\n    os.close(go_w)\n    b = b'x' * n\n    os.write(ready_w, b'.')\n    os.close(ready_w)\n    os.read(go_r, 1)\n    os._exit(0)\n  kids.append(pid)\n\
+        os.close(ready_w)\n\
+        os.close(go_r)\n\
         b = b'x' * n\n\
-        time.sleep(1)\n\
+        got = b''\n\
+        while len(got) < 2:\n  c = os.read(ready_r, 2)\n  if not c:\n    break\n  got += c\n\
+        os.close(go_w)\n\
         print([os.waitstatus_to_exitcode(os.waitpid(k, 0)[1]) for k in kids])";
     let limit = 256u64 << 20;
     let memory = |mib: u32| {
@@ -608,6 +616,14 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
             "limits": {"memory_bytes": limit},
         })
     };
+    // The command sees its cgroups as its own root: no host path, no runtime's digest.
+    let seen = json!({"argv": ["/bin/cat", "/proc/self/cgroup"], "workspace": ws});
+    let r = p.exec("a1", seen).await.unwrap();
+    ran_within_its_limits(&r);
+    let lines = r["stdout"].as_str().unwrap();
+    assert!(lines.contains(":memory:/\n"), "{r}");
+    assert!(!lines.contains("link-"), "{r}");
+
     let r = p.exec("a1", memory(40)).await.unwrap();
     ran_within_its_limits(&r);
     assert_eq!(r["stdout"], "[0, 0]\n", "{r}");
@@ -623,16 +639,24 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     );
     // On the host: the kernel killed in the agent's cgroup, which never held more than it.
     assert!(counter(read(&dirs[0], "memory.oom_control"), "oom_kill ") >= 1);
+    // Memory and swap together, where the kernel counts swap.
+    if dirs[0].join("memory.memsw.limit_in_bytes").exists() {
+        let both = read(&dirs[0], "memory.memsw.limit_in_bytes");
+        assert_eq!(both.trim(), limit.to_string());
+    }
     let peak: u64 = read(&dirs[0], "memory.max_usage_in_bytes")
         .trim()
         .parse()
         .unwrap();
     assert!(peak <= limit, "peak {peak}");
 
-    let forks = "import os, sys, time\n\
+    // Every child stays until the parent has forked them all (a pipe, not a sleep).
+    let forks = "import os, sys\n\
+        go_r, go_w = os.pipe()\n\
         started, err = 0, None\n\
-        for _ in range(int(sys.argv[1])):\n  try:\n    pid = os.fork()\n  except OSError as e:\n    err = e.errno\n    break\n  if pid == 0:\n    time.sleep(2)\n    os._exit(0)\n  started += 1\n\
-        print(started, err)";
+        for _ in range(int(sys.argv[1])):\n  try:\n    pid = os.fork()\n  except OSError as e:\n    err = e.errno\n    break\n  if pid == 0:\n    os.close(go_w)\n    os.read(go_r, 1)\n    os._exit(0)\n  started += 1\n\
+        print(started, err)\n\
+        os.close(go_w)";
     let fork = |n: u32| {
         json!({
             "argv": [PYTHON, "-I", "-S", "-c", forks, n.to_string()],
@@ -692,6 +716,18 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     );
 
     p.stop();
+    // A process the plugin put in an agent's cgroup need not be this runtime's (one of its
+    // uid): removing the cgroups moves it out, never kills it.
+    let mut stray = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    for dir in &dirs {
+        std::fs::write(dir.join("cgroup.procs"), stray.id().to_string()).unwrap();
+    }
     drop(cgroups);
     assert!(dirs.iter().all(|d| !d.exists()));
+    assert!(stray.try_wait().unwrap().is_none(), "the stray was killed");
+    stray.kill().unwrap();
+    stray.wait().unwrap();
 }

@@ -23,8 +23,10 @@ pub(super) struct Quota {
     quota: Usage,
     next: Instant,
     every: Duration,
-    /// The agent's cgroup, which counts the command's CPU time.
+    /// The agent's cgroup, which counts the command's CPU time, read every [`QUOTA_CHECK`]
+    /// whatever the walks take.
     cgroup: Option<Arc<AgentCgroup>>,
+    cpu_next: Instant,
 }
 
 impl Quota {
@@ -48,16 +50,33 @@ impl Quota {
             next: Instant::now() + QUOTA_CHECK,
             every: QUOTA_CHECK,
             cgroup,
+            cpu_next: Instant::now() + QUOTA_CHECK,
         }
     }
 
     /// How long until the next measure is due.
     pub(super) fn due_in(&self, now: Instant) -> Duration {
-        self.next.saturating_duration_since(now)
+        let next = match self.cgroup {
+            Some(_) => self.next.min(self.cpu_next),
+            None => self.next,
+        };
+        next.saturating_duration_since(now)
     }
 
-    /// Measures the directories when due; the limit their files passed, if they did.
+    /// Measures what is due; the limit passed, if one was.
     pub(super) fn check(&mut self, now: Instant) -> Option<LimitHit> {
+        self.check_cpu(now).or_else(|| self.check_files(now))
+    }
+
+    /// The CPU time of the command's processes together, where its agent has a cgroup.
+    fn check_cpu(&mut self, now: Instant) -> Option<LimitHit> {
+        let cgroup = self.cgroup.as_ref().filter(|_| now >= self.cpu_next)?;
+        self.cpu_next = now + QUOTA_CHECK;
+        cgroup.cpu_passed()
+    }
+
+    /// The workspace and home against the quota, when due.
+    fn check_files(&mut self, now: Instant) -> Option<LimitHit> {
         if now < self.next {
             return None;
         }
@@ -70,7 +89,6 @@ impl Quota {
         self.every = QUOTA_CHECK.max(took * WALK_SHARE);
         self.next = Instant::now() + self.every;
         self.passed(used)
-            .or_else(|| self.cgroup.as_ref().and_then(|c| c.cpu_passed()))
     }
 
     fn passed(&self, used: Usage) -> Option<LimitHit> {
