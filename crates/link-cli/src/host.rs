@@ -158,9 +158,10 @@ async fn run(
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
     let cgroups = match confined_link {
-        true => agent_cgroups(&layout, uid_base)?,
+        true => agent_cgroups(&layout)?,
         false => None,
     };
+    let mut pool = None;
     let launch = Launch {
         layout: &layout,
         programs: &programs,
@@ -226,6 +227,7 @@ async fn run(
             }
             shared.set_phase(HostState::Ready);
             link_protocol::outln!("ready {}", layout.connection_socket().display());
+            pool = cgroups.as_ref().map(|c| make_pool(c, uid_base, &shared));
             supervise(&shared, &mut died, &mut signals, probe.as_mut(), lock).await
         }
     };
@@ -237,6 +239,10 @@ async fn run(
         probe.stop().await;
     }
     stop_all(&shared, &mut started).await;
+    // Done before the cgroups are removed (when dropped), so none is made after.
+    if let Some(pool) = pool {
+        let _ = pool.await;
+    }
     // A probe killed after the grace leaves processes, reaped here, and a scratch directory
     // only the host can now remove.
     reap_strays();
@@ -249,20 +255,35 @@ async fn run(
 /// As root where the machine allows it: the runtime's cgroups, in which the sandbox plugin
 /// bounds each agent's commands together (`link_confine::cgroup`); where it does not, `None`
 /// (the probe and `link status` say why). Removed when dropped, after the plugins.
-fn agent_cgroups(
-    layout: &StateLayout,
-    uid_base: u32,
-) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
+fn agent_cgroups(layout: &StateLayout) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
     use link_confine::cgroup::{support, RuntimeCgroups};
     let Ok(parents) = support() else {
         return Ok(None);
     };
-    let uid = link_confine::plugin_ns::plugin_id(uid_base);
-    let made = RuntimeCgroups::create(&parents, layout.root(), uid).context(
+    let made = RuntimeCgroups::create(&parents, layout.root()).context(
         "the sandbox plugin bounds each agent's commands together in cgroups; nothing was started",
     )?;
     Ok(Some(made))
 }
+
+/// The pool of the runtime's cgroups, made once it is ready, off the start's path (the
+/// sandbox plugin waits for a cgroup of it a command needs). A failure stops the runtime.
+fn make_pool(
+    cgroups: &link_confine::cgroup::RuntimeCgroups,
+    uid_base: u32,
+    shared: &Arc<Shared>,
+) -> CgroupPool {
+    let make = cgroups.pool_maker(link_confine::plugin_ns::plugin_id(uid_base));
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = make() {
+            link_protocol::errln!("link: {e}; stopping");
+            shared.stop.notify_one();
+        }
+    })
+}
+
+type CgroupPool = tokio::task::JoinHandle<()>;
 
 async fn start_all(
     launch: &Launch<'_>,

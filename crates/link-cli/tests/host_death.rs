@@ -263,7 +263,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
     }
     let cgroups = AgentCgroups::of(&root);
     if let Some(c) = &cgroups {
-        c.hold_the_command_of_agent_1(&started);
+        c.hold_the_command(&started);
     }
     let took = kill_host_until_gone(&mut rt, &started);
     eprintln!(
@@ -277,18 +277,41 @@ fn host_death_takes_a_running_confined_command_with_it() {
     };
     // The dead runtime's cgroups stay, empty; the next `up` makes them anew, `down` removes
     // them.
-    assert!(cgroups.agent_1().iter().all(|d| d.is_dir()));
-    let mut again = support::up_in(&root, "link", "confined");
     assert!(cgroups.runtime.iter().all(|d| d.is_dir()));
-    assert!(cgroups.agent_1().iter().all(|d| !d.exists()));
+    let mut again = support::up_in(&root, "link", "confined");
+    // The pool is made once the runtime is ready.
+    let whole = |dir: &std::path::Path| cgroups.pool(dir).len() == link_confine::cgroup::POOL;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cgroups.runtime.iter().all(|d| whole(d)) {
+        assert!(
+            Instant::now() < deadline,
+            "no whole pool in {:?}",
+            cgroups.runtime
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for dir in &cgroups.runtime {
+        let pool = cgroups.pool(dir);
+        assert!(
+            pool.iter().all(|c| members(c).is_empty()),
+            "{}",
+            dir.display()
+        );
+    }
     again.down();
     for dir in &cgroups.runtime {
         assert!(!dir.exists(), "{} outlived `link down`", dir.display());
     }
 }
 
-/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): the runtime's
-/// cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
+/// The pids in the cgroup `dir`.
+fn members(dir: &std::path::Path) -> Vec<i32> {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+    procs.lines().map(|l| l.parse().unwrap()).collect()
+}
+
+/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): the
+/// runtime's cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
 struct AgentCgroups {
     root: std::path::PathBuf,
     runtime: Vec<std::path::PathBuf>,
@@ -313,47 +336,51 @@ impl AgentCgroups {
         })
     }
 
-    /// The first agent's (slot 1).
-    fn agent_1(&self) -> Vec<std::path::PathBuf> {
-        self.runtime.iter().map(|d| d.join("agent-1")).collect()
+    /// The cgroups of the pool in the runtime's directory `dir`.
+    fn pool(&self, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
+        entries.filter(|p| p.is_dir()).collect()
     }
 
-    /// Each runtime cgroup is the sandbox plugin's uid's; the first agent's holds every
-    /// process of its command (bwrap, the namespace's init, the shell's `sleep`), with the
-    /// command's default limits.
-    fn hold_the_command_of_agent_1(&self, started: &[(i32, u64)]) {
+    /// In each hierarchy one cgroup of the pool holds every process of the command (bwrap,
+    /// the namespace's init, the shell's `sleep`) and nothing else, with the command's
+    /// default limits. The runtime's directories and the pool are root's; only the files the
+    /// sandbox plugin writes in the pool are its uid's.
+    fn hold_the_command(&self, started: &[(i32, u64)]) {
         use std::os::unix::fs::MetadataExt;
         let base = link_confine::identity::base_for(&self.root).unwrap();
         let plugin = link_confine::plugin_ns::plugin_id(base);
-        for dir in &self.runtime {
-            assert_eq!(
-                std::fs::metadata(dir).unwrap().uid(),
-                plugin,
-                "{}",
-                dir.display()
-            );
-        }
+        let owner = |p: &std::path::Path| std::fs::metadata(p).unwrap().uid();
         let sleep: Vec<i32> = started
             .iter()
             .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == "sleep"))
             .map(|(pid, _)| *pid)
             .collect();
         assert_eq!(sleep.len(), 1, "{started:?}");
-        for dir in self.agent_1() {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
-            let members: Vec<i32> = procs.lines().map(|l| l.parse().unwrap()).collect();
-            assert!(
-                members.contains(&sleep[0]),
-                "{}: {members:?}",
-                dir.display()
-            );
+        let mut holding = Vec::new();
+        for dir in &self.runtime {
+            assert_eq!(owner(dir), 0, "{}", dir.display());
+            let pool = self.pool(dir);
+            let with: Vec<_> = pool
+                .iter()
+                .filter(|c| members(c).contains(&sleep[0]))
+                .collect();
+            assert_eq!(with.len(), 1, "{}: {pool:?}", dir.display());
+            let cgroup = with[0];
+            assert_eq!(owner(cgroup), 0, "{}", cgroup.display());
+            assert_eq!(owner(&cgroup.join("cgroup.procs")), plugin);
             // Nothing but the command: no plugin, no host.
             let plugins = started
                 .iter()
                 .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm.starts_with("link")));
             for (pid, _) in plugins {
-                assert!(!members.contains(pid), "{pid} in {}", dir.display());
+                assert!(
+                    !members(cgroup).contains(pid),
+                    "{pid} in {}",
+                    cgroup.display()
+                );
             }
+            holding.push(cgroup.clone());
         }
         let read = |dir: &std::path::Path, file: &str| {
             std::fs::read_to_string(dir.join(file))
@@ -361,12 +388,11 @@ impl AgentCgroups {
                 .trim()
                 .to_owned()
         };
-        let agent = self.agent_1();
         assert_eq!(
-            read(&agent[0], "memory.limit_in_bytes"),
+            read(&holding[0], "memory.limit_in_bytes"),
             (4u64 << 30).to_string()
         );
-        assert_eq!(read(&agent[1], "pids.max"), "256");
+        assert_eq!(read(&holding[1], "pids.max"), "256");
     }
 }
 

@@ -3,17 +3,20 @@
 //! cgroup per agent.
 //!
 //! As root, where the memory, pids and cpuacct controllers are cgroup v1 hierarchies, the host
-//! makes
-//! one directory for its runtime in each, beneath its own cgroup there (`link-<digest of the
-//! state root>`), owned by the sandbox plugin's uid ([`RuntimeCgroups`]), and hands the plugin
-//! a descriptor of each ([`ENV_FDS`]): its view has no `/sys`. The plugin makes `agent-<slot>`
-//! in each and, before each command of that agent (an agent's commands run one at a time),
-//! sets the command's memory and process limits there ([`Cgroups::for_agent`]); bwrap joins
-//! them between fork and exec ([`AgentCgroup::join`]), so every process of the command is
-//! counted. Past its memory the kernel's OOM killer ends a process of the command (said as
-//! [`LimitHit::Memory`]); a fork past the process limit fails with `EAGAIN`; past its CPU time
-//! (all its processes' together, `cpuacct.usage`) the sandbox stops it as it stops one past
-//! the workspace quota ([`AgentCgroup::cpu_passed`], [`LimitHit::CpuTime`]).
+//! makes one directory for its runtime in each, beneath its own cgroup there (`link-<digest of
+//! the state root>`), and in it a pool of [`POOL`] cgroups, `cmd-<i>` ([`RuntimeCgroups`]):
+//! root's, but for the files the sandbox plugin writes (`cgroup.procs` and the limits), which
+//! are its uid's. It hands the plugin a descriptor of each runtime directory ([`ENV_FDS`]): its
+//! view has no `/sys`. For each command the plugin takes a free cgroup of the pool in each
+//! hierarchy, sets the command's memory and process limits there ([`Cgroups::take`]) and
+//! bwrap joins them between fork and exec ([`AgentCgroup::join`]), so every process of the
+//! command is counted together; an agent's commands run one at a time, so that is every
+//! process of the agent. The plugin makes no cgroup: a compromised one cannot make the machine
+//! run out of them (memory cgroups are bounded machine-wide). Past its memory the kernel's OOM
+//! killer ends a process of the command (said as [`LimitHit::Memory`]); a fork past the process
+//! limit fails with `EAGAIN`; past its CPU time (all its processes' together, `cpuacct.usage`)
+//! the sandbox stops it as it stops one past the workspace quota ([`AgentCgroup::cpu_passed`],
+//! [`LimitHit::CpuTime`]). More commands at once than the pool holds wait for one to end.
 //!
 //! Where it cannot be done, [`support`] says why, and the probe and `link status` list memory
 //! and processes per agent as not enforced with that reason: an ordinary user (v1 hierarchies
@@ -21,7 +24,7 @@
 //! own (a unit with `Delegate=yes`): not done yet.
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
-//! same cgroup removes them ([`RuntimeCgroups::create`]), killing what is still inside.
+//! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside.
 
 use link_protocol::routes::sandbox::LimitHit;
 use rustix::fd::{AsRawFd, OwnedFd, RawFd};
@@ -128,10 +131,30 @@ pub struct CgroupError {
     pub error: io::Error,
 }
 
-/// One runtime's cgroups, made by the host: a directory in each hierarchy, owned by the
-/// sandbox plugin's uid so it may make its agents' beneath, and for each a descriptor of a
-/// detached mount whose root it is, the one the plugin gets: from it `..` leads to no other
-/// cgroup of the machine (their names, members and figures).
+/// Cgroups of a runtime's pool in each hierarchy: how many commands run at once at most.
+pub const POOL: usize = 64;
+
+/// The files of a pool cgroup the sandbox plugin writes: its commands' limits and moves.
+/// `cgroup.procs` is given last: once it is the plugin's, the cgroup is ready for it.
+const PLUGIN_WRITES: &[&str] = &[
+    "memory.limit_in_bytes",
+    "memory.memsw.limit_in_bytes",
+    "pids.max",
+    "cgroup.procs",
+];
+
+/// How long the plugin waits for a cgroup of the pool the host is still making (it makes the
+/// pool once the runtime is ready, off the start's path).
+const POOL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The name of pool cgroup `i`.
+fn pool_name(i: usize) -> String {
+    format!("cmd-{i}")
+}
+
+/// One runtime's cgroups, made by the host: a directory in each hierarchy with its pool, and
+/// for each a descriptor of a detached mount whose root it is, the one the plugin gets: from
+/// it `..` leads to no other cgroup of the machine (their names, members and figures).
 #[derive(Debug)]
 pub struct RuntimeCgroups {
     dirs: Vec<(Controller, PathBuf)>,
@@ -139,13 +162,12 @@ pub struct RuntimeCgroups {
 }
 
 impl RuntimeCgroups {
-    /// Makes them for the runtime of `owner` (its state root) beneath `parents` (of
-    /// [`support`]), owned by `uid`, once what a killed runtime of the same state root left
-    /// there is removed.
+    /// Makes the runtime's directories for `owner` (its state root) beneath `parents` (of
+    /// [`support`]), once what a killed runtime of the same state root left there is removed;
+    /// [`RuntimeCgroups::pool_maker`] then makes the pool.
     pub fn create(
         parents: &[(Controller, PathBuf)],
         owner: &Path,
-        uid: u32,
     ) -> Result<RuntimeCgroups, CgroupError> {
         let name = format!("link-{}", crate::leftovers::digest(owner));
         // Built up one hierarchy at a time: a failure drops what was made so far.
@@ -163,9 +185,9 @@ impl RuntimeCgroups {
             std::fs::create_dir(&dir).map_err(fail)?;
             made.dirs.push((*controller, dir.clone()));
             let fd = open_dir(&dir).map_err(fail)?;
-            let id = rustix::fs::Uid::from_raw(uid);
-            let gid = rustix::fs::Gid::from_raw(uid);
-            rustix::fs::fchown(&fd, Some(id), Some(gid)).map_err(|e| fail(e.into()))?;
+            // Made under the host's umask; the plugin's uid must reach the pool beneath.
+            rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
+                .map_err(|e| fail(e.into()))?;
             let copy = crate::plugin_ns::detached(fd.as_raw_fd(), 0).map_err(fail)?;
             // SAFETY: open_tree's new descriptor, owned from here.
             made.handed
@@ -191,6 +213,42 @@ impl RuntimeCgroups {
     pub fn dirs(&self) -> impl Iterator<Item = (Controller, &Path)> {
         self.dirs.iter().map(|(c, p)| (*c, p.as_path()))
     }
+
+    /// What makes the pool in each runtime directory, the files the plugin writes given to
+    /// `uid`: a few milliseconds of work, for a thread once the runtime is ready.
+    pub fn pool_maker(&self, uid: u32) -> impl FnOnce() -> Result<(), CgroupError> + Send {
+        let dirs: Vec<PathBuf> = self.dirs.iter().map(|(_, d)| d.clone()).collect();
+        move || {
+            dirs.iter().try_for_each(|dir| {
+                make_pool(dir, uid).map_err(|error| CgroupError {
+                    dir: dir.clone(),
+                    error,
+                })
+            })
+        }
+    }
+}
+
+/// [`POOL`] cgroups in `dir`, root's but for the files the plugin writes.
+fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
+    use rustix::fs::{AtFlags, Gid, Mode, Uid};
+    let parent = open_dir(dir)?;
+    let owner = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid)));
+    for i in 0..POOL {
+        let name = pool_name(i);
+        rustix::fs::mkdirat(&parent, &name, Mode::from_raw_mode(0o755))?;
+        let cgroup = open_file(&parent, &name, rustix::fs::OFlags::DIRECTORY)?;
+        // The host's umask made it 0700; the plugin's uid enters it.
+        rustix::fs::fchmod(&cgroup, Mode::from_raw_mode(0o755))?;
+        for file in PLUGIN_WRITES {
+            let flags = AtFlags::SYMLINK_NOFOLLOW;
+            match rustix::fs::chownat(&cgroup, *file, owner.0, owner.1, flags) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Drop for RuntimeCgroups {
@@ -285,10 +343,13 @@ fn open_file(dir: &OwnedFd, file: &str, how: rustix::fs::OFlags) -> io::Result<O
     )?)
 }
 
-/// The sandbox plugin's handles on its runtime's cgroups, from [`ENV_FDS`].
+/// The sandbox plugin's handles on its runtime's cgroups, from [`ENV_FDS`], and which of the
+/// pool are free.
 #[derive(Debug)]
 pub struct Cgroups {
     dirs: Vec<(Controller, OwnedFd)>,
+    free: std::sync::Mutex<Vec<usize>>,
+    permits: std::sync::Arc<tokio::sync::Semaphore>,
 }
 
 impl Cgroups {
@@ -319,21 +380,73 @@ impl Cgroups {
         if dirs.len() != Controller::ALL.len() {
             return Err(bad());
         }
-        Ok(Some(Cgroups { dirs }))
+        Ok(Some(Cgroups {
+            dirs,
+            // Taken from the end: a lone agent's commands reuse `cmd-0`.
+            free: std::sync::Mutex::new((0..POOL).rev().collect()),
+            permits: std::sync::Arc::new(tokio::sync::Semaphore::new(POOL)),
+        }))
     }
 
-    /// Handles on the cgroups of the agent in `slot`, made if new, with `limits`' memory and
-    /// processes set for its next command (the one before it has ended).
-    pub fn for_agent(&self, slot: u32, limits: &crate::limits::Limits) -> io::Result<AgentCgroup> {
+    /// A free cgroup of the pool in each hierarchy (waiting while every one holds a command),
+    /// with `limits`' memory and processes set for the command to run there.
+    pub async fn take(
+        self: &std::sync::Arc<Self>,
+        limits: &crate::limits::Limits,
+    ) -> io::Result<AgentCgroup> {
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(io::Error::other)?;
+        let index = self
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .ok_or_else(|| io::Error::other("no free cgroup though one was granted"))?;
+        let taken = Taken {
+            pool: self.clone(),
+            index,
+            _permit: permit,
+        };
+        self.made(&pool_name(index)).await?;
+        self.open(taken, limits)
+    }
+
+    /// Waits until the host has made pool cgroup `name` in each hierarchy: its `cgroup.procs`,
+    /// given last, is this process's.
+    async fn made(&self, name: &str) -> io::Result<()> {
+        let procs = format!("{name}/cgroup.procs");
+        let me = rustix::process::geteuid().as_raw();
+        let deadline = std::time::Instant::now() + POOL_WAIT;
+        for (_, parent) in &self.dirs {
+            loop {
+                let stat =
+                    rustix::fs::statat(parent, &procs, rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+                match stat {
+                    Ok(s) if s.st_uid == me => break,
+                    Ok(_) | Err(rustix::io::Errno::NOENT) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(io::Error::other(format!(
+                        "the host has not made the runtime's cgroup {name} within {POOL_WAIT:?}"
+                    )));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            }
+        }
+        Ok(())
+    }
+
+    fn open(&self, taken: Taken, limits: &crate::limits::Limits) -> io::Result<AgentCgroup> {
         use rustix::fs::{Mode, OFlags};
-        let name = format!("agent-{slot}");
+        let name = pool_name(taken.index);
         let mut procs = Vec::new();
         let (mut memory, mut cpu) = (None, None);
         for (controller, parent) in &self.dirs {
-            match rustix::fs::mkdirat(parent, &name, Mode::from_raw_mode(0o755)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
             let dir = rustix::fs::openat(
                 parent,
                 &name,
@@ -371,7 +484,24 @@ impl Cgroups {
             cpu,
             cpu_seconds: limits.cpu_seconds,
             cpu_before,
+            _taken: taken,
         })
+    }
+}
+
+/// A cgroup of the pool, given back when dropped (after its command's processes are gone:
+/// a run returns only then).
+#[derive(Debug)]
+struct Taken {
+    pool: std::sync::Arc<Cgroups>,
+    index: usize,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let mut free = self.pool.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.push(self.index);
     }
 }
 
@@ -448,6 +578,7 @@ pub struct AgentCgroup {
     cpu: OwnedFd,
     cpu_seconds: u64,
     cpu_before: u64,
+    _taken: Taken,
 }
 
 impl AgentCgroup {

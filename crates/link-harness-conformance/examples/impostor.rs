@@ -128,6 +128,63 @@ fn outcome<T>(result: std::io::Result<T>) -> Value {
     }
 }
 
+/// Forks a child that waits (up to 10 s) for the first cgroup of the pool under each of
+/// `fds`, moves itself into it, and writes `ok` or the errno's number into `said`. The child
+/// makes system calls only: it may be forked from a process with threads.
+fn join_pool_later(fds: &[i32], said: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let said = std::ffi::CString::new(said.as_os_str().as_bytes()).expect("no NUL");
+    let fds: Vec<i32> = fds.to_vec();
+    // SAFETY: the child makes system calls only, on values prepared before the fork.
+    if unsafe { libc::fork() } != 0 {
+        return;
+    }
+    let mut result: i32 = 0;
+    for fd in &fds {
+        result = join_one(*fd);
+        if result != 0 {
+            break;
+        }
+    }
+    // SAFETY: open, write and _exit with prepared values.
+    unsafe {
+        let out = libc::open(
+            said.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_CLOEXEC,
+            0o600,
+        );
+        let text: &[u8] = if result == 0 { b"ok" } else { b"failed" };
+        libc::write(out, text.as_ptr().cast(), text.len());
+        libc::_exit(0);
+    }
+}
+
+/// Moves the calling process into `cmd-0` under `fd`, waiting up to 10 s for it: 0 or errno.
+fn join_one(fd: i32) -> i32 {
+    for _ in 0..1000 {
+        // SAFETY: openat, write, close and nanosleep on a static path.
+        unsafe {
+            let procs = libc::openat(fd, c"cmd-0/cgroup.procs".as_ptr(), libc::O_WRONLY);
+            if procs >= 0 {
+                let wrote = libc::write(procs, b"0".as_ptr().cast(), 1);
+                let errno = *libc::__errno_location();
+                libc::close(procs);
+                return if wrote == 1 { 0 } else { errno };
+            }
+            let errno = *libc::__errno_location();
+            if errno != libc::ENOENT && errno != libc::EACCES {
+                return errno;
+            }
+            let pause = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 10_000_000,
+            };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+    }
+    libc::ETIMEDOUT
+}
+
 impl Impostor {
     fn record(&self, name: &str, got: Value) {
         let mut attempts = self.attempts.lock().expect("lock");
@@ -294,8 +351,9 @@ impl Impostor {
         self.cgroups_handed();
     }
 
-    /// The runtime's cgroups the host hands it (as root on cgroup v1): it may make an agent's
-    /// in each (the twin), but `..` of each is the directory itself, so no other cgroup of the
+    /// The runtime's cgroups the host hands it (as root on cgroup v1): it may move a process
+    /// of its own into a cgroup of the pool (the twin, itself), but make no cgroup (the machine
+    /// has only so many), and `..` of each is the directory itself, so no other cgroup of the
     /// machine is in reach. `none` where it was handed none.
     fn cgroups_handed(&self) {
         use rustix::fs::{AtFlags, Mode};
@@ -316,12 +374,19 @@ impl Impostor {
             if own.is_err() || own != up {
                 parent = "above";
             }
-            let made = rustix::fs::mkdirat(dir, "impostor-twin", Mode::from_raw_mode(0o755))
-                .and_then(|()| rustix::fs::unlinkat(dir, "impostor-twin", AtFlags::REMOVEDIR));
+            let made = rustix::fs::mkdirat(dir, "impostor", Mode::from_raw_mode(0o755))
+                .and_then(|()| rustix::fs::unlinkat(dir, "impostor", AtFlags::REMOVEDIR));
             make = make.and(made.map_err(std::io::Error::from));
         }
         self.record("cgroup_parent", parent.into());
         self.record("cgroup_make", outcome(make));
+        // The host makes the pool once the runtime is ready, after this plugin is (which
+        // then becomes the real plugin): joined by a child of its own, said in a file.
+        let fds: Vec<i32> = value
+            .split(',')
+            .filter_map(|item| item.split_once(':').and_then(|(_, n)| n.parse().ok()))
+            .collect();
+        join_pool_later(&fds, &self.home().join("cgroup_join"));
     }
 
     /// [`read_environs`](Self::read_environs) with a sibling plugin (another child of the

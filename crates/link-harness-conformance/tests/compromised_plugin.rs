@@ -405,12 +405,27 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         core_before,
         "core_pattern changed"
     );
-    // Handed its runtime's cgroups where the machine allows them, it makes an agent's there
-    // and reaches no other cgroup (`..` is the directory itself).
+    // Handed its runtime's cgroups where the machine allows them, it moves itself into one
+    // of the pool, makes none, and reaches no other cgroup (`..` is the directory itself).
     match link_confine::cgroup::support() {
         Ok(_) => {
             assert_eq!(got["cgroup_parent"], "itself", "{got}");
-            assert_eq!(got["cgroup_make"], "ok", "{got}");
+            assert_eq!(got["cgroup_make"], "EACCES", "{got}");
+            let said = link_protocol::layout::StateLayout::new(root.path())
+                .home(programs::SANDBOX)
+                .join("cgroup_join");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !said.exists() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            let log = root.path().join("log/sandbox.log");
+            assert_eq!(
+                std::fs::read_to_string(&said).unwrap_or_default(),
+                "ok",
+                "{}\nhost: {}",
+                std::fs::read_to_string(&log).unwrap_or_default(),
+                rt.stderr()
+            );
         }
         Err(_) => assert_eq!(got["cgroup_parent"], "none", "{got}"),
     }

@@ -298,7 +298,9 @@ fn plugin() -> anyhow::Result<()> {
         mode: env.mode,
         bwrap,
         slots: std::sync::Mutex::new(slots),
-        cgroups: link_confine::cgroup::Cgroups::from_env().map_err(anyhow::Error::msg)?,
+        cgroups: link_confine::cgroup::Cgroups::from_env()
+            .map_err(anyhow::Error::msg)?
+            .map(std::sync::Arc::new),
         running: Default::default(),
     });
     let service = link_protocol::server::Service::new(service)

@@ -41,7 +41,7 @@ pub struct Service {
     pub slots: std::sync::Mutex<Slots>,
     /// As root where the host made them: the runtime's cgroups, in which each agent's
     /// commands are bounded together ([`link_confine::cgroup`]).
-    pub cgroups: Option<Cgroups>,
+    pub cgroups: Option<Arc<Cgroups>>,
     /// One lock per agent: its commands run one at a time.
     pub running: std::sync::Mutex<HashMap<AgentId, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -91,7 +91,7 @@ impl Service {
             ));
         }
         let limits = Limits::with(&body.limits).map_err(RemoteError::bad_request)?;
-        let (slot, identity) = self.identity(agent)?;
+        let identity = self.identity(agent)?;
         let bwrap = self.bwrap.clone().ok_or_else(|| {
             unavailable(
                 "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)",
@@ -99,8 +99,7 @@ impl Service {
         })?;
         let turn = self.agent_lock(agent);
         let _one_at_a_time = turn.lock().await;
-        // Set while the agent's lock is held: its limits are this command's.
-        let cgroup = self.cgroup(slot, &limits)?;
+        let cgroup = self.cgroup(&limits).await?;
         let spec = Spec {
             bwrap,
             owner: self.layout.root().to_owned(),
@@ -141,29 +140,26 @@ impl Service {
         running.entry(agent.clone()).or_default().clone()
     }
 
-    /// The agent's cgroups set for its next command, where the host made the runtime's.
-    fn cgroup(&self, slot: u32, limits: &Limits) -> Result<Option<Arc<AgentCgroup>>, RemoteError> {
+    /// Cgroups of the pool set for this command, where the host made the runtime's.
+    async fn cgroup(&self, limits: &Limits) -> Result<Option<Arc<AgentCgroup>>, RemoteError> {
         let Some(cgroups) = &self.cgroups else {
             return Ok(None);
         };
-        let cgroup = cgroups.for_agent(slot, limits).map_err(|e| {
-            RemoteError::internal(format!(
-                "the agent's cgroup (slot {slot}): {e}; nothing ran"
-            ))
+        let cgroup = cgroups.take(limits).await.map_err(|e| {
+            RemoteError::internal(format!("the command's cgroups: {e}; nothing ran"))
         })?;
         Ok(Some(Arc::new(cgroup)))
     }
 
-    /// The agent's slot and identity: its own dedicated uid as root, the caller's otherwise
-    /// (slot 0).
-    fn identity(&self, agent: &AgentId) -> Result<(u32, Identity), RemoteError> {
+    /// The agent's identity: its own dedicated uid as root, the caller's otherwise.
+    fn identity(&self, agent: &AgentId) -> Result<Identity, RemoteError> {
         let slot = if rustix::process::geteuid().is_root() {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.slot(agent.as_str()).map_err(RemoteError::internal)?
         } else {
             0
         };
-        Ok((slot, Identity::for_slot(slot).map_err(unavailable)?))
+        Identity::for_slot(slot).map_err(unavailable)
     }
 }
 

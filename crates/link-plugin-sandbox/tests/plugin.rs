@@ -569,7 +569,8 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     };
     let root = Root::new();
     let ws = root.workspace("a1");
-    let cgroups = link_confine::cgroup::RuntimeCgroups::create(&parents, root.path(), 0).unwrap();
+    let cgroups = link_confine::cgroup::RuntimeCgroups::create(&parents, root.path()).unwrap();
+    cgroups.pool_maker(0)().unwrap();
     let (value, fds) = cgroups.handed();
     for fd in fds {
         // The plugin inherits them, as from the host.
@@ -583,8 +584,8 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
         .start_in(root.state());
     let client = process.client().await;
     let mut p = Plugin { process, client };
-    // The first agent of the plugin's slots: `agent-1` in each hierarchy.
-    let dirs: Vec<_> = cgroups.dirs().map(|(_, d)| d.join("agent-1")).collect();
+    // One command at a time: each takes `cmd-0` of the pool in each hierarchy.
+    let dirs: Vec<_> = cgroups.dirs().map(|(_, d)| d.join("cmd-0")).collect();
     let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
     let counter = |text: String, key: &str| -> u64 {
         text.lines()
