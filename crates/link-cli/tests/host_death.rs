@@ -261,7 +261,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
             root.path().display()
         );
     }
-    let cgroups = AgentCgroups::of(&root);
+    let cgroups = AgentCgroups::of(&root, host);
     if let Some(c) = &cgroups {
         c.hold_the_command(&started);
     }
@@ -275,23 +275,27 @@ fn host_death_takes_a_running_confined_command_with_it() {
     let Some(cgroups) = cgroups else {
         return;
     };
-    // The dead runtime's cgroups stay, empty; the next `up` makes them anew, `down` removes
-    // them.
+    // The dead runtime's cgroups stay, empty; the next `up` removes them and makes its own,
+    // `down` removes those.
     assert!(cgroups.runtime.iter().all(|d| d.is_dir()));
     let mut again = support::up_in(&root, "link", "confined");
+    let next = AgentCgroups::of(&root, again.host_pid()).unwrap();
+    for dir in &cgroups.runtime {
+        assert!(!dir.exists(), "{} outlived its host", dir.display());
+    }
     // The pool is made once the runtime is ready.
-    let whole = |dir: &std::path::Path| cgroups.pool(dir).len() == link_confine::cgroup::POOL;
+    let whole = |dir: &std::path::Path| next.pool(dir).len() == link_confine::cgroup::POOL;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !cgroups.runtime.iter().all(|d| whole(d)) {
+    while !next.runtime.iter().all(|d| whole(d)) {
         assert!(
             Instant::now() < deadline,
             "no whole pool in {:?}",
-            cgroups.runtime
+            next.runtime
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    for dir in &cgroups.runtime {
-        let pool = cgroups.pool(dir);
+    for dir in &next.runtime {
+        let pool = next.pool(dir);
         assert!(
             pool.iter().all(|c| members(c).is_empty()),
             "{}",
@@ -299,7 +303,7 @@ fn host_death_takes_a_running_confined_command_with_it() {
         );
     }
     again.down();
-    for dir in &cgroups.runtime {
+    for dir in &next.runtime {
         assert!(!dir.exists(), "{} outlived `link down`", dir.display());
     }
 }
@@ -318,7 +322,8 @@ struct AgentCgroups {
 }
 
 impl AgentCgroups {
-    fn of(root: &StateRoot) -> Option<AgentCgroups> {
+    /// Those of the runtime whose host is `host`.
+    fn of(root: &StateRoot, host: i32) -> Option<AgentCgroups> {
         let parents = match link_confine::cgroup::support() {
             Ok(p) => p,
             Err(why) => {
@@ -328,7 +333,8 @@ impl AgentCgroups {
                 return None;
             }
         };
-        let name = format!("link-{}", link_confine::leftovers::digest(root.path()));
+        let prefix = link_confine::cgroup::instance_prefix(root.path());
+        let name = link_confine::cgroup::instance_name(&prefix, host).unwrap();
         let runtime = parents.iter().map(|(_, p)| p.join(&name)).collect();
         Some(AgentCgroups {
             root: root.path().to_owned(),

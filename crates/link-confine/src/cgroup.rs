@@ -25,6 +25,8 @@
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
 //! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside.
+//! Each runtime's are named after its host (`link-<digest>-<pid>-<start time>`), so a start
+//! removes only those of a host that is gone.
 
 use link_protocol::routes::sandbox::LimitHit;
 use rustix::fd::{AsRawFd, OwnedFd, RawFd};
@@ -163,13 +165,20 @@ pub struct RuntimeCgroups {
 
 impl RuntimeCgroups {
     /// Makes the runtime's directories for `owner` (its state root) beneath `parents` (of
-    /// [`support`]), once what a killed runtime of the same state root left there is removed;
-    /// [`RuntimeCgroups::pool_maker`] then makes the pool.
+    /// [`support`]), once what a dead runtime of the same state root left there is removed;
+    /// [`RuntimeCgroups::pool_maker`] then makes the pool. Each is this process's own
+    /// ([`instance_name`]): a runtime on a state root removed and made again beside a first
+    /// still running has its own, and neither removes the other's.
     pub fn create(
         parents: &[(Controller, PathBuf)],
         owner: &Path,
     ) -> Result<RuntimeCgroups, CgroupError> {
-        let name = format!("link-{}", crate::leftovers::digest(owner));
+        let prefix = instance_prefix(owner);
+        let me = std::process::id() as i32;
+        let name = instance_name(&prefix, me).ok_or_else(|| CgroupError {
+            dir: PathBuf::from(&prefix),
+            error: io::Error::other("this process has no start time in /proc"),
+        })?;
         // Built up one hierarchy at a time: a failure drops what was made so far.
         let mut made = RuntimeCgroups {
             dirs: Vec::new(),
@@ -181,7 +190,7 @@ impl RuntimeCgroups {
                 dir: dir.clone(),
                 error,
             };
-            remove_tree(&dir).map_err(fail)?;
+            remove_dead(parent, &prefix).map_err(fail)?;
             std::fs::create_dir(&dir).map_err(fail)?;
             made.dirs.push((*controller, dir.clone()));
             let fd = open_dir(&dir).map_err(fail)?;
@@ -262,6 +271,38 @@ impl Drop for RuntimeCgroups {
             }
         }
     }
+}
+
+/// What every runtime directory of `owner` is named from: `link-<digest of the state root>-`.
+pub fn instance_prefix(owner: &Path) -> String {
+    format!("link-{}-", crate::leftovers::digest(owner))
+}
+
+/// The runtime directory of the host `pid`: the prefix, its pid and its start time.
+pub fn instance_name(prefix: &str, pid: i32) -> Option<String> {
+    let start = link_os::process::start_time(pid)?;
+    Some(format!("{prefix}{pid}-{start}"))
+}
+
+/// Removes the runtime directories of `prefix` in `parent` whose host is gone (no process of
+/// that pid and start time).
+fn remove_dead(parent: &Path, prefix: &str) -> io::Result<()> {
+    for entry in std::fs::read_dir(parent)? {
+        let name = entry?.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let alive = rest
+            .split_once('-')
+            .and_then(|(pid, start)| Some((pid.parse().ok()?, start.parse().ok()?)))
+            .is_some_and(|(pid, start): (i32, u64)| {
+                link_os::process::start_time(pid) == Some(start)
+            });
+        if !alive {
+            remove_tree(&parent.join(&name))?;
+        }
+    }
+    Ok(())
 }
 
 fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
