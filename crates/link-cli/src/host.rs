@@ -233,15 +233,23 @@ async fn run(
     };
     shared.stopping.send_replace(Some(reason));
     shared.set_phase(HostState::Stopping);
+    // The pool's idle cgroups go while the plugins stop (once it is whole, so none is made
+    // after); those still holding a command go when the runtime's are dropped.
+    let idle_gone = match (pool, &cgroups) {
+        (Some(pool), Some(cgroups)) => {
+            let _ = pool.await;
+            Some(tokio::task::spawn_blocking(cgroups.idle_remover()))
+        }
+        _ => None,
+    };
     // Before `reap_strays`, while the probe's process is still this host's unreaped child
     // (after that its pid could name another process).
     if let Some(probe) = probe.as_mut() {
         probe.stop().await;
     }
     stop_all(&shared, &mut started).await;
-    // Done before the cgroups are removed (when dropped), so none is made after.
-    if let Some(pool) = pool {
-        let _ = pool.await;
+    if let Some(removing) = idle_gone {
+        let _ = removing.await;
     }
     // A probe killed after the grace leaves processes, reaped here, and a scratch directory
     // only the host can now remove.

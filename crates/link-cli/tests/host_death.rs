@@ -285,15 +285,10 @@ fn host_death_takes_a_running_confined_command_with_it() {
     }
     // The pool is made once the runtime is ready.
     let whole = |dir: &std::path::Path| next.pool(dir).len() == link_confine::cgroup::POOL;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !next.runtime.iter().all(|d| whole(d)) {
-        assert!(
-            Instant::now() < deadline,
-            "no whole pool in {:?}",
-            next.runtime
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let made = link_harness_conformance::reaper::wait_until(Duration::from_secs(20), || {
+        next.runtime.iter().all(|d| whole(d))
+    });
+    assert!(made, "no whole pool in {:?}", next.runtime);
     for dir in &next.runtime {
         let pool = next.pool(dir);
         assert!(

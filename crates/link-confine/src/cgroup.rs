@@ -238,6 +238,25 @@ impl RuntimeCgroups {
     }
 }
 
+impl RuntimeCgroups {
+    /// What removes the pool's cgroups that hold no process (a runtime that stops: the rest
+    /// go when it is dropped, once its commands are gone). A cgroup being removed cannot be
+    /// taken: a command the stopping plugin starts meanwhile is refused, nothing unbounded.
+    pub fn idle_remover(&self) -> impl FnOnce() + Send {
+        let dirs: Vec<PathBuf> = self.dirs.iter().map(|(_, d)| d.clone()).collect();
+        move || {
+            for dir in &dirs {
+                let Ok(parent) = open_dir(dir) else { continue };
+                for i in 0..POOL {
+                    // EBUSY (a command runs there) and ENOENT are left to the drop.
+                    let _ =
+                        rustix::fs::unlinkat(&parent, pool_name(i), rustix::fs::AtFlags::REMOVEDIR);
+                }
+            }
+        }
+    }
+}
+
 /// [`POOL`] cgroups in `dir`, root's but for the files the plugin writes.
 fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
     use rustix::fs::{AtFlags, Gid, Mode, Uid};

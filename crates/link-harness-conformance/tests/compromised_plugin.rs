@@ -414,10 +414,10 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
             let said = link_protocol::layout::StateLayout::new(root.path())
                 .home(programs::SANDBOX)
                 .join("cgroup_join");
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while !said.exists() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+            link_harness_conformance::reaper::wait_until(
+                std::time::Duration::from_secs(20),
+                || said.exists(),
+            );
             let log = root.path().join("log/sandbox.log");
             assert_eq!(
                 std::fs::read_to_string(&said).unwrap_or_default(),
