@@ -60,13 +60,14 @@ impl Controller {
         Controller::ALL.into_iter().find(|c| c.name() == name)
     }
 
-    /// The file holding the kernel's limit, and its value for `limits` (CPU time is the
-    /// sandbox's to hold: the kernel only counts it).
-    fn limit(self, limits: &crate::limits::Limits) -> Option<(&'static str, u64)> {
+    /// Sets the kernel's limit of `limits` in the cgroup `dir` (CPU time is the sandbox's to
+    /// hold: the kernel only counts it).
+    fn set_limit(self, dir: &OwnedFd, limits: &crate::limits::Limits) -> io::Result<()> {
         match self {
-            Controller::Memory => Some(("memory.limit_in_bytes", limits.memory_bytes)),
-            Controller::Pids => Some(("pids.max", limits.processes)),
-            Controller::Cpuacct => None,
+            Controller::Memory => set_memory(dir, limits.memory_bytes),
+            Controller::Pids => write_at(dir, "pids.max", &limits.processes.to_string())
+                .map_err(|e| io::Error::other(format!("writing pids.max: {e}"))),
+            Controller::Cpuacct => Ok(()),
         }
     }
 }
@@ -223,10 +224,15 @@ impl RuntimeCgroups {
         self.dirs.iter().map(|(c, p)| (*c, p.as_path()))
     }
 
+    /// The directories, owned, for a thread.
+    fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|(_, d)| d.clone()).collect()
+    }
+
     /// What makes the pool in each runtime directory, the files the plugin writes given to
     /// `uid`: a few milliseconds of work, for a thread once the runtime is ready.
     pub fn pool_maker(&self, uid: u32) -> impl FnOnce() -> Result<(), CgroupError> + Send {
-        let dirs: Vec<PathBuf> = self.dirs.iter().map(|(_, d)| d.clone()).collect();
+        let dirs = self.paths();
         move || {
             dirs.iter().try_for_each(|dir| {
                 make_pool(dir, uid).map_err(|error| CgroupError {
@@ -236,14 +242,12 @@ impl RuntimeCgroups {
             })
         }
     }
-}
 
-impl RuntimeCgroups {
     /// What removes the pool's cgroups that hold no process (a runtime that stops: the rest
     /// go when it is dropped, once its commands are gone). A cgroup being removed cannot be
     /// taken: a command the stopping plugin starts meanwhile is refused, nothing unbounded.
     pub fn idle_remover(&self) -> impl FnOnce() + Send {
-        let dirs: Vec<PathBuf> = self.dirs.iter().map(|(_, d)| d.clone()).collect();
+        let dirs = self.paths();
         move || {
             for dir in &dirs {
                 let Ok(parent) = open_dir(dir) else { continue };
@@ -280,8 +284,8 @@ fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
 }
 
 impl Drop for RuntimeCgroups {
-    /// Removes them, with every agent's, once the runtime is done (what is still inside is
-    /// killed first); a start on the same state root removes what a killed runtime left.
+    /// Removes them, with the pool, once the runtime is done (a process still inside is moved
+    /// out); a start on the same state root removes what a dead runtime left.
     fn drop(&mut self) {
         drop(std::mem::take(&mut self.handed));
         for (_, dir) in &self.dirs {
@@ -347,12 +351,11 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
 }
 
 fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io::Result<()> {
-    use rustix::fs::{AtFlags, Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW;
-    let dir = match rustix::fs::openat(parent, name, flags, Mode::empty()) {
+    use rustix::fs::AtFlags;
+    let dir = match open_file(parent, name, rustix::fs::OFlags::DIRECTORY) {
         Ok(dir) => dir,
-        Err(rustix::io::Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
     };
     let children: Vec<std::ffi::OsString> = {
         let entries = rustix::fs::Dir::read_from(&dir)?;
@@ -393,7 +396,12 @@ fn move_members(dir: &OwnedFd, to: &OwnedFd) {
     }
 }
 
-fn open_file(dir: &OwnedFd, file: &str, how: rustix::fs::OFlags) -> io::Result<OwnedFd> {
+/// `file` beneath `dir`, never through a symlink (`how`: the access and `DIRECTORY`).
+fn open_file(
+    dir: &OwnedFd,
+    file: impl rustix::path::Arg,
+    how: rustix::fs::OFlags,
+) -> io::Result<OwnedFd> {
     use rustix::fs::{Mode, OFlags};
     Ok(rustix::fs::openat(
         dir,
@@ -502,29 +510,14 @@ impl Cgroups {
     }
 
     fn open(&self, taken: Taken, limits: &crate::limits::Limits) -> io::Result<AgentCgroup> {
-        use rustix::fs::{Mode, OFlags};
+        use rustix::fs::OFlags;
         let name = pool_name(taken.index);
         let mut procs = Vec::new();
         let (mut memory, mut cpu) = (None, None);
         for (controller, parent) in &self.dirs {
-            let dir = rustix::fs::openat(
-                parent,
-                &name,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-                Mode::empty(),
-            )?;
-            match controller.limit(limits) {
-                Some((_, bytes)) if *controller == Controller::Memory => set_memory(&dir, bytes)?,
-                Some((file, value)) => write_at(&dir, file, &value.to_string())
-                    .map_err(|e| io::Error::other(format!("writing {value} to {file}: {e}")))?,
-                None => {}
-            }
-            procs.push(rustix::fs::openat(
-                &dir,
-                "cgroup.procs",
-                OFlags::WRONLY | OFlags::CLOEXEC,
-                Mode::empty(),
-            )?);
+            let dir = open_file(parent, &name, OFlags::DIRECTORY)?;
+            controller.set_limit(&dir, limits)?;
+            procs.push(open_file(&dir, "cgroup.procs", OFlags::WRONLY)?);
             match controller {
                 Controller::Memory => memory = Some(dir),
                 Controller::Cpuacct => cpu = Some(dir),
@@ -536,8 +529,7 @@ impl Cgroups {
         let ooms_before = oom_kills(&memory)?;
         let cpu_before = cpu_ns(&cpu)?;
         Ok(AgentCgroup {
-            raw: procs.iter().map(|fd| fd.as_raw_fd()).collect(),
-            _procs: procs,
+            procs,
             memory,
             memory_bytes: limits.memory_bytes,
             ooms_before,
@@ -594,8 +586,7 @@ fn set_memory(dir: &OwnedFd, bytes: u64) -> io::Result<()> {
 }
 
 fn write_at(dir: &OwnedFd, file: &str, value: &str) -> io::Result<()> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(dir, file, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let fd = open_file(dir, file, rustix::fs::OFlags::WRONLY)?;
     rustix::io::write(&fd, value.as_bytes())?;
     Ok(())
 }
@@ -609,8 +600,7 @@ fn cpu_ns(dir: &OwnedFd) -> io::Result<u64> {
 }
 
 fn read_at(dir: &OwnedFd, file: &str) -> io::Result<String> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(dir, file, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let fd = open_file(dir, file, rustix::fs::OFlags::RDONLY)?;
     let mut text = String::new();
     io::Read::read_to_string(&mut std::fs::File::from(fd), &mut text)?;
     Ok(text)
@@ -626,12 +616,11 @@ fn oom_kills(dir: &OwnedFd) -> io::Result<u64> {
         .unwrap_or(0))
 }
 
-/// One agent's cgroups, set for its next command.
+/// A cgroup of the pool in each hierarchy, set for one command: its `cgroup.procs` (written
+/// between fork and exec) and what the command used there.
 #[derive(Debug)]
 pub struct AgentCgroup {
-    _procs: Vec<OwnedFd>,
-    /// The same descriptors, read between fork and exec without touching the allocator.
-    raw: Vec<RawFd>,
+    procs: Vec<OwnedFd>,
     memory: OwnedFd,
     memory_bytes: u64,
     ooms_before: u64,
@@ -642,12 +631,12 @@ pub struct AgentCgroup {
 }
 
 impl AgentCgroup {
-    /// Between fork and exec: moves the calling process into each of the agent's cgroups
-    /// (`0` is the writer itself). Every process it starts is then counted there.
+    /// Between fork and exec: moves the calling process into each of these cgroups (`0` is
+    /// the writer itself). Every process it starts is then counted there.
     pub fn join(&self) -> io::Result<()> {
-        for fd in &self.raw {
-            // SAFETY: a write(2) of two bytes to a descriptor this value keeps open.
-            if unsafe { libc::write(*fd, b"0".as_ptr().cast(), 1) } < 0 {
+        for fd in &self.procs {
+            // SAFETY: a write(2) of one byte to a descriptor this value keeps open.
+            if unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) } < 0 {
                 return Err(io::Error::last_os_error());
             }
         }
