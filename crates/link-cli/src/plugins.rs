@@ -246,14 +246,7 @@ fn hand_cgroups(cmd: &mut Command, cgroups: &link_confine::cgroup::RuntimeCgroup
     let (value, fds) = cgroups.handed();
     cmd.env(link_confine::cgroup::ENV_FDS, value);
     // SAFETY: fcntl on descriptors the host keeps open for the runtime; nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            fds.iter().try_for_each(|fd| {
-                let fd = std::os::fd::BorrowedFd::borrow_raw(*fd);
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(Into::into)
-            })
-        })
-    };
+    unsafe { cmd.pre_exec(move || fds.iter().try_for_each(|fd| link_os::reaper::inherit(*fd))) };
 }
 
 /// "exit status 3", "killed by signal 9", or "still running".

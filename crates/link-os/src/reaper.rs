@@ -1,6 +1,6 @@
 //! This process as a parent: the child subreaper (orphans below it are re-parented to it, not
-//! to PID 1), death with the parent between fork and exec, and a look at its children that
-//! collects none of them.
+//! to PID 1), death with the parent and inherited descriptors between fork and exec, and a look
+//! at its children that collects none of them.
 
 use rustix::io::Errno;
 use rustix::process::{Pid, Signal, WaitId, WaitIdOptions};
@@ -15,6 +15,16 @@ pub fn become_subreaper() -> std::io::Result<()> {
 /// Whether this process is a child subreaper now (`PR_GET_CHILD_SUBREAPER`).
 pub fn is_subreaper() -> std::io::Result<bool> {
     Ok(rustix::process::child_subreaper()?.is_some())
+}
+
+/// Between fork and exec (or before a spawn no other thread can make meanwhile): clears
+/// close-on-exec on `fd`, which the caller keeps open, so the program started inherits it.
+/// One system call, no allocation.
+pub fn inherit(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    // SAFETY: the caller owns the descriptor and keeps it open across this call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+    Ok(())
 }
 
 /// Between fork and exec: SIGKILL this child when the thread that forked it exits

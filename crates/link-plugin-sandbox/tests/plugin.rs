@@ -574,8 +574,7 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let (value, fds) = cgroups.handed();
     for fd in fds {
         // The plugin inherits them, as from the host.
-        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+        link_os::reaper::inherit(fd).unwrap();
     }
     let process = PluginSpec::new(BIN, "link-plugin-sandbox")
         .mode(Mode::Confined)

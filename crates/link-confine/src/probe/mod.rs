@@ -245,9 +245,7 @@ fn landlock_in_child() -> Result<u32, (Option<Cause>, String)> {
     unsafe {
         cmd.pre_exec(move || {
             link_os::reaper::die_with_parent(parent)?;
-            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-            Ok(())
+            link_os::reaper::inherit(fd)
         })
     };
     let cannot_run = |e: std::io::Error| (None, format!("cannot run the helper ({helper}): {e}"));

@@ -10,7 +10,7 @@ use crate::identity::Identity;
 use crate::policy::Fds;
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,7 +91,7 @@ pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunErro
         // moment of the spawn, which lets std use posix_spawn (vfork), cheaper than fork.
         // bwrap's own `--die-with-parent` ties it to this command-line process.
         for fd in &inherited {
-            inherit(*fd)?;
+            link_os::reaper::inherit(*fd)?;
         }
         bwrap_leads = bwrap_leads_a_pid_namespace();
     } else {
@@ -103,7 +103,9 @@ pub(super) fn run_confined(spec: &Spec, quota: Quota) -> Result<Outcome, RunErro
         unsafe {
             cmd.pre_exec(move || {
                 link_os::reaper::die_with_parent(parent)?;
-                inherited.iter().try_for_each(|fd| inherit(*fd))
+                inherited
+                    .iter()
+                    .try_for_each(|fd| link_os::reaper::inherit(*fd))
             })
         };
     }
@@ -213,14 +215,6 @@ fn nul_separated(args: &[OsString]) -> std::io::Result<Vec<u8>> {
         out.push(0);
     }
     Ok(out)
-}
-
-/// Clears close-on-exec in the child so bwrap inherits the descriptor.
-fn inherit(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: the caller owns the descriptor and keeps it open across this call.
-    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-    Ok(())
 }
 
 static SINGLE_THREADED: AtomicBool = AtomicBool::new(false);
