@@ -53,10 +53,17 @@ impl LogMean {
 
     /// `2.41× [2.10–2.80]`, or `2.41× (no interval: 4 pairs)`.
     pub fn text(&self) -> String {
+        self.text_as(2, "pairs", MIN_PAIRS)
+    }
+
+    /// [`LogMean::text`] with `decimals`, counting in `unit` of which an interval needs
+    /// `least`: `0.342× [0.291–0.402]`, or `0.342× (no interval: 1 round(s) < 2)`.
+    pub fn text_as(&self, decimals: usize, unit: &str, least: usize) -> String {
+        let d = decimals;
         match (self.low, self.high) {
-            (Some(l), Some(h)) => format!("{:.2}× [{l:.2}–{h:.2}]", self.estimate),
+            (Some(l), Some(h)) => format!("{:.d$}× [{l:.d$}–{h:.d$}]", self.estimate),
             _ => format!(
-                "{:.2}× (no interval: {} pairs < {MIN_PAIRS})",
+                "{:.d$}× (no interval: {} {unit} < {least})",
                 self.estimate, self.pairs
             ),
         }

@@ -264,15 +264,9 @@ pub fn goals(c: &CountFigures) -> Vec<GoalFigure> {
         .collect()
 }
 
-/// `0.342× [0.291–0.402]`, or `0.342× (no interval: 1 round)`.
+/// `0.342× [0.291–0.402]`, or `0.342× (no interval: 1 round(s) < 2)`.
 pub fn ratio_text(r: &LogMean) -> String {
-    match (r.low, r.high) {
-        (Some(l), Some(h)) => format!("{:.3}× [{l:.3}–{h:.3}]", r.estimate),
-        _ => format!(
-            "{:.3}× (no interval: {} round(s) < {MIN_ROUNDS})",
-            r.estimate, r.pairs
-        ),
-    }
+    r.text_as(3, "round(s)", MIN_ROUNDS)
 }
 
 /// Each process's CPU milliseconds per turn, those under 0.05 left out, after their total.
