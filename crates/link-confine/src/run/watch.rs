@@ -204,15 +204,17 @@ impl Watch {
         Ok(ready)
     }
 
-    /// After an error of the loop itself: kill both processes and wait for them, blocking.
+    /// After an error of the loop itself: kill both processes and wait for them, [`GRACE`] at
+    /// most (a process in uninterruptible sleep outlives SIGKILL), so the error reaches the
+    /// caller whatever became of them.
     pub(super) fn abandon(&mut self, child: &mut std::process::Child) {
         self.kill();
-        let _ = child.wait();
-        if let (Some(fd), false) = (&self.init, self.init_gone) {
-            let mut fds = [PollFd::new(fd, PollFlags::IN)];
-            let _ = rustix::event::poll(&mut fds, None);
+        let init = self.init.as_ref().filter(|_| !self.init_gone);
+        if wait_gone(child, init, GRACE) {
+            self.reap_init();
+        } else {
+            tracing::warn!("sandbox processes outlive SIGKILL by {GRACE:?}: left to the reaper");
         }
-        self.reap_init();
     }
 
     /// Kills and reaps each child of this process that is a bwrap of this run's tag and holds
@@ -274,8 +276,57 @@ impl Watch {
     }
 }
 
+/// Waits up to `limit` for bwrap (`child`, collected) and then the init (by its pidfd) to be
+/// gone; false if either is still there.
+fn wait_gone(child: &mut std::process::Child, init: Option<&OwnedFd>, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let bwrap_gone = link_os::process::wait_child(child, limit).is_ok_and(|s| s.is_some());
+    let left = deadline.saturating_duration_since(Instant::now());
+    bwrap_gone && init.is_none_or(|fd| link_os::process::wait(fd, left))
+}
+
 /// The `child-pid` of bwrap's info JSON.
 fn init_pid(info: &[u8]) -> Option<i32> {
     let v: serde_json::Value = serde_json::from_slice(info).ok()?;
     i32::try_from(v["child-pid"].as_i64()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A killed bwrap is collected at once; a process that stays (process 1 stands in for one
+    /// in uninterruptible sleep, which SIGKILL does not end) costs the wait its limit, not
+    /// forever.
+    #[test]
+    fn abandoning_waits_for_what_outlives_sigkill_no_longer_than_its_limit() {
+        let mut bwrap = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        bwrap.kill().unwrap();
+        let started = Instant::now();
+        assert!(wait_gone(&mut bwrap, None, Duration::from_secs(30)));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let mut bwrap = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        bwrap.kill().unwrap();
+        let init = link_os::process::pidfd(1).unwrap().expect("process 1");
+        let limit = Duration::from_millis(300);
+        let started = Instant::now();
+        assert!(!wait_gone(&mut bwrap, Some(&init), limit));
+        assert!(started.elapsed() >= limit, "{:?}", started.elapsed());
+        assert!(
+            link_os::process::still_running(&init),
+            "process 1 is still there"
+        );
+        assert!(bwrap.try_wait().unwrap().is_some(), "bwrap was collected");
+    }
 }
