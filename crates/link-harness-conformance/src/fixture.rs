@@ -175,10 +175,10 @@ impl StateRoot {
         std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700))
     }
 
-    /// The XDG base directories of [`link_protocol::plugin::home_env`] (all but `HOME`).
+    /// The XDG base directories of [`link_protocol::layout::home_env`] (all but `HOME`).
     fn xdg_dirs(&self) -> Vec<(&'static str, PathBuf)> {
         let home = self.home();
-        link_protocol::plugin::home_env(&home)
+        link_protocol::layout::home_env(&home)
             .into_iter()
             .filter(|(k, _)| *k != "HOME")
             .collect()
@@ -197,7 +197,8 @@ impl StateRoot {
             "XDG_RUNTIME_DIR".to_owned(),
             home.join("run").display().to_string(),
         ));
-        env.push(("LNK_KEYCHAIN".to_owned(), "off".to_owned()));
+        use link_protocol::manifest::{ENV_KEYCHAIN, KEYCHAIN_OFF};
+        env.push((ENV_KEYCHAIN.to_owned(), KEYCHAIN_OFF.to_owned()));
         env
     }
 

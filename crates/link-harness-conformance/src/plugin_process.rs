@@ -9,6 +9,7 @@
 use crate::child::{first_line, kill_and_reap, signal, wait_timeout};
 use crate::fixture::StateRoot;
 use link_protocol::layout::StateLayout;
+use link_protocol::manifest::{ENV_KEYCHAIN, KEYCHAIN_OFF};
 use link_protocol::plugin::{self, Mode, Profile, Ready};
 use link_protocol::{Client, ErrorCode, Request};
 use serde_json::Value;
@@ -100,7 +101,7 @@ impl PluginSpec {
             .unwrap_or_else(|e| panic!("cannot prepare {}: {e}", self.name));
         let mut cmd = Command::new(&self.exe);
         contract.apply(&mut cmd);
-        cmd.env("LNK_KEYCHAIN", "off").env("RUST_LOG", "debug");
+        cmd.env(ENV_KEYCHAIN, KEYCHAIN_OFF).env("RUST_LOG", "debug");
         for (key, value) in &self.env {
             match value {
                 Some(v) => cmd.env(key, v),

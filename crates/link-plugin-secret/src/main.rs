@@ -132,8 +132,9 @@ fn value(value: &str, max: usize) -> Result<&str, RemoteError> {
 
 /// Picks the backend and says why, for the start-up log line.
 async fn choose(env: &PluginEnv) -> anyhow::Result<(Backend, String)> {
-    let why_file = if std::env::var("LNK_KEYCHAIN").is_ok_and(|v| v == "off") {
-        "LNK_KEYCHAIN=off".to_owned()
+    use link_protocol::manifest::{ENV_KEYCHAIN, KEYCHAIN_OFF};
+    let why_file = if std::env::var(ENV_KEYCHAIN).is_ok_and(|v| v == KEYCHAIN_OFF) {
+        format!("{ENV_KEYCHAIN}={KEYCHAIN_OFF}")
     } else {
         match Keychain::probe(&env.state).await {
             Ok(k) => return Ok((Backend::Keychain(k), "the Secret Service answered".into())),

@@ -20,6 +20,19 @@ use crate::manifest::{self, Area};
 use crate::routes::programs;
 use std::path::{Path, PathBuf};
 
+/// `HOME` and the XDG base directories for a process whose home is `home`: a plugin's
+/// (`plugin::Contract`), and `link`'s own where a test or benchmark starts it
+/// ([`StateLayout::host_home_env`]).
+pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
+    [
+        ("HOME", home.to_path_buf()),
+        ("XDG_CONFIG_HOME", home.join(".config")),
+        ("XDG_CACHE_HOME", home.join(".cache")),
+        ("XDG_DATA_HOME", home.join(".local/share")),
+        ("XDG_STATE_HOME", home.join(".local/state")),
+    ]
+}
+
 /// `sun_path` holds 108 bytes including the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
 
@@ -92,6 +105,12 @@ impl StateLayout {
     }
     pub fn home(&self, plugin: &str) -> PathBuf {
         self.root.join("home").join(short_name(plugin))
+    }
+    /// `link`'s own HOME and XDG base directories when a test or benchmark starts it on this
+    /// root: `home/link/...`, beside the plugins' homes, so it never reads or writes the
+    /// caller's.
+    pub fn host_home_env(&self) -> [(&'static str, PathBuf); 5] {
+        home_env(&self.home(programs::HOST))
     }
     pub fn data(&self, plugin: &str) -> PathBuf {
         self.root.join("data").join(short_name(plugin))

@@ -142,6 +142,11 @@ pub enum NetworkRule {
     WhenForwarding,
 }
 
+/// `off` ([`KEYCHAIN_OFF`]) keeps the secret plugin on its file backend, away from the
+/// desktop's keychain: what tests and benchmarks start `link` with.
+pub const ENV_KEYCHAIN: &str = "LNK_KEYCHAIN";
+pub const KEYCHAIN_OFF: &str = "off";
+
 /// The remote model's address: only the model plugin gets it.
 pub const ENV_MODEL_REMOTE_URL: &str = "LNK_MODEL_REMOTE_URL";
 /// The first uid of the sandbox's dedicated identities (as root): only the sandbox plugin

@@ -102,7 +102,7 @@ pub const PASSTHROUGH: &[&str] = &[
     "LANG",
     "LC_ALL",
     "RUST_LOG",
-    "LNK_KEYCHAIN",
+    crate::manifest::ENV_KEYCHAIN,
     ENV_TEST_HOOKS,
 ];
 
@@ -144,16 +144,7 @@ pub fn own_dirs(layout: &crate::layout::StateLayout, plugin: &Plugin) -> Vec<Pat
     dirs
 }
 
-/// `HOME` and the XDG base directories for a process whose home is `home`.
-pub fn home_env(home: &Path) -> [(&'static str, PathBuf); 5] {
-    [
-        ("HOME", home.to_path_buf()),
-        ("XDG_CONFIG_HOME", home.join(".config")),
-        ("XDG_CACHE_HOME", home.join(".cache")),
-        ("XDG_DATA_HOME", home.join(".local/share")),
-        ("XDG_STATE_HOME", home.join(".local/state")),
-    ]
-}
+use crate::layout::home_env;
 
 /// The host's side of [`PluginEnv`]: what one plugin of one runtime is started with. The
 /// host, the testing kit and the bench all start plugins through [`Contract::apply`].

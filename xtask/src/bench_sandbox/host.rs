@@ -106,19 +106,15 @@ pub fn leftover_pid(name: &str) -> Option<u32> {
 }
 
 /// `link ARGS --state ROOT` with HOME and XDG_* inside the state root and the file keychain,
-/// as the testing kit runs it.
+/// as the testing kit runs it (both from `link_protocol`'s one list).
 pub(super) fn link_command(ws: &Workspace, root: &Path, args: &[&str]) -> Command {
-    let home = StateLayout::new(root).home(HOST);
+    use link_protocol::manifest::{ENV_KEYCHAIN, KEYCHAIN_OFF};
     let mut c = Command::new(ws.release().join(HOST));
     c.args(args)
         .arg("--state")
         .arg(root)
-        .env("LNK_KEYCHAIN", "off")
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_CACHE_HOME", home.join(".cache"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_STATE_HOME", home.join(".local/state"))
-        .env("HOME", home);
+        .env(ENV_KEYCHAIN, KEYCHAIN_OFF)
+        .envs(StateLayout::new(root).host_home_env());
     c
 }
 
@@ -145,8 +141,8 @@ impl Runtime {
             child: None,
             stderr: Arc::default(),
         };
-        for dir in ["", ".config", ".cache", ".local/share", ".local/state"] {
-            private_dir(&StateLayout::new(root).home(HOST).join(dir))?;
+        for (_, dir) in StateLayout::new(root).host_home_env() {
+            private_dir(&dir)?;
         }
         let mut up = link_command(ws, root, &["up", "--profile", "link", "--mode", "confined"]);
         let shown = format!("link up --profile link --state {}", root.display());

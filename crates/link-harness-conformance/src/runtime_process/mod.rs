@@ -36,6 +36,7 @@ use crate::fixture::StateRoot;
 use crate::programs::HOST;
 use crate::reaper::Reaper;
 use link_protocol::layout::StateLayout;
+use link_protocol::manifest::{ENV_KEYCHAIN, KEYCHAIN_OFF};
 use link_protocol::plugin::{Mode, Profile};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -75,7 +76,7 @@ impl RuntimeSpec {
             programs: programs.into(),
             profile,
             mode,
-            env: vec![("LNK_KEYCHAIN".to_owned(), "off".to_owned())],
+            env: vec![(ENV_KEYCHAIN.to_owned(), KEYCHAIN_OFF.to_owned())],
             isolation: None,
             monitor_interval_secs: None,
             default_model: None,
@@ -206,7 +207,7 @@ impl RuntimeSpec {
                 }
             }
             None => {
-                for (key, dir) in home_env(&StateLayout::new(root)) {
+                for (key, dir) in StateLayout::new(root).host_home_env() {
                     // Owner-only, like everything under a state root.
                     link_protocol::files::private_dir_all(&dir)?;
                     cmd.env(key, dir);
@@ -261,19 +262,6 @@ impl RuntimeSpec {
     pub fn spawn_in(self, root: &Path) -> std::io::Result<RuntimeProcess> {
         RuntimeProcess::spawned(self, StateLayout::new(root))
     }
-}
-
-/// HOME and the XDG base directories of `link` itself: `<root>/home/link/...`, beside the
-/// plugins' homes, with the same subdirectories the host gives a plugin.
-pub fn home_env(layout: &StateLayout) -> Vec<(&'static str, PathBuf)> {
-    let home = layout.home(HOST);
-    vec![
-        ("XDG_CONFIG_HOME", home.join(".config")),
-        ("XDG_CACHE_HOME", home.join(".cache")),
-        ("XDG_DATA_HOME", home.join(".local/share")),
-        ("XDG_STATE_HOME", home.join(".local/state")),
-        ("HOME", home),
-    ]
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
