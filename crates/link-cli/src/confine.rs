@@ -32,6 +32,8 @@ pub fn die_with_host(cmd: &mut tokio::process::Command) {
 pub struct Allowance<'a> {
     pub programs: &'a Path,
     pub readable: Vec<PathBuf>,
+    /// In its view as root, but not readable (`manifest::Plugin::sees`).
+    pub seen: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
     /// Whether it reaches the network (`host::Network::of`, the one place that decides).
@@ -72,12 +74,52 @@ pub fn confine_command(
     allow: Allowance<'_>,
 ) -> Result<crate::spawner::Forker> {
     use link_confine::host;
-    let shedding = std::sync::Arc::new(host::Shedding::for_plugin(plugin, allow.network)?);
+    let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
+    // As root every Landlock-confined plugin runs as an identity of its own (issue 42,
+    // "plugins are not root"), in a view of its own whose namespace calls the offline filter
+    // refuses: it loads that filter itself, after them.
+    let own_identity = !sandbox && rustix::process::geteuid().is_root();
+    let mut shedding = host::Shedding::for_plugin(plugin, allow.network)?;
+    if own_identity {
+        shedding = shedding.loading_its_filter();
+    }
+    let shedding = std::sync::Arc::new(shedding);
     let forker = match shedding.filter() {
         host::PluginFilter::Inherited => crate::spawner::Forker::Filtered,
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
-    let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
+    if own_identity {
+        use link_protocol::manifest::Capability;
+        let id = link_confine::identity::plugin_uid(allow.uid_base, plugin.program)
+            .with_context(|| format!("{} has no identity of its own", plugin.program))?;
+        // What keeps DAC_OVERRIDE or FOWNER keeps it over the agents' files: their uids mapped.
+        let agents = plugin
+            .capabilities
+            .iter()
+            .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
+        let mut writable = allow.writable.clone();
+        writable.extend(allow.sockets.iter().cloned());
+        let mut readable = allow.readable.clone();
+        // The router's and the model's sockets, and the pids file (Landlock still decides
+        // what it may read there).
+        readable.extend(allow.sockets.iter().filter_map(|s| s.parent()).map(Path::to_owned));
+        readable.extend(allow.seen.iter().cloned());
+        let program = std::path::Path::new(cmd.as_std().get_program());
+        let network = allow.network == host::Network::On;
+        let view = link_confine::view::PluginView::prepare_plugin(
+            &writable,
+            &readable,
+            program,
+            allow.uid_base,
+            id,
+            agents,
+            network,
+        )
+        .with_context(|| format!("preparing {}'s view", plugin.program))?;
+        // SAFETY: unshare, mount, mount_setattr, setns and id calls on prepared values;
+        // nothing is allocated.
+        unsafe { cmd.pre_exec(move || view.enter()) };
+    }
     if sandbox {
         // First: it needs the capabilities the next step sheds.
         let mut dirs = allow.writable.clone();

@@ -208,6 +208,7 @@ impl Launch<'_> {
         crate::confine::Allowance {
             programs: self.programs,
             readable: extra_readable(layout, plugin),
+            seen: plugin.sees.iter().map(|&a| layout.area(a)).collect(),
             writable,
             sockets: vec![layout.plugin_run_dir(plugin.program)],
             network: link_confine::host::Network::of(plugin, plugin::model_forwards()),

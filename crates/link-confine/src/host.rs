@@ -311,6 +311,16 @@ impl Shedding {
         })
     }
 
+    /// The offline plugins' filter loaded between fork and exec rather than inherited: for a
+    /// plugin whose view (`crate::view`) needs the namespace and mount calls that filter
+    /// refuses, so it cannot be forked under it.
+    pub fn loading_its_filter(mut self) -> Shedding {
+        if self.filter == PluginFilter::Inherited {
+            self.filter = PluginFilter::Load(&crate::seccomp::offline_filter().bpf);
+        }
+        self
+    }
+
     /// Where this plugin's filter comes from: the host forks a plugin of
     /// [`PluginFilter::Inherited`] on a thread under [`filter_this_thread`].
     pub fn filter(&self) -> PluginFilter {

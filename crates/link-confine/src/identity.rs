@@ -34,6 +34,26 @@ pub const SLOTS: u32 = 65_536;
 /// The last slot is no agent's: it is the sandbox plugin's own identity as root
 /// ([`crate::plugin_ns`]), so no agent's command ever shares its uid.
 pub const PLUGIN_SLOT: u32 = SLOTS - 1;
+/// The top slots no agent is given: the plugins' own identities as root, the sandbox
+/// plugin's ([`PLUGIN_SLOT`]) and one per Landlock-confined plugin ([`plugin_uid`]), with
+/// room for more plugins.
+pub const RESERVED_SLOTS: u32 = 32;
+/// The first slot no agent is given ([`RESERVED_SLOTS`]).
+pub const FIRST_RESERVED: u32 = SLOTS - RESERVED_SLOTS;
+
+/// The host uid (and gid) of the plugin `program` as root (issue 42, "plugins are not
+/// root"): the sandbox plugin's [`PLUGIN_SLOT`], every other plugin's `SLOTS - 2 - i`, `i` its
+/// place in the manifest, so no two plugins of a runtime and no agent share one. `None` for a
+/// program the manifest does not name.
+pub fn plugin_uid(base: u32, program: &str) -> Option<u32> {
+    let all = link_protocol::manifest::ALL;
+    let index = all.iter().position(|p| p.program == program)? as u32;
+    if program == link_protocol::manifest::SANDBOX.program {
+        return Some(base + PLUGIN_SLOT);
+    }
+    let slot = SLOTS - 2 - index;
+    (slot >= FIRST_RESERVED).then_some(base + slot)
+}
 
 /// The identity a confined command has on the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +159,7 @@ impl Slots {
             return Ok(s);
         }
         let next = self.slots.values().max().map_or(1, |m| m + 1);
-        if next >= PLUGIN_SLOT {
+        if next >= FIRST_RESERVED {
             return Err(format!(
                 "every one of the {SLOTS} sandbox identities is taken"
             ));

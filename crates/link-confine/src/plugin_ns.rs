@@ -36,7 +36,7 @@
 //! covered tree, so it reads none of that user's files outside what it serves (the secret
 //! store, the tokens, the control key, the rest of that user's home).
 
-use crate::identity::{self, UserNamespaceError, PLUGIN_SLOT, SLOTS};
+use crate::identity::{self, UserNamespaceError, FIRST_RESERVED, PLUGIN_SLOT};
 use rustix::fd::{AsRawFd, OwnedFd};
 use std::ffi::CString;
 use std::io;
@@ -59,9 +59,17 @@ pub fn plugin_id(base: u32) -> u32 {
 /// The namespace's maps: its root to the plugin's id, the agents' slots (1 up to the
 /// plugin's) to themselves. Slot 0 (the probe and `exec`, run by the host) is not mapped.
 fn map(base: u32) -> String {
-    let plugin = base + PLUGIN_SLOT;
+    plugin_map(base, base + PLUGIN_SLOT, true)
+}
+
+/// A plugin's namespace maps: its root to `id`, and with `agents` the agents' slots (1 up to
+/// the reserved ones, [`identity::FIRST_RESERVED`]) to themselves.
+fn plugin_map(base: u32, id: u32, agents: bool) -> String {
     let first = base + 1;
-    format!("0 {plugin} 1\n{first} {first} {}\n", SLOTS - 2)
+    match agents {
+        true => format!("0 {id} 1\n{first} {first} {}\n", FIRST_RESERVED - 1),
+        false => format!("0 {id} 1\n"),
+    }
 }
 
 /// Where other programs of the machine (and an ordinary user's other programs) keep files the
@@ -144,12 +152,42 @@ impl PluginNamespace {
             }
             false => None,
         };
+        Self::prepare_in(served, &[], program, ns)
+    }
+
+    /// As root, for a Landlock-confined plugin (issue 42, "plugins are not root"): a
+    /// namespace mapping its root to `id` (its own uid on the host,
+    /// [`identity::plugin_uid`]) and, with `agents` (a plugin that keeps `DAC_OVERRIDE` or
+    /// `FOWNER` over the agents' files), the agents' slots of the range from `base` to
+    /// themselves; and the covered tree in which `served` (writable) and `readable` are
+    /// attached idmapped through it, with the directory of `program`.
+    pub fn prepare_plugin(
+        served: &[PathBuf],
+        readable: &[PathBuf],
+        program: &Path,
+        base: u32,
+        id: u32,
+        agents: bool,
+    ) -> Result<PluginNamespace, PluginNamespaceError> {
+        let map = plugin_map(base, id, agents);
+        let ns = identity::user_namespace_mapped(&map, &map, Some(id))?;
+        Self::prepare_in(served, readable, program, Some(ns))
+    }
+
+    fn prepare_in(
+        served: &[PathBuf],
+        readable: &[PathBuf],
+        program: &Path,
+        ns: Option<OwnedFd>,
+    ) -> Result<PluginNamespace, PluginNamespaceError> {
+        let root = rustix::process::geteuid().is_root();
+        let all: Vec<PathBuf> = served.iter().chain(readable).cloned().collect();
         // An ordinary user's plugin is that user: its first own directory on the way (its
         // home, say) is covered too, so no other file of that user there is in its view.
         let mine = (!root).then(|| rustix::process::geteuid().as_raw());
-        let covers = covers(cover(served, mine)?, &shared_dirs(mine));
-        let mut trees = Vec::new();
-        for dir in served {
+        let covers = covers(cover(&all, mine)?, &shared_dirs(mine));
+        let mut trees: Vec<(PathBuf, bool)> = Vec::new();
+        for dir in &all {
             let real = dir.canonicalize()?;
             if &real != dir {
                 return Err(PluginNamespaceError::NotReal(
@@ -160,8 +198,15 @@ impl PluginNamespace {
             }
             trees.push((real, root));
         }
+        // A tree beneath another is attached with it (a plugin's socket directory in `run/`).
+        let outer: Vec<PathBuf> = trees.iter().map(|(p, _)| p.clone()).collect();
+        trees.sort();
+        trees.dedup();
+        trees.retain(|(p, _)| !outer.iter().any(|o| o != p && p.starts_with(o)));
         let programs = program.parent().unwrap_or(Path::new("/")).canonicalize()?;
-        if covers.iter().any(|c| programs.starts_with(c)) {
+        if trees.iter().any(|(t, _)| programs.starts_with(t)) {
+            // Reached through a tree already attached.
+        } else if covers.iter().any(|c| programs.starts_with(c)) {
             trees.push((programs, false));
         } else if let Some((dir, mode)) = unsearchable(&programs)?.filter(|_| root) {
             return Err(PluginNamespaceError::Unreachable(dir, mode));
@@ -496,10 +541,10 @@ mod tests {
         let base = identity::DEFAULT_BASE;
         assert_eq!(
             map(base),
-            format!("0 {} 1\n{} {} 65534\n", base + 65535, base + 1, base + 1)
+            format!("0 {} 1\n{} {} 65503\n", base + 65535, base + 1, base + 1)
         );
-        // The two ranges do not meet on the host: the plugin's id lies just past the agents'.
-        assert_eq!(base + 1 + (SLOTS - 2), base + PLUGIN_SLOT);
+        // The two ranges do not meet on the host: the plugins' ids lie past the agents'.
+        assert_eq!(base + 1 + (FIRST_RESERVED - 1), base + identity::FIRST_RESERVED);
     }
 
     #[test]

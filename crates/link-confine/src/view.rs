@@ -84,6 +84,8 @@ pub struct PluginView {
     /// The tree the plugin sees and, as root, its own user namespace, joined last
     /// ([`crate::plugin_ns`]).
     own: crate::plugin_ns::PluginNamespace,
+    /// A network namespace without interfaces: every plugin's but a model that forwards.
+    no_network: bool,
 }
 
 #[derive(Debug)]
@@ -96,14 +98,43 @@ impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
     /// `program`.
     pub fn prepare(writable: &[PathBuf], program: &Path, base: u32) -> io::Result<PluginView> {
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Self::with(writable, program, own, true)
+    }
+
+    /// As root, the view of a Landlock-confined plugin (issue 42, "plugins are not root"):
+    /// only `writable` can be written, `writable` and `readable` are attached idmapped
+    /// through its own namespace (root to `id`, and the agents' slots with `agents`), which
+    /// it joins last; off the network unless `network`.
+    pub fn prepare_plugin(
+        writable: &[PathBuf],
+        readable: &[PathBuf],
+        program: &Path,
+        base: u32,
+        id: u32,
+        agents: bool,
+        network: bool,
+    ) -> io::Result<PluginView> {
+        let own = crate::plugin_ns::PluginNamespace::prepare_plugin(
+            writable, readable, program, base, id, agents,
+        )
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        Self::with(writable, program, own, !network)
+    }
+
+    fn with(
+        writable: &[PathBuf],
+        program: &Path,
+        own: crate::plugin_ns::PluginNamespace,
+        no_network: bool,
+    ) -> io::Result<PluginView> {
         let needed: Vec<&Path> = writable
             .iter()
             .map(PathBuf::as_path)
             .chain([program])
             .collect();
         let shed = sheddable(UNUSED, &needed)?;
-        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base)
-            .map_err(|e| io::Error::other(e.to_string()))?;
         let writable = writable
             .iter()
             .map(|dir| {
@@ -135,6 +166,7 @@ impl PluginView {
             shed,
             maps,
             own,
+            no_network,
         })
     }
 
@@ -147,10 +179,15 @@ impl PluginView {
     /// locks). Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
     /// allocates nothing, and any failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
+        let net = if self.no_network {
+            libc::CLONE_NEWNET
+        } else {
+            0
+        };
         match &self.maps {
-            None => unshare(libc::CLONE_NEWNS | libc::CLONE_NEWNET)?,
+            None => unshare(libc::CLONE_NEWNS | net)?,
             Some(maps) => {
-                unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWNET)?;
+                unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | net)?;
                 write_file(c"/proc/self/setgroups", c"deny")?;
                 write_file(c"/proc/self/uid_map", &maps.uid_map)?;
                 write_file(c"/proc/self/gid_map", &maps.gid_map)?;

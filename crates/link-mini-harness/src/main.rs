@@ -252,6 +252,12 @@ async fn main() -> anyhow::Result<()> {
         .on::<Turn, _, _>(|h, call: Call, body: TurnBody| async move {
             h.turn(call.agent()?, body).await
         });
-    link_protocol::plugin::serve_service(&env, Peers::SameUser, service).await?;
+    // Its connection service, a uid of its own as root, is known by the host's pids file.
+    let pids: &'static std::path::Path = Box::leak(env.layout().pids_file().into_boxed_path());
+    let peers = Peers::Recorded {
+        pids,
+        program: link_protocol::routes::programs::MINI_CONNECTION,
+    };
+    link_protocol::plugin::serve_service(&env, peers, service).await?;
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct Plugin {
     pub writes: &'static [Area],
     /// Directories it may read besides system paths and the programs.
     pub reads: &'static [Area],
+    /// Directories whose paths it names without reading them (a `stat`): in its view as root
+    /// (issue 42, "plugins are not root"), with no Landlock right beyond what it has.
+    pub sees: &'static [Area],
     /// Its session and process group.
     pub session: Session,
     /// The capabilities it keeps when Link runs as root; every other one is dropped.
@@ -182,6 +185,7 @@ const PLAIN: Plugin = Plugin {
     data: false,
     writes: &[],
     reads: &[],
+    sees: &[],
     session: Session::Group,
     capabilities: &[],
     confinement: Confinement::Landlock,
@@ -226,6 +230,8 @@ pub const MINI_HARNESS: Plugin = Plugin {
     profiles: MINI,
     env: &[ENV_TEST_DEADLINE_MS],
     data: true,
+    // Its connection service is checked against the host's pids file (`run/pids.json`).
+    reads: &[Area::Run],
     model: ModelAccess::Full,
     ..PLAIN
 };
@@ -318,6 +324,8 @@ pub const RUN: Plugin = Plugin {
     profiles: LINK,
     grants: &[RouteInfo::of::<r::sandbox::Exec>()],
     leased: true,
+    // It checks that the agent's workspace and home exist before it asks for a command.
+    sees: &[Area::AgentWorkspaces, Area::AgentHomes],
     ..PLAIN
 };
 
