@@ -51,6 +51,11 @@ use std::sync::{Arc, Mutex};
 /// The agent whose file the impostor tries to read in another agent's call.
 const VICTIM: &str = "victim";
 
+/// Files the test plants in the programs directory, owned by whoever runs it: mode 0600 and
+/// mode 0644.
+const PLANTED_ROOT_ONLY: &str = "planted-0600";
+const PLANTED_WORLD_READABLE: &str = "planted-0644";
+
 fn main() -> anyhow::Result<()> {
     // By its name, not its environment: the host runs the probe as this program too.
     let exe = std::env::current_exe()?;
@@ -255,6 +260,22 @@ impl Impostor {
         self.record(
             "own_home_file",
             outcome(std::fs::write(self.home().join("twin.txt"), "twin")),
+        );
+        // Root's files its Landlock rules allow (the programs directory): as root, owner bits
+        // keep it from a 0600 one, since it is not root (issue 42); the twin is 0644.
+        if let Some(dir) = std::env::var_os(ENV_PROGRAMS) {
+            let dir = Path::new(&dir);
+            for (attempt, name) in [
+                ("read_root_only_file", PLANTED_ROOT_ONLY),
+                ("read_world_readable_file", PLANTED_WORLD_READABLE),
+            ] {
+                self.record(attempt, outcome(std::fs::read(dir.join(name))));
+            }
+        }
+        self.record("read_shadow", outcome(std::fs::read("/etc/shadow")));
+        self.record(
+            "own_uid",
+            rustix::process::getuid().as_raw().to_string().into(),
         );
     }
 

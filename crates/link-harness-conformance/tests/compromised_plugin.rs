@@ -68,7 +68,15 @@ impl Programs {
                 let real = format!("{}.real", programs::SANDBOX);
                 std::fs::hard_link(built.join(programs::SANDBOX), dir.join(real)).unwrap();
             }
-            Role::FileTool => {}
+            Role::FileTool => {
+                use std::os::unix::fs::PermissionsExt;
+                for (name, mode) in [("planted-0600", 0o600), ("planted-0644", 0o644)] {
+                    let path = dir.join(name);
+                    std::fs::write(&path, "planted").unwrap();
+                    let mode = std::fs::Permissions::from_mode(mode);
+                    std::fs::set_permissions(&path, mode).unwrap();
+                }
+            }
         }
         Programs(dir)
     }
@@ -151,7 +159,7 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
         ("bind_in_run", "EACCES"),
         ("own_socket_dir", "ok"),
     ] {
-        assert_eq!(got[attempt], want, "{attempt}: {got}");
+        assert_refused_as(&got, attempt, want);
     }
     let store_socket = layout.plugin_socket(programs::FILE_STORE);
     let store_pid = rt
@@ -179,7 +187,7 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     assert_eq!(got["keyring"], "EPERM", "{got}");
 
     // The file tool keeps no data: none is made for it and it may make none; its home is its.
-    assert_eq!(got["make_data_area"], "EACCES", "{got}");
+    assert_refused_as(&got, "make_data_area", "EACCES");
     assert!(!layout.data(programs::FILE_TOOL).exists());
     assert_eq!(got["own_home_file"], "ok", "{got}");
     assert!(layout.home(programs::FILE_TOOL).join("twin.txt").is_file());
@@ -225,7 +233,7 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     for attempt in ["host_model_key_set", "host_down", "host_unlock"] {
         assert_runtime_refused(&got, attempt);
     }
-    assert_eq!(got["read_control_key"], "EACCES", "{got}");
+    assert_refused_as(&got, "read_control_key", "EACCES");
     assert!(
         std::fs::read(layout.control_key_file()).is_ok(),
         "the twin: the user who started the runtime reads its control key"
@@ -235,6 +243,60 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
         .join("secrets/model.remote-key");
     assert!(!stored.exists(), "the impostor stored a model key");
     rt.down();
+}
+
+/// As root every plugin runs as an unprivileged uid of its own (issue 42, "plugins are not
+/// root"): the impostor in the file tool's place cannot read a root-owned 0600 file its
+/// Landlock rules allow (in the programs directory), and reads its 0644 twin there; every
+/// plugin's uid is non-zero and no two plugins share one.
+#[test]
+fn as_root_a_plugin_is_not_root_and_owner_bits_hold() {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    let Some(built) = built() else { return };
+    let root = StateRoot::create().unwrap();
+    let programs = Programs::new(&built, Role::FileTool);
+    let mut rt = spec(&programs)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let got = attempts(root.path(), programs::FILE_TOOL);
+    assert_eq!(got["read_root_only_file"], "EACCES", "{got}");
+    assert_eq!(got["read_world_readable_file"], "ok", "{got}");
+    assert_eq!(got["read_shadow"], "EACCES", "{got}");
+    // Root of its own namespace, an unprivileged uid on the host.
+    assert_eq!(got["own_uid"], "0", "{got}");
+    let mut uids = std::collections::BTreeMap::new();
+    for (name, pid) in rt.plugin_pids() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        let ids: Vec<u32> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert!(ids.iter().all(|&id| id == ids[0] && id >= 1000), "{name}: {line}");
+        if let Some(other) = uids.insert(ids[0], name.clone()) {
+            panic!("{name} and {other} share uid {}", ids[0]);
+        }
+    }
+    assert!(uids.len() >= 12, "{uids:?}");
+    // The twin: the test, root, reads both.
+    assert!(std::fs::read(programs.0.join("planted-0600")).is_ok());
+    rt.down();
+}
+
+/// `attempt` answered `want`; as root, where the plugin runs in a view of its own (issue 42,
+/// "plugins are not root"), a refusal `EACCES` is also the view's: a read-only mount
+/// (`EROFS`) or a directory not in the view at all (`ENOENT`).
+fn assert_refused_as(got: &Value, attempt: &str, want: &str) {
+    let view = ["EACCES", "EROFS", "ENOENT"];
+    if want == "EACCES" && rustix::process::geteuid().is_root() {
+        let answered = got[attempt].as_str().unwrap_or_default();
+        assert!(view.contains(&answered), "{attempt}: {got}");
+    } else {
+        assert_eq!(got[attempt], want, "{attempt}: {got}");
+    }
 }
 
 /// `attempt` on the host's control socket was refused as the runtime's own process's.
