@@ -381,8 +381,9 @@ fn proc_status(pid: i32, key: &str) -> String {
 
 /// The harness's agents directory is made a symlink to a directory outside its state area.
 /// Diagnostic: an agent created through the runtime lands outside. Confined: Landlock refuses
-/// the harness at its first touch of that directory, it reports `Permission denied`, the
-/// runtime does not start, and nothing appears outside.
+/// the harness at its first touch of that directory, it reports `Permission denied` (as root,
+/// where `outside` is not in its view, `File exists`), the runtime does not start, and nothing
+/// appears outside.
 #[test]
 fn a_confined_plugin_cannot_write_outside_its_state_area() {
     for mode in ["diagnostic", "confined"] {
@@ -418,7 +419,14 @@ fn a_confined_plugin_cannot_write_outside_its_state_area() {
             "confined runtime started with an escaping data dir"
         );
         let log = std::fs::read_to_string(root.path().join("log/mini-harness.log")).unwrap();
-        assert!(log.contains("Permission denied"), "harness log: {log}");
+        // As root the harness runs in a view of its own (issue 42, "plugins are not root")
+        // where `outside` is not there at all: the link dangles, and the directory it would
+        // make through it already "exists".
+        let root_view = rustix::process::geteuid().is_root() && log.contains("File exists");
+        assert!(
+            log.contains("Permission denied") || root_view,
+            "harness log: {log}"
+        );
         assert_eq!(
             std::fs::read_dir(&outside).unwrap().count(),
             0,
