@@ -26,6 +26,10 @@ pub enum Forker {
     Runtime,
     /// A spawner thread, under the commands' filter.
     Filtered,
+    /// A spawner thread without it: a plugin that loads its filter itself after calls that
+    /// filter refuses (as root, a plugin entering its own view: issue 42), forked off the
+    /// runtime's thread so that its fork and exec overlap the next command's preparation.
+    Unfiltered,
 }
 
 type Job = (Command, mpsc::Sender<io::Result<Child>>);
@@ -64,6 +68,16 @@ pub fn spawn(mut cmd: Command, forker: Forker) -> Forking {
                 let _ = reply.send(Err(io::Error::other(e.clone())));
             }
         },
+        Forker::Unfiltered => match unfiltered() {
+            Ok(jobs) => {
+                if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
+                    let _ = reply.send(Err(gone()));
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(io::Error::other(e.clone())));
+            }
+        },
     }
     Forking(forking)
 }
@@ -73,6 +87,29 @@ fn filtered() -> Result<&'static mpsc::Sender<Job>, &'static String> {
     static JOBS: OnceLock<Result<[mpsc::Sender<Job>; 2], String>> = OnceLock::new();
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let both = JOBS.get_or_init(start_filtered).as_ref()?;
+    Ok(&both[NEXT.fetch_add(1, Ordering::Relaxed) % both.len()])
+}
+
+/// The queue of the next unfiltered spawner thread in turn; both start on first use.
+fn unfiltered() -> Result<&'static mpsc::Sender<Job>, &'static String> {
+    static JOBS: OnceLock<Result<[mpsc::Sender<Job>; 2], String>> = OnceLock::new();
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let both = JOBS.get_or_init(|| {
+        let runtime = tokio::runtime::Handle::current();
+        let mut senders = Vec::new();
+        for _ in 0..2 {
+            let (jobs, queue) = mpsc::channel::<Job>();
+            let runtime = runtime.clone();
+            std::thread::Builder::new()
+                .name("link-spawner".into())
+                .spawn(move || serve(runtime, queue))
+                .map_err(|e| format!("starting the host's spawner thread: {e}"))?;
+            senders.push(jobs);
+        }
+        let [a, b]: [mpsc::Sender<Job>; 2] = senders.try_into().expect("two");
+        Ok([a, b])
+    });
+    let both = both.as_ref()?;
     Ok(&both[NEXT.fetch_add(1, Ordering::Relaxed) % both.len()])
 }
 

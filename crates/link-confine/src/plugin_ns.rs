@@ -218,8 +218,17 @@ impl PluginNamespace {
         }
         // Each idmapped copy made once here, where a refusal can be named (a filesystem
         // without idmapped mounts: NFS, say), rather than as a bare errno from the child.
+        // Once per filesystem and process: closing a detached copy costs the kernel an RCU
+        // grace period (milliseconds), and as root every plugin has such trees (issue 42).
+        static CHECKED: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
         if let Some(ns) = &ns {
             for (dir, _) in trees.iter().filter(|(_, idmapped)| *idmapped) {
+                use std::os::unix::fs::MetadataExt;
+                let dev = std::fs::metadata(dir)?.dev();
+                let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+                if checked.contains(&dev) {
+                    continue;
+                }
                 let mut fd = -1;
                 let made = clone_tree(&c_path(dir)?, Some(ns.as_raw_fd()), &mut fd);
                 if fd >= 0 {
@@ -227,6 +236,7 @@ impl PluginNamespace {
                     unsafe { libc::close(fd) };
                 }
                 made.map_err(|e| PluginNamespaceError::NoIdmap(dir.clone(), e))?;
+                checked.push(dev);
             }
         }
         let paths: Vec<&Path> = trees.iter().map(|(p, _)| p.as_path()).collect();
