@@ -827,6 +827,22 @@ mod tests {
     }
 
     #[test]
+    fn each_plugin_has_a_reserved_uid_of_its_own() {
+        let base = DEFAULT_BASE;
+        let mut seen = std::collections::BTreeSet::new();
+        for plugin in link_protocol::manifest::ALL {
+            let uid = plugin_uid(base, plugin.program).expect("every plugin has one");
+            assert!(uid >= base + FIRST_RESERVED && uid < base + SLOTS, "{uid}");
+            assert!(seen.insert(uid), "{} shares {uid}", plugin.program);
+        }
+        assert_eq!(
+            plugin_uid(base, link_protocol::manifest::SANDBOX.program),
+            Some(base + PLUGIN_SLOT)
+        );
+        assert_eq!(plugin_uid(base, "link"), None);
+    }
+
+    #[test]
     fn slots_are_allocated_once_and_kept() {
         let path = std::env::temp_dir().join(format!("lnk-slots-{}.json", std::process::id()));
         let _ = std::fs::remove_file(&path);
