@@ -409,13 +409,10 @@ unsafe fn namespace_child(ready_r: i32, ready_w: i32, release_r: i32, release_w:
             }
         }
         libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-        // Through rustix's raw system calls, which leave errno alone: a `CLONE_VM` child
-        // (`vm_child`) shares its parent thread's.
-        let ready = BorrowedFd::borrow_raw(ready_w);
-        while rustix::io::write(ready, b"x") == Err(rustix::io::Errno::INTR) {}
-        let release = BorrowedFd::borrow_raw(release_r);
-        let mut b = [0u8; 1];
-        while rustix::io::read(release, &mut b) == Err(rustix::io::Errno::INTR) {}
+        let eintr = || *libc::__errno_location() == libc::EINTR;
+        while libc::write(ready_w, b"x".as_ptr().cast(), 1) < 0 && eintr() {}
+        let mut b = 0u8;
+        while libc::read(release_r, (&mut b as *mut u8).cast(), 1) < 0 && eintr() {}
         libc::_exit(0)
     }
 }
