@@ -244,42 +244,15 @@ pub fn user_namespace_mapped(
     } else {
         libc::CLONE_NEWUSER
     };
-    // An owner's child shares this process's memory (`CLONE_VM`, on a stack of its own): a
-    // fork would copy the page tables of the host, which makes one for every plugin as root
-    // (issue 42), and fault in every page either writes while the child lives.
-    let mut stack = vec![0u8; CHILD_STACK];
-    let args = VmChild {
-        owner: owner.unwrap_or(0),
-        fds: [
-            ready_r.as_raw_fd(),
-            ready_w.as_raw_fd(),
-            release_r.as_raw_fd(),
-            release_w.as_raw_fd(),
-        ],
-    };
-    let pid = match owner {
-        // SAFETY: the stack outlives the child (it is reaped below, before `stack` drops); the
-        // child runs raw system calls on copies of descriptors and exits (`vm_child`).
-        Some(_) => unsafe {
-            let top = stack.as_mut_ptr().add(CHILD_STACK - 64);
-            let top = (top as usize & !15) as *mut libc::c_void;
-            libc::clone(
-                vm_child,
-                top,
-                libc::CLONE_VM | libc::SIGCHLD,
-                &args as *const VmChild as *mut libc::c_void,
-            ) as libc::c_long
-        },
-        None => unsafe {
-            libc::syscall(
-                libc::SYS_clone,
-                (new_user | libc::SIGCHLD) as libc::c_ulong,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            )
-        },
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (new_user | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
     };
     if pid == 0 {
         // SAFETY: raw system calls on descriptors this child holds copies of.
@@ -319,38 +292,9 @@ pub fn user_namespace_mapped(
             other => break other,
         }
     };
-    drop(stack);
     let ns = opened?;
     reaped.map_err(io)?;
     Ok(ns)
-}
-
-/// The stack of [`vm_child`].
-const CHILD_STACK: usize = 64 * 1024;
-
-/// What [`vm_child`] is given: the uid and gid it becomes, and the pipes' four ends.
-struct VmChild {
-    owner: u32,
-    fds: [libc::c_int; 4],
-}
-
-/// The child of [`user_namespace_mapped`] with an owner, sharing its parent's memory: becomes
-/// the owner, makes the namespace, then [`namespace_child`]. System calls only.
-extern "C" fn vm_child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the parent's `VmChild`, alive until this child is reaped; raw system
-    // calls on this child's copies of the descriptors.
-    unsafe {
-        let args = &*(arg as *const VmChild);
-        let id = args.owner;
-        let own = libc::syscall(libc::SYS_setresgid, id, id, id) == 0
-            && libc::syscall(libc::SYS_setresuid, id, id, id) == 0
-            && libc::unshare(libc::CLONE_NEWUSER) == 0;
-        if !own {
-            libc::_exit(1);
-        }
-        let [ready_r, ready_w, release_r, release_w] = args.fds;
-        namespace_child(ready_r, ready_w, release_r, release_w)
-    }
 }
 
 /// How many identities' namespaces [`shared_user_namespace`] keeps (the oldest goes first).
