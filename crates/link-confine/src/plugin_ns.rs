@@ -2,9 +2,9 @@
 //! was root on the machine: it wrote `/proc/sys/kernel/core_pattern` and read every file).
 //!
 //! The plugin cannot take Landlock filesystem rules (its bwrap mounts), so what bounds it is
-//! who it is. As root the host makes it a user namespace ([`identity::user_namespace_mapped`],
+//! who it is. As root the host makes it a user namespace ([`userns::user_namespace_mapped`],
 //! the same maker as its commands' namespaces) mapping only two things: the namespace's root to
-//! the plugin's own unprivileged uid and gid on the host ([`identity::PLUGIN_SLOT`] of the
+//! the plugin's own unprivileged uid and gid on the host ([`crate::identity::PLUGIN_SLOT`] of the
 //! dedicated range), and the agents' range to itself. The plugin joins it between fork and
 //! exec and becomes that root ([`PluginNamespace::join`]). Every capability it keeps is then
 //! over that namespace only: it still makes its commands' nested namespaces (`CAP_SETUID`,
@@ -36,7 +36,8 @@
 //! covered tree, so it reads none of that user's files outside what it serves (the secret
 //! store, the tokens, the control key, the rest of that user's home).
 
-use crate::identity::{self, UserNamespaceError, PLUGIN_SLOT, SLOTS};
+use crate::identity::{PLUGIN_SLOT, SLOTS};
+use crate::userns::{self, UserNamespaceError};
 use rustix::fd::{AsRawFd, OwnedFd};
 use std::ffi::CString;
 use std::io;
@@ -51,7 +52,7 @@ const RECURSIVE: libc::c_uint = libc::AT_RECURSIVE as libc::c_uint;
 const MAX_TREES: usize = 8;
 
 /// The plugin's identity on the host as root: the last slot of its runtime's range (from
-/// [`identity::base_for`]).
+/// [`crate::identity::base_for`]).
 pub fn plugin_id(base: u32) -> u32 {
     base + PLUGIN_SLOT
 }
@@ -128,7 +129,7 @@ pub enum PluginNamespaceError {
 impl PluginNamespace {
     /// The tree in which `served` (the plugin's own directories and the roots it serves; each
     /// must exist) and the directory of `program` are reachable, and as root the namespace
-    /// mapping the runtime's range from `base` ([`identity::base_for`]).
+    /// mapping the runtime's range from `base` ([`crate::identity::base_for`]).
     pub fn prepare(
         served: &[PathBuf],
         program: &Path,
@@ -140,7 +141,7 @@ impl PluginNamespace {
                 let map = map(base);
                 // Owned by the plugin's own uid, not root (see `user_namespace_mapped`).
                 let owner = Some(base + PLUGIN_SLOT);
-                Some(identity::user_namespace_mapped(&map, &map, owner)?)
+                Some(userns::user_namespace_mapped(&map, &map, owner)?)
             }
             false => None,
         };
@@ -493,7 +494,7 @@ mod tests {
 
     #[test]
     fn the_plugin_maps_itself_as_root_and_the_agents_to_themselves() {
-        let base = identity::DEFAULT_BASE;
+        let base = crate::identity::DEFAULT_BASE;
         assert_eq!(
             map(base),
             format!("0 {} 1\n{} {} 65534\n", base + 65535, base + 1, base + 1)
