@@ -103,13 +103,15 @@ pub fn confine_command(
         let mut readable = allow.readable.clone();
         // The router's and the model's sockets, and the pids file (Landlock still decides
         // what it may read there).
-        readable.extend(allow.sockets.iter().filter_map(|s| s.parent()).map(Path::to_owned));
+        readable.extend(
+            allow
+                .sockets
+                .iter()
+                .filter_map(|s| s.parent())
+                .map(Path::to_owned),
+        );
         readable.extend(allow.seen.iter().cloned());
         let program = std::path::Path::new(cmd.as_std().get_program());
-        // Off the network by its seccomp filter (Unix sockets only) and Landlock's TCP bound
-        // already: no network namespace of its own, whose making and teardown would cost
-        // each plugin's start (about 6 ms of full Link's on the 2-core machine).
-        let network = true;
         let view = link_confine::view::PluginView::prepare_plugin(
             &writable,
             &readable,
@@ -117,7 +119,6 @@ pub fn confine_command(
             allow.uid_base,
             id,
             agents,
-            network,
         )
         .with_context(|| format!("preparing {}'s view", plugin.program))?;
         // SAFETY: unshare, mount, mount_setattr, setns and id calls on prepared values;

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// sandbox in that time.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// The sandbox probe of one start: the kept answer when [`probe_cache`] has one for this
+/// The sandbox probe of one start: the kept answer when [`crate::probe_cache`] has one for this
 /// machine as it is now (the probe then still runs, and is awaited after `ready`), else the
 /// probe's own answer, awaited before `ready`.
 pub struct Probe {

@@ -11,8 +11,11 @@
 //!   command is executed;
 //! - [`helper`]: the sandbox helper (`crates/link-sandbox-helper`) this crate's build script
 //!   compiles and embeds, and its status lines;
-//! - [`identity`]: who the command is on the host (never root), and the workspace walks that
-//!   hand files to that identity and clear setuid/setgid bits;
+//! - [`identity`]: who the command is on the host (never root);
+//! - [`userns`]: the user namespaces made for that identity's commands and for the sandbox
+//!   plugin itself;
+//! - [`handover`]: the workspace walks that hand files to that identity and clear
+//!   setuid/setgid bits;
 //! - [`seccomp`]: the system-call filter handed to bwrap;
 //! - [`limits`]: processes, memory, CPU time, file size and tmpfs sizes per command;
 //! - [`rules`]: the host's Landlock rulesets pinned at [`rules::PINNED_ABI`] and required fully
@@ -34,6 +37,7 @@
 //! (`probe-inside`, [`probe::inside`]). There is never an unconfined fallback.
 
 pub mod cgroup;
+pub mod handover;
 pub mod helper;
 pub mod host;
 pub mod identity;
@@ -47,6 +51,7 @@ pub mod run;
 pub mod seccomp;
 #[cfg(test)]
 mod static_elf;
+pub mod userns;
 pub mod view;
 
 pub use policy::Policy;

@@ -2,9 +2,9 @@
 //! was root on the machine: it wrote `/proc/sys/kernel/core_pattern` and read every file).
 //!
 //! The plugin cannot take Landlock filesystem rules (its bwrap mounts), so what bounds it is
-//! who it is. As root the host makes it a user namespace ([`identity::user_namespace_mapped`],
+//! who it is. As root the host makes it a user namespace ([`userns::user_namespace_mapped`],
 //! the same maker as its commands' namespaces) mapping only two things: the namespace's root to
-//! the plugin's own unprivileged uid and gid on the host ([`identity::PLUGIN_SLOT`] of the
+//! the plugin's own unprivileged uid and gid on the host ([`crate::identity::PLUGIN_SLOT`] of the
 //! dedicated range), and the agents' range to itself. The plugin joins it between fork and
 //! exec and becomes that root ([`PluginNamespace::join`]). Every capability it keeps is then
 //! over that namespace only: it still makes its commands' nested namespaces (`CAP_SETUID`,
@@ -36,7 +36,8 @@
 //! covered tree, so it reads none of that user's files outside what it serves (the secret
 //! store, the tokens, the control key, the rest of that user's home).
 
-use crate::identity::{self, UserNamespaceError, FIRST_RESERVED, PLUGIN_SLOT};
+use crate::identity::{FIRST_RESERVED, PLUGIN_SLOT};
+use crate::userns::{self, UserNamespaceError};
 use rustix::fd::{AsRawFd, OwnedFd};
 use std::ffi::CString;
 use std::io;
@@ -51,7 +52,7 @@ const RECURSIVE: libc::c_uint = libc::AT_RECURSIVE as libc::c_uint;
 const MAX_TREES: usize = 8;
 
 /// The plugin's identity on the host as root: the last slot of its runtime's range (from
-/// [`identity::base_for`]).
+/// [`crate::identity::base_for`]).
 pub fn plugin_id(base: u32) -> u32 {
     base + PLUGIN_SLOT
 }
@@ -63,7 +64,7 @@ fn map(base: u32) -> String {
 }
 
 /// A plugin's namespace maps: its root to `id`, and with `agents` the agents' slots (1 up to
-/// the reserved ones, [`identity::FIRST_RESERVED`]) to themselves.
+/// the reserved ones, [`FIRST_RESERVED`]) to themselves.
 fn plugin_map(base: u32, id: u32, agents: bool) -> String {
     let first = base + 1;
     match agents {
@@ -111,32 +112,32 @@ pub struct PluginNamespace {
 /// Why the plugin's namespace could not be prepared.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginNamespaceError {
-    #[error("the sandbox plugin's user namespace: {0}")]
+    #[error("the plugin's user namespace: {0}")]
     Namespace(#[from] UserNamespaceError),
     #[error(
-        "{0} is not searchable by others (mode {1:o}), so the sandbox plugin's uid cannot reach \
-         its programs: put the programs where every directory on the way is searchable"
+        "{0} is not searchable by others (mode {1:o}), so a plugin's uid cannot reach its \
+         program: put the programs where every directory on the way is searchable"
     )]
     Unreachable(PathBuf, u32),
     #[error(
-        "{0} must be named by its real path ({1}): the sandbox plugin sees only the real \
-         directories beneath {2}"
+        "{0} must be named by its real path ({1}): a plugin sees only the real directories \
+         beneath {2}"
     )]
     NotReal(PathBuf, PathBuf, PathBuf),
     #[error(
-        "{0} cannot be mounted idmapped ({1}): as root, the sandbox plugin reaches what it \
-         serves through idmapped mounts; put the state root on a filesystem that supports them \
-         (ext4, xfs, btrfs; tmpfs from Linux 6.3) on Linux 5.12 or later"
+        "{0} cannot be mounted idmapped ({1}): as root, every plugin reaches its directories \
+         through idmapped mounts; put the state root on a filesystem that supports them (ext4, \
+         xfs, btrfs; tmpfs from Linux 6.3) on Linux 5.12 or later"
     )]
     NoIdmap(PathBuf, io::Error),
-    #[error("the sandbox plugin's view: {0}")]
+    #[error("the plugin's view: {0}")]
     Io(#[from] io::Error),
 }
 
 impl PluginNamespace {
     /// The tree in which `served` (the plugin's own directories and the roots it serves; each
     /// must exist) and the directory of `program` are reachable, and as root the namespace
-    /// mapping the runtime's range from `base` ([`identity::base_for`]).
+    /// mapping the runtime's range from `base` ([`crate::identity::base_for`]).
     pub fn prepare(
         served: &[PathBuf],
         program: &Path,
@@ -148,7 +149,7 @@ impl PluginNamespace {
                 let map = map(base);
                 // Owned by the plugin's own uid, not root (see `user_namespace_mapped`).
                 let owner = Some(base + PLUGIN_SLOT);
-                Some(identity::user_namespace_mapped(&map, &map, owner)?)
+                Some(userns::user_namespace_mapped(&map, &map, owner)?)
             }
             false => None,
         };
@@ -157,7 +158,7 @@ impl PluginNamespace {
 
     /// As root, for a Landlock-confined plugin (issue 42, "plugins are not root"): a
     /// namespace mapping its root to `id` (its own uid on the host,
-    /// [`identity::plugin_uid`]) and, with `agents` (a plugin that keeps `DAC_OVERRIDE` or
+    /// [`crate::identity::plugin_uid`]) and, with `agents` (a plugin that keeps `DAC_OVERRIDE` or
     /// `FOWNER` over the agents' files), the agents' slots of the range from `base` to
     /// themselves; and the covered tree in which `served` (writable) and `readable` are
     /// attached idmapped through it, with the directory of `program`.
@@ -170,7 +171,7 @@ impl PluginNamespace {
         agents: bool,
     ) -> Result<PluginNamespace, PluginNamespaceError> {
         let map = plugin_map(base, id, agents);
-        let ns = identity::user_namespace_mapped(&map, &map, Some(id))?;
+        let ns = userns::user_namespace_mapped(&map, &map, Some(id))?;
         Self::prepare_in(served, readable, program, Some(ns))
     }
 
@@ -212,9 +213,7 @@ impl PluginNamespace {
             return Err(PluginNamespaceError::Unreachable(dir, mode));
         }
         if trees.len() > MAX_TREES {
-            return Err(
-                io::Error::other("too many directories for the sandbox plugin's view").into(),
-            );
+            return Err(io::Error::other("too many directories for a plugin's view").into());
         }
         // Each idmapped copy made once here, where a refusal can be named (a filesystem
         // without idmapped mounts: NFS, say), rather than as a bare errno from the child.
@@ -416,10 +415,10 @@ fn cover(served: &[PathBuf], mine: Option<u32>) -> io::Result<PathBuf> {
                 .to_path_buf(),
         });
     }
-    let common = common.ok_or_else(|| io::Error::other("the sandbox plugin serves nothing"))?;
+    let common = common.ok_or_else(|| io::Error::other("the plugin is given no directory"))?;
     if common == Path::new("/") {
         return Err(io::Error::other(
-            "the sandbox plugin's directories share no directory but /",
+            "the plugin's directories share no directory but /",
         ));
     }
     if let Some(uid) = mine {
@@ -548,13 +547,13 @@ mod tests {
 
     #[test]
     fn the_plugin_maps_itself_as_root_and_the_agents_to_themselves() {
-        let base = identity::DEFAULT_BASE;
+        let base = crate::identity::DEFAULT_BASE;
         assert_eq!(
             map(base),
             format!("0 {} 1\n{} {} 65503\n", base + 65535, base + 1, base + 1)
         );
         // The two ranges do not meet on the host: the plugins' ids lie past the agents'.
-        assert_eq!(base + 1 + (FIRST_RESERVED - 1), base + identity::FIRST_RESERVED);
+        assert_eq!(base + 1 + (FIRST_RESERVED - 1), base + FIRST_RESERVED);
     }
 
     #[test]

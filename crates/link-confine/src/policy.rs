@@ -124,7 +124,7 @@ pub struct Fds {
     /// The helper's image ([`crate::helper::image`]), copied to [`HELPER`].
     pub helper: i32,
     /// The user namespace bwrap enters for a dedicated identity
-    /// ([`crate::identity::shared_user_namespace`]).
+    /// ([`crate::userns::shared_user_namespace`]).
     pub userns: Option<i32>,
 }
 

@@ -84,7 +84,9 @@ pub struct PluginView {
     /// The tree the plugin sees and, as root, its own user namespace, joined last
     /// ([`crate::plugin_ns`]).
     own: crate::plugin_ns::PluginNamespace,
-    /// A network namespace without interfaces: every plugin's but a model that forwards.
+    /// A network namespace without interfaces: the sandbox plugin's, which has no seccomp
+    /// filter of Unix sockets only. The other plugins' filter and Landlock's TCP bound keep
+    /// them off the network without one (whose making and teardown would cost each start).
     no_network: bool,
 }
 
@@ -106,7 +108,7 @@ impl PluginView {
     /// As root, the view of a Landlock-confined plugin (issue 42, "plugins are not root"):
     /// only `writable` can be written, `writable` and `readable` are attached idmapped
     /// through its own namespace (root to `id`, and the agents' slots with `agents`), which
-    /// it joins last; off the network unless `network`.
+    /// it joins last. No network namespace (see `no_network`).
     pub fn prepare_plugin(
         writable: &[PathBuf],
         readable: &[PathBuf],
@@ -114,13 +116,12 @@ impl PluginView {
         base: u32,
         id: u32,
         agents: bool,
-        network: bool,
     ) -> io::Result<PluginView> {
         let own = crate::plugin_ns::PluginNamespace::prepare_plugin(
             writable, readable, program, base, id, agents,
         )
         .map_err(|e| io::Error::other(e.to_string()))?;
-        Self::with(writable, program, own, !network)
+        Self::with(writable, program, own, false)
     }
 
     fn with(

@@ -275,7 +275,10 @@ fn as_root_a_plugin_is_not_root_and_owner_bits_hold() {
             .skip(1)
             .map(|n| n.parse().unwrap())
             .collect();
-        assert!(ids.iter().all(|&id| id == ids[0] && id >= 1000), "{name}: {line}");
+        assert!(
+            ids.iter().all(|&id| id == ids[0] && id >= 1000),
+            "{name}: {line}"
+        );
         if let Some(other) = uids.insert(ids[0], name.clone()) {
             panic!("{name} and {other} share uid {}", ids[0]);
         }

@@ -100,6 +100,9 @@ impl Service {
         let turn = self.agent_lock(agent);
         let _one_at_a_time = turn.lock().await;
         let cgroup = self.cgroup(&limits).await?;
+        // Both waits (the agent's earlier command, a free cgroup of the pool) may outlast the
+        // request: a command its caller was told timed out must not run after all.
+        link_protocol::server::still_in_time()?;
         let spec = Spec {
             bwrap,
             owner: self.layout.root().to_owned(),

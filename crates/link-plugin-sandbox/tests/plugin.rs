@@ -546,6 +546,48 @@ async fn one_agents_commands_run_one_at_a_time() {
     p.stop();
 }
 
+/// A command that waited for its agent's earlier one past its request's deadline does not
+/// run: its caller was told it timed out. Its twin, queued behind the same command with time
+/// to spare, runs.
+#[tokio::test(flavor = "current_thread")]
+async fn a_command_that_waited_past_its_deadline_does_not_run() {
+    use link_protocol::message::{NotAfter, Request};
+    if !sandbox_or_skip() {
+        return;
+    }
+    let root = Root::new();
+    let ws = root.workspace("a1");
+    let mut p = start(&root, Mode::Confined).await;
+    let (mut late, mut in_time) = (p.process.client().await, p.process.client().await);
+    let queued = |id, marker: &str, within| Request {
+        id,
+        route: "sandbox.exec".into(),
+        agent: Some("a1".parse().unwrap()),
+        caller: None,
+        body: json!({"argv": sh(&format!("touch {marker}")), "workspace": ws}),
+        not_after: Some(NotAfter::within(Duration::from_millis(within))),
+        call: None,
+        parent: None,
+    };
+    let started = ws.join("started");
+    let first = json!({"argv": sh("touch started; sleep 1"), "workspace": ws});
+    let queue = async {
+        while !started.exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (a, b) = (queued(1, "late", 300), queued(1, "in_time", 60_000));
+        tokio::join!(late.send(&a), in_time.send(&b))
+    };
+    let (first, (late, in_time)) = tokio::join!(p.exec("a1", first), queue);
+    ran_within_its_limits(&first.unwrap());
+    let late = late.unwrap_err();
+    assert_eq!(late.code(), Some(ErrorCode::Timeout), "{late}");
+    assert!(!ws.join("late").exists(), "the late command ran: {late}");
+    ran_within_its_limits(&in_time.unwrap());
+    assert!(ws.join("in_time").exists());
+    p.stop();
+}
+
 /// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): an agent's
 /// processes share one memory, process and CPU bound. Three processes of 120 MiB each pass a 256 MiB
 /// limit together though each is within it alone: the kernel kills one, and the reply says

@@ -46,7 +46,9 @@ impl Peers {
                 let parent = std::os::unix::process::parent_id() as i32;
                 cred.uid() == rustix::process::getuid().as_raw()
                     || cred.pid() == Some(parent)
-                    || cred.pid().is_some_and(|pid| recorded_as(pids, pid, program))
+                    || cred
+                        .pid()
+                        .is_some_and(|pid| recorded_as(pids, pid, program))
             }
         }
     }

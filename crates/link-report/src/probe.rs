@@ -3,7 +3,7 @@
 //! `runtime` and `bench-sandbox`. The probe writes its full `ProbeReport`
 //! (`link-confine`); this is the part its readers decide on, typed, so none of them
 //! looks a field up by name. `link-confine`'s
-//! `probe::tests::every_reader_reads_the_report_the_probe_writes` pins the two together.
+//! `probe::report::tests::every_reader_reads_the_report_the_probe_writes` pins the two together.
 
 use serde::{Deserialize, Serialize};
 

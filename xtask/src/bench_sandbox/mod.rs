@@ -106,7 +106,7 @@ pub fn main(ws: &Workspace, opts: &Options) -> Result<u8> {
 }
 
 /// For `cargo xtask runtime --bench-sandbox`, whose checks have run already: never an error,
-/// a failure is recorded as [`BenchStatus::Failed`] with its reason. The caller [`write`]s it
+/// a failure is recorded as [`BenchStatus::Failed`] with its reason. The caller [`write`](fn@write)s it
 /// once it has checked the programs are the runs' own.
 pub fn within_runtime(ws: &Workspace, fixture: &Path, source: &str) -> SandboxBench {
     let opts = Options::default();

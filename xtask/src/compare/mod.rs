@@ -5,8 +5,8 @@
 //! when it was noisy.
 //!
 //! Modules: [`runs`] (checking the runs share
-//! their programs, choosing each side's median run), [`build`] (the comparison from the
-//! runs) and [`markdown`] (the page).
+//! their programs, choosing each side's median run), [`build`](mod@build) (the comparison from the
+//! runs) and [`markdown`](mod@markdown) (the page).
 
 mod build;
 mod markdown;

@@ -17,138 +17,32 @@
 //! shown `unresponsive` in the host's status until it answers a later call. An owner that
 //! was itself waiting for a call it made through the router is not the silent one: the blame
 //! falls on the innermost owner that did not answer ([`Router::innermost_silent`]).
+//!
+//! What each caller may call (`grants`), how long an owner may take (`deadlines`) and which
+//! calls change the schedules' grants (`schedule_change`) have files of their own; this one
+//! is the router's table: owners, calls in flight and whom to blame for a silence, leases,
+//! and the checks that read them.
 
 use crate::schedule_grant::Ledger;
 use link_protocol::client::Pool;
-use link_protocol::manifest::{self, Plugin, UNROUTED};
+use link_protocol::manifest::{Plugin, UNROUTED};
 use link_protocol::message::{NotAfter, Outcome};
-use link_protocol::routes::{self as r, Route, RouteInfo};
-use link_protocol::{AgentId, RemoteError, Request};
+use link_protocol::routes::{self as r, Route};
+use link_protocol::{RemoteError, Request};
+use schedule_change::ScheduleChange;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Who calls through the router, as a holder of grants: the host itself (its HTTP endpoint,
-/// the model key) or a plugin it started. What each may call is its manifest entry's
-/// (`manifest::HOST`, a [`Plugin`]). Not `crate::caller::Caller`, who connected to the
-/// control socket.
-#[derive(Debug, Clone, Copy)]
-pub enum Grantee {
-    Host,
-    Plugin(&'static Plugin),
-}
+mod deadlines;
+mod grants;
+mod schedule_change;
 
-/// The host itself, as a caller (its HTTP endpoint).
-pub const HOST: Grantee = Grantee::Host;
-
-impl Grantee {
-    /// Its name in the requests it makes (`Request::caller`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Grantee::Host => manifest::HOST.caller,
-            Grantee::Plugin(p) => p.program,
-        }
-    }
-
-    fn grants(self) -> &'static [RouteInfo] {
-        match self {
-            Grantee::Host => manifest::HOST.grants,
-            Grantee::Plugin(p) => p.grants,
-        }
-    }
-
-    fn secrets(self) -> &'static [&'static str] {
-        match self {
-            Grantee::Host => manifest::HOST.secrets,
-            Grantee::Plugin(p) => p.secrets,
-        }
-    }
-
-    /// Whether it acts only for the agent of a call in flight to it (`Plugin::leased`).
-    fn leased(self) -> bool {
-        matches!(self, Grantee::Plugin(p) if p.leased)
-    }
-
-    /// Whether its turns must be due firings of its schedules (`Plugin::scheduled`).
-    fn scheduled(self) -> bool {
-        matches!(self, Grantee::Plugin(p) if p.scheduled)
-    }
-}
-
-/// True when `route` is a `secret.*` route and `caller` may not name the secret in `body`:
-/// only the names its manifest entry lists are reachable.
-fn secret_refused(caller: Grantee, route: &str, body: &Value) -> bool {
-    let secret_routes = [
-        r::secret::Get::NAME,
-        r::secret::Put::NAME,
-        r::secret::Delete::NAME,
-    ];
-    if !secret_routes.contains(&route) {
-        return false;
-    }
-    let name = body.get("name").and_then(Value::as_str).unwrap_or_default();
-    !caller.secrets().contains(&name)
-}
-
-/// True when `caller` holds the grant for `route`. Everything not granted is refused.
-pub fn allowed(caller: Grantee, route: &str) -> bool {
-    caller.grants().iter().any(|g| g.name == route)
-}
-
-/// How long an ordinary route's owner may take to answer.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30);
-
-// The routes' own limits, defined with the routes: the margin per level of routing,
-// `tool.run`'s `timeout_secs`, and the link harness's per-call limit and model steps.
-use link_protocol::routes::agent::{TURN_CALL_LIMIT, TURN_MAX_STEPS};
-use link_protocol::routes::tool::{RUN_DEFAULT_SECS, RUN_MAX_SECS};
-pub use link_protocol::routes::MARGIN;
-
-/// Test hooks only (`LNK_TEST_HOOKS=1`): replaces [`DEFAULT_DEADLINE`], in milliseconds, so
-/// tests of an unresponsive plugin need not wait 30 s. Ignored without test hooks; tool and
-/// turn routes keep their deadlines. The plugins that call the model take it as their model
-/// calls' deadline (`link_protocol::model_service`).
-pub use link_protocol::plugin::ENV_TEST_DEADLINE_MS;
-
-/// [`DEFAULT_DEADLINE`], or its test override.
-fn default_deadline() -> Duration {
-    static DEADLINE: OnceLock<Duration> = OnceLock::new();
-    *DEADLINE.get_or_init(|| {
-        crate::test_hooks_on()
-            .then(|| link_protocol::plugin::test_millis(ENV_TEST_DEADLINE_MS))
-            .flatten()
-            .unwrap_or(DEFAULT_DEADLINE)
-    })
-}
-
-/// How long the router waits for the owner of `route` to answer a call with `body`.
-///
-/// | route          | deadline                                                        |
-/// |----------------|-----------------------------------------------------------------|
-/// | `sandbox.exec` | the body's `timeout_ms` (default 30 000, at most 3 600 000) + [`MARGIN`] |
-/// | `tool.run`     | the body's `timeout_secs` (default 60, at most 600) + 2 × [`MARGIN`]: over its own `sandbox.exec`, so a stopped sandbox is named, not link-run |
-/// | `turn.run`     | the harness's per-call limit (630 s: over a 600 s `tool.run`'s 620 s) × its model steps (8) + [`MARGIN`] = 5 050 s |
-/// | anything else  | [`DEFAULT_DEADLINE`] (30 s; `LNK_TEST_DEADLINE_MS` under test hooks) |
-///
-/// A limit out of range is clamped: the owner refuses such a body at once.
-pub fn deadline(route: &str, body: &Value) -> Duration {
-    let field = |name: &str| body.get(name).and_then(Value::as_u64);
-    match route {
-        r::sandbox::Exec::NAME => {
-            use r::sandbox::{DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
-            let ms = field("timeout_ms").unwrap_or(DEFAULT_TIMEOUT_MS);
-            Duration::from_millis(ms.min(MAX_TIMEOUT_MS)) + MARGIN
-        }
-        r::tool::Run::NAME => {
-            let secs = field("timeout_secs").unwrap_or(RUN_DEFAULT_SECS);
-            Duration::from_secs(secs.min(RUN_MAX_SECS)) + 2 * MARGIN
-        }
-        r::agent::Turn::NAME => TURN_CALL_LIMIT * TURN_MAX_STEPS + MARGIN,
-        _ => default_deadline(),
-    }
-}
+pub use deadlines::{deadline, DEFAULT_DEADLINE, MARGIN};
+use grants::secret_refused;
+pub use grants::{allowed, Grantee, HOST};
 
 /// What a call (or a health check, [`crate::health`]) showed of its owner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -510,66 +404,6 @@ impl Router {
     }
 }
 
-/// A forwarded call that changes which schedules may run turns.
-enum ScheduleChange {
-    Made(AgentId, r::schedule::CreateBody),
-    /// Made, recorded under this name before it was forwarded (or refused by the rules).
-    Asked(Option<String>),
-    Cancelled(AgentId, String),
-    AgentDeleted(AgentId),
-}
-
-impl ScheduleChange {
-    fn of(req: &Request) -> Option<ScheduleChange> {
-        let agent = req.agent.clone()?;
-        let body = || req.body.clone();
-        match req.route.as_str() {
-            r::schedule::Create::NAME => serde_json::from_value(body())
-                .ok()
-                .map(|b| ScheduleChange::Made(agent, b)),
-            r::schedule::Cancel::NAME => serde_json::from_value::<r::schedule::Id>(body())
-                .ok()
-                .map(|id| ScheduleChange::Cancelled(agent, id.id)),
-            r::schedule::DeleteAgent::NAME => Some(ScheduleChange::AgentDeleted(agent)),
-            _ => None,
-        }
-    }
-
-    /// Before forwarding: a schedule is recorded now, since the scheduler may fire one due
-    /// at once before the router has read its answer.
-    fn ask(self, ledger: &Mutex<Ledger>) -> ScheduleChange {
-        match self {
-            ScheduleChange::Made(agent, body) => {
-                let now = link_protocol::clock::unix_ms();
-                ScheduleChange::Asked(ledger.lock().expect("lock").asked(&agent, &body, now))
-            }
-            other => other,
-        }
-    }
-
-    /// Records what the owner's answer confirmed. A schedule whose answer never came (a
-    /// timeout, an owner gone) may have been made: it keeps its grant.
-    fn answered(self, ledger: &mut Ledger, result: &Result<Value, RemoteError>) {
-        use link_protocol::ErrorCode::{Timeout, Unavailable};
-        match (self, result) {
-            (ScheduleChange::Asked(Some(pending)), Ok(reply)) => {
-                match serde_json::from_value::<r::schedule::Id>(reply.clone()) {
-                    Ok(id) => ledger.made(&pending, id.id),
-                    Err(_) => ledger.refused(&pending),
-                }
-            }
-            (ScheduleChange::Asked(Some(pending)), Err(e))
-                if !matches!(e.code, Timeout | Unavailable) =>
-            {
-                ledger.refused(&pending)
-            }
-            (ScheduleChange::Cancelled(agent, id), Ok(_)) => ledger.cancelled(&agent, &id),
-            (ScheduleChange::AgentDeleted(agent), Ok(_)) => ledger.agent_deleted(&agent),
-            _ => {}
-        }
-    }
-}
-
 /// A call in flight ([`Router::track`]); dropping it ends the record.
 struct Tracked<'a> {
     router: &'a Router,
@@ -631,11 +465,8 @@ fn check_claims(plugin: &str, routes: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use link_protocol::manifest;
     use link_protocol::routes::programs;
-
-    fn plugin(p: &'static Plugin) -> Grantee {
-        Grantee::Plugin(p)
-    }
 
     /// The host's call to the agent plugin times out while the agent plugin waits for the
     /// file store: the file store is blamed, whether its call is still unanswered or missed
@@ -731,90 +562,5 @@ mod tests {
         assert_eq!(owner.map(|(p, _)| p.program), Some(programs::SCHEDULER));
         router.started();
         assert!(router.owner(r::agent::Turn::NAME).await.is_none());
-    }
-
-    #[test]
-    fn grants_are_exact() {
-        assert!(allowed(plugin(&manifest::HARNESS), r::tool::Run::NAME));
-        assert!(!allowed(
-            plugin(&manifest::FILE_TOOL),
-            r::store::ConversationAppend::NAME
-        ));
-        assert!(!allowed(plugin(&manifest::RUN), r::tool::Run::NAME));
-        assert!(!allowed(plugin(&manifest::AUTH), r::agent::Get::NAME));
-    }
-
-    #[test]
-    fn each_secret_is_reachable_only_by_its_holders() {
-        use serde_json::json;
-        let key = json!({"name": r::secret::MODEL_REMOTE_KEY});
-        let other = json!({"name": "other"});
-        let (model, harness) = (plugin(&manifest::MODEL), plugin(&manifest::HARNESS));
-        assert!(!secret_refused(model, r::secret::Get::NAME, &key));
-        assert!(secret_refused(model, r::secret::Get::NAME, &other));
-        assert!(secret_refused(model, r::secret::Get::NAME, &json!({})));
-        assert!(!secret_refused(HOST, r::secret::Put::NAME, &key));
-        assert!(secret_refused(harness, r::secret::Get::NAME, &key));
-        assert!(!secret_refused(harness, r::agent::Get::NAME, &other));
-        // Only the model reads, only the host writes.
-        assert!(allowed(model, r::secret::Get::NAME));
-        assert!(!allowed(model, r::secret::Put::NAME));
-        assert!(!allowed(HOST, r::secret::Get::NAME));
-    }
-
-    /// Creating an agent on a forwarded model waits for the model service's list of models
-    /// inside `agent.create`'s deadline: the service's own deadline for the remote, and the
-    /// caller's for the service, both come first, so the slow one is named.
-    #[test]
-    fn the_model_list_is_awaited_within_agent_creation() {
-        use link_protocol::model_service::{LIST_DEADLINE, REMOTE_LIST_DEADLINE};
-        let create = deadline(r::agent::Create::NAME, &serde_json::json!({}));
-        assert!(REMOTE_LIST_DEADLINE < LIST_DEADLINE && LIST_DEADLINE < create);
-    }
-
-    #[test]
-    fn deadlines_cover_each_tool_limit() {
-        use serde_json::json;
-        let secs = Duration::from_secs;
-        assert_eq!(deadline(r::agent::List::NAME, &json!({})), DEFAULT_DEADLINE);
-        assert_eq!(deadline(r::tool::Run::NAME, &json!({})), secs(80));
-        assert_eq!(
-            deadline(
-                r::tool::Run::NAME,
-                &json!({"command": "x", "timeout_secs": 5})
-            ),
-            secs(25)
-        );
-        assert_eq!(
-            deadline(r::tool::Run::NAME, &json!({"timeout_secs": 100_000})),
-            secs(620)
-        );
-        assert_eq!(deadline(r::sandbox::Exec::NAME, &json!({})), secs(40));
-        assert_eq!(
-            deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 1500})),
-            Duration::from_millis(11_500)
-        );
-        // tool.run outlasts the sandbox.exec it makes, and turn.run the calls a turn makes.
-        assert!(
-            deadline(r::tool::Run::NAME, &json!({"timeout_secs": 7}))
-                > deadline(r::sandbox::Exec::NAME, &json!({"timeout_ms": 7000}))
-        );
-        assert_eq!(deadline(r::agent::Turn::NAME, &json!({})), secs(5050));
-        // The harness waits past the router's deadline for the longest call it makes, so
-        // the router, which knows who was silent, answers first.
-        let longest = deadline(r::tool::Run::NAME, &json!({"timeout_secs": RUN_MAX_SECS}));
-        assert!(
-            TURN_CALL_LIMIT > longest,
-            "{TURN_CALL_LIMIT:?} vs {longest:?}"
-        );
-        // A model call outlasts the remote it forwards to (its head, then its body) and the
-        // key's routed read, so a slow remote is the model service's own 504; the harness's
-        // limit covers it.
-        use link_protocol::model_service::{
-            DEADLINE as MODEL, REMOTE_HEAD_DEADLINE, REMOTE_IDLE_DEADLINE,
-        };
-        let remote = REMOTE_HEAD_DEADLINE + REMOTE_IDLE_DEADLINE;
-        assert!(MODEL >= remote + DEFAULT_DEADLINE, "{MODEL:?}");
-        assert!(TURN_CALL_LIMIT >= MODEL);
     }
 }
