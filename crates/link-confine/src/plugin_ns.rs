@@ -31,6 +31,12 @@
 //! interfaces, the idmapped mounts. Nothing of the plugin's work does (no cgroup, quota or
 //! device is touched by it: limits are rlimits set by the helper inside each command).
 //!
+//! As root every Landlock-confined plugin is made the same way
+//! ([`PluginNamespace::prepare_plugin`]): its root mapped to its own uid
+//! ([`crate::identity::plugin_uid`], one of the reserved top slots of the range), the agents'
+//! slots too for a plugin that keeps `DAC_OVERRIDE` or `FOWNER` over their files, and its own
+//! directories, the areas it reads or writes and the state root's `run/` attached idmapped.
+//!
 //! As an ordinary user the plugin is that user, in a namespace mapping only itself
 //! ([`crate::view`]): it joins no other, and its trees are not idmapped, but it sees the same
 //! covered tree, so it reads none of that user's files outside what it serves (the secret

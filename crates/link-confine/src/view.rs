@@ -2,6 +2,11 @@
 //! mount is read-only but the directories it must write, and `/dev` gives no device but the
 //! few a command uses.
 //!
+//! As root every other plugin gets such a view too ([`PluginView::prepare_plugin`]), for who
+//! it is rather than for what it may write (Landlock decides that): a uid of its own, root only
+//! in its user namespace, which reaches the state root beneath root's 0700 home only through
+//! the view's cover ([`crate::plugin_ns`]), so owner bits keep it from every root-only file.
+//!
 //! The plugin cannot take Landlock filesystem rules (its bwrap mounts: [`crate::host`]), so
 //! without this it could write wherever its uid can — as root, with the `DAC_OVERRIDE` it
 //! keeps, any file on the machine and any disk — and replace `run/pids.json` or the host's
