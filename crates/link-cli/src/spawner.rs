@@ -58,28 +58,28 @@ pub fn spawn(mut cmd: Command, forker: Forker) -> Forking {
         Forker::Runtime => {
             let _ = reply.send(cmd.spawn());
         }
-        Forker::Filtered => match filtered() {
-            Ok(jobs) => {
-                if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
-                    let _ = reply.send(Err(gone()));
-                }
-            }
-            Err(e) => {
-                let _ = reply.send(Err(io::Error::other(e.clone())));
-            }
-        },
-        Forker::Unfiltered => match unfiltered() {
-            Ok(jobs) => {
-                if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
-                    let _ = reply.send(Err(gone()));
-                }
-            }
-            Err(e) => {
-                let _ = reply.send(Err(io::Error::other(e.clone())));
-            }
-        },
+        Forker::Filtered => hand(filtered(), cmd, reply),
+        Forker::Unfiltered => hand(unfiltered(), cmd, reply),
     }
     Forking(forking)
+}
+
+/// Hands `cmd` to a spawner thread's queue, or answers `reply` with why there is none.
+fn hand(
+    queue: Result<&'static mpsc::Sender<Job>, &'static String>,
+    cmd: Command,
+    reply: mpsc::Sender<io::Result<Child>>,
+) {
+    match queue {
+        Ok(jobs) => {
+            if let Err(mpsc::SendError((_, reply))) = jobs.send((cmd, reply)) {
+                let _ = reply.send(Err(gone()));
+            }
+        }
+        Err(e) => {
+            let _ = reply.send(Err(io::Error::other(e.clone())));
+        }
+    }
 }
 
 /// The queue of the next spawner thread in turn; both start on first use.
