@@ -85,7 +85,8 @@ pub fn identify(stream: &UnixStream) -> Option<Caller> {
         Ok(ancestors) if ancestors.contains(&host) => Caller::Runtime,
         Ok(_) if same_uid => Caller::Outside,
         Ok(_) => return None,
-        Err(why) => Caller::Undetermined(why),
+        Err(why) if same_uid => Caller::Undetermined(why),
+        Err(_) => return None,
     })
 }
 

@@ -9,6 +9,11 @@
 //! and the runtime's thread prepares the next command meanwhile. The first takes the filter
 //! and starts the second, which inherits it: one load of the filter, not two.
 //!
+//! As root the plugins that enter a view of their own (issue 42: every Landlock-confined
+//! one) cannot be forked under that filter, which refuses the view's namespace and mount
+//! calls: a second pair of spawner threads, without it, forks them (`Forker::Unfiltered`), and
+//! each loads the filter itself after its view.
+//!
 //! The spawner threads live as long as the host and never return: a plugin's parent-death
 //! signal (`crate::confine::die_with_host`) follows the thread that forked it, not the process,
 //! so a thread that ended would take its plugins with it.

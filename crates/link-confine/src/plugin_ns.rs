@@ -35,7 +35,9 @@
 //! ([`PluginNamespace::prepare_plugin`]): its root mapped to its own uid
 //! ([`crate::identity::plugin_uid`], one of the reserved top slots of the range), the agents'
 //! slots too for a plugin that keeps `DAC_OVERRIDE` or `FOWNER` over their files, and its own
-//! directories, the areas it reads or writes and the state root's `run/` attached idmapped.
+//! directories, the areas it reads or writes and the state root's `run/` attached idmapped
+//! (so, unlike the sandbox plugin, it has the pids file and the host's sockets in its view,
+//! its own by owner bits there: its Landlock rules and the sockets' peer checks decide).
 //!
 //! As an ordinary user the plugin is that user, in a namespace mapping only itself
 //! ([`crate::view`]): it joins no other, and its trees are not idmapped, but it sees the same
@@ -64,7 +66,8 @@ pub fn plugin_id(base: u32) -> u32 {
 }
 
 /// The namespace's maps: its root to the plugin's id, the agents' slots (1 up to the
-/// plugin's) to themselves. Slot 0 (the probe and `exec`, run by the host) is not mapped.
+/// reserved ones, [`FIRST_RESERVED`]) to themselves. Slot 0 (the probe and `exec`, run by the
+/// host) is not mapped.
 fn map(base: u32) -> String {
     plugin_map(base, base + PLUGIN_SLOT, true)
 }

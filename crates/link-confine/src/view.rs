@@ -5,7 +5,11 @@
 //! As root every other plugin gets such a view too ([`PluginView::prepare_plugin`]), for who
 //! it is rather than for what it may write (Landlock decides that): a uid of its own, root only
 //! in its user namespace, which reaches the state root beneath root's 0700 home only through
-//! the view's cover ([`crate::plugin_ns`]), so owner bits keep it from every root-only file.
+//! the view's cover ([`crate::plugin_ns`]), so owner bits keep it from every root-only file
+//! outside what is attached for it. What is attached is idmapped, so root's files there (all
+//! of `run/`, with the host's sockets and the pids file) are its own by owner bits: there its
+//! Landlock rules, the read-only flag and the sockets' peer checks decide. Without a network
+//! namespace: its seccomp filter (Unix sockets only) and Landlock's TCP bound keep it off.
 //!
 //! The plugin cannot take Landlock filesystem rules (its bwrap mounts: [`crate::host`]), so
 //! without this it could write wherever its uid can — as root, with the `DAC_OVERRIDE` it
@@ -176,7 +180,8 @@ impl PluginView {
         })
     }
 
-    /// Enters the view: a new mount namespace and a network namespace without interfaces (its
+    /// Enters the view: a new mount namespace and (the sandbox plugin's) a network namespace
+    /// without interfaces (its
     /// loopback down), so it is off the network (and, for an ordinary user, a user namespace
     /// mapping only itself), the mounts with no propagation to or from the host's; device binds kept,
     /// then every mount read-only and `/dev` without devices, then `/proc` and the writable

@@ -273,6 +273,11 @@ impl Impostor {
             }
         }
         self.record("read_shadow", outcome(std::fs::read("/etc/shadow")));
+        // In its view as root (`run/` is attached for the router's socket), and its own there
+        // by owner bits (the mount is idmapped): Landlock, which grants it no read of `run/`,
+        // is what refuses it, as root and as an ordinary user.
+        let listed = std::fs::read_dir(self.env.layout().run_dir());
+        self.record("list_run_dir", outcome(listed));
         self.record(
             "own_uid",
             rustix::process::getuid().as_raw().to_string().into(),

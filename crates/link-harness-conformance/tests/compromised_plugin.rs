@@ -161,6 +161,8 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     ] {
         assert_refused_as(&got, attempt, want);
     }
+    // Landlock's own refusal, as root too: `run/` is in its view, not in its rules.
+    assert_eq!(got["list_run_dir"], "EACCES", "{got}");
     let store_socket = layout.plugin_socket(programs::FILE_STORE);
     let store_pid = rt
         .plugin_pids()
