@@ -67,7 +67,9 @@ impl Allowance<'_> {
 /// (`sandbox_plugin_rules`: ptrace, signal and TCP bounds) and a seccomp filter of its own
 /// (the baseline without the namespace and mount rules: `seccomp::sandbox_plugin_filter`),
 /// and a mount namespace of its own in which only `allow.writable` and its socket directory
-/// can be written, with a network namespace without interfaces (`link_confine::view`).
+/// can be written, with a network namespace without interfaces (`link_confine::view`). As
+/// root every other plugin first enters a view of its own too, as a uid of its own ([`view`]),
+/// and so loads its filter itself rather than inherit it.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     plugin: &link_protocol::manifest::Plugin,
@@ -89,51 +91,10 @@ pub fn confine_command(
         host::PluginFilter::Load(_) if own_identity => crate::spawner::Forker::Unfiltered,
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
-    if own_identity {
-        use link_protocol::manifest::Capability;
-        let id = link_confine::identity::plugin_uid(allow.uid_base, plugin.program)
-            .with_context(|| format!("{} has no identity of its own", plugin.program))?;
-        // What keeps DAC_OVERRIDE or FOWNER keeps it over the agents' files: their uids mapped.
-        let agents = plugin
-            .capabilities
-            .iter()
-            .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
-        let mut writable = allow.writable.clone();
-        writable.extend(allow.sockets.iter().cloned());
-        let mut readable = allow.readable.clone();
-        // The router's and the model's sockets, and the pids file (Landlock still decides
-        // what it may read there).
-        readable.extend(
-            allow
-                .sockets
-                .iter()
-                .filter_map(|s| s.parent())
-                .map(Path::to_owned),
-        );
-        readable.extend(allow.seen.iter().cloned());
-        let program = std::path::Path::new(cmd.as_std().get_program());
-        let view = link_confine::view::PluginView::prepare_plugin(
-            &writable,
-            &readable,
-            program,
-            allow.uid_base,
-            id,
-            agents,
-        )
-        .with_context(|| format!("preparing {}'s view", plugin.program))?;
-        // SAFETY: unshare, mount, mount_setattr, setns and id calls on prepared values;
-        // nothing is allocated.
-        unsafe { cmd.pre_exec(move || view.enter()) };
-    }
-    if sandbox {
-        // First: it needs the capabilities the next step sheds.
-        let mut dirs = allow.writable.clone();
-        dirs.extend(allow.sockets.iter().cloned());
-        let program = std::path::Path::new(cmd.as_std().get_program());
-        let view = link_confine::view::PluginView::prepare(&dirs, program, allow.uid_base)
-            .context("preparing the sandbox plugin's read-only view")?;
-        // SAFETY: unshare, mount, mount_setattr and writes of prepared strings; nothing is
-        // allocated.
+    // First: entering a view needs the capabilities the next step sheds.
+    if let Some(view) = view(cmd, plugin, &allow, own_identity)? {
+        // SAFETY: unshare, mount, mount_setattr, setns, id calls and writes of prepared
+        // strings; nothing is allocated.
         unsafe { cmd.pre_exec(move || view.enter()) };
     }
     let caps = shedding.clone();
@@ -151,4 +112,50 @@ pub fn confine_command(
     // nothing is allocated.
     unsafe { cmd.pre_exec(move || shedding.apply_filter()) };
     Ok(forker)
+}
+
+/// The view `plugin` enters, if any: the sandbox plugin's, in which only its writable
+/// directories and socket directory can be written, or (`own_identity`, as root) a
+/// Landlock-confined plugin's, in which it is a uid of its own and reaches, idmapped, its
+/// directories, what it reads or only sees, and `run/` (the router's and the model's sockets
+/// and the pids file: Landlock still decides what it may do there).
+fn view(
+    cmd: &tokio::process::Command,
+    plugin: &link_protocol::manifest::Plugin,
+    allow: &Allowance<'_>,
+    own_identity: bool,
+) -> Result<Option<link_confine::view::PluginView>> {
+    use link_confine::view::PluginView;
+    use link_protocol::manifest::{Capability, Confinement};
+    let mut writable = allow.writable.clone();
+    writable.extend(allow.sockets.iter().cloned());
+    let program = Path::new(cmd.as_std().get_program());
+    if plugin.confinement == Confinement::Mounting {
+        let view = PluginView::prepare(&writable, program, allow.uid_base)
+            .context("preparing the sandbox plugin's read-only view")?;
+        return Ok(Some(view));
+    }
+    if !own_identity {
+        return Ok(None);
+    }
+    let id = link_confine::identity::plugin_uid(allow.uid_base, plugin.program)
+        .with_context(|| format!("{} has no identity of its own", plugin.program))?;
+    // What keeps DAC_OVERRIDE or FOWNER keeps it over the agents' files: their uids mapped.
+    let agents = plugin
+        .capabilities
+        .iter()
+        .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
+    let mut readable = allow.readable.clone();
+    readable.extend(
+        allow
+            .sockets
+            .iter()
+            .filter_map(|s| s.parent())
+            .map(Path::to_owned),
+    );
+    readable.extend(allow.seen.iter().cloned());
+    let view =
+        PluginView::prepare_plugin(&writable, &readable, program, allow.uid_base, id, agents)
+            .with_context(|| format!("preparing {}'s view", plugin.program))?;
+    Ok(Some(view))
 }

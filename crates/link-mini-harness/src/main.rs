@@ -253,9 +253,8 @@ async fn main() -> anyhow::Result<()> {
             h.turn(call.agent()?, body).await
         });
     // Its connection service, a uid of its own as root, is known by the host's pids file.
-    let pids: &'static std::path::Path = Box::leak(env.layout().pids_file().into_boxed_path());
     let peers = Peers::Recorded {
-        pids,
+        state: Box::leak(Box::new(env.layout())),
         program: link_protocol::routes::programs::MINI_CONNECTION,
     };
     link_protocol::plugin::serve_service(&env, peers, service).await?;

@@ -25,11 +25,11 @@ pub enum Peers {
     Parent,
     /// Any process of our own uid (Mini has no router).
     SameUser,
-    /// The parent, any process of our own uid, or the process the host's pids file (at
-    /// `pids`) records as `program`: Mini's harness, whose connection service runs as a uid
+    /// The parent, any process of our own uid, or the process the host's pids file of
+    /// `state` records as `program`: Mini's harness, whose connection service runs as a uid
     /// of its own when Link runs as root (issue 42, "plugins are not root").
     Recorded {
-        pids: &'static std::path::Path,
+        state: &'static crate::layout::StateLayout,
         program: &'static str,
     },
 }
@@ -42,27 +42,18 @@ impl Peers {
         match self {
             Peers::Parent => cred.pid() == Some(std::os::unix::process::parent_id() as i32),
             Peers::SameUser => cred.uid() == rustix::process::getuid().as_raw(),
-            Peers::Recorded { pids, program } => {
+            Peers::Recorded { state, program } => {
                 let parent = std::os::unix::process::parent_id() as i32;
+                let recorded = |pid| {
+                    let file = crate::pids::PidsFile::read(state).ok().flatten();
+                    file.is_some_and(|f| f.plugin_of(pid) == Some(program))
+                };
                 cred.uid() == rustix::process::getuid().as_raw()
                     || cred.pid() == Some(parent)
-                    || cred
-                        .pid()
-                        .is_some_and(|pid| recorded_as(pids, pid, program))
+                    || cred.pid().is_some_and(recorded)
             }
         }
     }
-}
-
-/// Whether the pids file at `pids` records `pid` (with its start time) as `program`.
-fn recorded_as(pids: &std::path::Path, pid: i32, program: &str) -> bool {
-    let Ok(bytes) = std::fs::read(pids) else {
-        return false;
-    };
-    let Ok(file) = serde_json::from_slice::<crate::pids::PidsFile>(&bytes) else {
-        return false;
-    };
-    file.plugin_of(pid) == Some(program)
 }
 
 /// The host's health check of a plugin that serves frames (`link status` asks every plugin):
