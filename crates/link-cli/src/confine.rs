@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Refuses confined mode where the kernel cannot confine the plugins.
 pub fn check_confinement() -> Result<()> {
     use link_confine::host::{prepare_plugin_ruleset, Network};
-    prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], Network::Off)
+    prepare_plugin_ruleset(PathBuf::from("/usr"), &[], &[], &[], Network::Off)
         .map(drop)
         .map_err(|e| {
             anyhow::anyhow!(
@@ -36,6 +36,8 @@ pub struct Allowance<'a> {
     pub seen: Vec<PathBuf>,
     pub writable: Vec<PathBuf>,
     pub sockets: Vec<PathBuf>,
+    /// The parts of the system it reads (`manifest::Plugin::system`).
+    pub system: &'static [link_protocol::manifest::System],
     /// Whether it reaches the network (`host::Network::of`, the one place that decides).
     pub network: link_confine::host::Network,
     /// The first uid of the runtime's range (`link_confine::identity::base_for`), which the
@@ -52,6 +54,7 @@ impl Allowance<'_> {
             self.programs.to_owned(),
             &self.writable,
             &self.sockets,
+            self.system,
             self.network,
         );
         rules.read_only.extend(self.readable.iter().cloned());

@@ -211,6 +211,7 @@ impl Launch<'_> {
             seen: plugin.sees.iter().map(|&a| layout.area(a)).collect(),
             writable,
             sockets: vec![layout.plugin_run_dir(plugin.program)],
+            system: plugin.system,
             network: link_confine::host::Network::of(plugin, plugin::model_forwards()),
             uid_base: self.uid_base,
         }
@@ -284,8 +285,9 @@ mod tests {
     }
 
     /// No confined plugin of either profile reaches the control directory of a state root
-    /// apart from the programs and system paths; one under `/usr`, or under the programs, is
-    /// refused, naming the rule.
+    /// apart from the programs and system paths; one under `/usr` where the secret plugin
+    /// runs (full Link: it reads the system's programs), or under the programs, is refused,
+    /// naming the rule. Mini's plugins read no `/usr`.
     #[test]
     fn no_plugin_rule_reaches_the_control_directory() {
         let programs = Path::new("/opt/lnk-programs");
@@ -295,11 +297,17 @@ mod tests {
             check.unwrap_or_else(|e| panic!("{profile:?}: {e:#}"));
         }
         let under_usr = StateLayout::new("/usr/lnk-state");
-        let refused = launch(&under_usr, programs, Profile::Mini)
+        let refused = launch(&under_usr, programs, Profile::Link)
             .refuse_reachable(&under_usr.control_dir())
             .unwrap_err()
             .to_string();
-        assert!(refused.contains("beneath /usr"), "{refused}");
+        assert!(
+            refused.contains("link-plugin-secret may read beneath /usr"),
+            "{refused}"
+        );
+        launch(&under_usr, programs, Profile::Mini)
+            .refuse_reachable(&under_usr.control_dir())
+            .unwrap_or_else(|e| panic!("Mini reads no /usr: {e:#}"));
         let under_programs = StateLayout::new("/opt/lnk-programs/state");
         let refused = launch(&under_programs, programs, Profile::Link)
             .refuse_reachable(&under_programs.control_dir())

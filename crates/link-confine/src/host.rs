@@ -18,13 +18,14 @@
 use crate::rules::Rules;
 use crate::SandboxError;
 use landlock::{CompatLevel, RulesetCreated, RulesetStatus};
-use link_protocol::manifest::{Capability, Confinement, NetworkRule, Plugin};
+use link_protocol::manifest::{Capability, Confinement, NetworkRule, Plugin, System};
 use rustix::thread::CapabilitySet;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// System paths a plugin may read and execute. Not `/etc`: only [`SYSTEM_FILES`] of it.
-const SYSTEM_EXEC: &[&str] = &[
+/// The system's programs and libraries, read and executed by a plugin that runs system
+/// programs ([`System::Programs`]) and by no other. Not `/etc`: only [`SYSTEM_FILES`] of it.
+const SYSTEM_PROGRAMS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 /// The files of `/etc` every plugin may read, never the directory, so no plugin reads
@@ -42,8 +43,9 @@ pub const NAME_LOOKUP_FILES: &[&str] = &[
     "/etc/hosts",
     "/etc/gai.conf",
 ];
-/// Read-only, no execute: process and system information.
-const SYSTEM_READ: &[&str] = &["/proc", "/sys", "/dev/urandom", "/dev/random"];
+/// Read-only, no execute: every process of the machine, for a plugin that samples or checks
+/// them ([`System::Processes`]). No plugin reads `/sys` or the random devices (`getrandom(2)`).
+const PROCESSES: &str = "/proc";
 
 /// Whether a plugin reaches the network. [`Network::of`] is the one place that decides, from
 /// the plugin's manifest entry ([`Plugin::network`]); the host's Landlock rules
@@ -71,19 +73,26 @@ impl Network {
     }
 }
 
-/// The rules of one plugin: read and execute system paths and `programs`, read the
-/// [`SYSTEM_FILES`] of `/etc` (and, on the network, the [`NAME_LOOKUP_FILES`]), read-write
-/// the given directories, bind sockets in `sockets`; TCP only on the network.
+/// The rules of one plugin: read and execute `programs` and the objects the host is linked
+/// with ([`linked_objects`]), read the [`SYSTEM_FILES`] of `/etc` (and, on the network, the
+/// [`NAME_LOOKUP_FILES`]) and the parts of the system its manifest entry names (`system`),
+/// read-write the given directories, bind sockets in `sockets`; TCP only on the network.
 pub fn plugin_rules(
     programs: PathBuf,
     read_write: &[PathBuf],
     sockets: &[PathBuf],
+    system: &[System],
     network: Network,
 ) -> Rules {
-    let mut read_exec: Vec<PathBuf> = SYSTEM_EXEC.iter().map(PathBuf::from).collect();
-    read_exec.push(programs);
-    let mut read_only: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
-    read_only.extend(SYSTEM_FILES.iter().map(PathBuf::from));
+    let mut read_exec = vec![programs];
+    read_exec.extend(linked_objects().iter().cloned());
+    let mut read_only: Vec<PathBuf> = SYSTEM_FILES.iter().map(PathBuf::from).collect();
+    for part in system {
+        match part {
+            System::Processes => read_only.push(PathBuf::from(PROCESSES)),
+            System::Programs => read_exec.extend(SYSTEM_PROGRAMS.iter().map(PathBuf::from)),
+        }
+    }
     if network == Network::On {
         for file in NAME_LOOKUP_FILES.iter().map(PathBuf::from) {
             read_only.extend(replaced_beside(&file));
@@ -103,6 +112,33 @@ pub fn plugin_rules(
         scoped: true,
         leave_filesystem: false,
     }
+}
+
+/// The files the host's loader mapped executable: itself and the libraries the host is linked
+/// with (on glibc: `ld-linux`, `libc`, `libgcc_s`), from `/proc/self/maps`, read once. Every
+/// plugin is built as the host is (one workspace, one toolchain), so these are the only
+/// system files its loader opens besides [`SYSTEM_FILES`]; a plugin linked with another
+/// library fails to start, its loader naming it. Empty for a static host, whose plugins need
+/// none.
+pub fn linked_objects() -> &'static [PathBuf] {
+    use procfs::process::{MMPermissions, MMapPath, Process};
+    static OBJECTS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    OBJECTS.get_or_init(|| {
+        let exe = std::env::current_exe().ok();
+        let maps = Process::myself().and_then(|p| p.maps());
+        let mut objects: Vec<PathBuf> = maps
+            .into_iter()
+            .flatten()
+            .filter(|m| m.perms.contains(MMPermissions::EXECUTE))
+            .filter_map(|m| match m.pathname {
+                MMapPath::Path(path) if Some(&path) != exe.as_ref() => Some(path),
+                _ => None,
+            })
+            .collect();
+        objects.sort();
+        objects.dedup();
+        objects
+    })
 }
 
 /// The sandbox plugin's rules: a Landlock domain that handles no filesystem right, so its
@@ -147,9 +183,12 @@ pub fn prepare_plugin_ruleset(
     programs: PathBuf,
     read_write: &[PathBuf],
     sockets: &[PathBuf],
+    system: &[System],
     network: Network,
 ) -> Result<PluginRuleset, SandboxError> {
-    prepare(&plugin_rules(programs, read_write, sockets, network))
+    prepare(&plugin_rules(
+        programs, read_write, sockets, system, network,
+    ))
 }
 
 /// Prepares any [`Rules`] for [`PluginRuleset::restrict_child`].
@@ -179,7 +218,7 @@ impl PluginRuleset {
     /// # use std::os::unix::process::CommandExt;
     /// # fn f(programs: std::path::PathBuf, data: std::path::PathBuf) -> anyhow::Result<()> {
     /// use link_confine::host::{prepare_plugin_ruleset, Network};
-    /// let mut ruleset = prepare_plugin_ruleset(programs, &[data], &[], Network::Off)?;
+    /// let mut ruleset = prepare_plugin_ruleset(programs, &[data], &[], &[], Network::Off)?;
     /// let mut cmd = std::process::Command::new("/path/to/plugin");
     /// unsafe { cmd.pre_exec(move || ruleset.restrict_child()) };
     /// # Ok(()) }

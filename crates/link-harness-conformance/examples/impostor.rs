@@ -5,8 +5,8 @@
 //! allowed twin, for the test to judge:
 //! - at start: replace, rename or remove another plugin's socket and make one in `run/`
 //!   (twin: the same in its own socket directory), read the environment of the host and of a
-//!   sibling plugin (twin: its own), use a keyring, and make the data area the file tool keeps
-//!   none of (twin: a file in its home);
+//!   sibling plugin (and its own, which it cannot either: it reads no `/proc`), use a keyring,
+//!   and make the data area the file tool keeps none of (twin: a file in its home);
 //! - in each `tool.file` call: read another agent's file through the router (twin: write the
 //!   file of the agent whose call it serves, which is what the real tool does), and call the
 //!   model, which only the harness may (twin: the turn itself, whose replies come from it),
@@ -31,7 +31,8 @@
 //!
 //! With a file `impostor.net` beside it (the kit's `tests/off_network.rs`, which puts it in
 //! every plugin's place), it only tries the network and `/etc` in whichever plugin's place it
-//! runs, writes what each attempt got to `<its home>/network.json`, and execs the real plugin
+//! runs, and what of `/proc`, `/sys` and the system's programs it reaches, writes what each
+//! attempt got to `<its home>/network.json`, and execs the real plugin
 //! (`<name>.real`): [`off_network`].
 
 use link_harness_conformance::fixture::planted_in_tmp;
@@ -693,13 +694,17 @@ const NETWORK_SPEC: &str = "impostor.net";
 /// What the test owns, for the stand-in to try: a TCP listener and a UDP socket on
 /// 127.0.0.1, a Unix socket that hands each connection an unconnected TCP socket (made outside
 /// every plugin's domain, so only Landlock stands between it and the listener), and a root-only
-/// file planted under `/etc` (as root).
+/// file planted under `/etc` (as root); a file of `/proc`, one of `/sys` and a system program,
+/// each of which the test reads or runs itself.
 #[derive(serde::Deserialize)]
 struct NetworkSpec {
     tcp: u16,
     udp: u16,
     hands_tcp: PathBuf,
     planted: Option<PathBuf>,
+    proc_file: PathBuf,
+    sys_file: PathBuf,
+    program: PathBuf,
 }
 
 /// In any plugin's place: tries the network and `/etc`, writes what each attempt got to
@@ -797,6 +802,13 @@ fn network_attempts(name: &str, spec: &NetworkSpec) -> Map<String, Value> {
     if let Some(planted) = &spec.planted {
         got.insert("read_planted".into(), outcome(std::fs::read(planted)));
     }
+    // The rest of the system (the loader's files above are the twins).
+    got.insert("read_proc".into(), outcome(std::fs::read(&spec.proc_file)));
+    got.insert("read_sys".into(), outcome(std::fs::read(&spec.sys_file)));
+    let ran = std::process::Command::new(&spec.program)
+        .stdin(std::process::Stdio::null())
+        .status();
+    got.insert("exec_system_program".into(), outcome(ran));
     got
 }
 

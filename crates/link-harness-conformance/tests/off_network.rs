@@ -4,10 +4,11 @@
 //! this test (with a socket of its own, and with one this test makes and hands it over a Unix
 //! socket, so only Landlock stands in the way), UDP to a socket of this test, raw and packet
 //! sockets, `/etc/shadow`, a root-only file planted under `/etc`, the world-readable
-//! `/etc/passwd` and the listing of `/etc`; the twins, in the same run: the Unix connection,
-//! the loader's `/etc/ld.so.cache`, this test's own reads, and the model, which keeps the
-//! network (and `/etc/hosts`) when it forwards (`LNK_MODEL_REMOTE_URL`) and only then. The test's own
-//! sockets say who reached them. Each stand-in then execs the real plugin, and a turn that
+//! `/etc/passwd` and the listing of `/etc`, a file of `/proc` and of `/sys` and a system
+//! program (each allowed only where its manifest entry names it); the twins, in the same run:
+//! the Unix connection, the loader's `/etc/ld.so.cache`, this test's own reads, and the
+//! model, which keeps the network (and `/etc/hosts`) when it forwards
+//! (`LNK_MODEL_REMOTE_URL`) and only then. The test's own sockets say who reached them. Each stand-in then execs the real plugin, and a turn that
 //! runs a command and writes a file shows the runtime works.
 //!
 //! Needs the programs and the `impostor` example beside the test executable; without them,
@@ -18,6 +19,7 @@ use link_harness_conformance::fixture::{StateRoot, TestUser};
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_protocol::layout::StateLayout;
+use link_protocol::manifest::System;
 use link_protocol::plugin::{Mode, Profile, ENV_MODEL_REMOTE_URL};
 use link_protocol::routes::programs;
 use serde_json::{json, Value};
@@ -47,6 +49,12 @@ fn built() -> Option<PathBuf> {
     }
     sandbox_or_skip(&dir).then_some(dir)
 }
+
+/// Every Unix socket of the machine, by path.
+const PROC_FILE: &str = "/proc/net/unix";
+/// A world-readable file of `/sys` on every kernel since 2.6.
+const SYS_FILE: &str = "/sys/devices/system/cpu/kernel_max";
+const SYSTEM_PROGRAM: &str = "/bin/true";
 
 /// What this test owns for the stand-ins to try, and what reached it.
 struct Targets {
@@ -118,6 +126,9 @@ impl Targets {
             "udp": self.udp.local_addr().unwrap().port(),
             "hands_tcp": self.hands,
             "planted": self.planted,
+            "proc_file": PROC_FILE,
+            "sys_file": SYS_FILE,
+            "program": SYSTEM_PROGRAM,
         })
     }
 
@@ -275,6 +286,40 @@ fn assert_off_the_network(name: &str, got: &Value, planted: bool) {
     if has_hosts() {
         assert_eq!(got["read_hosts"], "EACCES", "{name}: {got}");
     }
+    assert_system_reads(name, got);
+}
+
+/// What a plugin under Landlock's filesystem rules reaches of the rest of the system: `/proc`
+/// only with [`System::Processes`], a system program only with [`System::Programs`], `/sys`
+/// never. The twins: the loader's cache and libraries every plugin reads (it started), these
+/// very attempts in the plugins whose manifest entries name them, and this test's own
+/// ([`system_twins`]).
+fn assert_system_reads(name: &str, got: &Value) {
+    let plugin = link_protocol::manifest::find(name).expect("a plugin of the manifest");
+    let has = |part| plugin.system.contains(&part);
+    let allowed = |yes: bool| if yes { "ok" } else { "EACCES" };
+    // As root its view has no `/sys` at all (`link_confine::view::UNUSED`); as an ordinary
+    // user Landlock refuses it.
+    let sys = if rustix::process::geteuid().is_root() {
+        "ENOENT"
+    } else {
+        "EACCES"
+    };
+    for (attempt, want) in [
+        ("read_proc", allowed(has(System::Processes))),
+        ("exec_system_program", allowed(has(System::Programs))),
+        ("read_sys", sys),
+    ] {
+        assert_eq!(got[attempt], want, "{name}: {attempt}: {got}");
+    }
+}
+
+/// This test reads and runs what it asks the stand-ins to, so a refusal is theirs alone.
+fn system_twins() {
+    assert!(std::fs::read(PROC_FILE).is_ok(), "{PROC_FILE}");
+    assert!(std::fs::read(SYS_FILE).is_ok(), "{SYS_FILE}");
+    let ran = std::process::Command::new(SYSTEM_PROGRAM).status();
+    assert!(ran.is_ok_and(|s| s.success()), "{SYSTEM_PROGRAM}");
 }
 
 /// Whether `/etc/hosts`, which only a plugin on the network reads, is there to be read.
@@ -309,12 +354,14 @@ fn assert_sandbox_off_the_network(got: &Value) {
 #[test]
 fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
     let Some(built) = built() else { return };
+    system_twins();
     let run = run(&built, true);
     let model = programs::MODEL;
     for (name, got) in &run.got {
         match name.as_str() {
             programs::SANDBOX => assert_sandbox_off_the_network(got),
             n if n == model => {
+                assert_system_reads(name, got);
                 for (attempt, want) in [
                     ("tcp_socket", "ok"),
                     ("tcp_connect", "ok"),
@@ -363,6 +410,7 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
 #[test]
 fn the_model_is_off_the_network_unless_it_forwards() {
     let Some(built) = built() else { return };
+    system_twins();
     let run = run(&built, false);
     for (name, got) in &run.got {
         if name != programs::SANDBOX {

@@ -3,6 +3,7 @@
 
 use crate::common::*;
 use link_confine::{host, SandboxError};
+use link_protocol::manifest::System;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -27,6 +28,8 @@ fn a_plugin_child_writes_only_in_its_read_write_dirs() {
         "/usr/bin".into(),
         std::slice::from_ref(&rw),
         std::slice::from_ref(&sockets),
+        // Python, a system program, and its own `/proc/self/status`.
+        &[System::Programs, System::Processes],
         host::Network::Off,
     ) {
         Ok(r) => r,
@@ -103,6 +106,7 @@ fn a_plugin_off_the_network_makes_no_tcp_connection_and_reads_only_granted_etc_f
             "/usr/bin".into(),
             std::slice::from_ref(&rw),
             &[],
+            &[System::Programs],
             network,
         ) {
             Ok(r) => r,

@@ -49,6 +49,9 @@ pub struct Plugin {
     /// Directories whose paths it names without reading them (a `stat`): in its view as root
     /// (issue 42, "plugins are not root"), with no Landlock right beyond what it has.
     pub sees: &'static [Area],
+    /// The system paths it reads beyond what every plugin's loader does (the loader's cache
+    /// and the libraries the host links): nothing else of `/usr`, `/proc` or `/sys`.
+    pub system: &'static [System],
     /// Its session and process group.
     pub session: Session,
     /// The capabilities it keeps when Link runs as root; every other one is dropped.
@@ -95,6 +98,18 @@ pub enum Area {
     AgentWorkspaces,
     /// The agent plugin's `homes/`: every agent's home.
     AgentHomes,
+}
+
+/// A part of the system a plugin reads beyond what its loader does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum System {
+    /// All of `/proc`, read-only: the processes it samples or checks its callers against
+    /// (their start times), which a plugin without it cannot see (nor `/proc/net`,
+    /// `/proc/sys` or its own `/proc/self`).
+    Processes,
+    /// The system's programs and libraries (`/usr`, `/bin`, `/lib`, ...), read and executed:
+    /// the programs it runs.
+    Programs,
 }
 
 /// The session a plugin is started in.
@@ -186,6 +201,7 @@ const PLAIN: Plugin = Plugin {
     writes: &[],
     reads: &[],
     sees: &[],
+    system: &[],
     session: Session::Group,
     capabilities: &[],
     confinement: Confinement::Landlock,
@@ -207,6 +223,7 @@ const AGENT_FILES: &[Capability] = &[Capability::DacOverride, Capability::Fowner
 pub const MEASURE: Plugin = Plugin {
     program: programs::MEASURE,
     profiles: BOTH,
+    system: &[System::Processes],
     ..PLAIN
 };
 
@@ -218,8 +235,10 @@ pub const MODEL: Plugin = Plugin {
     grants: &[RouteInfo::of::<r::secret::Get>()],
     secrets: &[r::secret::MODEL_REMOTE_KEY],
     env: &[ENV_MODEL_REMOTE_URL, ENV_TEST_MODEL_TIMEOUT_MS],
-    // Its callers are checked against the host's pids file (`run/pids.json`).
+    // Its callers are checked against the host's pids file (`run/pids.json`) and the
+    // start times of the processes it names.
     reads: &[Area::Run],
+    system: &[System::Processes],
     network: NetworkRule::WhenForwarding,
     ..PLAIN
 };
@@ -230,8 +249,10 @@ pub const MINI_HARNESS: Plugin = Plugin {
     profiles: MINI,
     env: &[ENV_TEST_DEADLINE_MS],
     data: true,
-    // Its connection service is checked against the host's pids file (`run/pids.json`).
+    // Its connection service is checked against the host's pids file (`run/pids.json`) and
+    // that process's start time.
     reads: &[Area::Run],
+    system: &[System::Processes],
     model: ModelAccess::Full,
     ..PLAIN
 };
@@ -251,6 +272,8 @@ pub const SECRET: Plugin = Plugin {
     program: programs::SECRET,
     profiles: LINK,
     data: true,
+    // The keychain's program (`secret-tool`), unless `LNK_KEYCHAIN=off`.
+    system: &[System::Programs],
     ..PLAIN
 };
 
