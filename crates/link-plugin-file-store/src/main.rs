@@ -156,23 +156,21 @@ async fn for_agent<T: Send + 'static>(
 ) -> Result<T, RemoteError> {
     let agent = call.agent()?.as_str().to_owned();
     let lock = store.lock_for(&agent);
-    let held = lock.clone().lock_owned().await;
-    let done = in_time(store.clone(), held, call, work).await;
+    // Given up at the call's deadline: its caller was told it timed out, so it is not done.
+    let held = link_protocol::server::until_deadline(lock.clone().lock_owned()).await?;
+    let done = holding(store.clone(), held, call, work).await;
     drop(lock);
     store.forget_idle(&agent);
     done
 }
 
-/// `work` on a blocking thread holding `held` (its agent's lock) until it ends; not at all
-/// when the call, read in time, waited for the agent's earlier call past its deadline: its
-/// caller was told it timed out.
-async fn in_time<T: Send + 'static>(
+/// `work` on a blocking thread holding `held` (its agent's lock) until it ends.
+async fn holding<T: Send + 'static>(
     store: Arc<Store>,
     held: tokio::sync::OwnedMutexGuard<()>,
     call: Call,
     work: impl FnOnce(&Store, Call) -> Result<T, RemoteError> + Send + 'static,
 ) -> Result<T, RemoteError> {
-    link_protocol::server::still_in_time()?;
     tokio::task::spawn_blocking(move || {
         let _held = held;
         work(&store, call)

@@ -18,7 +18,7 @@ use link_confine::run::{Output, RunError, Spec};
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::Mode;
 use link_protocol::routes::sandbox::{ExecBody, ExecReply};
-use link_protocol::server::Call;
+use link_protocol::server::{until_deadline, Call};
 use link_protocol::AgentId;
 use link_protocol::{ErrorCode, RemoteError};
 use std::collections::HashMap;
@@ -97,12 +97,12 @@ impl Service {
                 "bubblewrap (`bwrap`) is not on PATH: install it (apt-get install bubblewrap)",
             )
         })?;
-        let turn = self.agent_lock(agent);
-        let _one_at_a_time = turn.lock().await;
-        let cgroup = self.cgroup(&limits).await?;
         // Both waits (the agent's earlier command, a free cgroup of the pool) may outlast the
-        // request: a command its caller was told timed out must not run after all.
-        link_protocol::server::still_in_time()?;
+        // request: given up at its deadline, so a command its caller was told timed out never
+        // runs and holds no place in either queue.
+        let turn = self.agent_lock(agent);
+        let _one_at_a_time = until_deadline(turn.lock()).await?;
+        let cgroup = until_deadline(self.cgroup(&limits)).await??;
         let spec = Spec {
             bwrap,
             owner: self.layout.root().to_owned(),

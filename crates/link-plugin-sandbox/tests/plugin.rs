@@ -546,9 +546,11 @@ async fn one_agents_commands_run_one_at_a_time() {
     p.stop();
 }
 
-/// A command that waited for its agent's earlier one past its request's deadline does not
-/// run: its caller was told it timed out. Its twin, queued behind the same command with time
-/// to spare, runs.
+/// A command that waits for its agent's earlier one past its request's deadline is answered
+/// `timeout` at that deadline, while the earlier one still runs, and never runs: its caller
+/// was told it timed out. The earlier command runs until this test lets it end, which it does
+/// only once that answer is in. Its twin, queued behind the same command with time to spare,
+/// runs after it.
 #[tokio::test(flavor = "current_thread")]
 async fn a_command_that_waited_past_its_deadline_does_not_run() {
     use link_protocol::message::{NotAfter, Request};
@@ -569,19 +571,30 @@ async fn a_command_that_waited_past_its_deadline_does_not_run() {
         call: None,
         parent: None,
     };
-    let started = ws.join("started");
-    let first = json!({"argv": sh("touch started; sleep 1"), "workspace": ws});
+    let (started, release) = (ws.join("started"), ws.join("release"));
+    let held = "touch started; while [ ! -e release ]; do sleep 0.02; done; touch finished";
+    let first = json!({"argv": sh(held), "workspace": ws});
     let queue = async {
         while !started.exists() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let (a, b) = (queued(1, "late", 300), queued(1, "in_time", 60_000));
-        tokio::join!(late.send(&a), in_time.send(&b))
+        let given_up = async {
+            let answer = late.send(&a).await;
+            let finished = ws.join("finished").exists();
+            std::fs::write(&release, "").unwrap();
+            (answer, finished)
+        };
+        tokio::join!(given_up, in_time.send(&b))
     };
-    let (first, (late, in_time)) = tokio::join!(p.exec("a1", first), queue);
+    let (first, ((late, finished), in_time)) = tokio::join!(p.exec("a1", first), queue);
     ran_within_its_limits(&first.unwrap());
     let late = late.unwrap_err();
     assert_eq!(late.code(), Some(ErrorCode::Timeout), "{late}");
+    assert!(
+        !finished,
+        "answered only once the earlier command had ended"
+    );
     assert!(!ws.join("late").exists(), "the late command ran: {late}");
     ran_within_its_limits(&in_time.unwrap());
     assert!(ws.join("in_time").exists());

@@ -145,7 +145,7 @@ tokio::task_local! {
     static ANSWERING: Answering;
 }
 
-/// Runs `answer` as the answer to `request` ([`current_call`], [`still_in_time`]).
+/// Runs `answer` as the answer to `request` ([`current_call`], [`until_deadline`]).
 pub async fn answering<F: Future>(request: Answering, answer: F) -> F::Output {
     ANSWERING.scope(request, answer).await
 }
@@ -157,15 +157,19 @@ pub fn current_call() -> Option<u64> {
     ANSWERING.try_with(|a| a.call).ok().flatten()
 }
 
-/// `timeout` when the request this task answers has passed its deadline: for a handler that
-/// waited (for a lock, say) after the request was read, before it changes anything, so a
-/// caller told it timed out never finds it done. `Ok` outside a request.
-pub fn still_in_time() -> Result<(), RemoteError> {
-    let late = ANSWERING.try_with(|a| match &a.deadline {
-        Some((at, route)) if at.passed() => Some(too_late(route, "waited past")),
-        _ => None,
-    });
-    late.ok().flatten().map_or(Ok(()), Err)
+/// `wait` (for a lock, a free resource) by a handler before it changes anything, given up at
+/// the deadline of the request this task answers: `timeout` then, and nothing done, so a
+/// caller told it timed out never finds it done, and the handler holds no place in the queue
+/// past that moment. Waits as long as `wait` does outside a request or without a deadline.
+pub async fn until_deadline<T>(wait: impl Future<Output = T>) -> Result<T, RemoteError> {
+    let deadline = ANSWERING.try_with(|a| a.deadline.clone()).ok().flatten();
+    let Some((at, route)) = deadline else {
+        return Ok(wait.await);
+    };
+    let left = at.0.saturating_sub(crate::clock::monotonic_ms());
+    tokio::time::timeout(std::time::Duration::from_millis(left), wait)
+        .await
+        .map_err(|_| too_late(&route, "waited past"))
 }
 
 /// The answer to a request read after its deadline.
@@ -390,34 +394,47 @@ mod tests {
         assert_eq!(state.0.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
-    /// A handler that waited past its request's deadline learns so before doing anything
-    /// ([`still_in_time`]); the twin, one whose deadline is far, goes on.
+    /// A handler waiting for a lock gives up at its request's deadline
+    /// ([`until_deadline`]): answered `timeout` while the lock is still held, so it kept no
+    /// place in the queue. The twin, a far deadline, gets the lock once it is let go.
     #[tokio::test]
-    async fn a_handler_that_waited_past_the_deadline_is_told_so() {
-        let waited = handler(|_req: Request| async move {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            still_in_time().map(|()| json!("done"))
+    async fn a_wait_is_given_up_at_the_deadline_not_when_it_ends() {
+        let lock = std::sync::Arc::new(tokio::sync::Mutex::new(()));
+        let held = lock.clone().lock_owned().await;
+        let waiting = handler(move |_req: Request| {
+            let lock = lock.clone();
+            async move {
+                let _got = until_deadline(lock.lock_owned()).await?;
+                Ok(json!("done"))
+            }
         });
         let (mut ours, theirs) = UnixStream::pair().unwrap();
-        tokio::spawn(serve_connection(theirs, move |req| waited(req)));
-        for (id, within_ms, done) in [(1, 30, false), (2, 60_000, true)] {
+        tokio::spawn(serve_connection(theirs, move |req| waiting(req)));
+        let ask = |id: u64, within_ms: u64| {
             let not_after = crate::clock::monotonic_ms() + within_ms;
-            let frame = json!({"id": id, "route": "store.x", "not_after": not_after, "body": {}});
-            write_message(&mut ours, &frame).await.unwrap();
-            let resp: Response = read_message(&mut ours).await.unwrap().unwrap();
-            match (resp.outcome, done) {
-                (Outcome::Ok(v), true) => assert_eq!(v, "done"),
-                (Outcome::Error(e), false) => {
-                    assert_eq!(e.code, crate::ErrorCode::Timeout);
-                    assert!(
-                        e.message.contains("store.x waited past its deadline"),
-                        "{e}"
-                    );
-                }
-                (other, _) => panic!("{id}: {other:?}"),
+            json!({"id": id, "route": "sandbox.x", "not_after": not_after, "body": {}})
+        };
+        write_message(&mut ours, &ask(1, 30)).await.unwrap();
+        let resp: Response = read_message(&mut ours).await.unwrap().unwrap();
+        match resp.outcome {
+            Outcome::Error(e) => {
+                assert_eq!(e.code, crate::ErrorCode::Timeout);
+                assert!(e.message.contains("sandbox.x waited past"), "{e}");
             }
+            other => panic!("answered while the lock was held: {other:?}"),
         }
-        assert!(still_in_time().is_ok(), "outside a request");
+        write_message(&mut ours, &ask(2, 60_000)).await.unwrap();
+        drop(held);
+        let resp: Response = read_message(&mut ours).await.unwrap().unwrap();
+        assert!(
+            matches!(resp.outcome, Outcome::Ok(ref v) if v == "done"),
+            "{resp:?}"
+        );
+        assert_eq!(
+            until_deadline(async { 7 }).await.unwrap(),
+            7,
+            "outside a request"
+        );
     }
 
     /// A plugin's socket answers [`PING`] before its handler, whatever routes it serves;
