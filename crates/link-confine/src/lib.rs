@@ -26,7 +26,7 @@
 //!   behind) is alive;
 //! - [`leftovers`]: the sandboxes a killed starter left (bubblewrap's `--die-with-parent` race),
 //!   found by their owner's tag (bwrap's `argv[0]`) and killed;
-//! - [`probe`]: the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
+//! - [`probe`](mod@probe): the capability probe (`enforced` / `unavailable` / `broken`, with reasons);
 //! - [`view`]: the plugin's own mount namespace, read-only but what it must write;
 //! - [`plugin_ns`]: as root, the plugin's own user namespace (its root an unprivileged uid on
 //!   the host) and the tree it sees: only what it serves.
@@ -35,6 +35,9 @@
 //! `link-plugin-sandbox` program is a thin binary over it: the plugin (its `sandbox.exec`
 //! route), the `probe` and `exec` commands for people, and the probe's inside checks
 //! (`probe-inside`, [`probe::inside`]). There is never an unconfined fallback.
+// The docs describe how the code works, private parts included (read them with
+// `cargo doc --document-private-items`): a link to a private item is meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 pub mod cgroup;
 pub mod handover;

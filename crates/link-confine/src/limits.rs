@@ -18,7 +18,7 @@
 //! directories are measured again every [`QUOTA_CHECK`] or so, and a command whose files pass
 //! the quota is stopped, so several files together pass it by at most what one interval
 //! lets a command write. `fallocate`, which the file size limit does not bound, is refused
-//! ([`crate::seccomp_rules::PREALLOCATE`]). What a walk cannot see (files unlinked while
+//! (`seccomp_rules::PREALLOCATE`). What a walk cannot see (files unlinked while
 //! open or made unnamed, a directory an ordinary user's command made unreadable) is bounded
 //! only by the time limit.
 

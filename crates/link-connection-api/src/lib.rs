@@ -6,6 +6,9 @@
 //! held ([`held`]) and the JSON error shape; a [`Backend`] owns what a request does. Every
 //! request is authenticated from its headers before any byte of its body is read, so an
 //! unauthenticated request changes nothing, costs no body, and ends its connection.
+// The docs describe how the code works, private parts included (read them with
+// `cargo doc --document-private-items`): a link to a private item is meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod held;
 mod parse_errors;

@@ -331,7 +331,7 @@ impl Log {
         Ok((scan, known))
     }
 
-    /// One page of the log as `req` asks ([`page`]), the torn tail's description if there
+    /// One page of the log as `req` asks ([`crate::window::page`]), the torn tail's description if there
     /// is one, and what the caller may remember of an intact log. When `known` still
     /// describes the file (nobody else wrote to it since), only the page's lines are read
     /// and parsed, so the cost of a page does not grow with the log; otherwise the log is

@@ -25,6 +25,9 @@
 //!
 //! The example `runtime` is the standalone runner; the `runtime::` tests of
 //! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
+// The docs describe how the code works, private parts included (read them with
+// `cargo doc --document-private-items`): a link to a private item is meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 mod child;
 pub mod client;

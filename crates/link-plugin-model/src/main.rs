@@ -3,7 +3,7 @@
 //! It owns the OpenAI-compatible HTTP API on its Unix socket (`LNK_SOCKET`):
 //! `POST /v1/chat/completions` and `GET /v1/models`. The built-in model `link-local`
 //! ([`local`]) is deterministic and reads a small instruction language ([`instructions`]).
-//! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`]), with the
+//! Other models are forwarded to `LNK_MODEL_REMOTE_URL` when it is set ([`forward`](mod@forward)), with the
 //! key full Link's secret plugin keeps, and are `404` otherwise; the model list is then
 //! `link-local` and the remote's. A remote's stream is relayed as it arrives; its error answer
 //! keeps its status where a client can act on it and its own error fields, naming the remote

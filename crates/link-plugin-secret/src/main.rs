@@ -4,7 +4,7 @@
 //! and `secret.delete` `{name}` → `{deleted}`, over one of two backends chosen at start:
 //! - `keychain` ([`keychain`]): the desktop Secret Service, only where `secret-tool` is
 //!   installed, a session bus is set and a lookup answers within 2 s;
-//! - `file` ([`file`]): one 0600 file per secret under `<data>/secrets/`, written atomically.
+//! - `file` ([`file`](mod@file)): one 0600 file per secret under `<data>/secrets/`, written atomically.
 //!
 //! `LNK_KEYCHAIN=off` forces `file` (tests and the runtime runner set it). The backend in use
 //! is named in the start-up log line. Secret values never appear in logs or error messages.

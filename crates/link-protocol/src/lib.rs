@@ -32,6 +32,9 @@
 //!
 //! The [`manifest`] declares what each plugin may do; the host enforces it (its router, its
 //! confinement), so a plugin linking another version of this crate changes nothing.
+// The docs describe how the code works, private parts included (read them with
+// `cargo doc --document-private-items`): a link to a private item is meant.
+#![allow(rustdoc::private_intra_doc_links)]
 
 /// What `link --version` adds when the host was built with its test hooks (`link-cli`'s
 /// `test-hooks` feature), which a release must not be: the xtask refuses to qualify such a

@@ -15,6 +15,10 @@
 //! executed. A mistake in its own arguments (or a bug: a panic) also exits [`EXIT_SETUP`],
 //! with a message on standard error and no status line. Control characters in a command's
 //! name are shown escaped, so no name can add a line of its own.
+
+// The docs describe how the code works, private parts included (read them with
+// `cargo doc --document-private-items`): a link to a private item is meant.
+#![allow(rustdoc::private_intra_doc_links)]
 #![cfg_attr(not(test), no_std)]
 
 pub mod args;

@@ -155,7 +155,7 @@ impl RuntimeSpec {
         self
     }
 
-    /// The host is spawned through the kit's [`reaper`], which must own every wait of a
+    /// The host is spawned through the kit's [`crate::reaper`], which must own every wait of a
     /// runner that is a child subreaper (the scenario); the background reaper is started.
     pub fn supervised(mut self) -> Self {
         self.supervised = true;
