@@ -42,6 +42,8 @@
 //! Prepared in the parent ([`PluginView::prepare`]: every path as a C string, the id maps
 //! as text), entered between fork and exec ([`PluginView::enter`]: system calls only).
 
+use crate::plugin_ns::OwnNamespace;
+use rustix::fd::OwnedFd;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -107,27 +109,32 @@ struct IdMaps {
 
 impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
-    /// `program`.
-    pub fn prepare(writable: &[PathBuf], program: &Path, base: u32) -> io::Result<PluginView> {
-        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base)
+    /// `program`; as root its own namespace `ahead` if made ahead
+    /// ([`crate::plugin_ns::OwnNamespace::sandbox`]), or made here.
+    pub fn prepare(
+        writable: &[PathBuf],
+        program: &Path,
+        base: u32,
+        ahead: Option<OwnedFd>,
+    ) -> io::Result<PluginView> {
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base, ahead)
             .map_err(|e| io::Error::other(e.to_string()))?;
         Self::with(writable, program, own, true)
     }
 
     /// As root, the view of a Landlock-confined plugin (issue 42, "plugins are not root"):
     /// only `writable` can be written, `writable` and `readable` are attached idmapped
-    /// through its own namespace (root to `id`, and the agents' slots with `agents`), which
-    /// it joins last. No network namespace (see `no_network`).
+    /// through its own namespace `own` (`ahead` if made ahead, or made here), which it joins
+    /// last. No network namespace (see `no_network`).
     pub fn prepare_plugin(
         writable: &[PathBuf],
         readable: &[PathBuf],
         program: &Path,
-        base: u32,
-        id: u32,
-        agents: bool,
+        own: &OwnNamespace,
+        ahead: Option<OwnedFd>,
     ) -> io::Result<PluginView> {
         let own = crate::plugin_ns::PluginNamespace::prepare_plugin(
-            writable, readable, program, base, id, agents,
+            writable, readable, program, own, ahead,
         )
         .map_err(|e| io::Error::other(e.to_string()))?;
         Self::with(writable, program, own, false)
