@@ -73,10 +73,12 @@ impl Allowance<'_> {
 /// can be written, with a network namespace without interfaces (`link_confine::view`). As
 /// root every other plugin first enters a view of its own too, as a uid of its own ([`view`]),
 /// and so loads its filter itself rather than inherit it.
+/// `ahead` is its own namespace as root if made ahead ([`own_namespace`]), or its view makes it.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     plugin: &link_protocol::manifest::Plugin,
     allow: Allowance<'_>,
+    ahead: Option<rustix::fd::OwnedFd>,
 ) -> Result<crate::spawner::Forker> {
     use link_confine::host;
     let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
@@ -95,7 +97,7 @@ pub fn confine_command(
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
     // First: entering a view needs the capabilities the next step sheds.
-    if let Some(view) = view(cmd, plugin, &allow, own_identity)? {
+    if let Some(view) = view(cmd, plugin, &allow, own_identity, ahead)? {
         // SAFETY: unshare, mount, mount_setattr, setns, id calls and writes of prepared
         // strings; nothing is allocated.
         unsafe { cmd.pre_exec(move || view.enter()) };
@@ -127,27 +129,22 @@ fn view(
     plugin: &link_protocol::manifest::Plugin,
     allow: &Allowance<'_>,
     own_identity: bool,
+    ahead: Option<rustix::fd::OwnedFd>,
 ) -> Result<Option<link_confine::view::PluginView>> {
     use link_confine::view::PluginView;
-    use link_protocol::manifest::{Capability, Confinement};
+    use link_protocol::manifest::Confinement;
     let mut writable = allow.writable.clone();
     writable.extend(allow.sockets.iter().cloned());
     let program = Path::new(cmd.as_std().get_program());
     if plugin.confinement == Confinement::Mounting {
-        let view = PluginView::prepare(&writable, program, allow.uid_base)
+        let view = PluginView::prepare(&writable, program, allow.uid_base, ahead)
             .context("preparing the sandbox plugin's read-only view")?;
         return Ok(Some(view));
     }
     if !own_identity {
         return Ok(None);
     }
-    let id = link_confine::identity::plugin_uid(allow.uid_base, plugin.program)
-        .with_context(|| format!("{} has no identity of its own", plugin.program))?;
-    // What keeps DAC_OVERRIDE or FOWNER keeps it over the agents' files: their uids mapped.
-    let agents = plugin
-        .capabilities
-        .iter()
-        .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
+    let own = own_namespace(plugin, allow.uid_base)?;
     let mut readable = allow.readable.clone();
     readable.extend(
         allow
@@ -157,8 +154,28 @@ fn view(
             .map(Path::to_owned),
     );
     readable.extend(allow.seen.iter().cloned());
-    let view =
-        PluginView::prepare_plugin(&writable, &readable, program, allow.uid_base, id, agents)
-            .with_context(|| format!("preparing {}'s view", plugin.program))?;
+    let view = PluginView::prepare_plugin(&writable, &readable, program, &own, ahead)
+        .with_context(|| format!("preparing {}'s view", plugin.program))?;
     Ok(Some(view))
+}
+
+/// As root, the user namespace of its own `plugin` joins in its view (issue 42), in the
+/// runtime's range from `base`: the sandbox plugin's, or a Landlock-confined plugin's, which
+/// maps the agents' uids too if it keeps `DAC_OVERRIDE` or `FOWNER` over their files.
+pub fn own_namespace(
+    plugin: &link_protocol::manifest::Plugin,
+    base: u32,
+) -> Result<link_confine::plugin_ns::OwnNamespace> {
+    use link_confine::plugin_ns::OwnNamespace;
+    use link_protocol::manifest::{Capability, Confinement};
+    if plugin.confinement == Confinement::Mounting {
+        return Ok(OwnNamespace::sandbox(base));
+    }
+    let id = link_confine::identity::plugin_uid(base, plugin.program)
+        .with_context(|| format!("{} has no identity of its own", plugin.program))?;
+    let agents = plugin
+        .capabilities
+        .iter()
+        .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
+    Ok(OwnNamespace::plugin(base, id, agents))
 }

@@ -157,6 +157,9 @@ async fn run(
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
+    // Made while the host starts, off the thread that prepares the plugins.
+    let namespaces =
+        crate::own_namespaces::OwnNamespaces::for_plugins(args.profile, args.mode, uid_base);
     let cgroups = match confined_link {
         true => agent_cgroups(&layout)?,
         false => None,
@@ -171,6 +174,7 @@ async fn run(
         default_model: &args.model,
         cgroups: cgroups.as_ref(),
         uid_base,
+        namespaces: namespaces.as_ref(),
     };
     if args.mode == Mode::Confined {
         launch.refuse_reachable(&layout.control_dir())?;

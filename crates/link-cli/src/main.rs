@@ -15,6 +15,7 @@ mod endpoint;
 mod health;
 mod host;
 mod leftovers;
+mod own_namespaces;
 mod plugins;
 mod probe_cache;
 mod router;

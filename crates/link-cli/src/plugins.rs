@@ -67,6 +67,8 @@ pub struct Launch<'a> {
     pub cgroups: Option<&'a link_confine::cgroup::RuntimeCgroups>,
     /// The first uid of this runtime's range of identities (`identity::base_for`).
     pub uid_base: u32,
+    /// As root, confined: the plugins' own user namespaces, made ahead.
+    pub namespaces: Option<&'a crate::own_namespaces::OwnNamespaces>,
 }
 
 impl Plugin {
@@ -196,7 +198,11 @@ impl Launch<'_> {
                 hand_cgroups(cmd, cgroups);
             }
         }
-        crate::confine::confine_command(cmd, plugin, self.allowance(plugin))
+        let ahead = self.namespaces.and_then(|made| {
+            let own = crate::confine::own_namespace(plugin, self.uid_base).ok()?;
+            made.take(&own)
+        });
+        crate::confine::confine_command(cmd, plugin, self.allowance(plugin), ahead)
             .with_context(|| format!("confining {}", plugin.program))
     }
 
@@ -281,6 +287,7 @@ mod tests {
             default_model: &LOCAL,
             cgroups: None,
             uid_base: link_confine::identity::DEFAULT_BASE,
+            namespaces: None,
         }
     }
 

@@ -82,6 +82,47 @@ fn plugin_map(base: u32, id: u32, agents: bool) -> String {
     }
 }
 
+/// A plugin's own user namespace as root, by what it maps and who owns it: known from the
+/// runtime's range alone, so the host can make every plugin's ahead, on a thread of its own,
+/// rather than one fork at a time on the thread that prepares the plugins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnNamespace {
+    map: String,
+    owner: u32,
+}
+
+impl OwnNamespace {
+    /// The sandbox plugin's: its root to [`plugin_id`], the agents' slots to themselves.
+    pub fn sandbox(base: u32) -> OwnNamespace {
+        OwnNamespace {
+            map: map(base),
+            owner: plugin_id(base),
+        }
+    }
+
+    /// A Landlock-confined plugin's: its root to `id` (its own uid on the host,
+    /// [`crate::identity::plugin_uid`]) and, with `agents` (a plugin that keeps
+    /// `DAC_OVERRIDE` or `FOWNER` over the agents' files), the agents' slots of the range from
+    /// `base` to themselves.
+    pub fn plugin(base: u32, id: u32, agents: bool) -> OwnNamespace {
+        OwnNamespace {
+            map: plugin_map(base, id, agents),
+            owner: id,
+        }
+    }
+
+    /// Makes it, owned by its uid (not root: see [`userns::user_namespace_mapped`]), by a
+    /// fork of this process.
+    pub fn make(&self) -> Result<OwnedFd, UserNamespaceError> {
+        userns::user_namespace_mapped(&self.map, &self.map, Some(self.owner))
+    }
+
+    /// `ahead` (the caller made it from this value), or made now.
+    fn made(&self, ahead: Option<OwnedFd>) -> Result<OwnedFd, UserNamespaceError> {
+        ahead.map_or_else(|| self.make(), Ok)
+    }
+}
+
 /// Where other programs of the machine (and an ordinary user's other programs) keep files the
 /// plugin serves nothing from: covered too ([`covers`]), so a file left readable there (a
 /// 0644 file in `/tmp`, another runtime's scratch, a user's agent socket in `/run/user`) is not
@@ -146,42 +187,33 @@ pub enum PluginNamespaceError {
 impl PluginNamespace {
     /// The tree in which `served` (the plugin's own directories and the roots it serves; each
     /// must exist) and the directory of `program` are reachable, and as root the namespace
-    /// mapping the runtime's range from `base` ([`crate::identity::base_for`]).
+    /// mapping the runtime's range from `base` ([`crate::identity::base_for`]): `ahead`, made
+    /// from [`OwnNamespace::sandbox`], or made here.
     pub fn prepare(
         served: &[PathBuf],
         program: &Path,
         base: u32,
+        ahead: Option<OwnedFd>,
     ) -> Result<PluginNamespace, PluginNamespaceError> {
-        let root = rustix::process::geteuid().is_root();
-        let ns = match root {
-            true => {
-                let map = map(base);
-                // Owned by the plugin's own uid, not root (see `user_namespace_mapped`).
-                let owner = Some(base + PLUGIN_SLOT);
-                Some(userns::user_namespace_mapped(&map, &map, owner)?)
-            }
+        let ns = match rustix::process::geteuid().is_root() {
+            true => Some(OwnNamespace::sandbox(base).made(ahead)?),
             false => None,
         };
         Self::prepare_in(served, &[], program, ns)
     }
 
-    /// As root, for a Landlock-confined plugin (issue 42, "plugins are not root"): a
-    /// namespace mapping its root to `id` (its own uid on the host,
-    /// [`crate::identity::plugin_uid`]) and, with `agents` (a plugin that keeps `DAC_OVERRIDE` or
-    /// `FOWNER` over the agents' files), the agents' slots of the range from `base` to
-    /// themselves; and the covered tree in which `served` (writable) and `readable` are
-    /// attached idmapped through it, with the directory of `program`.
+    /// As root, for a Landlock-confined plugin (issue 42, "plugins are not root"): its own
+    /// namespace `own` ([`OwnNamespace::plugin`]; `ahead` if made ahead, or made here) and
+    /// the covered tree in which `served` (writable) and `readable` are attached idmapped
+    /// through it, with the directory of `program`.
     pub fn prepare_plugin(
         served: &[PathBuf],
         readable: &[PathBuf],
         program: &Path,
-        base: u32,
-        id: u32,
-        agents: bool,
+        own: &OwnNamespace,
+        ahead: Option<OwnedFd>,
     ) -> Result<PluginNamespace, PluginNamespaceError> {
-        let map = plugin_map(base, id, agents);
-        let ns = userns::user_namespace_mapped(&map, &map, Some(id))?;
-        Self::prepare_in(served, readable, program, Some(ns))
+        Self::prepare_in(served, readable, program, Some(own.made(ahead)?))
     }
 
     fn prepare_in(
@@ -311,6 +343,11 @@ impl PluginNamespace {
             })?;
         }
         Ok(())
+    }
+
+    /// Covers none of `gone` (mounts the view's tree is without: nothing there to hide).
+    pub(crate) fn uncover(&mut self, gone: &[CString]) {
+        self.covers.retain(|c| !gone.contains(&c.path));
     }
 
     /// Whether `dir` is one of the trees the view attached (a mount of its own already).

@@ -42,6 +42,8 @@
 //! Prepared in the parent ([`PluginView::prepare`]: every path as a C string, the id maps
 //! as text), entered between fork and exec ([`PluginView::enter`]: system calls only).
 
+use crate::plugin_ns::OwnNamespace;
+use rustix::fd::{AsRawFd, OwnedFd};
 use std::ffi::CString;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -85,8 +87,10 @@ const MAX_STACKED: usize = 32;
 pub struct PluginView {
     writable: Vec<CString>,
     devices: Vec<CString>,
-    /// The [`UNUSED`] mounts to detach.
+    /// The [`UNUSED`] mounts to detach (none where `trimmed` is without them already).
     shed: Vec<CString>,
+    /// As root: the host's tree without the `shed` mounts, to copy ([`trimmed`]).
+    trimmed: Option<OwnedFd>,
     /// An ordinary user needs a user namespace to own a mount namespace: its own uid and gid
     /// mapped to themselves, so the plugin is who it was.
     maps: Option<IdMaps>,
@@ -107,27 +111,32 @@ struct IdMaps {
 
 impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
-    /// `program`.
-    pub fn prepare(writable: &[PathBuf], program: &Path, base: u32) -> io::Result<PluginView> {
-        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base)
+    /// `program`; as root its own namespace `ahead` if made ahead
+    /// ([`crate::plugin_ns::OwnNamespace::sandbox`]), or made here.
+    pub fn prepare(
+        writable: &[PathBuf],
+        program: &Path,
+        base: u32,
+        ahead: Option<OwnedFd>,
+    ) -> io::Result<PluginView> {
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base, ahead)
             .map_err(|e| io::Error::other(e.to_string()))?;
         Self::with(writable, program, own, true)
     }
 
     /// As root, the view of a Landlock-confined plugin (issue 42, "plugins are not root"):
     /// only `writable` can be written, `writable` and `readable` are attached idmapped
-    /// through its own namespace (root to `id`, and the agents' slots with `agents`), which
-    /// it joins last. No network namespace (see `no_network`).
+    /// through its own namespace `own` (`ahead` if made ahead, or made here), which it joins
+    /// last. No network namespace (see `no_network`).
     pub fn prepare_plugin(
         writable: &[PathBuf],
         readable: &[PathBuf],
         program: &Path,
-        base: u32,
-        id: u32,
-        agents: bool,
+        own: &OwnNamespace,
+        ahead: Option<OwnedFd>,
     ) -> io::Result<PluginView> {
         let own = crate::plugin_ns::PluginNamespace::prepare_plugin(
-            writable, readable, program, base, id, agents,
+            writable, readable, program, own, ahead,
         )
         .map_err(|e| io::Error::other(e.to_string()))?;
         Self::with(writable, program, own, false)
@@ -136,7 +145,7 @@ impl PluginView {
     fn with(
         writable: &[PathBuf],
         program: &Path,
-        own: crate::plugin_ns::PluginNamespace,
+        mut own: crate::plugin_ns::PluginNamespace,
         no_network: bool,
     ) -> io::Result<PluginView> {
         let needed: Vec<&Path> = writable
@@ -144,7 +153,14 @@ impl PluginView {
             .map(PathBuf::as_path)
             .chain([program])
             .collect();
-        let shed = sheddable(UNUSED, &needed)?;
+        let mut shed = sheddable(UNUSED, &needed)?;
+        let root = rustix::process::geteuid().is_root();
+        let trimmed = if root { trimmed(&shed) } else { None };
+        if trimmed.is_some() {
+            // Gone already, so neither covered nor detached again.
+            own.uncover(&shed);
+            shed.clear();
+        }
         let writable = writable
             .iter()
             .map(|dir| {
@@ -163,7 +179,7 @@ impl PluginView {
             .filter(|d| d.exists())
             .map(c_path)
             .collect::<io::Result<_>>()?;
-        let maps = (!rustix::process::geteuid().is_root()).then(|| {
+        let maps = (!root).then(|| {
             let (uid, gid) = (rustix::process::getuid(), rustix::process::getgid());
             IdMaps {
                 uid_map: c_text(format!("{0} {0} 1\n", uid.as_raw())),
@@ -174,6 +190,7 @@ impl PluginView {
             writable,
             devices,
             shed,
+            trimmed,
             maps,
             own,
             no_network,
@@ -187,7 +204,8 @@ impl PluginView {
     /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
     /// directories writable again, and the `UNUSED` mounts no needed path lies below gone
     /// where the kernel lets them go (not in an ordinary user's view, whose inherited mounts it
-    /// locks). Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
+    /// locks; as root, copied without them from [`trimmed`], whose root becomes the working
+    /// directory). Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
     /// allocates nothing, and any failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
         let net = if self.no_network {
@@ -196,7 +214,13 @@ impl PluginView {
             0
         };
         match &self.maps {
-            None => unshare(libc::CLONE_NEWNS | net)?,
+            None => {
+                if let Some(tree) = &self.trimmed {
+                    // SAFETY: setns on a descriptor this value owns; single-threaded child.
+                    check(unsafe { libc::setns(tree.as_raw_fd(), libc::CLONE_NEWNS) })?;
+                }
+                unshare(libc::CLONE_NEWNS | net)?
+            }
             Some(maps) => {
                 unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | net)?;
                 write_file(c"/proc/self/setgroups", c"deny")?;
@@ -224,6 +248,39 @@ impl PluginView {
         self.shed.iter().try_for_each(|path| detach_all(path))?;
         self.own.join()
     }
+}
+
+/// As root, the host's mount tree without the mounts `shed` names, as a mount namespace each
+/// view copies (`setns`, then `unshare`) rather than detaching them again in each plugin's
+/// child: every detach waits for an RCU grace period, about six per view (`/sys`, the two
+/// `/dev/pts` and `/dev/shm`, and the cover over `/dev/shm`), which as root every plugin paid
+/// (issue 42). Made once per set on a thread of its own (unsharing the mount namespace only
+/// unshares that thread's), kept for the process (its plugins start once); `None` where it
+/// cannot be made, and then each view detaches them itself as before.
+fn trimmed(shed: &[CString]) -> Option<OwnedFd> {
+    static MADE: std::sync::Mutex<Vec<(Vec<CString>, OwnedFd)>> = std::sync::Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if !made.iter().any(|(s, _)| s.as_slice() == shed) {
+        let tree = std::thread::scope(|s| s.spawn(|| trim(shed)).join())
+            .ok()?
+            .ok()?;
+        made.push((shed.to_vec(), tree));
+    }
+    let (_, tree) = made.iter().find(|(s, _)| s.as_slice() == shed)?;
+    rustix::io::fcntl_dupfd_cloexec(tree, 0).ok()
+}
+
+/// On a thread of its own: a mount namespace of the thread's, private, without `shed`.
+fn trim(shed: &[CString]) -> io::Result<OwnedFd> {
+    unshare(libc::CLONE_NEWNS)?;
+    make_private()?;
+    shed.iter().try_for_each(|path| detach_all(path))?;
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
+    Ok(rustix::fs::open(
+        "/proc/thread-self/ns/mnt",
+        flags,
+        rustix::fs::Mode::empty(),
+    )?)
 }
 
 /// For the `exec` command as root, which runs bwrap itself: a mount namespace of its own
