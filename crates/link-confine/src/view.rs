@@ -198,14 +198,13 @@ impl PluginView {
     }
 
     /// Enters the view: a new mount namespace and (the sandbox plugin's) a network namespace
-    /// without interfaces (its
-    /// loopback down), so it is off the network (and, for an ordinary user, a user namespace
-    /// mapping only itself), the mounts with no propagation to or from the host's; device binds kept,
-    /// then every mount read-only and `/dev` without devices, then `/proc` and the writable
-    /// directories writable again, and the `UNUSED` mounts no needed path lies below gone
-    /// where the kernel lets them go (not in an ordinary user's view, whose inherited mounts it
-    /// locks; as root, copied without them from [`trimmed`], whose root becomes the working
-    /// directory). Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
+    /// without interfaces (its loopback down), so it is off the network (and, for an ordinary
+    /// user, a user namespace mapping only itself), the mounts with no propagation to or from
+    /// the host's; the `UNUSED` mounts no needed path lies below gone where the kernel lets
+    /// them go (not in an ordinary user's view, whose inherited mounts it locks; as root,
+    /// copied without them from [`trimmed`]); the covers; device binds kept, then every mount
+    /// read-only and `/dev` without devices, then `/proc` and the writable directories
+    /// writable again. Meant for `CommandExt::pre_exec`, before the capabilities are shed: it
     /// allocates nothing, and any failure fails the spawn.
     pub fn enter(&self) -> io::Result<()> {
         let net = if self.no_network {
@@ -229,6 +228,10 @@ impl PluginView {
             }
         }
         make_private()?;
+        // Before the covers: past a cover it would detach the cover, and in an ordinary
+        // user's view, whose inherited mounts are locked, stop there, showing the shared
+        // directory (`/dev/shm`) the cover hid.
+        self.shed.iter().try_for_each(|path| detach_all(path))?;
         self.own.build_tree()?;
         for device in &self.devices {
             bind(device)?;
@@ -245,7 +248,6 @@ impl PluginView {
             }
             set_attr(dir, RECURSIVE, 0, libc::MOUNT_ATTR_RDONLY)?;
         }
-        self.shed.iter().try_for_each(|path| detach_all(path))?;
         self.own.join()
     }
 }

@@ -35,7 +35,7 @@
 //! attempt got to `<its home>/network.json`, and execs the real plugin
 //! (`<name>.real`): [`off_network`].
 
-use link_harness_conformance::fixture::planted_in_tmp;
+use link_harness_conformance::fixture::{planted_in, SHARED_PLANTS};
 use link_harness_conformance::syscalls;
 use link_protocol::control_key::ControlKey;
 use link_protocol::plugin::{PluginEnv, ENV_PROGRAMS};
@@ -359,12 +359,12 @@ impl Impostor {
         let mut other = layout.root().as_os_str().to_owned();
         other.push(".other/secret");
         self.record("read_other_runtime", outcome(std::fs::read(other)));
-        // A world-readable file in `/tmp` (`link_confine::plugin_ns::SHARED`), planted by the
-        // test and named after the state root.
-        self.record(
-            "read_shared_tmp",
-            outcome(std::fs::read(planted_in_tmp(layout.root()))),
-        );
+        // A world-readable file in `/tmp` and in `/dev/shm` (`link_confine::plugin_ns`'s
+        // shared directories), planted by the test and named after the state root.
+        for (attempt, shared) in SHARED_PLANTS {
+            let planted = planted_in(shared, layout.root());
+            self.record(attempt, outcome(std::fs::read(planted)));
+        }
         let conversation = layout.agent_conversation(VICTIM);
         self.record("read_conversation", outcome(std::fs::read(conversation)));
         let link = std::fs::read_link("/proc/self/ns/user");
@@ -809,6 +809,9 @@ fn network_attempts(name: &str, spec: &NetworkSpec) -> Map<String, Value> {
         .stdin(std::process::Stdio::null())
         .status();
     got.insert("exec_system_program".into(), outcome(ran));
+    // Where relative paths lead: never the host's working directory, whatever its view covers.
+    let cwd = std::env::current_dir().map_or_else(|e| e.to_string(), |d| d.display().to_string());
+    got.insert("cwd".into(), cwd.into());
     got
 }
 

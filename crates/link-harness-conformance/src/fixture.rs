@@ -96,13 +96,18 @@ fn child_name(n: u32) -> String {
     format!("r{}-{n}", std::process::id())
 }
 
-/// One run's state root; removed on drop.
-/// The world-readable file the compromised-plugin test plants in `/tmp` for the runtime at
-/// `root` (named after it and the user), which the sandbox plugin's view must not show.
-pub fn planted_in_tmp(root: &Path) -> PathBuf {
+/// The directories every process shares that the sandbox plugin's view covers
+/// (`link_confine::plugin_ns`), by the attempt that reads a file planted there.
+pub const SHARED_PLANTS: [(&str, &str); 2] =
+    [("read_shared_tmp", "/tmp"), ("read_shared_shm", "/dev/shm")];
+
+/// The world-readable file the compromised-plugin test plants in `shared` (one of
+/// [`SHARED_PLANTS`]) for the runtime at `root` (named after it and the user), which the
+/// sandbox plugin's view must not show.
+pub fn planted_in(shared: &str, root: &Path) -> PathBuf {
     let name = root.file_name().unwrap_or_default().to_string_lossy();
     let uid = rustix::process::getuid().as_raw();
-    PathBuf::from(format!("/tmp/lnk-planted-{uid}-{name}"))
+    Path::new(shared).join(format!("lnk-planted-{uid}-{name}"))
 }
 
 #[derive(Debug)]

@@ -10,7 +10,7 @@
 //! machine cannot confine, it is skipped loudly (a failure under `LNK_REQUIRE_RUNTIME=1` /
 //! `LNK_REQUIRE_SANDBOX=1`).
 
-use link_harness_conformance::fixture::{StateRoot, TestUser};
+use link_harness_conformance::fixture::{planted_in, StateRoot, TestUser, SHARED_PLANTS};
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
 use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
 use link_harness_conformance::syscalls;
@@ -445,12 +445,16 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     other.push(".other");
     let other = PathBuf::from(other);
     planted(other.join("secret"));
-    let in_tmp = RemovedOnDrop(link_harness_conformance::fixture::planted_in_tmp(
-        root.path(),
-    ));
-    std::fs::write(&in_tmp.0, b"planted\n").unwrap();
-    let world_readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
-    std::fs::set_permissions(&in_tmp.0, world_readable).unwrap();
+    let shared_plants: Vec<RemovedOnDrop> = SHARED_PLANTS
+        .iter()
+        .map(|(_, shared)| {
+            let plant = RemovedOnDrop(planted_in(shared, root.path()));
+            std::fs::write(&plant.0, b"planted\n").unwrap();
+            let world_readable = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+            std::fs::set_permissions(&plant.0, world_readable).unwrap();
+            plant
+        })
+        .collect();
     let core = std::path::Path::new("/proc/sys/kernel/core_pattern");
     let core_before = std::fs::read(core).unwrap();
     let programs = Programs::new(&built, Role::Sandbox);
@@ -469,6 +473,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         ("read_other_runtime", "ENOENT"),
         ("read_conversation", "ENOENT"),
         ("read_shared_tmp", "ENOENT"),
+        ("read_shared_shm", "ENOENT"),
         ("own_data_file", "ok"),
         ("workspaces_file", "ok"),
     ] {
@@ -541,10 +546,13 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
     assert!(reply.to_string().contains("confined-42"), "{reply}");
     rt.down();
     std::fs::remove_dir_all(&other).unwrap();
-    assert!(
-        std::fs::read(&in_tmp.0).is_ok(),
-        "the twin: the test reads the file in /tmp the plugin could not"
-    );
+    for plant in &shared_plants {
+        assert!(
+            std::fs::read(&plant.0).is_ok(),
+            "the twin: the test reads {} the plugin could not",
+            plant.0.display()
+        );
+    }
 }
 
 /// A file the test planted outside its state root, removed however the test ends.

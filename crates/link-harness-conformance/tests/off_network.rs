@@ -358,6 +358,9 @@ fn every_plugin_but_a_forwarding_model_is_off_the_network_and_out_of_etc() {
     let run = run(&built, true);
     let model = programs::MODEL;
     for (name, got) in &run.got {
+        // Every plugin starts at `/`: the host's working directory (this test's, here) is
+        // reached by none, even from beneath the covers of its view.
+        assert_eq!(got["cwd"], "/", "{name}: {got}");
         match name.as_str() {
             programs::SANDBOX => assert_sandbox_off_the_network(got),
             n if n == model => {

@@ -186,8 +186,8 @@ impl Contract<'_> {
 
     /// Sets `cmd` up as the plugin: a cleared environment with [`PASSTHROUGH`] (and the
     /// plugin's own [`Plugin::env`] variables), `HOME`/`XDG_*`
-    /// inside its own home, the `LNK_*` variables; stdin closed, stdout piped for the ready
-    /// line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
+    /// inside its own home, the `LNK_*` variables; `/` its working directory; stdin closed,
+    /// stdout piped for the ready line, and its own process group (a terminal's Ctrl-C reaches the host, which stops
     /// plugins in order); for a plugin of [`Session::Own`], a session of its own (whose one
     /// group it leads). The caller sets stderr (the plugin's log) and confinement.
     pub fn apply(&self, cmd: &mut std::process::Command) {
@@ -217,7 +217,10 @@ impl Contract<'_> {
             .env(ENV_MONITOR_INTERVAL, self.monitor_interval.to_string())
             .env(ENV_MODEL_DEFAULT, self.default_model.as_str())
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped());
+            .stdout(std::process::Stdio::piped())
+            // Not the host's working directory, which a view's covers would leave reachable
+            // by relative paths beneath them.
+            .current_dir("/");
         if self.plugin.session == Session::Own {
             // SAFETY: setsid(2) only, between fork and exec. The child of a fork never leads
             // a process group, so it cannot fail with EPERM; any failure stops the start.
