@@ -158,8 +158,11 @@ async fn run(
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
     // Made while the host starts, off the thread that prepares the plugins.
-    let namespaces =
-        crate::own_namespaces::OwnNamespaces::for_plugins(args.profile, args.mode, uid_base);
+    let namespaces = crate::own_namespaces::OwnNamespaces::for_plugins(
+        plugins::start_order(args.profile),
+        args.mode,
+        uid_base,
+    );
     let cgroups = match confined_link {
         true => agent_cgroups(&layout)?,
         false => None,

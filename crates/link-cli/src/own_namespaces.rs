@@ -13,7 +13,8 @@
 
 use link_confine::plugin_ns::OwnNamespace;
 use link_confine::userns::UserNamespaceError;
-use link_protocol::plugin::{Mode, Profile};
+use link_protocol::manifest::Plugin;
+use link_protocol::plugin::Mode;
 use rustix::fd::OwnedFd;
 use std::sync::{mpsc, Mutex};
 
@@ -29,13 +30,17 @@ struct Coming {
 }
 
 impl OwnNamespaces {
-    /// As root, confined: starts making the namespaces the plugins of `profile` join, in
-    /// start order, for the runtime's range from `base`; else `None`.
-    pub fn for_plugins(profile: Profile, mode: Mode, base: u32) -> Option<OwnNamespaces> {
+    /// As root, confined: starts making the namespaces `plugins` join, in their order (the
+    /// start order), for the runtime's range from `base`; else `None`.
+    pub fn for_plugins<'a>(
+        plugins: impl Iterator<Item = &'a Plugin>,
+        mode: Mode,
+        base: u32,
+    ) -> Option<OwnNamespaces> {
         if mode != Mode::Confined || !rustix::process::geteuid().is_root() {
             return None;
         }
-        let wanted = crate::plugins::start_order(profile)
+        let wanted = plugins
             .filter_map(|p| crate::confine::own_namespace(p, base).ok())
             .collect();
         Some(OwnNamespaces::start(wanted))
