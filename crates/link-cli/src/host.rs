@@ -216,6 +216,8 @@ async fn run(
     )
     .await;
     shared.router.started();
+    // Every view is entered by now: the trees they copied need not pin the host's mounts.
+    link_confine::view::release_trimmed();
     let outcome = match (all_started, probe.as_mut()) {
         (Ok(()), Some(probe)) => probe_answer(probe, &shared, &mut died, &mut signals)
             .await

@@ -145,7 +145,7 @@ impl PluginView {
     fn with(
         writable: &[PathBuf],
         program: &Path,
-        mut own: crate::plugin_ns::PluginNamespace,
+        own: crate::plugin_ns::PluginNamespace,
         no_network: bool,
     ) -> io::Result<PluginView> {
         let needed: Vec<&Path> = writable
@@ -157,8 +157,9 @@ impl PluginView {
         let root = rustix::process::geteuid().is_root();
         let trimmed = if root { trimmed(&shed) } else { None };
         if trimmed.is_some() {
-            // Gone already, so neither covered nor detached again.
-            own.uncover(&shed);
+            // Gone already, so not detached again; still covered, since a mount the kernel
+            // locked (root in a container's user namespace) or a plain directory was left
+            // there as it was, and a cover costs no detach.
             shed.clear();
         }
         let writable = writable
@@ -257,11 +258,10 @@ impl PluginView {
 /// child: every detach waits for an RCU grace period, about six per view (`/sys`, the two
 /// `/dev/pts` and `/dev/shm`, and the cover over `/dev/shm`), which as root every plugin paid
 /// (issue 42). Made once per set on a thread of its own (unsharing the mount namespace only
-/// unshares that thread's), kept for the process (its plugins start once); `None` where it
-/// cannot be made, and then each view detaches them itself as before.
+/// unshares that thread's), kept until [`release_trimmed`]; `None` where it cannot be made,
+/// and then each view detaches them itself as before.
 fn trimmed(shed: &[CString]) -> Option<OwnedFd> {
-    static MADE: std::sync::Mutex<Vec<(Vec<CString>, OwnedFd)>> = std::sync::Mutex::new(Vec::new());
-    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut made = TRIMMED.lock().unwrap_or_else(|e| e.into_inner());
     if !made.iter().any(|(s, _)| s.as_slice() == shed) {
         let tree = std::thread::scope(|s| s.spawn(|| trim(shed)).join())
             .ok()?
@@ -270,6 +270,16 @@ fn trimmed(shed: &[CString]) -> Option<OwnedFd> {
     }
     let (_, tree) = made.iter().find(|(s, _)| s.as_slice() == shed)?;
     rustix::io::fcntl_dupfd_cloexec(tree, 0).ok()
+}
+
+/// The trees [`trimmed`] made, by the mounts each is without.
+static TRIMMED: std::sync::Mutex<Vec<(Vec<CString>, OwnedFd)>> = std::sync::Mutex::new(Vec::new());
+
+/// Lets go of the trees [`trimmed`] made, once the plugins have started: each is a snapshot of
+/// the host's mounts, and held for the host's life it would keep a filesystem unmounted since
+/// busy and miss a mount made since. A view prepared later makes its tree again.
+pub fn release_trimmed() {
+    TRIMMED.lock().unwrap_or_else(|e| e.into_inner()).clear();
 }
 
 /// On a thread of its own: a mount namespace of the thread's, private, without `shed`.

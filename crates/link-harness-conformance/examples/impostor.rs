@@ -809,6 +809,11 @@ fn network_attempts(name: &str, spec: &NetworkSpec) -> Map<String, Value> {
         .stdin(std::process::Stdio::null())
         .status();
     got.insert("exec_system_program".into(), outcome(ran));
+    // The host's environment (the ptrace bound, where `/proc` is read at all) and its own.
+    let host = rustix::process::getppid().map_or(0, |p| p.as_raw_nonzero().get());
+    got.insert("host_environ".into(), outcome(read_environ(host)));
+    let own = std::process::id() as i32;
+    got.insert("own_environ".into(), outcome(read_environ(own)));
     // Where relative paths lead: never the host's working directory, whatever its view covers.
     let cwd = std::env::current_dir().map_or_else(|e| e.to_string(), |d| d.display().to_string());
     got.insert("cwd".into(), cwd.into());

@@ -181,7 +181,8 @@ fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     // Other processes' environments, and the keyring. The file tool's manifest entry names
     // no part of the system, so it reads nothing of `/proc`, its own environment included
     // (the ptrace bound that keeps a plugin with `/proc` from the others' is proven in the
-    // sandbox plugin's slot, whose own is read).
+    // sandbox plugin's slot, whose own is read, and in `off_network.rs` for every plugin whose
+    // manifest entry names `/proc`).
     assert!(link_protocol::manifest::FILE_TOOL.system.is_empty());
     assert_eq!(got["own_environ"], "EACCES", "{got}");
     assert_eq!(got["host_environ"], "EACCES", "{got}");

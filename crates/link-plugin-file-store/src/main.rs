@@ -157,8 +157,11 @@ async fn for_agent<T: Send + 'static>(
     let agent = call.agent()?.as_str().to_owned();
     let lock = store.lock_for(&agent);
     // Given up at the call's deadline: its caller was told it timed out, so it is not done.
-    let held = link_protocol::server::until_deadline(lock.clone().lock_owned()).await?;
-    let done = holding(store.clone(), held, call, work).await;
+    let done = match link_protocol::server::until_deadline(lock.clone().lock_owned()).await {
+        Ok(held) => holding(store.clone(), held, call, work).await,
+        Err(late) => Err(late),
+    };
+    // On either way: an agent's lock is forgotten once nobody holds or waits for it.
     drop(lock);
     store.forget_idle(&agent);
     done
