@@ -345,6 +345,12 @@ impl PluginNamespace {
         Ok(())
     }
 
+    /// Covers none of `gone` (mounts the view's tree is without, the directory beneath
+    /// them the parent filesystem's, as when each view detached them itself).
+    pub(crate) fn uncover(&mut self, gone: &[CString]) {
+        self.covers.retain(|c| !gone.contains(&c.path));
+    }
+
     /// Whether `dir` is one of the trees the view attached (a mount of its own already).
     pub fn attached(&self, dir: &std::ffi::CStr) -> bool {
         self.trees.iter().any(|t| t.path.as_c_str() == dir)

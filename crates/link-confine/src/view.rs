@@ -145,7 +145,7 @@ impl PluginView {
     fn with(
         writable: &[PathBuf],
         program: &Path,
-        own: crate::plugin_ns::PluginNamespace,
+        mut own: crate::plugin_ns::PluginNamespace,
         no_network: bool,
     ) -> io::Result<PluginView> {
         let needed: Vec<&Path> = writable
@@ -156,12 +156,14 @@ impl PluginView {
         let mut shed = sheddable(UNUSED, &needed)?;
         let root = rustix::process::geteuid().is_root();
         let trimmed = if root { trimmed(&shed) } else { None };
-        if trimmed.is_some() {
-            // Gone already, so not detached again; still covered, since a mount the kernel
-            // locked (root in a container's user namespace) or a plain directory was left
-            // there as it was, and a cover costs no detach.
+        if let Some((_, gone)) = &trimmed {
+            // Not detached again, and not covered where the tree is without them; a mount the
+            // kernel locked (root in a container's user namespace) or a plain directory, left
+            // there as it was, stays covered.
+            own.uncover(gone);
             shed.clear();
         }
+        let trimmed = trimmed.map(|(tree, _)| tree);
         let writable = writable
             .iter()
             .map(|dir| {
@@ -257,23 +259,32 @@ impl PluginView {
 /// view copies (`setns`, then `unshare`) rather than detaching them again in each plugin's
 /// child: every detach waits for an RCU grace period, about six per view (`/sys`, the two
 /// `/dev/pts` and `/dev/shm`, and the cover over `/dev/shm`), which as root every plugin paid
-/// (issue 42). Made once per set on a thread of its own (unsharing the mount namespace only
-/// unshares that thread's), kept until [`release_trimmed`]; `None` where it cannot be made,
-/// and then each view detaches them itself as before.
-fn trimmed(shed: &[CString]) -> Option<OwnedFd> {
+/// (issue 42); with the paths of `shed` it did detach (mount roots before, not after).
+/// Made once per set on a thread of its own (unsharing the mount namespace only unshares
+/// that thread's), kept until [`release_trimmed`]; `None` where it cannot be made, and then
+/// each view detaches them itself as before.
+fn trimmed(shed: &[CString]) -> Option<(OwnedFd, Vec<CString>)> {
     let mut made = TRIMMED.lock().unwrap_or_else(|e| e.into_inner());
-    if !made.iter().any(|(s, _)| s.as_slice() == shed) {
+    if !made.iter().any(|t| t.shed.as_slice() == shed) {
         let tree = std::thread::scope(|s| s.spawn(|| trim(shed)).join())
             .ok()?
             .ok()?;
-        made.push((shed.to_vec(), tree));
+        made.push(tree);
     }
-    let (_, tree) = made.iter().find(|(s, _)| s.as_slice() == shed)?;
-    rustix::io::fcntl_dupfd_cloexec(tree, 0).ok()
+    let tree = made.iter().find(|t| t.shed.as_slice() == shed)?;
+    let fd = rustix::io::fcntl_dupfd_cloexec(&tree.ns, 0).ok()?;
+    Some((fd, tree.gone.clone()))
 }
 
-/// The trees [`trimmed`] made, by the mounts each is without.
-static TRIMMED: std::sync::Mutex<Vec<(Vec<CString>, OwnedFd)>> = std::sync::Mutex::new(Vec::new());
+/// A tree [`trimmed`] made: without the mounts `shed` names, of which `gone` were detached.
+struct Trimmed {
+    shed: Vec<CString>,
+    gone: Vec<CString>,
+    ns: OwnedFd,
+}
+
+/// The trees [`trimmed`] made.
+static TRIMMED: std::sync::Mutex<Vec<Trimmed>> = std::sync::Mutex::new(Vec::new());
 
 /// Lets go of the trees [`trimmed`] made, once the plugins have started: each is a snapshot of
 /// the host's mounts, and held for the host's life it would keep a filesystem unmounted since
@@ -283,16 +294,38 @@ pub fn release_trimmed() {
 }
 
 /// On a thread of its own: a mount namespace of the thread's, private, without `shed`.
-fn trim(shed: &[CString]) -> io::Result<OwnedFd> {
+fn trim(shed: &[CString]) -> io::Result<Trimmed> {
     unshare(libc::CLONE_NEWNS)?;
     make_private()?;
-    shed.iter().try_for_each(|path| detach_all(path))?;
+    let mut gone = Vec::new();
+    for path in shed {
+        let was = is_mount_root(path);
+        detach_all(path)?;
+        if was && !is_mount_root(path) {
+            gone.push(path.clone());
+        }
+    }
     let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC;
-    Ok(rustix::fs::open(
-        "/proc/thread-self/ns/mnt",
-        flags,
-        rustix::fs::Mode::empty(),
-    )?)
+    let ns = rustix::fs::open("/proc/thread-self/ns/mnt", flags, rustix::fs::Mode::empty())?;
+    Ok(Trimmed {
+        shed: shed.to_vec(),
+        gone,
+        ns,
+    })
+}
+
+/// Whether `path` is the root of a mount (`STATX_ATTR_MOUNT_ROOT`); `false` where it is not
+/// there or the kernel cannot say, so it stays covered.
+fn is_mount_root(path: &std::ffi::CStr) -> bool {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+    let flags = AtFlags::NO_AUTOMOUNT | AtFlags::SYMLINK_NOFOLLOW;
+    match rustix::fs::statx(rustix::fs::CWD, path, flags, StatxFlags::empty()) {
+        Ok(st) => {
+            st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
+                && st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)
+        }
+        Err(_) => false,
+    }
 }
 
 /// For the `exec` command as root, which runs bwrap itself: a mount namespace of its own
