@@ -12,7 +12,9 @@
 
 use link_harness_conformance::fixture::{planted_in, StateRoot, TestUser, SHARED_PLANTS};
 use link_harness_conformance::probe::{require_or_skip, sandbox_or_skip, ProbeStatus};
-use link_harness_conformance::runtime_process::{test_programs, RuntimeSpec, ENV_REQUIRE_RUNTIME};
+use link_harness_conformance::runtime_process::{
+    test_programs, RuntimeProcess, RuntimeSpec, ENV_REQUIRE_RUNTIME,
+};
 use link_harness_conformance::syscalls;
 use link_protocol::layout::StateLayout;
 use link_protocol::plugin::{Mode, Profile};
@@ -31,6 +33,16 @@ enum Role {
     Sandbox,
 }
 
+impl Role {
+    /// The program the impostor stands in for.
+    fn program(self) -> &'static str {
+        match self {
+            Role::FileTool | Role::ClaimingFileTool => programs::FILE_TOOL,
+            Role::Sandbox => programs::SANDBOX,
+        }
+    }
+}
+
 /// A programs directory: every program of full Link from the build, one replaced by the
 /// impostor as `role` says. Removed on drop.
 struct Programs(PathBuf);
@@ -45,10 +57,7 @@ impl Programs {
         let dir = built.join(format!("lnk-impostor-{}-{role:?}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let replaced = match role {
-            Role::FileTool | Role::ClaimingFileTool => programs::FILE_TOOL,
-            Role::Sandbox => programs::SANDBOX,
-        };
+        let replaced = role.program();
         let plugins = link_protocol::manifest::programs_of(Profile::Link);
         let names = plugins.iter().chain(&[programs::HOST]);
         for name in names {
@@ -112,6 +121,18 @@ fn spec(programs: &Programs) -> RuntimeSpec {
     RuntimeSpec::new(programs.0.clone(), Profile::Link, Mode::Confined).with_test_hooks()
 }
 
+/// A confined full Link on `root` with the impostor in `role`'s place, its programs
+/// directory (bind it, even unused, so it outlives the runtime) and what the impostor tried
+/// at start.
+fn up_as(built: &Path, root: &StateRoot, role: Role) -> (Programs, RuntimeProcess, Value) {
+    let programs = Programs::new(built, role);
+    let rt = spec(&programs)
+        .up_in(root.path())
+        .unwrap_or_else(|f| panic!("{f}"));
+    let got = attempts(root.path(), role.program());
+    (programs, rt, got)
+}
+
 fn attempts(root: &Path, plugin: &str) -> Value {
     let layout = link_protocol::layout::StateLayout::new(root);
     let path = layout.home(plugin).join("attempts.json");
@@ -144,12 +165,8 @@ fn a_plugin_claiming_a_foreign_route_stops_start_up() {
 fn a_compromised_plugin_is_refused_everything_outside_its_own_domain() {
     let Some(built) = built() else { return };
     let root = StateRoot::create().unwrap();
-    let programs = Programs::new(&built, Role::FileTool);
-    let mut rt = spec(&programs)
-        .up_in(root.path())
-        .unwrap_or_else(|f| panic!("{f}"));
+    let (_programs, mut rt, got) = up_as(&built, &root, Role::FileTool);
     let layout = rt.layout().clone();
-    let got = attempts(root.path(), programs::FILE_TOOL);
 
     // The socket directory: refused in the file store's and in run/, allowed in its own.
     for (attempt, want) in [
@@ -266,11 +283,7 @@ fn as_root_a_plugin_is_not_root_and_owner_bits_hold() {
     }
     let Some(built) = built() else { return };
     let root = StateRoot::create().unwrap();
-    let programs = Programs::new(&built, Role::FileTool);
-    let mut rt = spec(&programs)
-        .up_in(root.path())
-        .unwrap_or_else(|f| panic!("{f}"));
-    let got = attempts(root.path(), programs::FILE_TOOL);
+    let (programs, mut rt, got) = up_as(&built, &root, Role::FileTool);
     assert_eq!(got["read_root_only_file"], "EACCES", "{got}");
     assert_eq!(got["read_world_readable_file"], "ok", "{got}");
     assert_eq!(got["read_shadow"], "EACCES", "{got}");
@@ -333,11 +346,7 @@ fn assert_runtime_refused(got: &Value, attempt: &str) {
 fn a_compromised_sandbox_plugin_reaches_no_process_outside_its_domain() {
     let Some(built) = built() else { return };
     let root = StateRoot::create().unwrap();
-    let programs = Programs::new(&built, Role::Sandbox);
-    let mut rt = spec(&programs)
-        .up_in(root.path())
-        .unwrap_or_else(|f| panic!("{f}"));
-    let got = attempts(root.path(), programs::SANDBOX);
+    let (_programs, mut rt, got) = up_as(&built, &root, Role::Sandbox);
     for (attempt, want) in [
         ("host_environ", "EACCES"),
         ("sibling_environ", "EACCES"),
@@ -458,11 +467,7 @@ fn a_compromised_sandbox_plugin_holds_no_privilege_over_the_machine() {
         .collect();
     let core = std::path::Path::new("/proc/sys/kernel/core_pattern");
     let core_before = std::fs::read(core).unwrap();
-    let programs = Programs::new(&built, Role::Sandbox);
-    let mut rt = spec(&programs)
-        .up_in(root.path())
-        .unwrap_or_else(|f| panic!("{f}"));
-    let got = attempts(root.path(), programs::SANDBOX);
+    let (_programs, mut rt, got) = up_as(&built, &root, Role::Sandbox);
     for (attempt, want) in [
         ("write_core_pattern", "EACCES"),
         ("read_core_pattern", "ok"),
