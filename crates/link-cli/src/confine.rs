@@ -73,12 +73,13 @@ impl Allowance<'_> {
 /// can be written, with a network namespace without interfaces (`link_confine::view`). As
 /// root every other plugin first enters a view of its own too, as a uid of its own ([`view`]),
 /// and so loads its filter itself rather than inherit it.
-/// `ahead` is its own namespace as root if made ahead ([`own_namespace`]), or its view makes it.
+/// As root its own namespace ([`own_namespace`]) is taken from `namespaces` where it was made
+/// ahead, or its view makes it.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     plugin: &link_protocol::manifest::Plugin,
     allow: Allowance<'_>,
-    ahead: Option<rustix::fd::OwnedFd>,
+    namespaces: Option<&crate::own_namespaces::OwnNamespaces>,
 ) -> Result<crate::spawner::Forker> {
     use link_confine::host;
     let sandbox = plugin.confinement == link_protocol::manifest::Confinement::Mounting;
@@ -97,7 +98,7 @@ pub fn confine_command(
         host::PluginFilter::Load(_) => crate::spawner::Forker::Runtime,
     };
     // First: entering a view needs the capabilities the next step sheds.
-    if let Some(view) = view(cmd, plugin, &allow, own_identity, ahead)? {
+    if let Some(view) = view(cmd, plugin, &allow, own_identity, namespaces)? {
         // SAFETY: unshare, mount, mount_setattr, setns, id calls and writes of prepared
         // strings; nothing is allocated.
         unsafe { cmd.pre_exec(move || view.enter()) };
@@ -129,22 +130,24 @@ fn view(
     plugin: &link_protocol::manifest::Plugin,
     allow: &Allowance<'_>,
     own_identity: bool,
-    ahead: Option<rustix::fd::OwnedFd>,
+    namespaces: Option<&crate::own_namespaces::OwnNamespaces>,
 ) -> Result<Option<link_confine::view::PluginView>> {
     use link_confine::view::PluginView;
     use link_protocol::manifest::Confinement;
-    let mut writable = allow.writable.clone();
-    writable.extend(allow.sockets.iter().cloned());
-    let program = Path::new(cmd.as_std().get_program());
-    if plugin.confinement == Confinement::Mounting {
-        let view = PluginView::prepare(&writable, program, allow.uid_base, ahead)
-            .context("preparing the sandbox plugin's read-only view")?;
-        return Ok(Some(view));
-    }
-    if !own_identity {
+    let sandbox = plugin.confinement == Confinement::Mounting;
+    if !sandbox && !own_identity {
         return Ok(None);
     }
     let own = own_namespace(plugin, allow.uid_base)?;
+    let ahead = namespaces.and_then(|made| made.take(&own));
+    let mut writable = allow.writable.clone();
+    writable.extend(allow.sockets.iter().cloned());
+    let program = Path::new(cmd.as_std().get_program());
+    if sandbox {
+        let view = PluginView::prepare(&writable, program, &own, ahead)
+            .context("preparing the sandbox plugin's read-only view")?;
+        return Ok(Some(view));
+    }
     let mut readable = allow.readable.clone();
     readable.extend(
         allow

@@ -198,11 +198,7 @@ impl Launch<'_> {
                 hand_cgroups(cmd, cgroups);
             }
         }
-        let ahead = self.namespaces.and_then(|made| {
-            let own = crate::confine::own_namespace(plugin, self.uid_base).ok()?;
-            made.take(&own)
-        });
-        crate::confine::confine_command(cmd, plugin, self.allowance(plugin), ahead)
+        crate::confine::confine_command(cmd, plugin, self.allowance(plugin), self.namespaces)
             .with_context(|| format!("confining {}", plugin.program))
     }
 

@@ -186,17 +186,17 @@ pub enum PluginNamespaceError {
 
 impl PluginNamespace {
     /// The tree in which `served` (the plugin's own directories and the roots it serves; each
-    /// must exist) and the directory of `program` are reachable, and as root the namespace
-    /// mapping the runtime's range from `base` ([`crate::identity::base_for`]): `ahead`, made
-    /// from [`OwnNamespace::sandbox`], or made here.
+    /// must exist) and the directory of `program` are reachable, and as root the sandbox
+    /// plugin's namespace `own` ([`OwnNamespace::sandbox`]: `ahead` if made ahead, or made
+    /// here).
     pub fn prepare(
         served: &[PathBuf],
         program: &Path,
-        base: u32,
+        own: &OwnNamespace,
         ahead: Option<OwnedFd>,
     ) -> Result<PluginNamespace, PluginNamespaceError> {
         let ns = match rustix::process::geteuid().is_root() {
-            true => Some(OwnNamespace::sandbox(base).made(ahead)?),
+            true => Some(own.made(ahead)?),
             false => None,
         };
         Self::prepare_in(served, &[], program, ns)

@@ -111,15 +111,15 @@ struct IdMaps {
 
 impl PluginView {
     /// A view in which only `writable` (each must exist) can be written, for the plugin at
-    /// `program`; as root its own namespace `ahead` if made ahead
-    /// ([`crate::plugin_ns::OwnNamespace::sandbox`]), or made here.
+    /// `program`; as root its own namespace `own` ([`OwnNamespace::sandbox`]: `ahead` if made
+    /// ahead, or made here).
     pub fn prepare(
         writable: &[PathBuf],
         program: &Path,
-        base: u32,
+        own: &OwnNamespace,
         ahead: Option<OwnedFd>,
     ) -> io::Result<PluginView> {
-        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, base, ahead)
+        let own = crate::plugin_ns::PluginNamespace::prepare(writable, program, own, ahead)
             .map_err(|e| io::Error::other(e.to_string()))?;
         Self::with(writable, program, own, true)
     }
