@@ -290,7 +290,12 @@ fn make_pool(
     uid_base: u32,
     shared: &Arc<Shared>,
 ) -> CgroupPool {
-    let make = cgroups.pool_maker(link_confine::plugin_ns::plugin_id(uid_base));
+    // As root the sandbox plugin is an identity of its own; else it is the host's.
+    let plugin = match rustix::process::geteuid() {
+        uid if uid.is_root() => link_confine::plugin_ns::plugin_id(uid_base),
+        uid => uid.as_raw(),
+    };
+    let make = cgroups.pool_maker(plugin);
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || {
         if let Err(e) = make() {

@@ -245,12 +245,21 @@ impl Launch<'_> {
 }
 
 /// The sandbox plugin inherits the runtime's cgroup directories, named in its environment
-/// (its view has no `/sys`).
+/// (its view has no `/sys`); in cgroup v2 it is moved into the runtime's leaf for it first,
+/// with the host's rights, before it enters its view.
 fn hand_cgroups(cmd: &mut Command, cgroups: &link_confine::cgroup::RuntimeCgroups) {
     let (value, fds) = cgroups.handed();
     cmd.env(link_confine::cgroup::ENV_FDS, value);
     // SAFETY: fcntl on descriptors the host keeps open for the runtime; nothing is allocated.
     unsafe { cmd.pre_exec(move || fds.iter().try_for_each(|fd| link_os::reaper::inherit(*fd))) };
+    if let Some(procs) = cgroups.plugin_procs() {
+        // SAFETY: a write(2) of one byte to a descriptor the host keeps open for the runtime.
+        let join = move || match unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) } {
+            1 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        };
+        unsafe { cmd.pre_exec(join) };
+    }
 }
 
 /// "exit status 3", "killed by signal 9", or "still running".

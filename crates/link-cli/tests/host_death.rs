@@ -218,7 +218,9 @@ fn host_death_leftover_sandboxes_of_this_state_are_killed_by_the_next_up() {
 }
 
 /// Confined full Link with a tool command running: the sandbox plugin's bwrap, the
-/// namespace's init and the command die with the host too.
+/// namespace's init and the command die with the host too; the command ran in the runtime's
+/// cgroups, which the next start removes (v1 here; v2 in a virtual machine:
+/// [`host_death_in_cgroup_v2`]).
 #[test]
 fn host_death_takes_a_running_confined_command_with_it() {
     if !support::sandbox_available() {
@@ -303,17 +305,34 @@ fn host_death_takes_a_running_confined_command_with_it() {
     }
 }
 
+/// [`host_death_takes_a_running_confined_command_with_it`] inside a virtual machine whose one
+/// cgroup hierarchy is v2 (`link_harness_conformance::vm`): this machine's controllers are v1.
+#[test]
+fn host_death_in_cgroup_v2() {
+    if link_harness_conformance::vm::inside() {
+        return;
+    }
+    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
+        return;
+    };
+    let ran = machine.run_test("host_death::host_death_takes_a_running_confined_command_with_it");
+    eprintln!("{}", ran.output);
+    assert!(ran.passed(), "{ran:#?}");
+}
+
 /// The pids in the cgroup `dir`.
 fn members(dir: &std::path::Path) -> Vec<i32> {
     let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
     procs.lines().map(|l| l.parse().unwrap()).collect()
 }
 
-/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): the
-/// runtime's cgroup in each hierarchy; `None` (said as a skip) where the machine allows none.
+/// As root where cgroup v1 has memory, pids and cpuacct, or v2 memory and pids
+/// (`link_confine::cgroup`): the runtime's cgroup in each hierarchy; `None` (said as a skip)
+/// where the machine allows none.
 struct AgentCgroups {
     root: std::path::PathBuf,
     runtime: Vec<std::path::PathBuf>,
+    v2: bool,
 }
 
 impl AgentCgroups {
@@ -322,31 +341,40 @@ impl AgentCgroups {
         let parents = match link_confine::cgroup::support() {
             Ok(p) => p,
             Err(why) => {
+                assert!(!link_harness_conformance::vm::inside(), "{why}");
                 link_harness_conformance::probe::skipped(&format!(
                     "SKIPPED (the agents' cgroups): {why}"
                 ));
                 return None;
             }
         };
+        let v2 = matches!(parents, link_confine::cgroup::Hierarchy::V2(_));
+        assert_eq!(v2, link_harness_conformance::vm::inside(), "{parents:?}");
         let prefix = link_confine::cgroup::instance_prefix(root.path());
         let name = link_confine::cgroup::instance_name(&prefix, host).unwrap();
+        let parents = parents.parents();
         let runtime = parents.iter().map(|(_, p)| p.join(&name)).collect();
         Some(AgentCgroups {
             root: root.path().to_owned(),
             runtime,
+            v2,
         })
     }
 
-    /// The cgroups of the pool in the runtime's directory `dir`.
+    /// The cgroups of the pool in the runtime's directory `dir` (not v2's leaf of the sandbox
+    /// plugin).
     fn pool(&self, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
-        entries.filter(|p| p.is_dir()).collect()
+        let leaf = dir.join(link_confine::cgroup::PLUGIN_LEAF);
+        entries.filter(|p| p.is_dir() && *p != leaf).collect()
     }
 
     /// In each hierarchy one cgroup of the pool holds every process of the command (bwrap,
     /// the namespace's init, the shell's `sleep`) and nothing else, with the command's
     /// default limits. The runtime's directories and the pool are root's; only the files the
-    /// sandbox plugin writes in the pool are its uid's.
+    /// sandbox plugin writes in the pool are its uid's. In v2 the sandbox plugin itself runs
+    /// in the runtime's leaf for it, and the runtime directory's `cgroup.procs` is its uid's
+    /// (the common ancestor v2 needs a mover to write).
     fn hold_the_command(&self, started: &[(i32, u64)]) {
         use std::os::unix::fs::MetadataExt;
         let base = link_confine::identity::base_for(&self.root).unwrap();
@@ -389,11 +417,24 @@ impl AgentCgroups {
                 .trim()
                 .to_owned()
         };
-        assert_eq!(
-            read(&holding[0], "memory.limit_in_bytes"),
-            (4u64 << 30).to_string()
-        );
-        assert_eq!(read(&holding[1], "pids.max"), "256");
+        let memory = (4u64 << 30).to_string();
+        if !self.v2 {
+            assert_eq!(read(&holding[0], "memory.limit_in_bytes"), memory);
+            assert_eq!(read(&holding[1], "pids.max"), "256");
+            return;
+        }
+        assert_eq!(read(&holding[0], "memory.max"), memory);
+        assert_eq!(read(&holding[0], "pids.max"), "256");
+        let dir = &self.runtime[0];
+        assert_eq!(owner(&dir.join("cgroup.procs")), plugin);
+        let leaf = dir.join(link_confine::cgroup::PLUGIN_LEAF);
+        let sandbox: Vec<i32> = started
+            .iter()
+            .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == "link-plugin-san"))
+            .map(|(pid, _)| *pid)
+            .collect();
+        assert_eq!(sandbox.len(), 1, "{started:?}");
+        assert_eq!(members(&leaf), sandbox, "{}", leaf.display());
     }
 }
 

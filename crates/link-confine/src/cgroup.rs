@@ -18,10 +18,19 @@
 //! the sandbox stops it as it stops one past the workspace quota ([`AgentCgroup::cpu_passed`],
 //! [`LimitHit::CpuTime`]). More commands at once than the pool holds wait for one to end.
 //!
+//! Where memory and pids are cgroup v2 controllers ([`Hierarchy::V2`]), the runtime's directory
+//! is one, beneath the nearest cgroup from the host's own up that it may write and in which
+//! both are (or can be) enabled for children: as root, or as an ordinary user in a delegated
+//! subtree (a unit with `Delegate=yes`). v2 moves a process only for a writer of the
+//! `cgroup.procs` of the source's and destination's common ancestor, so the sandbox plugin
+//! runs in the runtime's own `sandbox` leaf (the host moves it there before it runs) and the
+//! runtime directory's `cgroup.procs` is the plugin's: it moves processes only within it. The
+//! pool, the limits (`memory.max`, no swap, `pids.max`) and the CPU time (`cpu.stat`) are as
+//! in v1.
+//!
 //! Where it cannot be done, [`support`] says why, and the probe and `link status` list memory
-//! and processes per agent as not enforced with that reason: an ordinary user (v1 hierarchies
-//! are root's), and cgroup v2, whose controllers Link would need in a delegated subtree of its
-//! own (a unit with `Delegate=yes`): not done yet.
+//! and processes per agent as not enforced with that reason: an ordinary user on v1 (its
+//! hierarchies are root's) or in a v2 cgroup not delegated to it.
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
 //! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside.
@@ -34,54 +43,84 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// The sandbox plugin's variable naming its runtime's cgroup descriptors:
-/// `memory:FD,pids:FD,cpuacct:FD`.
+/// `memory:FD,pids:FD,cpuacct:FD` (v1) or `unified:FD` (v2).
 pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
 
-/// A cgroup v1 controller Link bounds an agent with.
+/// A hierarchy Link bounds an agent in: a cgroup v1 controller's, or the v2 one, which holds
+/// them all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Controller {
     Memory,
     Pids,
     Cpuacct,
+    Unified,
 }
 
 impl Controller {
-    pub const ALL: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpuacct];
+    /// The v1 controllers Link needs, each a hierarchy of its own.
+    pub const V1: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpuacct];
 
     pub fn name(self) -> &'static str {
         match self {
             Controller::Memory => "memory",
             Controller::Pids => "pids",
             Controller::Cpuacct => "cpuacct",
+            Controller::Unified => "unified",
         }
     }
 
     fn from_name(name: &str) -> Option<Controller> {
-        Controller::ALL.into_iter().find(|c| c.name() == name)
+        let all = [Controller::Unified].into_iter().chain(Controller::V1);
+        all.into_iter().find(|c| c.name() == name)
     }
 
-    /// Sets the kernel's limit of `limits` in the cgroup `dir` (CPU time is the sandbox's to
+    /// Whether this hierarchy counts memory (then also its OOM kills).
+    fn memory(self) -> bool {
+        matches!(self, Controller::Memory | Controller::Unified)
+    }
+
+    /// Whether this hierarchy counts CPU time.
+    fn cpu(self) -> bool {
+        matches!(self, Controller::Cpuacct | Controller::Unified)
+    }
+
+    /// Sets the kernel's limits of `limits` in the cgroup `dir` (CPU time is the sandbox's to
     /// hold: the kernel only counts it).
     fn set_limit(self, dir: &OwnedFd, limits: &crate::limits::Limits) -> io::Result<()> {
+        let pids = || {
+            write_at(dir, "pids.max", &limits.processes.to_string())
+                .map_err(|e| io::Error::other(format!("writing pids.max: {e}")))
+        };
         match self {
             Controller::Memory => set_memory(dir, limits.memory_bytes),
-            Controller::Pids => write_at(dir, "pids.max", &limits.processes.to_string())
-                .map_err(|e| io::Error::other(format!("writing pids.max: {e}"))),
+            Controller::Pids => pids(),
             Controller::Cpuacct => Ok(()),
+            Controller::Unified => set_memory_v2(dir, limits.memory_bytes).and_then(|()| pids()),
         }
     }
 }
 
-/// Where this machine lets Link bound an agent's processes together: this process's own
-/// cgroup directory in each controller's v1 hierarchy; or why not.
-pub fn support() -> Result<Vec<(Controller, PathBuf)>, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err(
-            "Link bounds an agent's processes together only as root (the cgroup \
-                    hierarchies are root's); each process is bounded on its own"
-                .into(),
-        );
+/// Where the runtime's cgroups go: beneath this process's own cgroup in each v1 controller's
+/// hierarchy, or beneath one cgroup of the v2 hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hierarchy {
+    V1(Vec<(Controller, PathBuf)>),
+    V2(PathBuf),
+}
+
+impl Hierarchy {
+    /// Each hierarchy with the directory the runtime's goes beneath.
+    pub fn parents(&self) -> Vec<(Controller, &Path)> {
+        match self {
+            Hierarchy::V1(dirs) => dirs.iter().map(|(c, d)| (*c, d.as_path())).collect(),
+            Hierarchy::V2(dir) => vec![(Controller::Unified, dir.as_path())],
+        }
     }
+}
+
+/// Where this machine lets Link bound an agent's processes together (a v1 hierarchy for each
+/// controller, else the v2 one); or why not.
+pub fn support() -> Result<Hierarchy, String> {
     let me = procfs::process::Process::myself().map_err(|e| format!("/proc/self: {e}"))?;
     let mounts = me
         .mountinfo()
@@ -89,41 +128,121 @@ pub fn support() -> Result<Vec<(Controller, PathBuf)>, String> {
     let own = me
         .cgroups()
         .map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-    let mut dirs = Vec::new();
-    for controller in Controller::ALL {
-        let name = controller.name();
-        let Some(mount) = mounts
+    let v1 = |name: &str| {
+        mounts
             .iter()
             .find(|m| m.fs_type == "cgroup" && m.super_options.contains_key(name))
-        else {
-            let v2 = mounts.iter().any(|m| m.fs_type == "cgroup2");
-            return Err(match v2 {
-                true => format!(
-                    "the {name} controller is not a cgroup v1 hierarchy here, and Link does not \
-                     yet make a delegated cgroup v2 subtree for its agents"
-                ),
-                false => format!("no cgroup hierarchy with the {name} controller is mounted"),
-            });
-        };
-        if mount.mount_options.contains_key("ro") {
-            return Err(format!(
-                "the {name} cgroup hierarchy {} is mounted read-only",
-                mount.mount_point.display()
-            ));
-        }
+    };
+    if Controller::V1.iter().any(|c| v1(c.name()).is_some()) {
+        return support_v1(v1, &own);
+    }
+    let Some(mount) = mounts.iter().find(|m| m.fs_type == "cgroup2") else {
+        return Err("no cgroup hierarchy with the memory controller is mounted".into());
+    };
+    let path = own
+        .0
+        .iter()
+        .find(|g| g.hierarchy == 0)
+        .map(|g| g.pathname.clone())
+        .ok_or_else(|| "/proc/self/cgroup names no cgroup v2 cgroup".to_string())?;
+    support_v2(&in_mount(mount, &path, "v2")?, &mount.mount_point)
+}
+
+/// This process's cgroup `path` as a directory beneath `mount` (which may show a subtree: a
+/// container's).
+fn in_mount(mount: &procfs::process::MountInfo, path: &str, name: &str) -> Result<PathBuf, String> {
+    if mount.mount_options.contains_key("ro") {
+        return Err(format!(
+            "the {name} cgroup hierarchy {} is mounted read-only",
+            mount.mount_point.display()
+        ));
+    }
+    let relative = Path::new(path)
+        .strip_prefix(&mount.root)
+        .map_err(|_| format!("this process's {name} cgroup {path} is outside its mount"))?;
+    Ok(mount.mount_point.join(relative))
+}
+
+fn support_v1<'m>(
+    v1: impl Fn(&str) -> Option<&'m procfs::process::MountInfo>,
+    own: &procfs::ProcessCGroups,
+) -> Result<Hierarchy, String> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(
+            "Link bounds an agent's processes together only as root where the cgroup \
+             hierarchies are v1 (they are root's); each process is bounded on its own"
+                .into(),
+        );
+    }
+    let mut dirs = Vec::new();
+    for controller in Controller::V1 {
+        let name = controller.name();
+        let mount = v1(name).ok_or_else(|| {
+            format!("the {name} controller is not a cgroup v1 hierarchy here, though others are")
+        })?;
         let path = own
             .0
             .iter()
             .find(|g| g.controllers.iter().any(|c| c == name))
             .map(|g| g.pathname.clone())
             .ok_or_else(|| format!("/proc/self/cgroup names no {name} cgroup"))?;
-        // The mount may show a subtree (a container's): the path is relative to its root.
-        let relative = Path::new(&path)
-            .strip_prefix(&mount.root)
-            .map_err(|_| format!("this process's {name} cgroup {path} is outside its mount"))?;
-        dirs.push((controller, mount.mount_point.join(relative)));
+        dirs.push((controller, in_mount(mount, &path, name)?));
     }
-    Ok(dirs)
+    Ok(Hierarchy::V1(dirs))
+}
+
+/// The controllers a v2 runtime directory enables for its cgroups (CPU time is counted in
+/// every cgroup's `cpu.stat` without one).
+const V2_CONTROLLERS: [&str; 2] = ["memory", "pids"];
+
+/// The nearest cgroup from `own` up to `top` (the mount) this process may write in which
+/// memory and pids are enabled for children, or can be (it holds no process, or is the root,
+/// which may).
+fn support_v2(own: &Path, top: &Path) -> Result<Hierarchy, String> {
+    let has_all = |file: &Path| {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        V2_CONTROLLERS
+            .iter()
+            .all(|c| text.split_whitespace().any(|w| w == *c))
+    };
+    for dir in own.ancestors().take_while(|d| d.starts_with(top)) {
+        if !may_write(dir) {
+            return Err(format!(
+                "this user may not write the cgroup {}: Link bounds an agent's processes \
+                 together in cgroup v2 only as root or in a subtree delegated to it (run it in \
+                 a unit with Delegate=yes, e.g. `systemd-run --user --scope -p Delegate=yes \
+                 link up ...`); each process is bounded on its own",
+                dir.display()
+            ));
+        }
+        if !has_all(&dir.join("cgroup.controllers")) {
+            return Err(format!(
+                "the cgroup v2 hierarchy gives the cgroup {} no memory and pids controllers \
+                 (its cgroup.controllers); each process is bounded on its own",
+                dir.display()
+            ));
+        }
+        let enabled = has_all(&dir.join("cgroup.subtree_control"));
+        let empty = std::fs::read_to_string(dir.join("cgroup.procs"))
+            .is_ok_and(|procs| procs.trim().is_empty());
+        if enabled || empty || dir == top {
+            return Ok(Hierarchy::V2(dir.to_owned()));
+        }
+    }
+    Err(format!(
+        "no cgroup from {} up may enable memory and pids for children (each holds processes)",
+        own.display()
+    ))
+}
+
+/// Whether this process may make cgroups in `dir` and move processes there.
+fn may_write(dir: &Path) -> bool {
+    use rustix::fs::{access, Access};
+    let files = ["cgroup.procs", "cgroup.subtree_control"];
+    access(dir, Access::WRITE_OK | Access::EXEC_OK).is_ok()
+        && files
+            .iter()
+            .all(|f| access(dir.join(f), Access::WRITE_OK).is_ok())
 }
 
 /// Why a runtime's cgroups could not be made.
@@ -142,6 +261,8 @@ pub const POOL: usize = 64;
 const PLUGIN_WRITES: &[&str] = &[
     "memory.limit_in_bytes",
     "memory.memsw.limit_in_bytes",
+    "memory.max",
+    "memory.swap.max",
     "pids.max",
     "cgroup.procs",
 ];
@@ -162,7 +283,12 @@ fn pool_name(i: usize) -> String {
 pub struct RuntimeCgroups {
     dirs: Vec<(Controller, PathBuf)>,
     handed: Vec<OwnedFd>,
+    /// v2: the `cgroup.procs` of the runtime's `sandbox` leaf, where the plugin runs.
+    plugin_procs: Option<OwnedFd>,
 }
+
+/// The v2 leaf of a runtime directory the sandbox plugin runs in.
+pub const PLUGIN_LEAF: &str = "sandbox";
 
 impl RuntimeCgroups {
     /// Makes the runtime's directories for `owner` (its state root) beneath `parents` (of
@@ -170,10 +296,7 @@ impl RuntimeCgroups {
     /// [`RuntimeCgroups::pool_maker`] then makes the pool. Each is this process's own
     /// ([`instance_name`]): a runtime on a state root removed and made again beside a first
     /// still running has its own, and neither removes the other's.
-    pub fn create(
-        parents: &[(Controller, PathBuf)],
-        owner: &Path,
-    ) -> Result<RuntimeCgroups, CgroupError> {
+    pub fn create(parents: &Hierarchy, owner: &Path) -> Result<RuntimeCgroups, CgroupError> {
         let prefix = instance_prefix(owner);
         let me = std::process::id() as i32;
         let name = instance_name(&prefix, me).ok_or_else(|| CgroupError {
@@ -184,20 +307,27 @@ impl RuntimeCgroups {
         let mut made = RuntimeCgroups {
             dirs: Vec::new(),
             handed: Vec::new(),
+            plugin_procs: None,
         };
-        for (controller, parent) in parents {
+        for (controller, parent) in parents.parents() {
             let dir = parent.join(&name);
             let fail = |error| CgroupError {
                 dir: dir.clone(),
                 error,
             };
             remove_dead(parent, &prefix).map_err(fail)?;
+            if controller == Controller::Unified {
+                enable_v2(parent).map_err(fail)?;
+            }
             std::fs::create_dir(&dir).map_err(fail)?;
-            made.dirs.push((*controller, dir.clone()));
+            made.dirs.push((controller, dir.clone()));
             let fd = open_dir(&dir).map_err(fail)?;
             // Made under the host's umask; the plugin's uid must reach the pool beneath.
             rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
                 .map_err(|e| fail(e.into()))?;
+            if controller == Controller::Unified {
+                made.plugin_procs = Some(plugin_leaf(&fd).map_err(fail)?);
+            }
             let copy = crate::plugin_ns::detached(fd.as_raw_fd(), 0).map_err(fail)?;
             // SAFETY: open_tree's new descriptor, owned from here.
             made.handed
@@ -219,6 +349,13 @@ impl RuntimeCgroups {
         (value, fds)
     }
 
+    /// v2: the `cgroup.procs` the sandbox plugin is moved into between its fork and exec (a
+    /// write of `0`), so that it may move its commands into the pool: v2 moves a process only
+    /// for a writer of the common ancestor's `cgroup.procs`, here the runtime directory's.
+    pub fn plugin_procs(&self) -> Option<RawFd> {
+        self.plugin_procs.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
     /// The directories, for a report or a test.
     pub fn dirs(&self) -> impl Iterator<Item = (Controller, &Path)> {
         self.dirs.iter().map(|(c, p)| (*c, p.as_path()))
@@ -230,12 +367,14 @@ impl RuntimeCgroups {
     }
 
     /// What makes the pool in each runtime directory, the files the plugin writes given to
-    /// `uid`: a few milliseconds of work, for a thread once the runtime is ready.
+    /// `uid` (the sandbox plugin's; nothing is given where it is this process's own): a few
+    /// milliseconds of work, for a thread once the runtime is ready.
     pub fn pool_maker(&self, uid: u32) -> impl FnOnce() -> Result<(), CgroupError> + Send {
         let dirs = self.paths();
+        let owner = (uid != rustix::process::geteuid().as_raw()).then_some(uid);
         move || {
             dirs.iter().try_for_each(|dir| {
-                make_pool(dir, uid).map_err(|error| CgroupError {
+                make_pool(dir, owner).map_err(|error| CgroupError {
                     dir: dir.clone(),
                     error,
                 })
@@ -261,11 +400,52 @@ impl RuntimeCgroups {
     }
 }
 
-/// [`POOL`] cgroups in `dir`, root's but for the files the plugin writes.
-fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
+/// Enables memory and pids for the children of the v2 cgroup `dir` where they are not yet
+/// ([`support_v2`] chose one that holds no process, or the root).
+fn enable_v2(dir: &Path) -> io::Result<()> {
+    let parent = open_dir(dir)?;
+    let enabled = read_at(&parent, "cgroup.subtree_control")?;
+    let missing: Vec<String> = V2_CONTROLLERS
+        .iter()
+        .filter(|c| !enabled.split_whitespace().any(|w| w == **c))
+        .map(|c| format!("+{c}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    write_at(&parent, "cgroup.subtree_control", &missing.join(" "))
+        .map_err(|e| io::Error::other(format!("enabling {missing:?} for its children: {e}")))
+}
+
+/// v2: memory and pids enabled for the runtime directory `dir`'s children, and its leaf
+/// [`PLUGIN_LEAF`] made: its `cgroup.procs`, opened for the host's write.
+fn plugin_leaf(dir: &OwnedFd) -> io::Result<OwnedFd> {
+    let all: Vec<String> = V2_CONTROLLERS.iter().map(|c| format!("+{c}")).collect();
+    write_at(dir, "cgroup.subtree_control", &all.join(" "))?;
+    rustix::fs::mkdirat(dir, PLUGIN_LEAF, rustix::fs::Mode::from_raw_mode(0o755))?;
+    let leaf = open_file(dir, PLUGIN_LEAF, rustix::fs::OFlags::DIRECTORY)?;
+    open_file(&leaf, "cgroup.procs", rustix::fs::OFlags::WRONLY)
+}
+
+/// [`POOL`] cgroups in `dir`, the files the plugin writes given to `owner` where one is
+/// named (as root); in v2 `dir`'s own `cgroup.procs` first (the common ancestor of the
+/// plugin's leaf and the pool).
+fn make_pool(dir: &Path, owner: Option<u32>) -> io::Result<()> {
     use rustix::fs::{AtFlags, Gid, Mode, Uid};
     let parent = open_dir(dir)?;
-    let owner = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid)));
+    let give = |dir: &OwnedFd, file: &str| match owner {
+        Some(uid) => {
+            let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(uid)));
+            match rustix::fs::chownat(dir, file, uid, gid, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        None => Ok(()),
+    };
+    if rustix::fs::statat(&parent, PLUGIN_LEAF, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+        give(&parent, "cgroup.procs")?;
+    }
     for i in 0..POOL {
         let name = pool_name(i);
         rustix::fs::mkdirat(&parent, &name, Mode::from_raw_mode(0o755))?;
@@ -273,11 +453,7 @@ fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
         // The host's umask made it 0700; the plugin's uid enters it.
         rustix::fs::fchmod(&cgroup, Mode::from_raw_mode(0o755))?;
         for file in PLUGIN_WRITES {
-            let flags = AtFlags::SYMLINK_NOFOLLOW;
-            match rustix::fs::chownat(&cgroup, *file, owner.0, owner.1, flags) {
-                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => return Err(e.into()),
-            }
+            give(&cgroup, file)?;
         }
     }
     Ok(())
@@ -285,9 +461,10 @@ fn make_pool(dir: &Path, uid: u32) -> io::Result<()> {
 
 impl Drop for RuntimeCgroups {
     /// Removes them, with the pool, once the runtime is done (a process still inside is moved
-    /// out); a start on the same state root removes what a dead runtime left.
+    /// out, or in v2 killed); a start on the same state root removes what a dead runtime left.
     fn drop(&mut self) {
         drop(std::mem::take(&mut self.handed));
+        drop(self.plugin_procs.take());
         for (_, dir) in &self.dirs {
             if let Err(e) = remove_tree(dir) {
                 tracing::warn!(dir = %dir.display(), "cannot remove the agents' cgroup: {e}");
@@ -338,9 +515,12 @@ fn open_dir(dir: &Path) -> io::Result<OwnedFd> {
 }
 
 /// Removes `dir`, a cgroup, and the cgroups beneath it, deepest first, through directory
-/// descriptors (a tree deeper than a path may be long is removed too). A process still in
-/// one is moved to `dir`'s parent, never killed: the sandbox plugin can move a process of its
-/// own uid into its cgroups, so what is found there need not be this runtime's.
+/// descriptors (a tree deeper than a path may be long is removed too). In v1 a process still
+/// in one is moved to `dir`'s parent, never killed: the sandbox plugin can move a process of
+/// its own uid into its cgroups, so what is found there need not be this runtime's. In v2 it
+/// is killed (`cgroup.kill`): the parent, with controllers enabled for its children, may hold
+/// none, and only a process the runtime started, or one of the same user moved in by its
+/// plugin, can be there.
 fn remove_tree(dir: &Path) -> io::Result<()> {
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return Err(io::Error::other(format!("{} has no parent", dir.display())));
@@ -378,7 +558,11 @@ fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io:
     for _ in 0..100 {
         match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
-            Err(rustix::io::Errno::BUSY) => move_members(&dir, to),
+            Err(rustix::io::Errno::BUSY) => {
+                if write_at(&dir, "cgroup.kill", "1").is_err() {
+                    move_members(&dir, to)
+                }
+            }
             Err(e) => return Err(e.into()),
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -427,7 +611,8 @@ impl Cgroups {
         let Some(value) = std::env::var_os(ENV_FDS) else {
             return Ok(None);
         };
-        let bad = || format!("{ENV_FDS}={value:?} is not `memory:FD,pids:FD,cpuacct:FD`");
+        let bad =
+            || format!("{ENV_FDS}={value:?} is not `memory:FD,pids:FD,cpuacct:FD` or `unified:FD`");
         let value = value.to_str().ok_or_else(bad)?;
         let mut dirs = Vec::new();
         for item in value.split(',') {
@@ -445,7 +630,11 @@ impl Cgroups {
                 .map_err(|e| format!("{}: {e}", bad()))?;
             dirs.push((controller, owned));
         }
-        if dirs.len() != Controller::ALL.len() {
+        let mut named: Vec<Controller> = dirs.iter().map(|(c, _)| *c).collect();
+        named.sort_by_key(|c| c.name());
+        let mut v1 = Controller::V1.to_vec();
+        v1.sort_by_key(|c| c.name());
+        if named != v1 && named != [Controller::Unified] {
             return Err(bad());
         }
         Ok(Some(Cgroups {
@@ -518,14 +707,15 @@ impl Cgroups {
             let dir = open_file(parent, &name, OFlags::DIRECTORY)?;
             controller.set_limit(&dir, limits)?;
             procs.push(open_file(&dir, "cgroup.procs", OFlags::WRONLY)?);
-            match controller {
-                Controller::Memory => memory = Some(dir),
-                Controller::Cpuacct => cpu = Some(dir),
-                Controller::Pids => {}
+            if controller.cpu() {
+                cpu = Some((*controller, rustix::io::dup(&dir)?));
+            }
+            if controller.memory() {
+                memory = Some((*controller, dir));
             }
         }
         let memory = memory.ok_or_else(|| io::Error::other("no memory cgroup"))?;
-        let cpu = cpu.ok_or_else(|| io::Error::other("no cpuacct cgroup"))?;
+        let cpu = cpu.ok_or_else(|| io::Error::other("no cgroup counting CPU time"))?;
         let ooms_before = oom_kills(&memory)?;
         let cpu_before = cpu_ns(&cpu)?;
         Ok(AgentCgroup {
@@ -585,18 +775,41 @@ fn set_memory(dir: &OwnedFd, bytes: u64) -> io::Result<()> {
     })
 }
 
+/// Sets a v2 memory cgroup's limit to `bytes` and its swap to none, so memory and swap
+/// together never pass it (`memory.swap.max` is absent where the kernel counts no swap).
+fn set_memory_v2(dir: &OwnedFd, bytes: u64) -> io::Result<()> {
+    let set = |file: &str, value: &str| {
+        write_at(dir, file, value).map_err(|e| io::Error::other(format!("writing {file}: {e}")))
+    };
+    set("memory.max", &bytes.to_string())?;
+    match write_at(dir, "memory.swap.max", "0") {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        _ => set("memory.swap.max", "0"),
+    }
+}
+
 fn write_at(dir: &OwnedFd, file: &str, value: &str) -> io::Result<()> {
     let fd = open_file(dir, file, rustix::fs::OFlags::WRONLY)?;
     rustix::io::write(&fd, value.as_bytes())?;
     Ok(())
 }
 
-/// The CPU time every process in a cpuacct cgroup used so far, in nanoseconds.
-fn cpu_ns(dir: &OwnedFd) -> io::Result<u64> {
-    read_at(dir, "cpuacct.usage")?
-        .trim()
-        .parse()
-        .map_err(|e| io::Error::other(format!("cpuacct.usage: {e}")))
+/// The CPU time every process in a cgroup (`cpuacct.usage` in v1, `cpu.stat` in v2) used so
+/// far, in nanoseconds.
+fn cpu_ns((controller, dir): &(Controller, OwnedFd)) -> io::Result<u64> {
+    let bad = |what: &str| io::Error::other(format!("{what} holds no CPU time"));
+    match controller {
+        Controller::Unified => read_at(dir, "cpu.stat")?
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .map(|us| us.saturating_mul(1000))
+            .ok_or_else(|| bad("cpu.stat")),
+        _ => read_at(dir, "cpuacct.usage")?
+            .trim()
+            .parse()
+            .map_err(|_| bad("cpuacct.usage")),
+    }
 }
 
 fn read_at(dir: &OwnedFd, file: &str) -> io::Result<String> {
@@ -607,9 +820,13 @@ fn read_at(dir: &OwnedFd, file: &str) -> io::Result<String> {
 }
 
 /// The count of processes the OOM killer ended in a memory cgroup (`oom_kill` of
-/// `memory.oom_control`, Linux 4.13).
-fn oom_kills(dir: &OwnedFd) -> io::Result<u64> {
-    Ok(read_at(dir, "memory.oom_control")?
+/// `memory.oom_control` in v1, Linux 4.13; of `memory.events` in v2).
+fn oom_kills((controller, dir): &(Controller, OwnedFd)) -> io::Result<u64> {
+    let file = match controller {
+        Controller::Unified => "memory.events",
+        _ => "memory.oom_control",
+    };
+    Ok(read_at(dir, file)?
         .lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|n| n.trim().parse().ok())
@@ -621,10 +838,10 @@ fn oom_kills(dir: &OwnedFd) -> io::Result<u64> {
 #[derive(Debug)]
 pub struct AgentCgroup {
     procs: Vec<OwnedFd>,
-    memory: OwnedFd,
+    memory: (Controller, OwnedFd),
     memory_bytes: u64,
     ooms_before: u64,
-    cpu: OwnedFd,
+    cpu: (Controller, OwnedFd),
     cpu_seconds: u64,
     cpu_before: u64,
     _taken: Taken,

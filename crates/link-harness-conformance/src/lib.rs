@@ -21,7 +21,8 @@
 //! - [`interrupt`]: SIGINT/SIGTERM turned into a flag, so an interrupted run still cleans up;
 //! - [`trace`]: per-phase exec counts from an strace file (`runtime report`): parse, track,
 //!   count;
-//! - [`syscalls`]: the raw system calls a compromised plugin tries, and their twins.
+//! - [`syscalls`]: the raw system calls a compromised plugin tries, and their twins;
+//! - [`vm`]: one test run again in a virtual machine whose only cgroup hierarchy is v2.
 //!
 //! The example `runtime` is the standalone runner; the `runtime::` tests of
 //! `link-plugin-link-harness` call [`run_scenario`] too. It never builds or downloads programs.
@@ -42,6 +43,7 @@ pub mod scenario;
 pub mod stand_in;
 pub mod syscalls;
 pub mod trace;
+pub mod vm;
 
 pub use scenario::{
     preflight, read_report, run_scenario, write_report, InputError, ScenarioConfig, COLD_AGENTS,

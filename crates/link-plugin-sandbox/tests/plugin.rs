@@ -601,13 +601,16 @@ async fn a_command_that_waited_past_its_deadline_does_not_run() {
     p.stop();
 }
 
-/// As root where cgroup v1 has memory, pids and cpuacct (`link_confine::cgroup`): an agent's
-/// processes share one memory, process and CPU bound. Three processes of 120 MiB each pass a 256 MiB
+/// As root where cgroup v1 has memory, pids and cpuacct, or cgroup v2 memory and pids
+/// (`link_confine::cgroup`; v2 is seen in a virtual machine:
+/// [`the_same_bounds_hold_in_cgroup_v2`]): an agent's processes share one memory, process and
+/// CPU bound. Three processes of 120 MiB each pass a 256 MiB
 /// limit together though each is within it alone: the kernel kills one, and the reply says
 /// so; their twin of 40 MiB each runs. A command forking 40 processes under a bound of 24 is
 /// refused forks by the cgroup (its `pids.events`), its twin forking 10 is not. Three
 /// processes of 0.6 s of CPU time each pass a limit of 1 s together (none alone): the command
-/// is stopped for it; one of them alone runs.
+/// is stopped for it; one of them alone runs (3 s and 6 s in the virtual machine, whose
+/// emulation is slow).
 #[tokio::test(flavor = "current_thread")]
 async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     if !sandbox_or_skip() {
@@ -616,12 +619,15 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let parents = match link_confine::cgroup::support() {
         Ok(p) => p,
         Err(why) => {
+            assert!(!link_harness_conformance::vm::inside(), "{why}");
             link_harness_conformance::probe::skipped(&format!(
                 "SKIPPED (the agents' cgroups): {why}"
             ));
             return;
         }
     };
+    let v2 = matches!(parents, link_confine::cgroup::Hierarchy::V2(_));
+    assert_eq!(v2, link_harness_conformance::vm::inside(), "{parents:?}");
     let root = Root::new();
     let ws = root.workspace("a1");
     let cgroups = link_confine::cgroup::RuntimeCgroups::create(&parents, root.path()).unwrap();
@@ -640,14 +646,7 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let mut p = Plugin { process, client };
     // One command at a time: each takes `cmd-0` of the pool in each hierarchy.
     let dirs: Vec<_> = cgroups.dirs().map(|(_, d)| d.join("cmd-0")).collect();
-    let read = |dir: &std::path::Path, file: &str| std::fs::read_to_string(dir.join(file)).unwrap();
-    let counter = |text: String, key: &str| -> u64 {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap()
-    };
-
+    let seen = Seen::of(&dirs);
     // Each child holds its memory until the parent has its own and has heard from both (a
     // pipe, not a sleep: on a busy machine they still overlap).
     let alloc = "import os, sys\n\
@@ -672,37 +671,29 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
         })
     };
     // The command sees its cgroups as its own root: no host path, no runtime's digest.
-    let seen = json!({"argv": ["/bin/cat", "/proc/self/cgroup"], "workspace": ws});
-    let r = p.exec("a1", seen).await.unwrap();
+    let own = json!({"argv": ["/bin/cat", "/proc/self/cgroup"], "workspace": ws});
+    let r = p.exec("a1", own).await.unwrap();
     ran_within_its_limits(&r);
     let lines = r["stdout"].as_str().unwrap();
-    assert!(lines.contains(":memory:/\n"), "{r}");
+    let root_line = if v2 { "0::/\n" } else { ":memory:/\n" };
+    assert!(lines.contains(root_line), "{r}");
     assert!(!lines.contains("link-"), "{r}");
 
     let r = p.exec("a1", memory(40)).await.unwrap();
     ran_within_its_limits(&r);
     assert_eq!(r["stdout"], "[0, 0]\n", "{r}");
-    assert_eq!(
-        counter(read(&dirs[0], "memory.oom_control"), "oom_kill "),
-        0
-    );
+    assert_eq!(seen.oom_kills(), 0);
     let r = p.exec("a1", memory(120)).await.unwrap();
     assert_eq!(
         r["limit_hit"],
         json!({"limit": "memory", "bytes": limit}),
         "{r}"
     );
-    // On the host: the kernel killed in the agent's cgroup, which never held more than it.
-    assert!(counter(read(&dirs[0], "memory.oom_control"), "oom_kill ") >= 1);
-    // Memory and swap together, where the kernel counts swap.
-    if dirs[0].join("memory.memsw.limit_in_bytes").exists() {
-        let both = read(&dirs[0], "memory.memsw.limit_in_bytes");
-        assert_eq!(both.trim(), limit.to_string());
-    }
-    let peak: u64 = read(&dirs[0], "memory.max_usage_in_bytes")
-        .trim()
-        .parse()
-        .unwrap();
+    // On the host: the kernel killed in the agent's cgroup, which never held more than it,
+    // memory and swap together.
+    assert!(seen.oom_kills() >= 1);
+    seen.limits_memory_and_swap(limit);
+    let peak = seen.peak_memory();
     assert!(peak <= limit, "peak {peak}");
 
     // Every child stays until the parent has forked them all (a pipe, not a sleep).
@@ -719,7 +710,7 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
             "limits": {"processes": 24},
         })
     };
-    let refused = || counter(read(&dirs[1], "pids.events"), "max ");
+    let refused = || Seen::field(&seen.pids, "pids.events", "max ");
     let r = p.exec("a1", fork(10)).await.unwrap();
     ran_within_its_limits(&r);
     assert_eq!(r["stdout"], "10 None\n", "{r}");
@@ -736,19 +727,27 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let burn = "import os, sys, time\n\
         kids, child = [], False\n\
         for _ in range(int(sys.argv[1]) - 1):\n  pid = os.fork()\n  if pid == 0:\n    child = True\n    break\n  kids.append(pid)\n\
-        end = time.process_time() + 0.6\n\
+        end = time.process_time() + float(sys.argv[2])\n\
         while time.process_time() < end:\n  pass\n\
         if child:\n  os._exit(0)\n\
         for k in kids:\n  os.waitpid(k, 0)\n\
         print('done')";
+    // Under the virtual machine's emulation a command's start alone takes up to two seconds
+    // of CPU time: there the limit is 6 s and each process burns 3 s.
+    let (limit_s, each): (u64, f64) = match link_harness_conformance::vm::inside() {
+        true => (6, 3.0),
+        false => (1, 0.6),
+    };
+    let each_ns = (each * 1e9) as u64;
+    let each = each.to_string();
     let cpu = |n: u32| {
         json!({
-            "argv": [PYTHON, "-I", "-S", "-c", burn, n.to_string()],
+            "argv": [PYTHON, "-I", "-S", "-c", burn, n.to_string(), each],
             "workspace": ws,
-            "limits": {"cpu_seconds": 1},
+            "limits": {"cpu_seconds": limit_s},
         })
     };
-    let used = || -> u64 { read(&dirs[2], "cpuacct.usage").trim().parse().unwrap() };
+    let used = || seen.cpu_ns();
     let before = used();
     let r = p.exec("a1", cpu(1)).await.unwrap();
     ran_within_its_limits(&r);
@@ -757,22 +756,24 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let r = p.exec("a1", cpu(3)).await.unwrap();
     assert_eq!(
         r["limit_hit"],
-        json!({"limit": "cpu_time", "seconds": 1}),
+        json!({"limit": "cpu_time", "seconds": limit_s}),
         "{r}"
     );
     assert_eq!(r["signal"], 9, "{r}");
     // On the host: the agent's cgroup counted both, and the three were stopped past 1 s
     // together, well before their 1.8 s.
     let (first, second) = (between - before, used() - between);
-    assert!(first >= 500_000_000, "the twin used {first} ns");
+    assert!(first >= each_ns * 5 / 6, "the twin used {first} ns");
     assert!(
-        (1_000_000_000..1_700_000_000).contains(&second),
+        (limit_s * 1_000_000_000..limit_s * 1_700_000_000).contains(&second),
         "the three used {second} ns"
     );
 
     p.stop();
-    // A process the plugin put in an agent's cgroup need not be this runtime's (one of its
-    // uid): removing the cgroups moves it out, never kills it.
+    // In v1 a process the plugin put in an agent's cgroup need not be this runtime's (one
+    // of its uid): removing the cgroups moves it out, never kills it. In v2 the plugin moves
+    // only what is in the runtime's directory already, and the parent may hold no process:
+    // it is killed.
     let mut stray = std::process::Command::new("sleep")
         .arg("30")
         .spawn()
@@ -782,7 +783,115 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     }
     drop(cgroups);
     assert!(dirs.iter().all(|d| !d.exists()));
-    assert!(stray.try_wait().unwrap().is_none(), "the stray was killed");
-    stray.kill().unwrap();
+    let ended = stray.try_wait().unwrap();
+    match v2 {
+        true => assert!(ended.is_some(), "the stray outlived its cgroup"),
+        false => assert!(ended.is_none(), "the stray was killed"),
+    }
+    let _ = stray.kill();
     stray.wait().unwrap();
+}
+
+/// [`an_agents_processes_share_one_memory_process_and_cpu_bound`] inside a virtual machine
+/// whose one cgroup hierarchy is v2 (`link_harness_conformance::vm`): this machine's
+/// controllers are v1.
+#[test]
+fn the_same_bounds_hold_in_cgroup_v2() {
+    if link_harness_conformance::vm::inside() {
+        return;
+    }
+    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
+        return;
+    };
+    let ran =
+        machine.run_test("plugin::an_agents_processes_share_one_memory_process_and_cpu_bound");
+    eprintln!("{}", ran.output);
+    assert!(ran.passed(), "{ran:#?}");
+}
+
+/// The files of the pool's first cgroup that show, on the host's side, what the kernel
+/// counted: v1 (one directory per controller) or v2 (one for all).
+struct Seen {
+    memory: std::path::PathBuf,
+    pids: std::path::PathBuf,
+    cpu: std::path::PathBuf,
+    v2: bool,
+}
+
+impl Seen {
+    fn of(dirs: &[std::path::PathBuf]) -> Seen {
+        match dirs {
+            [one] => Seen {
+                memory: one.clone(),
+                pids: one.clone(),
+                cpu: one.clone(),
+                v2: true,
+            },
+            [memory, pids, cpu] => Seen {
+                memory: memory.clone(),
+                pids: pids.clone(),
+                cpu: cpu.clone(),
+                v2: false,
+            },
+            _ => panic!("cgroups {dirs:?}"),
+        }
+    }
+
+    fn read(dir: &std::path::Path, file: &str) -> String {
+        std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+    }
+
+    fn field(dir: &std::path::Path, file: &str, key: &str) -> u64 {
+        Self::read(dir, file)
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{file} has no {key}"))
+    }
+
+    fn oom_kills(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        Self::field(&self.memory, file, "oom_kill ")
+    }
+
+    /// The most memory the cgroup held.
+    fn peak_memory(&self) -> u64 {
+        let file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        Self::read(&self.memory, file).trim().parse().unwrap()
+    }
+
+    /// Memory and swap together are bounded by `limit` where the kernel counts swap.
+    fn limits_memory_and_swap(&self, limit: u64) {
+        let (memory, swap, want) = match self.v2 {
+            true => ("memory.max", "memory.swap.max", "0".to_owned()),
+            false => (
+                "memory.limit_in_bytes",
+                "memory.memsw.limit_in_bytes",
+                limit.to_string(),
+            ),
+        };
+        assert_eq!(Self::read(&self.memory, memory).trim(), limit.to_string());
+        if self.memory.join(swap).exists() {
+            assert_eq!(Self::read(&self.memory, swap).trim(), want);
+        }
+    }
+
+    /// The CPU time its processes used, in nanoseconds.
+    fn cpu_ns(&self) -> u64 {
+        match self.v2 {
+            true => Self::field(&self.cpu, "cpu.stat", "usage_usec ") * 1000,
+            false => Self::read(&self.cpu, "cpuacct.usage")
+                .trim()
+                .parse()
+                .unwrap(),
+        }
+    }
 }
