@@ -128,3 +128,182 @@ fn assert_plugins_non_dumpable(user: &TestUser, link: &Path) {
         assert!(err.contains("Permission denied"), "{name}: {err}");
     }
 }
+
+/// [`a_delegated_user_bounds_its_agents_together`] inside a virtual machine whose one cgroup
+/// hierarchy is v2 (`link_harness_conformance::vm`): this machine's controllers are v1.
+#[test]
+fn in_cgroup_v2_a_delegated_user_bounds_its_agents_together() {
+    if link_harness_conformance::vm::inside() {
+        return;
+    }
+    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
+        return;
+    };
+    let ran = machine.run_test("ordinary_user::a_delegated_user_bounds_its_agents_together");
+    eprintln!("{}", ran.output);
+    assert!(ran.passed(), "{ran:#?}");
+}
+
+/// An ordinary user with a cgroup v2 subtree delegated to it, laid out as systemd lays out a
+/// `user@.service` (`Delegate=yes`): the user's session a leaf of the delegated cgroup, which
+/// enables memory and pids for its children. Its confined full Link makes the runtime's
+/// cgroup beneath the delegated one (the session holds processes), runs the sandbox plugin
+/// in the runtime's leaf and a command's processes in one cgroup of the pool with the
+/// command's limits; `link down` removes them all. Its twin, the same user where nothing is
+/// delegated, is this machine's: [`an_ordinary_user_runs_confined_full_link_and_its_tools`]
+/// (bounded per process, said so by `link status`).
+#[test]
+#[ignore = "inside the cgroup v2 virtual machine only: in_cgroup_v2_a_delegated_user_..."]
+fn a_delegated_user_bounds_its_agents_together() {
+    assert!(link_harness_conformance::vm::inside(), "cgroup v2 only");
+    let user = TestUser::create("lnk-deleg").unwrap();
+    let delegated = Delegated::to(&user);
+    let parent = OpenParent::create("lnk-deleg-up").unwrap();
+    let link = parent.programs(Profile::Link);
+    let state = parent.0.join("state");
+    std::fs::create_dir(&state).unwrap();
+    user.chown(&state);
+    let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
+    let session = std::fs::OpenOptions::new()
+        .write(true)
+        .open(delegated.session.join("cgroup.procs"))
+        .unwrap();
+    let mut up = user.up_with(&link, "link", &state, |cmd| {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let fd = session.as_raw_fd();
+        // SAFETY: a write(2) to a descriptor this test keeps open, between fork and exec.
+        let join = move || match unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } {
+            1 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        };
+        unsafe { cmd.pre_exec(join) };
+    });
+    let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    let token = token.trim().to_owned();
+    let socket = state.join("run/connection.sock");
+    assert_eq!(
+        post(&socket, "/v1/agents", &token, json!({"name": "k"})).0,
+        201
+    );
+    let turn = support::turn_in_thread(socket, token, "run: sleep 30");
+    let running = |name: &str| -> Vec<i32> {
+        user.processes()
+            .into_iter()
+            .filter(|pid| link_os::sample::sample_process(*pid).is_some_and(|p| p.name == name))
+            .collect()
+    };
+    let found =
+        link_harness_conformance::reaper::wait_until(std::time::Duration::from_secs(60), || {
+            running("sleep").len() == 1
+        });
+    assert!(found, "no command ran: {:?}", user.processes());
+    // `link status` says the agent's processes are bounded together, as the probe found.
+    let (code, status, err) = user.run(&[link_s, "status", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let bounds = status["sandbox"]["bounds"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let per_agent = |what: &str| {
+        bounds
+            .iter()
+            .find(|b| b["what"] == what && b["over"] == "agent")
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(per_agent("processes")["value"], 256, "{status:#}");
+    assert_eq!(per_agent("memory_bytes")["value"], 4u64 << 30, "{status:#}");
+    let runtime = delegated.runtime();
+    let members = |dir: &Path| -> Vec<i32> {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        procs.lines().map(|l| l.parse().unwrap()).collect()
+    };
+    let pool: Vec<_> = std::fs::read_dir(&runtime)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir() && p.file_name().unwrap() != link_confine::cgroup::PLUGIN_LEAF)
+        .collect();
+    let sleep = running("sleep")[0];
+    let holding: Vec<_> = pool
+        .iter()
+        .filter(|c| members(c).contains(&sleep))
+        .collect();
+    assert_eq!(holding.len(), 1, "{pool:?}");
+    let read = |file: &str| std::fs::read_to_string(holding[0].join(file)).unwrap();
+    assert_eq!(read("memory.max").trim(), (4u64 << 30).to_string());
+    assert_eq!(read("pids.max").trim(), "256");
+    let leaf = runtime.join(link_confine::cgroup::PLUGIN_LEAF);
+    assert_eq!(
+        members(&leaf),
+        running("link-plugin-san"),
+        "{}",
+        leaf.display()
+    );
+    // The runtime's cgroups are the user's, made by its host: nothing was given to it.
+    assert_eq!(std::fs::metadata(&runtime).unwrap().uid(), user.uid);
+    let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
+    assert_eq!(code, 0, "{err}");
+    let status = up.wait().unwrap();
+    assert!(status.success(), "link up exited {status:?}");
+    let _ = turn.join().unwrap();
+    assert!(
+        !runtime.exists(),
+        "{} outlived `link down`",
+        runtime.display()
+    );
+    let left = user.processes();
+    assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
+}
+
+/// A cgroup v2 subtree delegated to a user: the cgroup, with memory and pids enabled for its
+/// children, and a session leaf beneath it, both the user's (the directory, `cgroup.procs`,
+/// `cgroup.subtree_control`, `cgroup.threads`); removed on drop.
+struct Delegated {
+    dir: std::path::PathBuf,
+    session: std::path::PathBuf,
+}
+
+impl Delegated {
+    fn to(user: &TestUser) -> Delegated {
+        let top = Path::new("/sys/fs/cgroup");
+        std::fs::write(top.join("cgroup.subtree_control"), "+memory +pids").unwrap();
+        let dir = top.join(format!("lnk-deleg-{}", std::process::id()));
+        let session = dir.join("session");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids").unwrap();
+        std::fs::create_dir(&session).unwrap();
+        for cgroup in [&dir, &session] {
+            user.chown(cgroup);
+            for file in ["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"] {
+                user.chown(&cgroup.join(file));
+            }
+        }
+        Delegated { dir, session }
+    }
+
+    /// The one runtime directory beneath it.
+    fn runtime(&self) -> std::path::PathBuf {
+        let made: Vec<_> = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("link-")
+            })
+            .collect();
+        assert_eq!(made.len(), 1, "{made:?}");
+        made[0].clone()
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.session);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}

@@ -328,10 +328,7 @@ impl RuntimeCgroups {
             if controller == Controller::Unified {
                 made.plugin_procs = Some(plugin_leaf(&fd).map_err(fail)?);
             }
-            let copy = crate::plugin_ns::detached(fd.as_raw_fd(), 0).map_err(fail)?;
-            // SAFETY: open_tree's new descriptor, owned from here.
-            made.handed
-                .push(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) });
+            made.handed.push(handed(fd).map_err(fail)?);
         }
         Ok(made)
     }
@@ -397,6 +394,23 @@ impl RuntimeCgroups {
                 }
             }
         }
+    }
+}
+
+/// What the plugin gets of the runtime directory `dir`: a detached mount whose root it is, so
+/// that `..` leads to no other cgroup of the machine; an ordinary user, who may make no
+/// mount, hands `dir` itself, from which the plugin (the user's own uid) reaches the rest of
+/// the subtree delegated to the user, no more than the user.
+fn handed(dir: OwnedFd) -> io::Result<OwnedFd> {
+    match crate::plugin_ns::detached(dir.as_raw_fd(), 0) {
+        // SAFETY: open_tree's new descriptor, owned from here.
+        Ok(copy) => Ok(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) }),
+        Err(e)
+            if e.raw_os_error() == Some(libc::EPERM) && !rustix::process::geteuid().is_root() =>
+        {
+            Ok(dir)
+        }
+        Err(e) => Err(e),
     }
 }
 

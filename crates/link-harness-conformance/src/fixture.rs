@@ -465,12 +465,23 @@ impl TestUser {
     /// (somewhere this user can run it), once it printed its ready line; a start that fails
     /// fails the test with the host's stderr. Stop it with `link down` as this user.
     pub fn up(&self, link: &Path, profile: &str, state: &Path) -> std::process::Child {
+        self.up_with(link, profile, state, |_| {})
+    }
+
+    /// [`TestUser::up`] with `prepare` applied to the `runuser` command first (a `pre_exec`
+    /// of its runs as root, before `runuser` becomes the user).
+    pub fn up_with(
+        &self,
+        link: &Path,
+        profile: &str,
+        state: &Path,
+        prepare: impl FnOnce(&mut std::process::Command),
+    ) -> std::process::Child {
         use std::io::BufRead;
-        let mut up = self
-            .command(&[link.as_os_str(), "up".as_ref(), "--profile".as_ref()])
-            .arg(profile)
-            .arg("--state")
-            .arg(state)
+        let mut up = self.command(&[link.as_os_str(), "up".as_ref(), "--profile".as_ref()]);
+        up.arg(profile).arg("--state").arg(state);
+        prepare(&mut up);
+        let mut up = up
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()

@@ -240,7 +240,7 @@ export LNK_REQUIRE_RUNTIME=1 LNK_REQUIRE_TOOLS=1 RUST_BACKTRACE=1
 export LNK_TEST_STATE_DIR={GUEST_STATE} LNK_SKIP_LOG={dir}/skips
 : > {dir}/skips
 cd {cwd}
-{exe} --exact '{test}' --test-threads=1 --nocapture > {dir}/out 2>&1
+{exe} --exact '{test}' --include-ignored --test-threads=1 --nocapture > {dir}/out 2>&1
 echo $? > {dir}/status
 sync
 echo o > /proc/sysrq-trigger
