@@ -721,11 +721,15 @@ impl Cgroups {
             let dir = open_file(parent, &name, OFlags::DIRECTORY)?;
             controller.set_limit(&dir, limits)?;
             procs.push(open_file(&dir, "cgroup.procs", OFlags::WRONLY)?);
-            if controller.cpu() {
-                cpu = Some((*controller, rustix::io::dup(&dir)?));
-            }
-            if controller.memory() {
-                memory = Some((*controller, dir));
+            // v2's one directory counts both: a second handle on it.
+            match (controller.memory(), controller.cpu()) {
+                (true, true) => {
+                    cpu = Some((*controller, rustix::io::dup(&dir)?));
+                    memory = Some((*controller, dir));
+                }
+                (true, false) => memory = Some((*controller, dir)),
+                (false, true) => cpu = Some((*controller, dir)),
+                (false, false) => {}
             }
         }
         let memory = memory.ok_or_else(|| io::Error::other("no memory cgroup"))?;

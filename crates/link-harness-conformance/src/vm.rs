@@ -33,7 +33,8 @@ pub const ENV_KERNEL: &str = "LNK_VM_KERNEL";
 const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
 /// Booting and one test under software emulation take a minute or two; this bounds a hang.
 const LIMIT: Duration = Duration::from_secs(900);
-/// Where the guest's state roots go: a tmpfs (idmapped mounts need one; virtiofs has none).
+/// Where the guest's state roots go: a tmpfs (idmapped mounts need one; virtiofs has none),
+/// beneath a directory others may not search, as a home is.
 const GUEST_STATE: &str = "/mnt/lnk-tests";
 
 /// Whether this process runs inside the virtual machine.
@@ -216,10 +217,28 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// The guest's process 1: the mounts, the test, its results in `dir`, power off.
+/// The guest's process 1: the mounts, the test, its results in `dir`, power off. The guest's
+/// `/tmp` is a tmpfs of its own; a directory the test needs that lies beneath this machine's
+/// `/tmp` (a clone there, and so its build and the run's directory) is bound back over it.
 fn init_script(exe: &Path, test: &str, dir: &Path) -> String {
-    let (exe, dir) = (exe.display(), dir.display());
     let cwd = std::env::current_dir().expect("the working directory");
+    let needed = [cwd.as_path(), dir];
+    let mut keep: Vec<&Path> = needed
+        .iter()
+        .filter_map(|p| p.strip_prefix("/tmp").ok())
+        .filter_map(|p| p.components().next())
+        .map(|first| Path::new(first.as_os_str()))
+        .collect();
+    keep.sort();
+    keep.dedup();
+    let rebind: String = keep
+        .iter()
+        .map(|name| {
+            let name = name.display();
+            format!("mkdir -p '/tmp/{name}' && mount --bind '/run/host-tmp/{name}' '/tmp/{name}'\n")
+        })
+        .collect();
+    let (exe, dir, cwd) = (exe.display(), dir.display(), cwd.display());
     format!(
         r#"#!/bin/sh
 mount -t proc proc /proc
@@ -229,9 +248,11 @@ mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs shm /dev/shm
-mount -t tmpfs tmp /tmp
 mount -t tmpfs run /run
-mount -t tmpfs state /mnt
+mkdir /run/host-tmp
+mount --bind /tmp /run/host-tmp
+mount -t tmpfs tmp /tmp
+{rebind}mount -t tmpfs -o mode=0700 state /mnt
 mkdir -p {GUEST_STATE}
 ip link set lo up 2>/dev/null
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -245,7 +266,6 @@ echo $? > {dir}/status
 sync
 echo o > /proc/sysrq-trigger
 sleep 60
-"#,
-        cwd = cwd.display()
+"#
     )
 }
