@@ -10,14 +10,14 @@ kernel=linux-image-6.12.107+deb12-cloud-amd64-unsigned
 kernel_version=6.12.107-1~deb12u1
 kernel_sha256=752d15dbe0817b35ec227f352e226122ec6567bd47e7240c90e01e61a179baad
 export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
 if [ "$(dpkg-query -W -f='${Version}' qemu-system-x86 2>/dev/null || true)" != "$qemu" ]; then
-  apt-get update -qq
   apt-get install -y -qq --no-install-recommends "qemu-system-x86=$qemu" >/dev/null
 fi
 if [ ! -f target/vm/vmlinuz ]; then
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  (cd "$work" && apt-get download -qq "$kernel=$kernel_version" 2>/dev/null)
+  (cd "$work" && apt-get download -qq "$kernel=$kernel_version")
   deb=$(echo "$work"/*.deb)
   echo "$kernel_sha256  $deb" | sha256sum --check --quiet
   dpkg-deb -x "$deb" "$work/x"

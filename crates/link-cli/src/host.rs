@@ -157,16 +157,18 @@ async fn run(
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
+    // Before any child: in cgroup v2 the host may move out of its own cgroup, which must then
+    // hold no process.
+    let cgroups = match confined_link {
+        true => agent_cgroups(&layout)?,
+        false => None,
+    };
     // Made while the host starts, off the thread that prepares the plugins.
     let namespaces = crate::own_namespaces::OwnNamespaces::for_plugins(
         plugins::start_order(args.profile),
         args.mode,
         uid_base,
     );
-    let cgroups = match confined_link {
-        true => agent_cgroups(&layout)?,
-        false => None,
-    };
     let mut pool = None;
     let launch = Launch {
         layout: &layout,
@@ -205,7 +207,7 @@ async fn run(
     }
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
-    let mut probe = confined_link.then(|| Probe::start(&programs));
+    let mut probe = confined_link.then(|| Probe::start(&programs, cgroups.is_some()));
     let all_started = start_all(
         &launch,
         &shared,

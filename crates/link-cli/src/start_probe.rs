@@ -28,7 +28,9 @@ pub struct Probe {
 }
 
 impl Probe {
-    pub fn start(programs: &Path) -> Probe {
+    /// `held`: whether this host made the agents' cgroups, which the probe then says bound
+    /// them (`link_confine::cgroup::ENV_HELD`).
+    pub fn start(programs: &Path, held: bool) -> Probe {
         let key = crate::probe_cache::Key::now(programs);
         let cached = key
             .as_ref()
@@ -47,12 +49,12 @@ impl Probe {
                     if stopped.try_recv().is_ok() {
                         bail!("stopped before the sandbox probe started");
                     }
-                    let child = spawn_probe(&programs, Priority::Background);
+                    let child = spawn_probe(&programs, Priority::Background, held);
                     sandbox_probe(child, stopped).await
                 })
             }
             None => Box::pin(sandbox_probe(
-                spawn_probe(programs, Priority::Normal),
+                spawn_probe(programs, Priority::Normal, held),
                 stopped,
             )),
         };
@@ -137,8 +139,11 @@ enum Priority {
 }
 
 /// Starts `link-plugin-sandbox probe`.
-fn spawn_probe(programs: &Path, priority: Priority) -> Result<tokio::process::Child> {
+fn spawn_probe(programs: &Path, priority: Priority, held: bool) -> Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
+    if held {
+        cmd.env(link_confine::cgroup::ENV_HELD, "1");
+    }
     cmd.arg("probe")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

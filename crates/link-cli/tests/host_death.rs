@@ -365,8 +365,12 @@ impl AgentCgroups {
     /// plugin).
     fn pool(&self, dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         let entries = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path());
-        let leaf = dir.join(link_confine::cgroup::PLUGIN_LEAF);
-        entries.filter(|p| p.is_dir() && *p != leaf).collect()
+        let leaves = [
+            link_confine::cgroup::PLUGIN_LEAF,
+            link_confine::cgroup::HOST_LEAF,
+        ];
+        let leaf = |p: &std::path::Path| leaves.iter().any(|l| p.file_name().unwrap() == *l);
+        entries.filter(|p| p.is_dir() && !leaf(p)).collect()
     }
 
     /// In each hierarchy one cgroup of the pool holds every process of the command (bwrap,

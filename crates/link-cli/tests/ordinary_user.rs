@@ -145,18 +145,25 @@ fn in_cgroup_v2_a_delegated_user_bounds_its_agents_together() {
 }
 
 /// An ordinary user with a cgroup v2 subtree delegated to it, laid out as systemd lays out a
-/// `user@.service` (`Delegate=yes`): the user's session a leaf of the delegated cgroup, which
-/// enables memory and pids for its children. Its confined full Link makes the runtime's
-/// cgroup beneath the delegated one (the session holds processes), runs the sandbox plugin
-/// in the runtime's leaf and a command's processes in one cgroup of the pool with the
-/// command's limits; `link down` removes them all. Its twin, the same user where nothing is
-/// delegated, is this machine's: [`an_ordinary_user_runs_confined_full_link_and_its_tools`]
-/// (bounded per process, said so by `link status`).
+/// `user@.service` (`Delegate=yes`: the cgroup and its files the user's, memory and pids
+/// enabled for its children), runs `link up` alone in a scope beneath it, as `systemd-run
+/// --user --scope` does. Its confined full Link moves into a leaf of its runtime's cgroup
+/// beneath the scope (so the scope can enable controllers), runs the sandbox plugin in the
+/// runtime's leaf and a command's processes in one cgroup of the pool with the command's
+/// limits, and `link status` says so; after `link down` the pool and the plugin's leaf are
+/// gone and only the host's, empty, stays (for the unit's end or the next start). Its twin,
+/// the same user where nothing is delegated, is this machine's:
+/// [`an_ordinary_user_runs_confined_full_link_and_its_tools`] (bounded per process, said so
+/// by `link status`).
 #[test]
 #[ignore = "inside the cgroup v2 virtual machine only: in_cgroup_v2_a_delegated_user_..."]
 fn a_delegated_user_bounds_its_agents_together() {
     assert!(link_harness_conformance::vm::inside(), "cgroup v2 only");
-    let user = TestUser::create("lnk-deleg").unwrap();
+    // The guest's pids repeat from boot to boot and its users are this machine's: a name of
+    // its own, so one a failed run left cannot collide.
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    let user =
+        TestUser::create(&format!("lnk-dg{}", now.unwrap().as_micros() % 1_000_000)).unwrap();
     let delegated = Delegated::to(&user);
     let parent = OpenParent::create("lnk-deleg-up").unwrap();
     let link = parent.programs(Profile::Link);
@@ -164,21 +171,23 @@ fn a_delegated_user_bounds_its_agents_together() {
     std::fs::create_dir(&state).unwrap();
     user.chown(&state);
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
-    let session = std::fs::OpenOptions::new()
+    let scope = std::fs::OpenOptions::new()
         .write(true)
-        .open(delegated.session.join("cgroup.procs"))
+        .open(delegated.scope.join("cgroup.procs"))
         .unwrap();
-    let mut up = user.up_with(&link, "link", &state, |cmd| {
+    let mut up = user.exec_as(&TestUser::up_args(&link, "link", &state));
+    {
         use std::os::fd::AsRawFd;
         use std::os::unix::process::CommandExt;
-        let fd = session.as_raw_fd();
+        let fd = scope.as_raw_fd();
         // SAFETY: a write(2) to a descriptor this test keeps open, between fork and exec.
         let join = move || match unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } {
             1 => Ok(()),
             _ => Err(std::io::Error::last_os_error()),
         };
-        unsafe { cmd.pre_exec(join) };
-    });
+        unsafe { up.pre_exec(join) };
+    }
+    let mut up = user.ready(up);
     let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);
     assert_eq!(code, 0, "{err}");
     let token = token.trim().to_owned();
@@ -221,10 +230,18 @@ fn a_delegated_user_bounds_its_agents_together() {
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
         procs.lines().map(|l| l.parse().unwrap()).collect()
     };
+    // The scope holds no process now, the host is in its leaf.
+    assert_eq!(members(&delegated.scope), Vec::<i32>::new());
+    let host_leaf = runtime.join(link_confine::cgroup::HOST_LEAF);
+    assert!(members(&host_leaf).contains(&up.id().try_into().unwrap()));
+    let leaves = [
+        link_confine::cgroup::PLUGIN_LEAF,
+        link_confine::cgroup::HOST_LEAF,
+    ];
     let pool: Vec<_> = std::fs::read_dir(&runtime)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir() && p.file_name().unwrap() != link_confine::cgroup::PLUGIN_LEAF)
+        .filter(|p| p.is_dir() && !leaves.iter().any(|l| p.file_name().unwrap() == *l))
         .collect();
     let sleep = running("sleep")[0];
     let holding: Vec<_> = pool
@@ -249,21 +266,28 @@ fn a_delegated_user_bounds_its_agents_together() {
     let status = up.wait().unwrap();
     assert!(status.success(), "link up exited {status:?}");
     let _ = turn.join().unwrap();
-    assert!(
-        !runtime.exists(),
-        "{} outlived `link down`",
+    let left: Vec<_> = std::fs::read_dir(&runtime)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| runtime.join(n).is_dir())
+        .collect();
+    assert_eq!(
+        left,
+        [link_confine::cgroup::HOST_LEAF],
+        "{}",
         runtime.display()
     );
+    assert_eq!(members(&host_leaf), Vec::<i32>::new());
     let left = user.processes();
     assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
 }
 
-/// A cgroup v2 subtree delegated to a user: the cgroup, with memory and pids enabled for its
-/// children, and a session leaf beneath it, both the user's (the directory, `cgroup.procs`,
-/// `cgroup.subtree_control`, `cgroup.threads`); removed on drop.
+/// A cgroup v2 subtree delegated to a user with a scope beneath it: both the user's (the
+/// directory, `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`), the delegated one
+/// enabling memory and pids for its children; removed on drop, with what was made beneath.
 struct Delegated {
     dir: std::path::PathBuf,
-    session: std::path::PathBuf,
+    scope: std::path::PathBuf,
 }
 
 impl Delegated {
@@ -271,22 +295,22 @@ impl Delegated {
         let top = Path::new("/sys/fs/cgroup");
         std::fs::write(top.join("cgroup.subtree_control"), "+memory +pids").unwrap();
         let dir = top.join(format!("lnk-deleg-{}", std::process::id()));
-        let session = dir.join("session");
+        let scope = dir.join("link.scope");
         std::fs::create_dir(&dir).unwrap();
         std::fs::write(dir.join("cgroup.subtree_control"), "+memory +pids").unwrap();
-        std::fs::create_dir(&session).unwrap();
-        for cgroup in [&dir, &session] {
+        std::fs::create_dir(&scope).unwrap();
+        for cgroup in [&dir, &scope] {
             user.chown(cgroup);
             for file in ["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"] {
                 user.chown(&cgroup.join(file));
             }
         }
-        Delegated { dir, session }
+        Delegated { dir, scope }
     }
 
-    /// The one runtime directory beneath it.
+    /// The one runtime directory beneath the scope.
     fn runtime(&self) -> std::path::PathBuf {
-        let made: Vec<_> = std::fs::read_dir(&self.dir)
+        let made: Vec<_> = std::fs::read_dir(&self.scope)
             .unwrap()
             .map(|e| e.unwrap().path())
             .filter(|p| {
@@ -302,8 +326,16 @@ impl Delegated {
 }
 
 impl Drop for Delegated {
+    /// Deepest first: what the runtime left (the host's leaf), the scope, the cgroup.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.session);
-        let _ = std::fs::remove_dir(&self.dir);
+        fn remove(dir: &Path) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove(&entry.path());
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+        remove(&self.dir);
     }
 }

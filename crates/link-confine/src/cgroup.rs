@@ -33,7 +33,8 @@
 //! hierarchies are root's) or in a v2 cgroup not delegated to it.
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
-//! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside.
+//! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside (in
+//! v2 killing it: [`remove_tree`]).
 //! Each runtime's are named after its host (`link-<digest>-<pid>-<start time>`), so a start
 //! removes only those of a host that is gone.
 
@@ -45,6 +46,19 @@ use std::path::{Path, PathBuf};
 /// The sandbox plugin's variable naming its runtime's cgroup descriptors:
 /// `memory:FD,pids:FD,cpuacct:FD` (v1) or `unified:FD` (v2).
 pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
+
+/// Set to `1` in the environment of the probe a host starts that made the agents' cgroups
+/// (in v2 the probe, a child of a host moved into its leaf, could make none itself).
+pub const ENV_HELD: &str = "LNK_AGENT_CGROUPS_HELD";
+
+/// For the probe: `Ok` where the host that started it holds the agents' cgroups
+/// ([`ENV_HELD`]), else whether this process could make them ([`support`]).
+pub fn held_or_support() -> Result<(), String> {
+    match std::env::var(ENV_HELD).is_ok_and(|v| v == "1") {
+        true => Ok(()),
+        false => support().map(drop),
+    }
+}
 
 /// A hierarchy Link bounds an agent in: a cgroup v1 controller's, or the v2 one, which holds
 /// them all.
@@ -145,7 +159,7 @@ pub fn support() -> Result<Hierarchy, String> {
         .find(|g| g.hierarchy == 0)
         .map(|g| g.pathname.clone())
         .ok_or_else(|| "/proc/self/cgroup names no cgroup v2 cgroup".to_string())?;
-    support_v2(&in_mount(mount, &path, "v2")?, &mount.mount_point)
+    support_v2(&in_mount(mount, &path, "v2")?)
 }
 
 /// This process's cgroup `path` as a directory beneath `mount` (which may show a subtree: a
@@ -195,44 +209,50 @@ fn support_v1<'m>(
 /// every cgroup's `cpu.stat` without one).
 const V2_CONTROLLERS: [&str; 2] = ["memory", "pids"];
 
-/// The nearest cgroup from `own` up to `top` (the mount) this process may write in which
-/// memory and pids are enabled for children, or can be (it holds no process, or is the root,
-/// which may).
-fn support_v2(own: &Path, top: &Path) -> Result<Hierarchy, String> {
+/// This process's own cgroup `own`, where the runtime's goes, if this process may write it and
+/// its children can have memory and pids: the root of the hierarchy (which may hold processes
+/// and enable controllers), or a cgroup that holds this process alone, which then moves into
+/// a leaf of its runtime's ([`HOST_LEAF`]) so that `own` holds none (v2's rule for enabling
+/// controllers), as in a unit of its own with `Delegate=yes`. Never a cgroup above its own:
+/// the agents' commands stay within the bounds of the unit or container the host runs in.
+fn support_v2(own: &Path) -> Result<Hierarchy, String> {
     let has_all = |file: &Path| {
         let text = std::fs::read_to_string(file).unwrap_or_default();
         V2_CONTROLLERS
             .iter()
             .all(|c| text.split_whitespace().any(|w| w == *c))
     };
-    for dir in own.ancestors().take_while(|d| d.starts_with(top)) {
-        if !may_write(dir) {
-            return Err(format!(
-                "this user may not write the cgroup {}: Link bounds an agent's processes \
-                 together in cgroup v2 only as root or in a subtree delegated to it (run it in \
-                 a unit with Delegate=yes, e.g. `systemd-run --user --scope -p Delegate=yes \
-                 link up ...`); each process is bounded on its own",
-                dir.display()
-            ));
-        }
-        if !has_all(&dir.join("cgroup.controllers")) {
-            return Err(format!(
-                "the cgroup v2 hierarchy gives the cgroup {} no memory and pids controllers \
-                 (its cgroup.controllers); each process is bounded on its own",
-                dir.display()
-            ));
-        }
-        let enabled = has_all(&dir.join("cgroup.subtree_control"));
-        let empty = std::fs::read_to_string(dir.join("cgroup.procs"))
-            .is_ok_and(|procs| procs.trim().is_empty());
-        if enabled || empty || dir == top {
-            return Ok(Hierarchy::V2(dir.to_owned()));
-        }
+    let unit = "run `link up` in a unit of its own with Delegate=yes (e.g. `systemd-run --scope \
+                -p Delegate=yes link up ...`, with --user as an ordinary user); each process is \
+                bounded on its own";
+    if !may_write(own) {
+        return Err(format!(
+            "this user may not write its cgroup {}: Link bounds an agent's processes together \
+             in cgroup v2 only in a cgroup delegated to it: {unit}",
+            own.display()
+        ));
     }
-    Err(format!(
-        "no cgroup from {} up may enable memory and pids for children (each holds processes)",
-        own.display()
-    ))
+    if !has_all(&own.join("cgroup.controllers")) {
+        return Err(format!(
+            "the cgroup v2 hierarchy gives the cgroup {} no memory and pids controllers (its \
+             cgroup.controllers); each process is bounded on its own",
+            own.display()
+        ));
+    }
+    // The real root has no `cgroup.type` (a cgroup namespace's root does).
+    if !own.join("cgroup.type").exists() {
+        return Ok(Hierarchy::V2(own.to_owned()));
+    }
+    let me = std::process::id().to_string();
+    let procs = std::fs::read_to_string(own.join("cgroup.procs")).unwrap_or_default();
+    match procs.split_whitespace().all(|pid| pid == me) {
+        true => Ok(Hierarchy::V2(own.to_owned())),
+        false => Err(format!(
+            "this process's cgroup {} holds other processes too, so it can enable no \
+             controller for the agents' cgroups: {unit}",
+            own.display()
+        )),
+    }
 }
 
 /// Whether this process may make cgroups in `dir` and move processes there.
@@ -285,10 +305,17 @@ pub struct RuntimeCgroups {
     handed: Vec<OwnedFd>,
     /// v2: the `cgroup.procs` of the runtime's `sandbox` leaf, where the plugin runs.
     plugin_procs: Option<OwnedFd>,
+    /// v2: the host moved into the runtime's [`HOST_LEAF`] (its own cgroup is not the root).
+    host_leaf: bool,
 }
 
 /// The v2 leaf of a runtime directory the sandbox plugin runs in.
 pub const PLUGIN_LEAF: &str = "sandbox";
+
+/// The v2 leaf of a runtime directory its host runs in where its own cgroup is not the root
+/// ([`support`]); it stays, empty once the host has exited, until the next start or the
+/// unit's end removes it.
+pub const HOST_LEAF: &str = "host";
 
 impl RuntimeCgroups {
     /// Makes the runtime's directories for `owner` (its state root) beneath `parents` (of
@@ -308,6 +335,7 @@ impl RuntimeCgroups {
             dirs: Vec::new(),
             handed: Vec::new(),
             plugin_procs: None,
+            host_leaf: false,
         };
         for (controller, parent) in parents.parents() {
             let dir = parent.join(&name);
@@ -316,9 +344,6 @@ impl RuntimeCgroups {
                 error,
             };
             remove_dead(parent, &prefix).map_err(fail)?;
-            if controller == Controller::Unified {
-                enable_v2(parent).map_err(fail)?;
-            }
             std::fs::create_dir(&dir).map_err(fail)?;
             made.dirs.push((controller, dir.clone()));
             let fd = open_dir(&dir).map_err(fail)?;
@@ -326,6 +351,12 @@ impl RuntimeCgroups {
             rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
                 .map_err(|e| fail(e.into()))?;
             if controller == Controller::Unified {
+                // Out of its own cgroup first, which may then enable controllers.
+                made.host_leaf = parent.join("cgroup.type").exists();
+                if made.host_leaf {
+                    host_leaf(&fd).map_err(fail)?;
+                }
+                enable_v2(parent).map_err(fail)?;
                 made.plugin_procs = Some(plugin_leaf(&fd).map_err(fail)?);
             }
             made.handed.push(handed(fd).map_err(fail)?);
@@ -399,8 +430,9 @@ impl RuntimeCgroups {
 
 /// What the plugin gets of the runtime directory `dir`: a detached mount whose root it is, so
 /// that `..` leads to no other cgroup of the machine; an ordinary user, who may make no
-/// mount, hands `dir` itself, from which the plugin (the user's own uid) reaches the rest of
-/// the subtree delegated to the user, no more than the user.
+/// mount, hands `dir` itself, from which `..` leads on: the plugin (the user's own uid) reads
+/// the machine's cgroups, as the user does, and may write what the user may in the subtree
+/// delegated to it (left: a detached mount made in a user namespace of the host's).
 fn handed(dir: OwnedFd) -> io::Result<OwnedFd> {
     match crate::plugin_ns::detached(dir.as_raw_fd(), 0) {
         // SAFETY: open_tree's new descriptor, owned from here.
@@ -429,6 +461,14 @@ fn enable_v2(dir: &Path) -> io::Result<()> {
     }
     write_at(&parent, "cgroup.subtree_control", &missing.join(" "))
         .map_err(|e| io::Error::other(format!("enabling {missing:?} for its children: {e}")))
+}
+
+/// v2: moves this process into the runtime directory `dir`'s leaf [`HOST_LEAF`].
+fn host_leaf(dir: &OwnedFd) -> io::Result<()> {
+    rustix::fs::mkdirat(dir, HOST_LEAF, rustix::fs::Mode::from_raw_mode(0o755))?;
+    let leaf = open_file(dir, HOST_LEAF, rustix::fs::OFlags::DIRECTORY)?;
+    write_at(&leaf, "cgroup.procs", &std::process::id().to_string())
+        .map_err(|e| io::Error::other(format!("moving the host into {HOST_LEAF}: {e}")))
 }
 
 /// v2: memory and pids enabled for the runtime directory `dir`'s children, and its leaf
@@ -480,7 +520,11 @@ impl Drop for RuntimeCgroups {
         drop(std::mem::take(&mut self.handed));
         drop(self.plugin_procs.take());
         for (_, dir) in &self.dirs {
-            if let Err(e) = remove_tree(dir) {
+            let removed = match self.host_leaf {
+                true => remove_all_but(dir, HOST_LEAF),
+                false => remove_tree(dir),
+            };
+            if let Err(e) = removed {
                 tracing::warn!(dir = %dir.display(), "cannot remove the agents' cgroup: {e}");
             }
         }
@@ -542,6 +586,19 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
     let parent = open_dir(parent)?;
     let procs = open_file(&parent, "cgroup.procs", rustix::fs::OFlags::WRONLY)?;
     remove_beneath(&parent, name, &procs)
+}
+
+/// Removes the cgroups beneath `dir` but its leaf `kept` (the host's, which it is in).
+fn remove_all_but(dir: &Path, kept: &str) -> io::Result<()> {
+    let parent = open_dir(dir)?;
+    let procs = open_file(&parent, "cgroup.procs", rustix::fs::OFlags::WRONLY)?;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() && entry.file_name() != kept {
+            remove_beneath(&parent, &entry.file_name(), &procs)?;
+        }
+    }
+    Ok(())
 }
 
 fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io::Result<()> {
@@ -619,8 +676,8 @@ pub struct Cgroups {
 }
 
 impl Cgroups {
-    /// The descriptors the host handed this process; `None` where it handed none (an
-    /// ordinary user, cgroup v2, diagnostic mode, a test).
+    /// The descriptors the host handed this process; `None` where it handed none (no
+    /// cgroups here, diagnostic mode, a test).
     pub fn from_env() -> Result<Option<Cgroups>, String> {
         let Some(value) = std::env::var_os(ENV_FDS) else {
             return Ok(None);
@@ -802,7 +859,8 @@ fn set_memory_v2(dir: &OwnedFd, bytes: u64) -> io::Result<()> {
     set("memory.max", &bytes.to_string())?;
     match write_at(dir, "memory.swap.max", "0") {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        _ => set("memory.swap.max", "0"),
+        Err(e) => Err(io::Error::other(format!("writing memory.swap.max: {e}"))),
+        Ok(()) => Ok(()),
     }
 }
 

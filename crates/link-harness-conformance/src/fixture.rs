@@ -465,27 +465,38 @@ impl TestUser {
     /// (somewhere this user can run it), once it printed its ready line; a start that fails
     /// fails the test with the host's stderr. Stop it with `link down` as this user.
     pub fn up(&self, link: &Path, profile: &str, state: &Path) -> std::process::Child {
-        self.up_with(link, profile, state, |_| {})
+        self.ready(self.command(&Self::up_args(link, profile, state)))
     }
 
-    /// [`TestUser::up`] with `prepare` applied to the `runuser` command first (a `pre_exec`
-    /// of its runs as root, before `runuser` becomes the user).
-    pub fn up_with(
-        &self,
-        link: &Path,
-        profile: &str,
-        state: &Path,
-        prepare: impl FnOnce(&mut std::process::Command),
-    ) -> std::process::Child {
+    /// `link up --profile PROFILE --state STATE` with `link` the host program.
+    pub fn up_args(link: &Path, profile: &str, state: &Path) -> Vec<std::ffi::OsString> {
+        let args = [link.as_os_str(), "up".as_ref(), "--profile".as_ref()];
+        let mut args: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();
+        args.extend([profile.into(), "--state".into(), state.into()]);
+        args
+    }
+
+    /// `args` as this user in the process that runs it (`setpriv` becomes the user and execs
+    /// them: no `runuser` stays beside them, in their cgroup say). A `pre_exec` of its runs
+    /// as root.
+    pub fn exec_as(&self, args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Command {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--init-groups", "--reset-env", "--"])
+            .args(args);
+        cmd
+    }
+
+    /// `up`, a command that starts `link up` as this user, started; returned once it
+    /// printed its ready line; a start that fails fails the test with the host's stderr.
+    pub fn ready(&self, mut up: std::process::Command) -> std::process::Child {
         use std::io::BufRead;
-        let mut up = self.command(&[link.as_os_str(), "up".as_ref(), "--profile".as_ref()]);
-        up.arg(profile).arg("--state").arg(state);
-        prepare(&mut up);
         let mut up = up
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .expect("runuser");
+            .expect("starting link up");
         let mut ready = String::new();
         std::io::BufReader::new(up.stdout.take().expect("piped"))
             .read_line(&mut ready)

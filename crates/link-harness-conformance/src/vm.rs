@@ -11,11 +11,13 @@
 //! test printed, its exit status and its skips come back in files of a directory beside the
 //! test binary, removed after.
 //!
-//! One processor and `cgroup.memory=nokmem`: under emulation the guest kernel at times ran the
-//! breakpoint of a code patch already finished (an oops in `kmem_cache_alloc` when the first
-//! memory cgroup turns kernel-memory counting on: 2 boots in 7 with two processors, then with
-//! one). Without kernel-memory counting the limit bounds the agent's user memory, which is what
-//! the tests fill.
+//! `cgroup.memory=nokmem`: under emulation the guest kernel at times ran the breakpoint of a
+//! code patch already finished (an oops in `kmem_cache_alloc` once the first memory cgroup
+//! turned kernel-memory counting on: 2 boots in 7; none in the 20 since). Without
+//! kernel-memory counting the limit bounds the agent's user memory, which the tests fill.
+//!
+//! QEMU and its file server die with the test process (`PR_SET_PDEATHSIG`), and the run's
+//! directories go with the run, whatever its end.
 
 use crate::reaper;
 use std::path::{Path, PathBuf};
@@ -127,26 +129,25 @@ impl Machine {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("the run's directory");
+        let _gone = Removed(dir.clone());
         let init = dir.join("init");
         std::fs::write(&init, init_script(&exe, test, &dir)).expect("the guest's init");
         let mode = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
         std::fs::set_permissions(&init, mode).expect("init executable");
         let console = self.boot(&init);
         let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
-        let ran = Ran {
+        Ran {
             status: read("status").trim().parse().ok(),
             output: format!("{}\n--- console ---\n{}", read("out"), tail(&console, 40)),
             skips: read("skips"),
-        };
-        let _ = std::fs::remove_dir_all(&dir);
-        ran
+        }
     }
 
     /// Boots the guest with `init`, sharing `/` through a virtiofsd of its own: the console.
     fn boot(&self, init: &Path) -> String {
         // A socket's path has room for 107 bytes: one of its own beneath the temporary folder.
-        let sockets = tempfile_dir();
-        let socket = sockets.join("fs.sock");
+        let sockets = Removed(tempfile_dir());
+        let socket = sockets.0.join("fs.sock");
         let mut server = Command::new(VIRTIOFSD);
         server
             .arg(format!("--socket-path={}", socket.display()))
@@ -161,6 +162,7 @@ impl Machine {
             ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
+        die_with_test(&mut server);
         let mut server = reaper::global()
             .spawn(&mut server)
             .expect("start virtiofsd");
@@ -189,9 +191,9 @@ impl Machine {
         .arg("-chardev")
         .arg(format!("socket,id=fs,path={}", socket.display()))
         .args(["-device", "vhost-user-fs-pci,chardev=fs,tag=rootfs"]);
+        die_with_test(&mut qemu);
         let out = reaper::global().output(&mut qemu, LIMIT);
         server.kill_and_wait();
-        let _ = std::fs::remove_dir_all(&sockets);
         match out {
             Ok(out) => {
                 String::from_utf8_lossy(&out.stdout).into_owned()
@@ -200,6 +202,23 @@ impl Machine {
             Err(e) => format!("qemu: {e}"),
         }
     }
+}
+
+/// A directory of the run's, removed when dropped, however the run ends.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `cmd` is killed when the thread that starts it, this test's, ends.
+fn die_with_test(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = rustix::process::getpid();
+    // SAFETY: prctl and getppid, system calls only.
+    unsafe { cmd.pre_exec(move || link_os::reaper::die_with_parent(parent)) };
 }
 
 /// A new directory of this process's beneath the temporary folder.

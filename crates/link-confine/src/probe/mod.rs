@@ -114,7 +114,7 @@ pub fn probe_blocking(program: &Path) -> ProbeReport {
     let mut report = production_run(report, &bwrap, program, &dir);
     report.bounds = Limits::DEFAULT.bounds(
         |check| report.checks.get(check).is_some_and(|seen| seen == "ok"),
-        crate::cgroup::support().map(drop),
+        crate::cgroup::held_or_support(),
     );
     report
 }
