@@ -253,12 +253,18 @@ fn a_delegated_user_bounds_its_agents_together() {
     assert_eq!(read("memory.max").trim(), (4u64 << 30).to_string());
     assert_eq!(read("pids.max").trim(), "256");
     let leaf = runtime.join(link_confine::cgroup::PLUGIN_LEAF);
+    let sandbox = running("link-plugin-san");
+    assert_eq!(members(&leaf), sandbox, "{}", leaf.display());
+    // What it was handed is the root of a detached copy: `..` is the directory itself, no
+    // other cgroup of the machine (made by a child in namespaces of the user's own).
+    let handed = handed_cgroup(sandbox[0]);
+    let here = rustix::fs::fstat(&handed).unwrap().st_ino;
+    let parent = rustix::fs::statat(&handed, "..", rustix::fs::AtFlags::empty()).unwrap();
     assert_eq!(
-        members(&leaf),
-        running("link-plugin-san"),
-        "{}",
-        leaf.display()
+        here, parent.st_ino,
+        "the plugin's cgroup directory has a parent"
     );
+    assert_eq!(here, std::fs::metadata(&runtime).unwrap().ino());
     // The runtime's cgroups are the user's, made by its host: nothing was given to it.
     assert_eq!(std::fs::metadata(&runtime).unwrap().uid(), user.uid);
     let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);
@@ -280,6 +286,21 @@ fn a_delegated_user_bounds_its_agents_together() {
     assert_eq!(members(&host_leaf), Vec::<i32>::new());
     let left = user.processes();
     assert!(left.is_empty(), "processes of {} left: {left:?}", user.name);
+}
+
+/// The cgroup directory the host handed the plugin `pid`, opened through its descriptor (the
+/// number its environment names).
+fn handed_cgroup(pid: i32) -> std::fs::File {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let wanted = format!("{}=", link_confine::cgroup::ENV_FDS);
+    let value = environ
+        .split(|b| *b == 0)
+        .filter_map(|pair| std::str::from_utf8(pair).ok())
+        .find_map(|pair| pair.strip_prefix(&wanted))
+        .unwrap_or_else(|| panic!("{pid} has no {wanted}"))
+        .to_owned();
+    let fd = value.strip_prefix("unified:").expect("one v2 directory");
+    std::fs::File::open(format!("/proc/{pid}/fd/{fd}")).unwrap()
 }
 
 /// A cgroup v2 subtree delegated to a user with a scope beneath it: both the user's (the

@@ -19,9 +19,13 @@
 //! [`LimitHit::CpuTime`]). More commands at once than the pool holds wait for one to end.
 //!
 //! Where memory and pids are cgroup v2 controllers ([`Hierarchy::V2`]), the runtime's directory
-//! is one, beneath the nearest cgroup from the host's own up that it may write and in which
-//! both are (or can be) enabled for children: as root, or as an ordinary user in a delegated
-//! subtree (a unit with `Delegate=yes`). v2 moves a process only for a writer of the
+//! is one, beneath the host's own cgroup and never above it (the commands stay within the
+//! bounds of the unit or container the host runs in), where that is the root, or holds the
+//! host alone and it may write it (as root, or as an ordinary user in a unit with
+//! `Delegate=yes`): the host then moves into the directory's [`HOST_LEAF`], so its cgroup may
+//! enable controllers for children. The plugin gets a detached copy of the directory either
+//! way (an ordinary user's made by a child in namespaces of its own:
+//! `plugin_ns::detached_by_child`). v2 moves a process only for a writer of the
 //! `cgroup.procs` of the source's and destination's common ancestor, so the sandbox plugin
 //! runs in the runtime's own `sandbox` leaf (the host moves it there before it runs) and the
 //! runtime directory's `cgroup.procs` is the plugin's: it moves processes only within it. The
@@ -30,7 +34,7 @@
 //!
 //! Where it cannot be done, [`support`] says why, and the probe and `link status` list memory
 //! and processes per agent as not enforced with that reason: an ordinary user on v1 (its
-//! hierarchies are root's) or in a v2 cgroup not delegated to it.
+//! hierarchies are root's), a v2 cgroup not delegated to it or shared with other processes.
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
 //! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside (in
@@ -359,7 +363,7 @@ impl RuntimeCgroups {
                 enable_v2(parent).map_err(fail)?;
                 made.plugin_procs = Some(plugin_leaf(&fd).map_err(fail)?);
             }
-            made.handed.push(handed(fd).map_err(fail)?);
+            made.handed.push(handed(fd, &dir).map_err(fail)?);
         }
         Ok(made)
     }
@@ -428,19 +432,18 @@ impl RuntimeCgroups {
     }
 }
 
-/// What the plugin gets of the runtime directory `dir`: a detached mount whose root it is, so
-/// that `..` leads to no other cgroup of the machine; an ordinary user, who may make no
-/// mount, hands `dir` itself, from which `..` leads on: the plugin (the user's own uid) reads
-/// the machine's cgroups, as the user does, and may write what the user may in the subtree
-/// delegated to it (left: a detached mount made in a user namespace of the host's).
-fn handed(dir: OwnedFd) -> io::Result<OwnedFd> {
+/// What the plugin gets of the runtime directory `dir` (at `path`): a detached mount whose
+/// root it is, so that `..` leads to no other cgroup of the machine; an ordinary user, who may
+/// make no mount here, has a child make it in namespaces of its own.
+fn handed(dir: OwnedFd, path: &Path) -> io::Result<OwnedFd> {
     match crate::plugin_ns::detached(dir.as_raw_fd(), 0) {
         // SAFETY: open_tree's new descriptor, owned from here.
         Ok(copy) => Ok(unsafe { <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(copy) }),
         Err(e)
             if e.raw_os_error() == Some(libc::EPERM) && !rustix::process::geteuid().is_root() =>
         {
-            Ok(dir)
+            crate::plugin_ns::detached_by_child(path)
+                .map_err(|e| io::Error::other(format!("a detached copy for the plugin: {e}")))
         }
         Err(e) => Err(e),
     }

@@ -446,6 +446,68 @@ pub(crate) fn detached(dir: libc::c_int, recursive: libc::c_uint) -> io::Result<
     Ok(opened as libc::c_int)
 }
 
+/// [`detached`] of the directory `path` for a process that may make no mount (an ordinary
+/// user): a short-lived child makes a user and a mount namespace of its own, where it may,
+/// and the detached copy there; this process takes the descriptor from it (`pidfd_getfd`:
+/// the child's namespace is this process's euid's, so it may) before the child exits. The
+/// copy outlives the child's namespace: a detached mount lives while a descriptor holds it.
+pub(crate) fn detached_by_child(path: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC);
+    let (ready_r, ready_w) = pipe()?;
+    let (release_r, release_w) = pipe()?;
+    let flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::SIGCHLD;
+    // SAFETY: clone without CLONE_VM is fork; the child makes raw system calls on values
+    // prepared before it and exits, never returning into Rust code of this process.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize) };
+    if pid == 0 {
+        // SAFETY: raw system calls on descriptors and a path this child holds copies of.
+        unsafe {
+            let how = libc::OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint;
+            let fd = libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, path.as_ptr(), how);
+            let said: i32 = match fd {
+                fd if fd >= 0 => fd as i32,
+                _ => -*libc::__errno_location(),
+            };
+            libc::write(ready_w.as_raw_fd(), (&said as *const i32).cast(), 4);
+            let mut byte = 0u8;
+            libc::read(release_r.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    check(pid)?;
+    drop((ready_w, release_r));
+    let taken = take_from(pid as libc::pid_t, &ready_r);
+    // A byte, not the pipe's end: a child another thread forks meanwhile holds a copy of it.
+    let _ = rustix::io::write(&release_w, b"x");
+    drop(release_w);
+    let _ = rustix::process::waitpid(
+        rustix::process::Pid::from_raw(pid as i32),
+        rustix::process::WaitOptions::empty(),
+    );
+    taken
+}
+
+/// The descriptor the child `pid` made, whose number (or `-errno`) it writes to `said`.
+fn take_from(pid: libc::pid_t, said: &OwnedFd) -> io::Result<OwnedFd> {
+    let mut number = [0u8; 4];
+    rustix::io::read(said, &mut number)?;
+    let number = i32::from_ne_bytes(number);
+    if number < 0 {
+        return Err(io::Error::from_raw_os_error(-number));
+    }
+    // SAFETY: system calls on numbers; each result is checked.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
+        check(pidfd)?;
+        let pidfd = <OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(pidfd as i32);
+        let fd = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), number, 0);
+        check(fd)?;
+        Ok(<OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(fd as i32))
+    }
+}
+
 /// What is covered: the first directory, from `/` down to the one holding every served
 /// directory, that others may not search (root's 0700 home, or the 0700 state root) or that
 /// `mine` owns (an ordinary user's home), or that directory itself.
