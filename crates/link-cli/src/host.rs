@@ -159,9 +159,9 @@ async fn run(
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
     // Before any child: in cgroup v2 the host may move out of its own cgroup, which must then
     // hold no process.
-    let cgroups = match confined_link {
+    let (cgroups, unbounded) = match confined_link {
         true => agent_cgroups(&layout)?,
-        false => None,
+        false => (None, None),
     };
     // Made while the host starts, off the thread that prepares the plugins.
     let namespaces = crate::own_namespaces::OwnNamespaces::for_plugins(
@@ -207,7 +207,11 @@ async fn run(
     }
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
-    let mut probe = confined_link.then(|| Probe::start(&programs, cgroups.is_some()));
+    let held = match unbounded {
+        Some(why) => Err(why),
+        None => Ok(()),
+    };
+    let mut probe = confined_link.then(|| Probe::start(&programs, held));
     let all_started = start_all(
         &launch,
         &shared,
@@ -271,18 +275,26 @@ async fn run(
     Ok(code)
 }
 
-/// As root where the machine allows it: the runtime's cgroups, in which the sandbox plugin
-/// bounds each agent's commands together (`link_confine::cgroup`); where it does not, `None`
-/// (the probe and `link status` say why). Removed when dropped, after the plugins.
-fn agent_cgroups(layout: &StateLayout) -> Result<Option<link_confine::cgroup::RuntimeCgroups>> {
+/// Where the machine allows it: the runtime's cgroups, in which the sandbox plugin bounds
+/// each agent's commands together (`link_confine::cgroup`); where it does not, `None` and why
+/// (the probe and `link status` say it). Removed when dropped, after the plugins. Cgroups the
+/// machine allows that cannot be made stop the start.
+fn agent_cgroups(
+    layout: &StateLayout,
+) -> Result<(Option<link_confine::cgroup::RuntimeCgroups>, Option<String>)> {
     use link_confine::cgroup::{support, RuntimeCgroups};
-    let Ok(parents) = support() else {
-        return Ok(None);
+    let parents = match support() {
+        Ok(parents) => parents,
+        Err(why) => return Ok((None, Some(why))),
     };
-    let made = RuntimeCgroups::create(&parents, layout.root()).context(
-        "the sandbox plugin bounds each agent's commands together in cgroups; nothing was started",
-    )?;
-    Ok(Some(made))
+    match RuntimeCgroups::create(&parents, layout.root()) {
+        Ok(made) => Ok((Some(made), None)),
+        Err(e) if e.unavailable() => Ok((None, Some(e.to_string()))),
+        Err(e) => Err(e).context(
+            "the sandbox plugin bounds each agent's commands together in cgroups; nothing was \
+             started",
+        ),
+    }
 }
 
 /// The pool of the runtime's cgroups, made once it is ready, off the start's path (the

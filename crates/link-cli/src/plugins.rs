@@ -246,17 +246,21 @@ impl Launch<'_> {
 
 /// The sandbox plugin inherits the runtime's cgroup directories, named in its environment
 /// (its view has no `/sys`); in cgroup v2 it is moved into the runtime's leaf for it first,
-/// with the host's rights, before it enters its view.
+/// with the host's rights, before it enters its view, and the runtime directory sealed
+/// (`RuntimeCgroups::plugin_join`).
 fn hand_cgroups(cmd: &mut Command, cgroups: &link_confine::cgroup::RuntimeCgroups) {
     let (value, fds) = cgroups.handed();
     cmd.env(link_confine::cgroup::ENV_FDS, value);
     // SAFETY: fcntl on descriptors the host keeps open for the runtime; nothing is allocated.
     unsafe { cmd.pre_exec(move || fds.iter().try_for_each(|fd| link_os::reaper::inherit(*fd))) };
-    if let Some(procs) = cgroups.plugin_procs() {
-        // SAFETY: a write(2) of one byte to a descriptor the host keeps open for the runtime.
-        let join = move || match unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) } {
-            1 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
+    if let Some((join, seal)) = cgroups.plugin_join() {
+        // SAFETY: a write(2) and a fchmod(2) on descriptors the host keeps open for the
+        // runtime; nothing is allocated.
+        let join = move || unsafe {
+            if libc::write(join, b"0".as_ptr().cast(), 1) != 1 || libc::fchmod(seal, 0o444) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         };
         unsafe { cmd.pre_exec(join) };
     }

@@ -28,9 +28,9 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// `held`: whether this host made the agents' cgroups, which the probe then says bound
-    /// them (`link_confine::cgroup::ENV_HELD`).
-    pub fn start(programs: &Path, held: bool) -> Probe {
+    /// `held`: whether this host made the agents' cgroups, or why not, which the probe then
+    /// says (`link_confine::cgroup::ENV_AGENT_CGROUPS`).
+    pub fn start(programs: &Path, held: Result<(), String>) -> Probe {
         let key = crate::probe_cache::Key::now(programs);
         let cached = key
             .as_ref()
@@ -44,17 +44,18 @@ impl Probe {
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
             Some(_) => {
                 let programs = programs.to_owned();
+                let held = held.clone();
                 Box::pin(async move {
                     let mut stopped = stopped;
                     if stopped.try_recv().is_ok() {
                         bail!("stopped before the sandbox probe started");
                     }
-                    let child = spawn_probe(&programs, Priority::Background, held);
+                    let child = spawn_probe(&programs, Priority::Background, &held);
                     sandbox_probe(child, stopped).await
                 })
             }
             None => Box::pin(sandbox_probe(
-                spawn_probe(programs, Priority::Normal, held),
+                spawn_probe(programs, Priority::Normal, &held),
                 stopped,
             )),
         };
@@ -139,11 +140,17 @@ enum Priority {
 }
 
 /// Starts `link-plugin-sandbox probe`.
-fn spawn_probe(programs: &Path, priority: Priority, held: bool) -> Result<tokio::process::Child> {
+fn spawn_probe(
+    programs: &Path,
+    priority: Priority,
+    held: &Result<(), String>,
+) -> Result<tokio::process::Child> {
     let mut cmd = tokio::process::Command::new(programs.join("link-plugin-sandbox"));
-    if held {
-        cmd.env(link_confine::cgroup::ENV_HELD, "1");
-    }
+    let said = match held {
+        Ok(()) => "held",
+        Err(why) => why,
+    };
+    cmd.env(link_confine::cgroup::ENV_AGENT_CGROUPS, said);
     cmd.arg("probe")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

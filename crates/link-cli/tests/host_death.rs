@@ -309,15 +309,9 @@ fn host_death_takes_a_running_confined_command_with_it() {
 /// cgroup hierarchy is v2 (`link_harness_conformance::vm`): this machine's controllers are v1.
 #[test]
 fn host_death_in_cgroup_v2() {
-    if link_harness_conformance::vm::inside() {
-        return;
-    }
-    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
-        return;
-    };
-    let ran = machine.run_test("host_death::host_death_takes_a_running_confined_command_with_it");
-    eprintln!("{}", ran.output);
-    assert!(ran.passed(), "{ran:#?}");
+    link_harness_conformance::vm::rerun_in_cgroup_v2(
+        "host_death::host_death_takes_a_running_confined_command_with_it",
+    );
 }
 
 /// The pids in the cgroup `dir`.
@@ -352,8 +346,12 @@ impl AgentCgroups {
         assert_eq!(v2, link_harness_conformance::vm::inside(), "{parents:?}");
         let prefix = link_confine::cgroup::instance_prefix(root.path());
         let name = link_confine::cgroup::instance_name(&prefix, host).unwrap();
-        let parents = parents.parents();
-        let runtime = parents.iter().map(|(_, p)| p.join(&name)).collect();
+        // v2: the part handed to the plugin, its leaf and the pool.
+        let handed = |p: &std::path::Path| match v2 {
+            true => p.join(&name).join(link_confine::cgroup::AGENTS),
+            false => p.join(&name),
+        };
+        let runtime = parents.parents().iter().map(|(_, p)| handed(p)).collect();
         Some(AgentCgroups {
             root: root.path().to_owned(),
             runtime,

@@ -133,15 +133,9 @@ fn assert_plugins_non_dumpable(user: &TestUser, link: &Path) {
 /// hierarchy is v2 (`link_harness_conformance::vm`): this machine's controllers are v1.
 #[test]
 fn in_cgroup_v2_a_delegated_user_bounds_its_agents_together() {
-    if link_harness_conformance::vm::inside() {
-        return;
-    }
-    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
-        return;
-    };
-    let ran = machine.run_test("ordinary_user::a_delegated_user_bounds_its_agents_together");
-    eprintln!("{}", ran.output);
-    assert!(ran.passed(), "{ran:#?}");
+    link_harness_conformance::vm::rerun_in_cgroup_v2(
+        "ordinary_user::a_delegated_user_bounds_its_agents_together",
+    );
 }
 
 /// An ordinary user with a cgroup v2 subtree delegated to it, laid out as systemd lays out a
@@ -234,14 +228,18 @@ fn a_delegated_user_bounds_its_agents_together() {
     assert_eq!(members(&delegated.scope), Vec::<i32>::new());
     let host_leaf = runtime.join(link_confine::cgroup::HOST_LEAF);
     assert!(members(&host_leaf).contains(&up.id().try_into().unwrap()));
-    let leaves = [
-        link_confine::cgroup::PLUGIN_LEAF,
-        link_confine::cgroup::HOST_LEAF,
-    ];
-    let pool: Vec<_> = std::fs::read_dir(&runtime)
+    // The plugin's part: its leaf and the pool, the host's leaf outside it; the runtime
+    // directory, their common ancestor, read-only once the plugin is in its leaf (it could
+    // otherwise move the host, of its uid, into a cgroup it bounds).
+    let agents = runtime.join(link_confine::cgroup::AGENTS);
+    let procs_mode = std::fs::metadata(runtime.join("cgroup.procs"))
+        .unwrap()
+        .mode();
+    assert_eq!(procs_mode & 0o222, 0, "{procs_mode:o}");
+    let pool: Vec<_> = std::fs::read_dir(&agents)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir() && !leaves.iter().any(|l| p.file_name().unwrap() == *l))
+        .filter(|p| p.is_dir() && p.file_name().unwrap() != link_confine::cgroup::PLUGIN_LEAF)
         .collect();
     let sleep = running("sleep")[0];
     let holding: Vec<_> = pool
@@ -252,7 +250,7 @@ fn a_delegated_user_bounds_its_agents_together() {
     let read = |file: &str| std::fs::read_to_string(holding[0].join(file)).unwrap();
     assert_eq!(read("memory.max").trim(), (4u64 << 30).to_string());
     assert_eq!(read("pids.max").trim(), "256");
-    let leaf = runtime.join(link_confine::cgroup::PLUGIN_LEAF);
+    let leaf = agents.join(link_confine::cgroup::PLUGIN_LEAF);
     let sandbox = running("link-plugin-san");
     assert_eq!(members(&leaf), sandbox, "{}", leaf.display());
     // What it was handed is the root of a detached copy: `..` is the directory itself, no
@@ -264,7 +262,7 @@ fn a_delegated_user_bounds_its_agents_together() {
         here, parent.st_ino,
         "the plugin's cgroup directory has a parent"
     );
-    assert_eq!(here, std::fs::metadata(&runtime).unwrap().ino());
+    assert_eq!(here, std::fs::metadata(&agents).unwrap().ino());
     // The runtime's cgroups are the user's, made by its host: nothing was given to it.
     assert_eq!(std::fs::metadata(&runtime).unwrap().uid(), user.uid);
     let (code, _, err) = user.run(&[link_s, "down", "--state", state_s]);

@@ -27,8 +27,9 @@
 //! way (an ordinary user's made by a child in namespaces of its own:
 //! `plugin_ns::detached_by_child`). v2 moves a process only for a writer of the
 //! `cgroup.procs` of the source's and destination's common ancestor, so the sandbox plugin
-//! runs in the runtime's own `sandbox` leaf (the host moves it there before it runs) and the
-//! runtime directory's `cgroup.procs` is the plugin's: it moves processes only within it. The
+//! runs in the `sandbox` leaf of the runtime's [`AGENTS`] part (the host moves it there before
+//! it runs), whose `cgroup.procs` is the plugin's: it moves processes only within it (the
+//! runtime directory's, common to it and the host's leaf, is sealed: [`RuntimeCgroups`]). The
 //! pool, the limits (`memory.max`, no swap, `pids.max`) and the CPU time (`cpu.stat`) are as
 //! in v1.
 //!
@@ -38,7 +39,7 @@
 //!
 //! A killed runtime leaves its directories; the next start on the same state root from the
 //! same cgroup removes them ([`RuntimeCgroups::create`]), moving out what is still inside (in
-//! v2 killing it: [`remove_tree`]).
+//! v2 killing it: [`remove_tree`]); in a unit of its own (v2), they go with the unit.
 //! Each runtime's are named after its host (`link-<digest>-<pid>-<start time>`), so a start
 //! removes only those of a host that is gone.
 
@@ -51,16 +52,18 @@ use std::path::{Path, PathBuf};
 /// `memory:FD,pids:FD,cpuacct:FD` (v1) or `unified:FD` (v2).
 pub const ENV_FDS: &str = "LNK_CGROUP_FDS";
 
-/// Set to `1` in the environment of the probe a host starts that made the agents' cgroups
-/// (in v2 the probe, a child of a host moved into its leaf, could make none itself).
-pub const ENV_HELD: &str = "LNK_AGENT_CGROUPS_HELD";
+/// In the environment of the probe a host starts: `held` where the host made the agents'
+/// cgroups, else why it did not (in v2 the probe, a child of a host moved into its leaf,
+/// could make none itself).
+pub const ENV_AGENT_CGROUPS: &str = "LNK_AGENT_CGROUPS";
 
-/// For the probe: `Ok` where the host that started it holds the agents' cgroups
-/// ([`ENV_HELD`]), else whether this process could make them ([`support`]).
+/// For the probe: what the host that started it said ([`ENV_AGENT_CGROUPS`]), else whether
+/// this process could make the agents' cgroups ([`support`]).
 pub fn held_or_support() -> Result<(), String> {
-    match std::env::var(ENV_HELD).is_ok_and(|v| v == "1") {
-        true => Ok(()),
-        false => support().map(drop),
+    match std::env::var(ENV_AGENT_CGROUPS) {
+        Ok(said) if said == "held" => Ok(()),
+        Ok(why) => Err(why),
+        Err(_) => support().map(drop),
     }
 }
 
@@ -277,6 +280,14 @@ pub struct CgroupError {
     pub error: io::Error,
 }
 
+impl CgroupError {
+    /// Whether this machine refuses what the cgroups need (nothing was made or moved): the
+    /// agents are then bounded per process, said so, rather than the start refused.
+    pub fn unavailable(&self) -> bool {
+        self.error.kind() == io::ErrorKind::Unsupported
+    }
+}
+
 /// Cgroups of a runtime's pool in each hierarchy: how many commands run at once at most.
 pub const POOL: usize = 64;
 
@@ -303,30 +314,44 @@ fn pool_name(i: usize) -> String {
 /// One runtime's cgroups, made by the host: a directory in each hierarchy with its pool, and
 /// for each a descriptor of a detached mount whose root it is, the one the plugin gets: from
 /// it `..` leads to no other cgroup of the machine (their names, members and figures).
+///
+/// In v2 the runtime's directory holds the host's leaf ([`HOST_LEAF`], where the host's own
+/// cgroup is not the root) and [`AGENTS`], the part handed to the plugin (its leaf and the
+/// pool): the common ancestor of the host and anything the plugin may move is then the
+/// runtime's directory, whose `cgroup.procs` the plugin may not write (root's, or made
+/// read-only once the plugin is in its leaf), so the plugin cannot move the host or the other
+/// plugins into a cgroup it bounds, nor reach the host's leaf.
 #[derive(Debug)]
 pub struct RuntimeCgroups {
     dirs: Vec<(Controller, PathBuf)>,
     handed: Vec<OwnedFd>,
-    /// v2: the `cgroup.procs` of the runtime's `sandbox` leaf, where the plugin runs.
-    plugin_procs: Option<OwnedFd>,
+    /// v2: the runtime's directory, removed whole (but for the host's leaf).
+    top: Option<PathBuf>,
+    /// v2: the `cgroup.procs` of the plugin's leaf, and the runtime directory's.
+    plugin_join: Option<(OwnedFd, OwnedFd)>,
     /// v2: the host moved into the runtime's [`HOST_LEAF`] (its own cgroup is not the root).
     host_leaf: bool,
 }
 
-/// The v2 leaf of a runtime directory the sandbox plugin runs in.
+/// The v2 leaf of [`AGENTS`] the sandbox plugin runs in.
 pub const PLUGIN_LEAF: &str = "sandbox";
 
 /// The v2 leaf of a runtime directory its host runs in where its own cgroup is not the root
-/// ([`support`]); it stays, empty once the host has exited, until the next start or the
-/// unit's end removes it.
+/// ([`support`]); it stays, empty once the host has exited, until the next start in that
+/// cgroup or the unit's end removes it.
 pub const HOST_LEAF: &str = "host";
+
+/// The part of a v2 runtime directory handed to the sandbox plugin: its leaf and the pool.
+pub const AGENTS: &str = "agents";
 
 impl RuntimeCgroups {
     /// Makes the runtime's directories for `owner` (its state root) beneath `parents` (of
     /// [`support`]), once what a dead runtime of the same state root left there is removed;
     /// [`RuntimeCgroups::pool_maker`] then makes the pool. Each is this process's own
     /// ([`instance_name`]): a runtime on a state root removed and made again beside a first
-    /// still running has its own, and neither removes the other's.
+    /// still running has its own, and neither removes the other's. An error of kind
+    /// `Unsupported` says this machine refuses what the plugin's copy needs (an ordinary user
+    /// without user namespaces): nothing was made or moved.
     pub fn create(parents: &Hierarchy, owner: &Path) -> Result<RuntimeCgroups, CgroupError> {
         let prefix = instance_prefix(owner);
         let me = std::process::id() as i32;
@@ -338,34 +363,48 @@ impl RuntimeCgroups {
         let mut made = RuntimeCgroups {
             dirs: Vec::new(),
             handed: Vec::new(),
-            plugin_procs: None,
+            top: None,
+            plugin_join: None,
             host_leaf: false,
         };
         for (controller, parent) in parents.parents() {
-            let dir = parent.join(&name);
+            let top = parent.join(&name);
             let fail = |error| CgroupError {
-                dir: dir.clone(),
+                dir: top.clone(),
                 error,
             };
             remove_dead(parent, &prefix).map_err(fail)?;
-            std::fs::create_dir(&dir).map_err(fail)?;
-            made.dirs.push((controller, dir.clone()));
-            let fd = open_dir(&dir).map_err(fail)?;
-            // Made under the host's umask; the plugin's uid must reach the pool beneath.
-            rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
-                .map_err(|e| fail(e.into()))?;
+            let fd = make_dir(&top).map_err(fail)?;
             if controller == Controller::Unified {
-                // Out of its own cgroup first, which may then enable controllers.
-                made.host_leaf = parent.join("cgroup.type").exists();
-                if made.host_leaf {
-                    host_leaf(&fd).map_err(fail)?;
-                }
-                enable_v2(parent).map_err(fail)?;
-                made.plugin_procs = Some(plugin_leaf(&fd).map_err(fail)?);
+                made.top = Some(top.clone());
+                made.create_v2(parent, &top, fd).map_err(fail)?;
+                continue;
             }
-            made.handed.push(handed(fd, &dir).map_err(fail)?);
+            made.dirs.push((controller, top.clone()));
+            made.handed.push(handed(fd, &top).map_err(fail)?);
         }
         Ok(made)
+    }
+
+    /// v2: beneath `top` (made, `fd`), the part the plugin gets and its copy first (where
+    /// none can be made the host has moved nowhere), then the host out of `parent` into its
+    /// leaf, the controllers enabled down to the pool's parent, and the plugin's leaf.
+    fn create_v2(&mut self, parent: &Path, top: &Path, fd: OwnedFd) -> io::Result<()> {
+        let agents = top.join(AGENTS);
+        let agents_fd = make_dir(&agents)?;
+        let copy = handed(rustix::io::dup(&agents_fd)?, &agents)?;
+        self.host_leaf = parent.join("cgroup.type").exists();
+        if self.host_leaf {
+            host_leaf(&fd)?;
+        }
+        enable_v2(parent)?;
+        enable_v2(top)?;
+        let plugin = plugin_leaf(&agents_fd)?;
+        let sealed = open_file(&fd, "cgroup.procs", rustix::fs::OFlags::RDONLY)?;
+        self.plugin_join = Some((plugin, sealed));
+        self.dirs.push((Controller::Unified, agents));
+        self.handed.push(copy);
+        Ok(())
     }
 
     /// The value of [`ENV_FDS`] and the descriptors the plugin must inherit.
@@ -381,11 +420,14 @@ impl RuntimeCgroups {
         (value, fds)
     }
 
-    /// v2: the `cgroup.procs` the sandbox plugin is moved into between its fork and exec (a
-    /// write of `0`), so that it may move its commands into the pool: v2 moves a process only
-    /// for a writer of the common ancestor's `cgroup.procs`, here the runtime directory's.
-    pub fn plugin_procs(&self) -> Option<RawFd> {
-        self.plugin_procs.as_ref().map(|fd| fd.as_raw_fd())
+    /// v2: what the host does for the sandbox plugin between its fork and exec: moves it
+    /// into its leaf (a write of `0` to the first), then makes the runtime directory's
+    /// `cgroup.procs` read-only (a `fchmod` of the second), the common ancestor of anything
+    /// the plugin could move and the host's leaf: an ordinary user's plugin, of the host's
+    /// uid, would otherwise be allowed to move the host.
+    pub fn plugin_join(&self) -> Option<(RawFd, RawFd)> {
+        let (join, seal) = self.plugin_join.as_ref()?;
+        Some((join.as_raw_fd(), seal.as_raw_fd()))
     }
 
     /// The directories, for a report or a test.
@@ -442,8 +484,12 @@ fn handed(dir: OwnedFd, path: &Path) -> io::Result<OwnedFd> {
         Err(e)
             if e.raw_os_error() == Some(libc::EPERM) && !rustix::process::geteuid().is_root() =>
         {
-            crate::plugin_ns::detached_by_child(path)
-                .map_err(|e| io::Error::other(format!("a detached copy for the plugin: {e}")))
+            crate::plugin_ns::detached_by_child(path).map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!("a detached copy for the plugin, made in a user namespace: {e}"),
+                )
+            })
         }
         Err(e) => Err(e),
     }
@@ -464,6 +510,14 @@ fn enable_v2(dir: &Path) -> io::Result<()> {
     }
     write_at(&parent, "cgroup.subtree_control", &missing.join(" "))
         .map_err(|e| io::Error::other(format!("enabling {missing:?} for its children: {e}")))
+}
+
+/// Makes the cgroup `dir`, which the plugin's uid may enter (the host's umask made it 0700).
+fn make_dir(dir: &Path) -> io::Result<OwnedFd> {
+    std::fs::create_dir(dir)?;
+    let fd = open_dir(dir)?;
+    rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))?;
+    Ok(fd)
 }
 
 /// v2: moves this process into the runtime directory `dir`'s leaf [`HOST_LEAF`].
@@ -521,8 +575,12 @@ impl Drop for RuntimeCgroups {
     /// out, or in v2 killed); a start on the same state root removes what a dead runtime left.
     fn drop(&mut self) {
         drop(std::mem::take(&mut self.handed));
-        drop(self.plugin_procs.take());
-        for (_, dir) in &self.dirs {
+        drop(self.plugin_join.take());
+        let tops = match &self.top {
+            Some(top) => vec![top.clone()],
+            None => self.paths(),
+        };
+        for dir in &tops {
             let removed = match self.host_leaf {
                 true => remove_all_but(dir, HOST_LEAF),
                 false => remove_tree(dir),
@@ -588,23 +646,29 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
     };
     let parent = open_dir(parent)?;
     let procs = open_file(&parent, "cgroup.procs", rustix::fs::OFlags::WRONLY)?;
-    remove_beneath(&parent, name, &procs)
+    remove_beneath(&parent, name, Some(&procs))
 }
 
-/// Removes the cgroups beneath `dir` but its leaf `kept` (the host's, which it is in).
+/// Removes the v2 cgroups beneath `dir` but its leaf `kept` (the host's, which it is in).
+/// What is still inside is killed: `dir` holds no process (and its `cgroup.procs` is sealed).
 fn remove_all_but(dir: &Path, kept: &str) -> io::Result<()> {
     let parent = open_dir(dir)?;
-    let procs = open_file(&parent, "cgroup.procs", rustix::fs::OFlags::WRONLY)?;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         if entry.file_type()?.is_dir() && entry.file_name() != kept {
-            remove_beneath(&parent, &entry.file_name(), &procs)?;
+            remove_beneath(&parent, &entry.file_name(), None)?;
         }
     }
     Ok(())
 }
 
-fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io::Result<()> {
+/// Removes the cgroup `name` beneath `parent` and its own; what is still inside is killed
+/// (v2) or moved to `to` (v1: a `cgroup.procs`).
+fn remove_beneath(
+    parent: &OwnedFd,
+    name: &std::ffi::OsStr,
+    to: Option<&OwnedFd>,
+) -> io::Result<()> {
     use rustix::fs::AtFlags;
     let dir = match open_file(parent, name, rustix::fs::OFlags::DIRECTORY) {
         Ok(dir) => dir,
@@ -633,7 +697,8 @@ fn remove_beneath(parent: &OwnedFd, name: &std::ffi::OsStr, to: &OwnedFd) -> io:
         match rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR) {
             Ok(()) | Err(rustix::io::Errno::NOENT) => return Ok(()),
             Err(rustix::io::Errno::BUSY) => {
-                if write_at(&dir, "cgroup.kill", "1").is_err() {
+                let killed = write_at(&dir, "cgroup.kill", "1").is_ok();
+                if let (false, Some(to)) = (killed, to) {
                     move_members(&dir, to)
                 }
             }

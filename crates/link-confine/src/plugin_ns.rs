@@ -492,7 +492,11 @@ pub(crate) fn detached_by_child(path: &Path) -> io::Result<OwnedFd> {
 /// The descriptor the child `pid` made, whose number (or `-errno`) it writes to `said`.
 fn take_from(pid: libc::pid_t, said: &OwnedFd) -> io::Result<OwnedFd> {
     let mut number = [0u8; 4];
-    rustix::io::read(said, &mut number)?;
+    if rustix::io::read(said, &mut number)? != number.len() {
+        return Err(io::Error::other(
+            "the child ended before it said what it made",
+        ));
+    }
     let number = i32::from_ne_bytes(number);
     if number < 0 {
         return Err(io::Error::from_raw_os_error(-number));

@@ -94,6 +94,25 @@ pub fn machine_or_skip(what: &str) -> Option<Machine> {
     }
 }
 
+/// A test's twin in the virtual machine: runs `test` (its full name) of this test binary
+/// again inside, and fails unless it passed there, skipping nothing. Inside the machine it
+/// does nothing (the test runs there itself); where the machine cannot boot it says so as a
+/// skip ([`machine_or_skip`]).
+pub fn rerun_in_cgroup_v2(test: &str) {
+    if inside() {
+        return;
+    }
+    let Some(machine) = machine_or_skip("cgroup v2") else {
+        return;
+    };
+    let ran = machine.run_test(test);
+    eprintln!("{}", ran.output);
+    assert!(
+        ran.passed(),
+        "{test} in the cgroup v2 virtual machine: {ran:#?}"
+    );
+}
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -805,16 +805,9 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
 /// controllers are v1.
 #[test]
 fn the_same_bounds_hold_in_cgroup_v2() {
-    if link_harness_conformance::vm::inside() {
-        return;
-    }
-    let Some(machine) = link_harness_conformance::vm::machine_or_skip("cgroup v2") else {
-        return;
-    };
-    let ran =
-        machine.run_test("plugin::an_agents_processes_share_one_memory_process_and_cpu_bound");
-    eprintln!("{}", ran.output);
-    assert!(ran.passed(), "{ran:#?}");
+    link_harness_conformance::vm::rerun_in_cgroup_v2(
+        "plugin::an_agents_processes_share_one_memory_process_and_cpu_bound",
+    );
 }
 
 /// The files of the pool's first cgroup that show, on the host's side, what the kernel
