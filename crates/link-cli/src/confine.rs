@@ -138,7 +138,7 @@ fn view(
     if !sandbox && !own_identity {
         return Ok(None);
     }
-    let own = own_namespace(plugin, allow.uid_base)?;
+    let own = crate::own_namespaces::own_namespace(plugin, allow.uid_base)?;
     let ahead = namespaces.and_then(|made| made.take(&own));
     let mut writable = allow.writable.clone();
     writable.extend(allow.sockets.iter().cloned());
@@ -160,25 +160,4 @@ fn view(
     let view = PluginView::prepare_plugin(&writable, &readable, program, &own, ahead)
         .with_context(|| format!("preparing {}'s view", plugin.program))?;
     Ok(Some(view))
-}
-
-/// As root, the user namespace of its own `plugin` joins in its view (issue 42), in the
-/// runtime's range from `base`: the sandbox plugin's, or a Landlock-confined plugin's, which
-/// maps the agents' uids too if it keeps `DAC_OVERRIDE` or `FOWNER` over their files.
-pub fn own_namespace(
-    plugin: &link_protocol::manifest::Plugin,
-    base: u32,
-) -> Result<link_confine::plugin_ns::OwnNamespace> {
-    use link_confine::plugin_ns::OwnNamespace;
-    use link_protocol::manifest::{Capability, Confinement};
-    if plugin.confinement == Confinement::Mounting {
-        return Ok(OwnNamespace::sandbox(base));
-    }
-    let id = link_confine::identity::plugin_uid(base, plugin.program)
-        .with_context(|| format!("{} has no identity of its own", plugin.program))?;
-    let agents = plugin
-        .capabilities
-        .iter()
-        .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
-    Ok(OwnNamespace::plugin(base, id, agents))
 }

@@ -157,10 +157,12 @@ async fn run(
     // Full Link's tools need bubblewrap as well as Landlock: prove it while plugins start.
     let confined_link = args.profile == Profile::Link && args.mode == Mode::Confined;
     let uid_base = link_confine::identity::base_for(layout.root()).map_err(anyhow::Error::msg)?;
-    // Before any child: in cgroup v2 the host may move out of its own cgroup, which must then
-    // hold no process.
-    let (cgroups, unbounded) = match confined_link {
-        true => agent_cgroups(&layout)?,
+    let mut support = confined_link.then(link_confine::cgroup::support);
+    // In cgroup v2 the host may move out of its own cgroup, which must then hold no process:
+    // made before any child. In v1 once the namespaces made ahead are under way.
+    let v2 = matches!(support, Some(Ok(link_confine::cgroup::Hierarchy::V2(_))));
+    let first = match v2 {
+        true => agent_cgroups(&layout, support.take())?,
         false => (None, None),
     };
     // Made while the host starts, off the thread that prepares the plugins.
@@ -169,6 +171,10 @@ async fn run(
         args.mode,
         uid_base,
     );
+    let (cgroups, unbounded) = match support {
+        Some(support) => agent_cgroups(&layout, Some(support))?,
+        None => first,
+    };
     let mut pool = None;
     let launch = Launch {
         layout: &layout,
@@ -275,17 +281,20 @@ async fn run(
     Ok(code)
 }
 
-/// Where the machine allows it: the runtime's cgroups, in which the sandbox plugin bounds
-/// each agent's commands together (`link_confine::cgroup`); where it does not, `None` and why
+/// Where the machine allows it (`support`, of `link_confine::cgroup::support`; none outside
+/// confined full Link): the runtime's cgroups, in which the sandbox plugin bounds each agent's
+/// commands together (`link_confine::cgroup`); where it does not, `None` and why
 /// (the probe and `link status` say it). Removed when dropped, after the plugins. Cgroups the
 /// machine allows that cannot be made stop the start.
 fn agent_cgroups(
     layout: &StateLayout,
+    support: Option<Result<link_confine::cgroup::Hierarchy, String>>,
 ) -> Result<(Option<link_confine::cgroup::RuntimeCgroups>, Option<String>)> {
-    use link_confine::cgroup::{support, RuntimeCgroups};
-    let parents = match support() {
-        Ok(parents) => parents,
-        Err(why) => return Ok((None, Some(why))),
+    use link_confine::cgroup::RuntimeCgroups;
+    let parents = match support {
+        Some(Ok(parents)) => parents,
+        Some(Err(why)) => return Ok((None, Some(why))),
+        None => return Ok((None, None)),
     };
     match RuntimeCgroups::create(&parents, layout.root()) {
         Ok(made) => Ok((Some(made), None)),

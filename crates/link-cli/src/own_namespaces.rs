@@ -41,7 +41,7 @@ impl OwnNamespaces {
             return None;
         }
         let wanted = plugins
-            .filter_map(|p| crate::confine::own_namespace(p, base).ok())
+            .filter_map(|p| own_namespace(p, base).ok())
             .collect();
         Some(OwnNamespaces::start(wanted))
     }
@@ -83,4 +83,22 @@ impl OwnNamespaces {
         }
         None
     }
+}
+
+/// As root, the user namespace of its own `plugin` joins in its view (issue 42), in the
+/// runtime's range from `base`: the sandbox plugin's, or a Landlock-confined plugin's, which
+/// maps the agents' uids too if it keeps `DAC_OVERRIDE` or `FOWNER` over their files.
+pub fn own_namespace(plugin: &Plugin, base: u32) -> anyhow::Result<OwnNamespace> {
+    use anyhow::Context;
+    use link_protocol::manifest::{Capability, Confinement};
+    if plugin.confinement == Confinement::Mounting {
+        return Ok(OwnNamespace::sandbox(base));
+    }
+    let id = link_confine::identity::plugin_uid(base, plugin.program)
+        .with_context(|| format!("{} has no identity of its own", plugin.program))?;
+    let agents = plugin
+        .capabilities
+        .iter()
+        .any(|c| matches!(c, Capability::DacOverride | Capability::Fowner));
+    Ok(OwnNamespace::plugin(base, id, agents))
 }
