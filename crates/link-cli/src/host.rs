@@ -163,7 +163,7 @@ async fn run(
     let v2 = matches!(support, Some(Ok(link_confine::cgroup::Hierarchy::V2(_))));
     let first = match v2 {
         true => agent_cgroups(&layout, support.take())?,
-        false => (None, None),
+        false => (None, Ok(())),
     };
     // Made while the host starts, off the thread that prepares the plugins.
     let namespaces = crate::own_namespaces::OwnNamespaces::for_plugins(
@@ -171,7 +171,7 @@ async fn run(
         args.mode,
         uid_base,
     );
-    let (cgroups, unbounded) = match support {
+    let (cgroups, held) = match support {
         Some(support) => agent_cgroups(&layout, Some(support))?,
         None => first,
     };
@@ -213,10 +213,6 @@ async fn run(
     }
     let (died_tx, mut died) = mpsc::unbounded_channel();
     let mut started: Vec<Plugin> = Vec::new();
-    let held = match unbounded {
-        Some(why) => Err(why),
-        None => Ok(()),
-    };
     let mut probe = confined_link.then(|| Probe::start(&programs, held));
     let all_started = start_all(
         &launch,
@@ -283,22 +279,25 @@ async fn run(
 
 /// Where the machine allows it (`support`, of `link_confine::cgroup::support`; none outside
 /// confined full Link): the runtime's cgroups, in which the sandbox plugin bounds each agent's
-/// commands together (`link_confine::cgroup`); where it does not, `None` and why
-/// (the probe and `link status` say it). Removed when dropped, after the plugins. Cgroups the
+/// commands together (`link_confine::cgroup`), and whether they are held or why not (the
+/// probe and `link status` say it). Removed when dropped, after the plugins. Cgroups the
 /// machine allows that cannot be made stop the start.
 fn agent_cgroups(
     layout: &StateLayout,
     support: Option<Result<link_confine::cgroup::Hierarchy, String>>,
-) -> Result<(Option<link_confine::cgroup::RuntimeCgroups>, Option<String>)> {
+) -> Result<(
+    Option<link_confine::cgroup::RuntimeCgroups>,
+    Result<(), String>,
+)> {
     use link_confine::cgroup::RuntimeCgroups;
     let parents = match support {
         Some(Ok(parents)) => parents,
-        Some(Err(why)) => return Ok((None, Some(why))),
-        None => return Ok((None, None)),
+        Some(Err(why)) => return Ok((None, Err(why))),
+        None => return Ok((None, Ok(()))),
     };
     match RuntimeCgroups::create(&parents, layout.root()) {
-        Ok(made) => Ok((Some(made), None)),
-        Err(e) if e.unavailable() => Ok((None, Some(e.to_string()))),
+        Ok(made) => Ok((Some(made), Ok(()))),
+        Err(e) if e.unavailable() => Ok((None, Err(e.to_string()))),
         Err(e) => Err(e).context(
             "the sandbox plugin bounds each agent's commands together in cgroups; nothing was \
              started",
@@ -314,10 +313,9 @@ fn make_pool(
     shared: &Arc<Shared>,
 ) -> CgroupPool {
     // As root the sandbox plugin is an identity of its own; else it is the host's.
-    let plugin = match rustix::process::geteuid() {
-        uid if uid.is_root() => link_confine::plugin_ns::plugin_id(uid_base),
-        uid => uid.as_raw(),
-    };
+    let plugin = rustix::process::geteuid()
+        .is_root()
+        .then(|| link_confine::plugin_ns::plugin_id(uid_base));
     let make = cgroups.pool_maker(plugin);
     let shared = shared.clone();
     tokio::task::spawn_blocking(move || {

@@ -44,7 +44,6 @@ impl Probe {
         let run: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match cached {
             Some(_) => {
                 let programs = programs.to_owned();
-                let held = held.clone();
                 Box::pin(async move {
                     let mut stopped = stopped;
                     if stopped.try_recv().is_ok() {

@@ -382,11 +382,14 @@ impl AgentCgroups {
         let base = link_confine::identity::base_for(&self.root).unwrap();
         let plugin = link_confine::plugin_ns::plugin_id(base);
         let owner = |p: &std::path::Path| std::fs::metadata(p).unwrap().uid();
-        let sleep: Vec<i32> = started
-            .iter()
-            .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == "sleep"))
-            .map(|(pid, _)| *pid)
-            .collect();
+        let named = |comm: &str| -> Vec<i32> {
+            started
+                .iter()
+                .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == comm))
+                .map(|(pid, _)| *pid)
+                .collect()
+        };
+        let sleep = named("sleep");
         assert_eq!(sleep.len(), 1, "{started:?}");
         let mut holding = Vec::new();
         for dir in &self.runtime {
@@ -430,11 +433,7 @@ impl AgentCgroups {
         let dir = &self.runtime[0];
         assert_eq!(owner(&dir.join("cgroup.procs")), plugin);
         let leaf = dir.join(link_confine::cgroup::PLUGIN_LEAF);
-        let sandbox: Vec<i32> = started
-            .iter()
-            .filter(|(pid, _)| read_proc(*pid).is_some_and(|p| p.comm == "link-plugin-san"))
-            .map(|(pid, _)| *pid)
-            .collect();
+        let sandbox = named("link-plugin-san");
         assert_eq!(sandbox.len(), 1, "{started:?}");
         assert_eq!(members(&leaf), sandbox, "{}", leaf.display());
     }

@@ -221,9 +221,7 @@ fn an_agent_is_deletable_by_an_ordinary_user_after_chmod_000() {
     // The programs where the user can reach them (the build may sit under a 0700 home).
     let parent = OpenParent::create("lnk-user-del").unwrap();
     let link = parent.programs(Profile::Link);
-    let state = parent.0.join("state");
-    std::fs::create_dir(&state).unwrap();
-    user.chown(&state);
+    let state = parent.state_for(&user);
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
     let mut up = user.up(&link, "link", &state);
     let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);

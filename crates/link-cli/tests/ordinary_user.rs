@@ -42,9 +42,7 @@ fn an_ordinary_user_runs_confined_full_link_and_its_tools() {
     // The programs where the user can reach them (the build may sit under a 0700 home).
     let parent = OpenParent::create("lnk-user-up").unwrap();
     let link = parent.programs(Profile::Link);
-    let state = parent.0.join("state");
-    std::fs::create_dir(&state).unwrap();
-    user.chown(&state);
+    let state = parent.state_for(&user);
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
     let mut up = user.up(&link, "link", &state);
     let (code, token, err) = user.run(&[link_s, "token", "create", "--state", state_s]);
@@ -161,9 +159,7 @@ fn a_delegated_user_bounds_its_agents_together() {
     let delegated = Delegated::to(&user);
     let parent = OpenParent::create("lnk-deleg-up").unwrap();
     let link = parent.programs(Profile::Link);
-    let state = parent.0.join("state");
-    std::fs::create_dir(&state).unwrap();
-    user.chown(&state);
+    let state = parent.state_for(&user);
     let (link_s, state_s) = (link.to_str().unwrap(), state.to_str().unwrap());
     let scope = std::fs::OpenOptions::new()
         .write(true)

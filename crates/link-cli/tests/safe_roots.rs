@@ -101,9 +101,7 @@ fn link_up_as_root_refuses_a_state_root_another_user_controls_and_follows_none_o
     let to = Targets::make(&parent.0);
 
     // The state root is the user's, planted as in the finding.
-    let state = parent.0.join("state");
-    std::fs::create_dir(&state).unwrap();
-    user.chown(&state);
+    let state = parent.state_for(&user);
     plant(&user, &state, &to);
     let out = refused(&state, "mini");
     let err = String::from_utf8_lossy(&out.stderr);

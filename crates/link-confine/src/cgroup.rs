@@ -225,9 +225,7 @@ const V2_CONTROLLERS: [&str; 2] = ["memory", "pids"];
 fn support_v2(own: &Path) -> Result<Hierarchy, String> {
     let has_all = |file: &Path| {
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        V2_CONTROLLERS
-            .iter()
-            .all(|c| text.split_whitespace().any(|w| w == *c))
+        missing_controllers(&text).is_empty()
     };
     let unit = "run `link up` in a unit of its own with Delegate=yes (e.g. `systemd-run --scope \
                 -p Delegate=yes link up ...`, with --user as an ordinary user); each process is \
@@ -260,6 +258,13 @@ fn support_v2(own: &Path) -> Result<Hierarchy, String> {
             own.display()
         )),
     }
+}
+
+/// Which of [`V2_CONTROLLERS`] a list of controllers (`cgroup.controllers`,
+/// `cgroup.subtree_control`) lacks.
+fn missing_controllers(listed: &str) -> Vec<&'static str> {
+    let has = |c: &str| listed.split_whitespace().any(|w| w == c);
+    V2_CONTROLLERS.into_iter().filter(|c| !has(c)).collect()
 }
 
 /// Whether this process may make cgroups in `dir` and move processes there.
@@ -397,8 +402,8 @@ impl RuntimeCgroups {
         if self.host_leaf {
             host_leaf(&fd)?;
         }
-        enable_v2(parent)?;
-        enable_v2(top)?;
+        enable_v2(&open_dir(parent)?)?;
+        enable_v2(&fd)?;
         let plugin = plugin_leaf(&agents_fd)?;
         let sealed = open_file(&fd, "cgroup.procs", rustix::fs::OFlags::RDONLY)?;
         self.plugin_join = Some((plugin, sealed));
@@ -441,11 +446,13 @@ impl RuntimeCgroups {
     }
 
     /// What makes the pool in each runtime directory, the files the plugin writes given to
-    /// `uid` (the sandbox plugin's; nothing is given where it is this process's own): a few
-    /// milliseconds of work, for a thread once the runtime is ready.
-    pub fn pool_maker(&self, uid: u32) -> impl FnOnce() -> Result<(), CgroupError> + Send {
+    /// `owner` (the sandbox plugin's uid, where it is not this process's): a few milliseconds
+    /// of work, for a thread once the runtime is ready.
+    pub fn pool_maker(
+        &self,
+        owner: Option<u32>,
+    ) -> impl FnOnce() -> Result<(), CgroupError> + Send {
         let dirs = self.paths();
-        let owner = (uid != rustix::process::geteuid().as_raw()).then_some(uid);
         move || {
             dirs.iter().try_for_each(|dir| {
                 make_pool(dir, owner).map_err(|error| CgroupError {
@@ -497,18 +504,14 @@ fn handed(dir: OwnedFd, path: &Path) -> io::Result<OwnedFd> {
 
 /// Enables memory and pids for the children of the v2 cgroup `dir` where they are not yet
 /// ([`support_v2`] chose one that holds no process, or the root).
-fn enable_v2(dir: &Path) -> io::Result<()> {
-    let parent = open_dir(dir)?;
-    let enabled = read_at(&parent, "cgroup.subtree_control")?;
-    let missing: Vec<String> = V2_CONTROLLERS
-        .iter()
-        .filter(|c| !enabled.split_whitespace().any(|w| w == **c))
-        .map(|c| format!("+{c}"))
-        .collect();
+fn enable_v2(dir: &OwnedFd) -> io::Result<()> {
+    let enabled = read_at(dir, "cgroup.subtree_control")?;
+    let missing = missing_controllers(&enabled);
     if missing.is_empty() {
         return Ok(());
     }
-    write_at(&parent, "cgroup.subtree_control", &missing.join(" "))
+    let add: Vec<String> = missing.iter().map(|c| format!("+{c}")).collect();
+    write_at(dir, "cgroup.subtree_control", &add.join(" "))
         .map_err(|e| io::Error::other(format!("enabling {missing:?} for its children: {e}")))
 }
 
@@ -520,22 +523,26 @@ fn make_dir(dir: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Makes the leaf `name` of the v2 cgroup `dir`: its `cgroup.procs`, opened to write.
+fn make_leaf(dir: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+    rustix::fs::mkdirat(dir, name, rustix::fs::Mode::from_raw_mode(0o755))?;
+    let leaf = open_file(dir, name, rustix::fs::OFlags::DIRECTORY)?;
+    open_file(&leaf, "cgroup.procs", rustix::fs::OFlags::WRONLY)
+}
+
 /// v2: moves this process into the runtime directory `dir`'s leaf [`HOST_LEAF`].
 fn host_leaf(dir: &OwnedFd) -> io::Result<()> {
-    rustix::fs::mkdirat(dir, HOST_LEAF, rustix::fs::Mode::from_raw_mode(0o755))?;
-    let leaf = open_file(dir, HOST_LEAF, rustix::fs::OFlags::DIRECTORY)?;
-    write_at(&leaf, "cgroup.procs", &std::process::id().to_string())
+    let procs = make_leaf(dir, HOST_LEAF)?;
+    rustix::io::write(&procs, std::process::id().to_string().as_bytes())
+        .map(drop)
         .map_err(|e| io::Error::other(format!("moving the host into {HOST_LEAF}: {e}")))
 }
 
-/// v2: memory and pids enabled for the runtime directory `dir`'s children, and its leaf
-/// [`PLUGIN_LEAF`] made: its `cgroup.procs`, opened for the host's write.
+/// v2: memory and pids enabled for the children of `dir` (the runtime's [`AGENTS`]), and its
+/// leaf [`PLUGIN_LEAF`] made: its `cgroup.procs`, opened for the host's write.
 fn plugin_leaf(dir: &OwnedFd) -> io::Result<OwnedFd> {
-    let all: Vec<String> = V2_CONTROLLERS.iter().map(|c| format!("+{c}")).collect();
-    write_at(dir, "cgroup.subtree_control", &all.join(" "))?;
-    rustix::fs::mkdirat(dir, PLUGIN_LEAF, rustix::fs::Mode::from_raw_mode(0o755))?;
-    let leaf = open_file(dir, PLUGIN_LEAF, rustix::fs::OFlags::DIRECTORY)?;
-    open_file(&leaf, "cgroup.procs", rustix::fs::OFlags::WRONLY)
+    enable_v2(dir)?;
+    make_leaf(dir, PLUGIN_LEAF)
 }
 
 /// [`POOL`] cgroups in `dir`, the files the plugin writes given to `owner` where one is
@@ -769,11 +776,10 @@ impl Cgroups {
                 .map_err(|e| format!("{}: {e}", bad()))?;
             dirs.push((controller, owned));
         }
-        let mut named: Vec<Controller> = dirs.iter().map(|(c, _)| *c).collect();
-        named.sort_by_key(|c| c.name());
-        let mut v1 = Controller::V1.to_vec();
-        v1.sort_by_key(|c| c.name());
-        if named != v1 && named != [Controller::Unified] {
+        let named: Vec<Controller> = dirs.iter().map(|(c, _)| *c).collect();
+        let v1 =
+            named.len() == Controller::V1.len() && Controller::V1.iter().all(|c| named.contains(c));
+        if !v1 && named != [Controller::Unified] {
             return Err(bad());
         }
         Ok(Some(Cgroups {

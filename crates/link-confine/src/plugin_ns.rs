@@ -482,10 +482,9 @@ pub(crate) fn detached_by_child(path: &Path) -> io::Result<OwnedFd> {
     // A byte, not the pipe's end: a child another thread forks meanwhile holds a copy of it.
     let _ = rustix::io::write(&release_w, b"x");
     drop(release_w);
-    let _ = rustix::process::waitpid(
-        rustix::process::Pid::from_raw(pid as i32),
-        rustix::process::WaitOptions::empty(),
-    );
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = userns::reap(pid);
+    }
     taken
 }
 

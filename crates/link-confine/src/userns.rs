@@ -106,15 +106,20 @@ pub fn user_namespace_mapped(
     let pid = rustix::process::Pid::from_raw(pid as i32).expect("clone returned a pid");
     let opened = map_and_open(pid, &ready_r, uid_map, gid_map);
     drop(release_w);
-    let reaped = loop {
-        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
-            Err(rustix::io::Errno::INTR) => continue,
-            other => break other,
-        }
-    };
+    let reaped = reap(pid);
     let ns = opened?;
     reaped.map_err(io)?;
     Ok(ns)
+}
+
+/// Waits for this process's child `pid` to end, through interruptions.
+pub(crate) fn reap(pid: rustix::process::Pid) -> rustix::io::Result<()> {
+    loop {
+        match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other.map(drop),
+        }
+    }
 }
 
 /// How many identities' namespaces [`shared_user_namespace`] keeps (the oldest goes first).

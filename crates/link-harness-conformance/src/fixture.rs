@@ -648,6 +648,14 @@ impl OpenParent {
         }
         bin.join(crate::programs::HOST)
     }
+
+    /// `state/` here, made and given to `user`: a state root of that user's.
+    pub fn state_for(&self, user: &TestUser) -> PathBuf {
+        let state = self.0.join("state");
+        std::fs::create_dir(&state).unwrap();
+        user.chown(&state);
+        state
+    }
 }
 
 impl Drop for OpenParent {

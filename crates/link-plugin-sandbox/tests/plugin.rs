@@ -631,7 +631,7 @@ async fn an_agents_processes_share_one_memory_process_and_cpu_bound() {
     let root = Root::new();
     let ws = root.workspace("a1");
     let cgroups = link_confine::cgroup::RuntimeCgroups::create(&parents, root.path()).unwrap();
-    cgroups.pool_maker(0)().unwrap();
+    cgroups.pool_maker(None)().unwrap();
     let (value, fds) = cgroups.handed();
     for fd in fds {
         // The plugin inherits them, as from the host.
