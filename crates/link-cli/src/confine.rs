@@ -73,8 +73,8 @@ impl Allowance<'_> {
 /// can be written, with a network namespace without interfaces (`link_confine::view`). As
 /// root every other plugin first enters a view of its own too, as a uid of its own ([`view`]),
 /// and so loads its filter itself rather than inherit it.
-/// As root its own namespace ([`own_namespace`]) is taken from `namespaces` where it was made
-/// ahead, or its view makes it.
+/// As root its own namespace ([`own_namespace`](crate::own_namespaces::own_namespace)) is
+/// taken from `namespaces` where it was made ahead, or its view makes it.
 pub fn confine_command(
     cmd: &mut tokio::process::Command,
     plugin: &link_protocol::manifest::Plugin,
